@@ -1,0 +1,34 @@
+# make setup: the virtual environment (torch pinned and first, then the rest); idempotent.
+# make run:   the default sweep (results/report/index.html).   make test: the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+CORES ?= 2
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.audioparity-installed
+export PATH := $(abspath $(BIN)):$(PATH)
+export GGML_NO_BACKTRACE := 1
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+
+.PHONY: setup run test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
+	touch $@
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/snakemake --lint
+
+clean:
+	rm -rf results logs .snakemake

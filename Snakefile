@@ -1,0 +1,26 @@
+# audioparity: does a ggml port compute what the PyTorch/NeMo reference computes?
+# Wiring only; the logic lives in rules/common.smk and in the audioparity package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "docs/report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/fixtures.smk"
+include: "rules/reference.smk"
+include: "rules/ggml.smk"
+include: "rules/compare.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/report/summary.csv",
+        "results/report/index.html",

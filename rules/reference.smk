@@ -1,0 +1,22 @@
+# Reference activations from the PyTorch/NeMo model: one job per model and case.
+
+
+rule parakeet_reference_dump:
+    input:
+        model=get_model,
+        audio=get_case,
+        code=code("parakeet_tdt_reference"),
+    output:
+        directory("results/reference/{family}/{model}/{case}"),
+    wildcard_constraints:
+        family="parakeet_tdt",
+    log:
+        "logs/parakeet_reference_dump/{family}/{model}/{case}.log",
+    benchmark:
+        "results/benchmarks/parakeet_reference_dump/{family}/{model}/{case}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity reference parakeet-tdt --model {input.model} --audio {input.audio}"
+        " --output-dir {output} --threads {threads} 2> {log}"

@@ -1,0 +1,37 @@
+# summary.csv from every cell, then the self-contained HTML report from summary.csv alone.
+
+
+rule report_summary:
+    input:
+        cells=all_cells(),
+        code=code("report_summary"),
+    output:
+        report(
+            "results/report/summary.csv",
+            caption="../docs/report/summary.rst",
+            category="Summary",
+        ),
+    log:
+        "logs/report_summary/summary.log",
+    benchmark:
+        "results/benchmarks/report_summary/summary.tsv"
+    shell:
+        "audioparity report summary {input.cells} --output {output} 2> {log}"
+
+
+rule report_html:
+    input:
+        summary="results/report/summary.csv",
+        code=code("report_html"),
+    output:
+        report(
+            "results/report/index.html",
+            caption="../docs/report/index.rst",
+            category="Summary",
+        ),
+    log:
+        "logs/report_html/index.log",
+    benchmark:
+        "results/benchmarks/report_html/index.tsv"
+    shell:
+        "audioparity report html --summary {input.summary} --output {output} 2> {log}"

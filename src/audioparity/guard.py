@@ -1,0 +1,71 @@
+"""Crash isolation for dump commands: a dump process that dies becomes a ``crashed`` dump.
+
+A ggml assert calls ``abort()``, a bad kernel segfaults, a big model runs out of memory: the
+process is gone, and with it anything it would have reported. The guard runs the dump command
+as a child process, passes its stderr through (to the job's log), and when the child exits
+non-zero or is killed by a signal it replaces whatever the child left with a dump directory whose
+manifest says ``status: crashed``, the signal or exit code, and the last lines of stderr. The
+guard then exits 0, so the sweep goes on and the report shows the cell as ``crashed``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from audioparity.artifacts import DumpWriter
+
+log = logging.getLogger("audioparity")
+
+#: Lines of the child's stderr kept in the manifest of a crashed dump.
+STDERR_TAIL_LINES = 20
+
+
+def describe_exit(returncode: int) -> str:
+    """``"signal SIGABRT (6)"`` for a negative return code, ``"exit code 1"`` otherwise."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {name} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+def run_guarded(command: list[str], output_dir: Path, fields: dict | None = None) -> int:
+    """Run ``command``; on failure write a ``crashed`` dump at ``output_dir``.
+
+    Args:
+        command: argv of the dump command (it must write ``output_dir`` when it succeeds).
+        output_dir: the dump directory the command is expected to produce.
+        fields: manifest fields of the crashed dump (e.g. backend, weight_type).
+
+    Returns:
+        0 when the command succeeded or its crash was recorded. The child's own return code
+        when it succeeded but left no dump (a broken external tool), so that is not hidden.
+    """
+    tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace") as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+    returncode = child.wait()
+    if returncode == 0:
+        if not (output_dir / "manifest.json").is_file():
+            log.error("%s exited 0 but wrote no %s/manifest.json", command[0], output_dir)
+            return 1
+        return 0
+    reason = describe_exit(returncode)
+    log.warning("dump command %s: %s; recording the cell as crashed", reason, command[0])
+    shutil.rmtree(output_dir, ignore_errors=True)
+    with DumpWriter(output_dir, producer="guard", fields=fields) as writer:
+        writer.set_status("crashed", f"{reason}: {tail[-1] if tail else 'no stderr'}")
+        writer.manifest["command"] = command
+        writer.manifest["stderr_tail"] = list(tail)
+    return 0
