@@ -1,0 +1,50 @@
+"""A dump process that dies becomes a `crashed` dump with its signal and stderr tail."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from audioparity.artifacts import Dump
+
+
+def guard(tmp_path, script: str) -> subprocess.CompletedProcess:
+    out = tmp_path / "dump"
+    return subprocess.run(
+        [sys.executable, "-m", "audioparity.cli", "guard", "--output-dir", str(out),
+         "--field", "backend=cpu", "--", sys.executable, "-c", script],
+        capture_output=True, text=True,
+    )
+
+
+def test_abort_is_recorded_as_crashed_with_the_signal_and_stderr_tail(tmp_path):
+    script = (
+        "import os, sys; print('GGML_ASSERT(ne0 % 32 == 0) failed', file=sys.stderr, flush=True);"
+        " os.abort()"
+    )
+    result = guard(tmp_path, script)
+    assert result.returncode == 0
+    dump = Dump(tmp_path / "dump")
+    assert dump.status == "crashed"
+    assert "SIGABRT" in dump.manifest["message"]
+    assert "GGML_ASSERT(ne0 % 32 == 0) failed" in dump.manifest["stderr_tail"]
+    assert dump.manifest["backend"] == "cpu"
+    assert "GGML_ASSERT" in result.stderr  # passed through to the job's log
+
+
+def test_exit_after_writing_half_the_files_leaves_only_the_crashed_record(tmp_path):
+    out = tmp_path / "dump"
+    script = (
+        f"import pathlib, sys; d = pathlib.Path({str(out)!r}); d.mkdir();"
+        " (d / 'enc_out.npy').write_bytes(b'half'); sys.exit(1)"
+    )
+    assert guard(tmp_path, script).returncode == 0
+    dump = Dump(out)
+    assert dump.status == "crashed"
+    assert dump.manifest["message"].startswith("exit code 1")
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
+
+
+def test_success_without_a_dump_is_not_hidden(tmp_path):
+    assert guard(tmp_path, "pass").returncode == 1
+    assert not (tmp_path / "dump").exists()
