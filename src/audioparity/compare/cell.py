@@ -1,0 +1,247 @@
+"""Compare one cell: a candidate dump (one backend, one weight type) against its reference dump.
+
+Tensors and documents are compared generically, by name, so every family uses the same code:
+Parakeet-TDT's ``mel_features`` ... ``joint_logits`` and ``decode``, MOSS's ``last_hidden``,
+``probe_hidden``, head logits, ``generation`` and ``prompt`` alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.artifacts import Dump
+from audioparity.compare import metrics as m
+from audioparity.compare.gates import check_resolved, status
+from audioparity.errors import AudioparityError
+
+log = logging.getLogger(__name__)
+
+#: Cell labels, in summary order (DESIGN.md, "summary.csv").
+LABEL_COLUMNS = ("family", "model", "case", "backend", "weight_type")
+#: Metric columns, in summary order; None where a metric does not apply to a stage.
+METRIC_COLUMNS = (
+    "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
+    "top1", "token_match", "first_divergence", "wer",
+)
+#: Every column of a cell row and of summary.csv.
+COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds")
+
+#: Candidate documents that compare against a differently named reference document.
+DOCUMENT_ALIASES = {"decoder_replay": "decode"}
+#: Candidate tensors named ``<reference stage><ISOLATED>`` compare against the reference stage.
+ISOLATED = "_isolated"
+
+
+def reference_stage(candidate_stage: str) -> str:
+    """The reference stage a candidate stage compares against.
+
+    ``layer_3_isolated`` -> ``layer_3``; ``decoder_replay`` -> ``decode``; any other name is its
+    own reference (``enc_out`` -> ``enc_out``).
+    """
+    if candidate_stage in DOCUMENT_ALIASES:
+        return DOCUMENT_ALIASES[candidate_stage]
+    if candidate_stage.endswith(ISOLATED) and len(candidate_stage) > len(ISOLATED):
+        return candidate_stage[: -len(ISOLATED)]
+    return candidate_stage
+
+
+def _stages(dump: Dump) -> dict[str, str]:
+    """Stage name -> ``tensor`` or ``document`` for everything a dump lists."""
+    kinds = {name: "tensor" for name in dump.tensor_names}
+    kinds.update({name: "document" for name in dump.manifest.get("documents", {})})
+    return kinds
+
+
+def _same_layout(a: str, b: str) -> bool:
+    """Layout strings equal up to whitespace (``[T,D]`` is ``[T, D]``)."""
+    return "".join(a.split()) == "".join(b.split())
+
+
+def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+    """Every tensor metric of ``cand`` against ``ref`` (equal shapes), plus ``ref_non_finite``.
+
+    ``top1`` only for logits (a stage name containing ``logits``; last axis = classes), None
+    otherwise.
+    """
+    return {
+        "cosine": m.cosine(cand, ref),
+        "std_ratio": m.std_ratio(cand, ref),
+        "nmse": m.nmse(cand, ref),
+        "max_abs": m.max_abs(cand, ref),
+        "mean_abs": m.mean_abs(cand, ref),
+        "max_rel": m.max_rel(cand, ref),
+        "non_finite": m.non_finite(cand, ref),
+        "argmax": m.argmax(cand, ref),
+        "top1": m.top1(cand, ref) if "logits" in stage else None,
+        "ref_non_finite": m.non_finite(ref, cand),
+    }
+
+
+_ABSENT = object()
+
+
+def document_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, Any]:
+    """Token metrics of a candidate document against the reference document.
+
+    Positions: the reference's list-valued fields (``ids``, ``frames``, ``durations``; MOSS's
+    ``rows``) taken together, one tuple per position, so a token matches only if its id, frame
+    and duration all match. ``token_match`` and ``first_divergence`` run over those tuples (None
+    when the reference has no list field); ``wer`` over the ``text`` fields when both are strings.
+    ``exact``: every field of the reference is identical in the candidate (extra candidate fields
+    are ignored); ``differing`` names the fields that are not.
+    """
+    sequence_keys = sorted(k for k, v in ref.items() if isinstance(v, list))
+
+    def positions(doc: Mapping[str, Any]) -> list[tuple]:
+        columns = [doc.get(k) if isinstance(doc.get(k), list) else [] for k in sequence_keys]
+        length = max((len(c) for c in columns), default=0)
+        return [tuple(c[i] if i < len(c) else _ABSENT for c in columns) for i in range(length)]
+
+    cand_pos, ref_pos = positions(cand), positions(ref)
+    texts = (cand.get("text"), ref.get("text"))
+    differing = [k for k in ref if cand.get(k, _ABSENT) != ref[k]]
+    return {
+        "token_match": m.token_match(cand_pos, ref_pos) if sequence_keys else None,
+        "first_divergence": m.first_divergence(cand_pos, ref_pos) if sequence_keys else None,
+        "wer": m.wer(*texts) if all(isinstance(t, str) for t in texts) else None,
+        "exact": not differing,
+        "differing": differing,
+    }
+
+
+def _document(dump: Dump, name: str) -> Mapping[str, Any]:
+    document = dump.json(name)
+    if not isinstance(document, Mapping):
+        raise AudioparityError(f"{dump.path / (name + '.json')}: expected a JSON object")
+    return document
+
+
+def _compare_stage(
+    reference: Dump, candidate: Dump, stage: str, ref_stage: str, kind: str, ref_kind: str
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """Metrics of one candidate stage against its reference stage, and outright problems."""
+    if kind != ref_kind:
+        return None, (f"candidate {stage!r} is a {kind}, reference {ref_stage!r} a {ref_kind}",)
+    if kind == "document":
+        return document_metrics(_document(candidate, stage), _document(reference, ref_stage)), ()
+    cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
+    problems = []
+    cand_layout, ref_layout = candidate.layout(stage), reference.layout(ref_stage)
+    if not _same_layout(cand_layout, ref_layout):
+        problems.append(f"layout {cand_layout} (candidate) != {ref_layout} (reference)")
+    if cand.shape != ref.shape:
+        problems.append(f"shape {list(cand.shape)} (candidate) != {list(ref.shape)} (reference)")
+        return None, tuple(problems)
+    return tensor_metrics(stage, cand, ref), tuple(problems)
+
+
+def _plan(
+    reference: Dump, candidate: Dump | None
+) -> list[tuple[str, str | None, str, str | None]]:
+    """(stage, reference stage or None, candidate kind or None, reference kind) per row.
+
+    Every reference stage, then every candidate stage that is not a reference stage itself
+    (isolated layers, decoder replay, or a stage the reference lacks).
+    """
+    ref_kinds = _stages(reference)
+    cand_kinds = _stages(candidate) if candidate is not None else {}
+    plan = [(name, name, cand_kinds.get(name), kind) for name, kind in ref_kinds.items()]
+    for name, kind in cand_kinds.items():
+        if name not in ref_kinds:
+            target = reference_stage(name)
+            known = target if target in ref_kinds else None
+            plan.append((name, known, kind, ref_kinds.get(target)))
+    return plan
+
+
+def _json_value(value: Any) -> Any:
+    """Row values as strict JSON: numpy scalars unwrapped, non-finite floats as text."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temp file in the same folder, then rename,
+    so a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def compare_cell(
+    reference_dir: str | os.PathLike,
+    candidate_dir: str | os.PathLike,
+    gates: Mapping[str, Any],
+    labels: Mapping[str, str],
+    output: str | os.PathLike,
+) -> None:
+    """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
+
+    Args:
+        reference_dir: the reference dump (NeMo, torch).
+        candidate_dir: the candidate dump (ggml, external). Absent: every reference stage is
+            ``missing``. Manifest status ``unavailable`` / ``crashed``: every stage takes that
+            status, with the manifest's message as the reason.
+        gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
+        labels: copied into every row (``family``, ``model``, ``case``, ``backend``,
+            ``weight_type``).
+        output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
+            labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
+            non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
+
+    Raises:
+        AudioparityError: unreadable dumps, malformed gates, a stage with no gate or with a
+            threshold that does not apply to it.
+    """
+    check_resolved(gates)
+    reference = Dump(reference_dir)
+    candidate_path = Path(candidate_dir)
+    candidate = Dump(candidate_path) if candidate_path.exists() else None
+    seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
+    rows = []
+    for stage, ref_stage, kind, ref_kind in _plan(reference, candidate):
+        measured: dict[str, Any] | None = None
+        problems: tuple[str, ...] = ()
+        if candidate is None:
+            availability, problems = "missing", (f"no candidate dump at {candidate_path}",)
+        elif candidate.status != "ok":
+            availability = candidate.status
+            problems = (candidate.manifest.get("message") or f"candidate {candidate.status}",)
+        elif kind is None:
+            availability, problems = "missing", (f"not in the candidate dump {candidate_path}",)
+        elif ref_stage is None:
+            availability = "missing"
+            problems = (f"no reference stage {reference_stage(stage)!r} in {reference.path}",)
+        else:
+            availability = "ok"
+            measured, problems = _compare_stage(
+                reference, candidate, stage, ref_stage, kind, ref_kind
+            )
+        verdict = status(
+            stage, gates, availability=availability, metrics=measured, problems=problems
+        )
+        row = {key: labels.get(key) for key in LABEL_COLUMNS}
+        row.update({key: value for key, value in labels.items() if key not in row})
+        row.update(stage=stage, status=verdict.status)
+        row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
+        row.update(gate=verdict.gate, reason=verdict.reason, seconds=seconds.get(stage))
+        rows.append({key: _json_value(value) for key, value in row.items()})
+    write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
+    counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
+    log.info("compare %s vs %s: %s", candidate_path, reference.path, counts)

@@ -1,0 +1,354 @@
+"""Gates are data: the config says what each stage must reach; :func:`status` is the one place a
+stage's status is computed.
+
+Config section (one per family, e.g. ``parakeet_tdt:`` in config/config.yaml)::
+
+    gates:                       # per weight type, each a list of entries tried in order
+      default:                   # applies to every weight type, after the weight type's own list
+        - {stage: mel_features, cosine_min: 0.99999}
+        - {stage: "layer_*", cosine_min: 0.99999, nmse_max: 1.0e-8}
+        - {stage: decode, exact: true}
+      f16:                       # a weight type's own entries come before `default`
+        - {stage: "layer_*", cosine_min: 0.999}
+    expected_failures:           # optional; a failing stage that matches shows as `xfail`
+      - {stage: enc_out, weight_type: f16, model: "*", backend: "*", reason: "f16 overflow"}
+
+Gate entry: ``stage`` (an fnmatch pattern, case-sensitive, matched against the CANDIDATE's stage
+name, so ``layer_*`` also matches ``layer_3_isolated``: put ``layer_*_isolated`` first to gate it
+apart) and at least one threshold:
+
+==================  =========  ========================================================
+key                 applies to passes when
+==================  =========  ========================================================
+``cosine_min``      tensors    cosine >= value
+``nmse_max``        tensors    nmse <= value
+``max_rel_max``     tensors    max_rel <= value
+``max_abs_max``     tensors    max_abs <= value
+``std_ratio_tol``   tensors    abs(1 - std_ratio) <= value
+``top1_min``        logits     top1 >= value (tensors whose stage name contains "logits")
+``token_match_min`` documents  token_match >= value
+``wer_max``         documents  wer <= value (documents with a "text" field)
+``exact``           documents  ``true``: every field of the reference document is identical
+==================  =========  ========================================================
+
+Besides its thresholds, every tensor stage fails on a non-finite value (a NaN never passes) and
+every stage fails on a shape or layout mismatch. A threshold that does not apply to the stage
+it matched (``cosine_min`` on a document, ``top1_min`` on hidden states) is a config error.
+
+Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``
+patterns default to ``"*"``. A matching stage that fails is ``xfail``; one that passes is ``fail``
+("declared expected failure passed (stale declaration: ...)"), so declarations cannot go stale
+silently. ``unavailable``, ``crashed`` and ``missing`` are reported as such, declared or not.
+
+:func:`resolve_gates` turns a section into the gates of one cell (JSON-serialisable; what the
+workflow passes as ``audioparity compare --gates '<json>'``)::
+
+    {"gates": [{"stage": "layer_*", "from": "f16", "cosine_min": 0.999}, ...],
+     "expected_failures": [{"stage": "enc_out", "reason": "f16 overflow"}]}
+
+``from`` names the list an entry came from (the weight type or ``default``) and shows in the
+``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import Any, NamedTuple
+
+from audioparity.errors import AudioparityError
+
+#: Every status a summary row can carry.
+STATUSES = ("pass", "fail", "xfail", "unavailable", "crashed", "missing")
+#: Statuses given without comparing (the candidate has nothing to compare).
+NOT_COMPARED = ("unavailable", "crashed", "missing")
+
+#: Threshold key -> (metric it reads, comparison). ``std_ratio_tol`` and ``exact`` are special.
+_LIMITS = {
+    "cosine_min": ("cosine", ">="),
+    "nmse_max": ("nmse", "<="),
+    "max_rel_max": ("max_rel", "<="),
+    "max_abs_max": ("max_abs", "<="),
+    "std_ratio_tol": ("std_ratio", "tol"),
+    "top1_min": ("top1", ">="),
+    "token_match_min": ("token_match", ">="),
+    "wer_max": ("wer", "<="),
+}
+THRESHOLDS = (*_LIMITS, "exact")
+_PATTERNS = ("model", "backend", "weight_type")
+
+
+class Verdict(NamedTuple):
+    """A stage's status, the text form of the gate applied, and why (empty for ``pass``)."""
+
+    status: str
+    gate: str
+    reason: str
+
+
+def _entry_error(where: str, message: str) -> AudioparityError:
+    return AudioparityError(f"gates: {where}: {message}")
+
+
+def _check_gate(entry: Any, where: str, extra: tuple[str, ...]) -> None:
+    """Raise unless ``entry`` is a gate entry: ``stage``, thresholds, and the ``extra`` keys."""
+    if not isinstance(entry, Mapping):
+        raise _entry_error(where, f"expected a mapping, got {entry!r}")
+    if not isinstance(entry.get("stage"), str) or not entry["stage"]:
+        raise _entry_error(where, f"needs a 'stage' pattern, got {entry!r}")
+    unknown = sorted(set(entry) - {"stage", *THRESHOLDS, *extra})
+    if unknown:
+        raise _entry_error(
+            where, f"unknown key(s) {', '.join(unknown)}; thresholds: {', '.join(THRESHOLDS)}"
+        )
+    for key in _LIMITS:
+        value = entry.get(key)
+        if key in entry and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+        ):
+            raise _entry_error(where, f"{key} must be a number, got {value!r}")
+    if "exact" in entry and not isinstance(entry["exact"], bool):
+        raise _entry_error(where, f"exact must be true or false, got {entry['exact']!r}")
+    if not any(key in entry for key in _LIMITS) and entry.get("exact") is not True:
+        raise _entry_error(where, f"stage {entry['stage']!r} sets no threshold")
+
+
+def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
+    """Raise unless ``entry`` is an expected failure: ``stage``, ``reason``, ``extra`` patterns."""
+    if not isinstance(entry, Mapping):
+        raise _entry_error(where, f"expected a mapping, got {entry!r}")
+    for key in ("stage", "reason"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise _entry_error(where, f"needs a non-empty {key!r}, got {entry!r}")
+    unknown = sorted(set(entry) - {"stage", "reason", *extra})
+    if unknown:
+        raise _entry_error(where, f"unknown key(s) {', '.join(unknown)}")
+    for key in extra:
+        if key in entry and not isinstance(entry[key], str):
+            raise _entry_error(where, f"{key} must be a pattern string, got {entry[key]!r}")
+
+
+def resolve_gates(
+    section: Mapping[str, Any], *, model: str, backend: str, weight_type: str
+) -> dict[str, list[dict[str, Any]]]:
+    """The gates of one cell (model, backend, weight type) from a config section.
+
+    Args:
+        section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and an
+            optional ``expected_failures`` list; other keys are ignored, so a family's whole
+            config section can be passed.
+        model, backend, weight_type: the cell; ``expected_failures`` are kept when their
+            patterns match it (fnmatch).
+
+    Returns:
+        ``{"gates": [...], "expected_failures": [...]}``: the weight type's entries then
+        ``default``'s, each with ``from`` added; the matching expected failures as
+        ``{"stage", "reason"}``.
+
+    Raises:
+        AudioparityError: a malformed section (names the list, the entry index and the key).
+    """
+    gates = section.get("gates")
+    if not isinstance(gates, Mapping) or not gates:
+        raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
+    resolved = []
+    for name in (weight_type, "default"):
+        entries = gates.get(name, [])
+        if not isinstance(entries, list):
+            raise _entry_error(name, f"expected a list of entries, got {entries!r}")
+        for i, entry in enumerate(entries):
+            _check_gate(entry, f"{name}[{i}]", ())
+            resolved.append({**entry, "from": name})
+    expected = section.get("expected_failures") or []
+    if not isinstance(expected, list):
+        raise _entry_error("expected_failures", f"expected a list, got {expected!r}")
+    cell = {"model": model, "backend": backend, "weight_type": weight_type}
+    chosen = []
+    for i, entry in enumerate(expected):
+        _check_expected(entry, f"expected_failures[{i}]", _PATTERNS)
+        if all(fnmatchcase(cell[key], entry.get(key, "*")) for key in _PATTERNS):
+            chosen.append({"stage": entry["stage"], "reason": entry["reason"]})
+    return {"gates": resolved, "expected_failures": chosen}
+
+
+def check_resolved(gates: Any) -> None:
+    """Raise unless ``gates`` has the form :func:`resolve_gates` returns.
+
+    Raises:
+        AudioparityError: names the entry and the key that is wrong.
+    """
+    if not isinstance(gates, Mapping) or not isinstance(gates.get("gates"), list):
+        raise AudioparityError(
+            "gates: expected {'gates': [...], 'expected_failures': [...]} as resolve_gates "
+            f"returns, got keys {sorted(gates) if isinstance(gates, Mapping) else gates!r}"
+        )
+    for i, entry in enumerate(gates["gates"]):
+        _check_gate(entry, f"gates[{i}]", ("from",))
+    expected = gates.get("expected_failures", [])
+    if not isinstance(expected, list):
+        raise _entry_error("expected_failures", f"expected a list, got {expected!r}")
+    for i, entry in enumerate(expected):
+        _check_expected(entry, f"expected_failures[{i}]", ())
+
+
+def gate_for(stage: str, gates: Mapping[str, Any]) -> dict[str, Any]:
+    """The first gate entry whose ``stage`` pattern matches ``stage``.
+
+    Raises:
+        AudioparityError: no entry matches (a stage without a gate is a config error, never a
+            silent pass).
+    """
+    for entry in gates["gates"]:
+        if fnmatchcase(stage, entry["stage"]):
+            return entry
+    tried = ", ".join(f"{e.get('from', '?')}/{e['stage']}" for e in gates["gates"]) or "none"
+    raise AudioparityError(f"gates: no entry matches stage {stage!r} (patterns tried: {tried})")
+
+
+def gate_text(gate: Mapping[str, Any]) -> str:
+    """Text form of a gate entry for the ``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``."""
+    terms = []
+    for key, (metric, op) in _LIMITS.items():
+        if key in gate:
+            if op == "tol":
+                terms.append(f"|1-{metric}|<={float(gate[key])!r}")
+            else:
+                terms.append(f"{metric}{op}{float(gate[key])!r}")
+    if gate.get("exact") is True:
+        terms.append("exact")
+    origin = f"{gate['from']}/" if "from" in gate else ""
+    return f"{origin}{gate['stage']}: {', '.join(terms)}"
+
+
+def _passes(op: str, value: float, limit: float) -> bool:
+    """Whether ``value`` meets ``limit`` under ``op`` (``>=``, ``<=``, ``tol``); NaN never does."""
+    if op == ">=":
+        return value >= limit
+    if op == "<=":
+        return value <= limit
+    return abs(1.0 - value) <= limit
+
+
+def _shown(op: str, value: float, limit: float) -> str:
+    """``value`` with the fewest significant digits (4 or more) that still miss ``limit``."""
+    if math.isnan(value):
+        return "NaN"
+    for digits in range(4, 18):
+        text = f"{value:.{digits}g}"
+        if not _passes(op, float(text), limit):
+            return text
+    return repr(value)
+
+
+#: How a missed threshold reads in the reason column, per comparison.
+_MISSED = {
+    ">=": "{metric} {value} < {limit}",
+    "<=": "{metric} {value} > {limit}",
+    "tol": "{metric} {value} outside 1 ± {limit}",
+}
+
+
+def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> list:
+    """One reason per threshold of ``gate`` that ``metrics`` miss, e.g. ``cosine 0.9981 < 0.99999``.
+
+    Raises:
+        AudioparityError: a threshold whose metric does not apply to this stage (None).
+    """
+    failures = []
+    for key, (metric, op) in _LIMITS.items():
+        if key not in gate:
+            continue
+        value = metrics.get(metric)
+        if value is None:
+            raise AudioparityError(
+                f"gates: {gate_text(gate)!r} sets {key}, which does not apply to stage {stage!r} "
+                f"(no {metric} for it)"
+            )
+        value, limit = float(value), float(gate[key])
+        if not _passes(op, value, limit):
+            shown = _shown(op, value, limit)
+            failures.append(_MISSED[op].format(metric=metric, value=shown, limit=repr(limit)))
+    if gate.get("exact") is True:
+        if metrics.get("exact") is None:
+            raise AudioparityError(
+                f"gates: {gate_text(gate)!r} sets exact, which applies to documents, "
+                f"not to stage {stage!r}"
+            )
+        if not metrics["exact"]:
+            where = metrics.get("first_divergence")
+            at = f" (first divergence at position {where})" if where is not None else ""
+            failures.append(f"not exact: {', '.join(metrics.get('differing', []))} differ{at}")
+    return failures
+
+
+def _non_finite_failures(metrics: Mapping[str, Any]) -> list[str]:
+    failures = []
+    if metrics.get("non_finite"):
+        where = metrics.get("argmax")
+        at = f" (first at {where})" if where else ""
+        failures.append(f"{metrics['non_finite']} non-finite value(s) in candidate{at}")
+    if metrics.get("ref_non_finite"):
+        failures.append(f"reference holds {metrics['ref_non_finite']} non-finite value(s)")
+    return failures
+
+
+def _expected_failure(stage: str, gates: Mapping[str, Any]) -> dict[str, Any] | None:
+    for entry in gates.get("expected_failures", []):
+        if fnmatchcase(stage, entry["stage"]):
+            return entry
+    return None
+
+
+def status(
+    stage: str,
+    gates: Mapping[str, Any],
+    *,
+    availability: str = "ok",
+    metrics: Mapping[str, Any] | None = None,
+    problems: tuple[str, ...] = (),
+) -> Verdict:
+    """THE place a stage's status is computed.
+
+    Args:
+        stage: the candidate's stage name (the reference's for a stage the candidate lacks).
+        gates: resolved gates of the cell (:func:`resolve_gates`).
+        availability: ``ok`` (compared), or ``unavailable`` / ``crashed`` / ``missing``, which
+            become the status with ``problems`` as the reason.
+        metrics: the stage's metrics (``compare`` computes them); ``None`` for a metric that does
+            not apply. Besides the summary columns it may hold ``ref_non_finite`` (count in the
+            reference), and for documents ``exact`` and ``differing`` (the fields that differ).
+        problems: reasons that fail the stage outright (shape, layout or kind mismatch).
+
+    Returns:
+        pass, fail, or xfail (fails while an expected failure is declared); a declared
+        expected failure that passes is ``fail`` (strict). Non-finite values fail a stage before
+        any threshold is read. A stage not compared keeps its availability as status, and its
+        gate text if one matches (none needed: a stage only the candidate dumps is missing, not
+        a config error).
+
+    Raises:
+        AudioparityError: no gate matches a compared stage, or a threshold does not apply to it.
+    """
+    if availability in NOT_COMPARED:
+        matching = [gate_text(e) for e in gates["gates"] if fnmatchcase(stage, e["stage"])]
+        return Verdict(availability, matching[0] if matching else "", "; ".join(problems))
+    if availability != "ok":
+        raise AudioparityError(f"stage {stage!r}: unknown availability {availability!r}")
+    gate = gate_for(stage, gates)
+    text = gate_text(gate)
+    metrics = metrics or {}
+    if problems:
+        failures = list(problems)
+    else:
+        missed = _threshold_failures(stage, gate, metrics)
+        failures = _non_finite_failures(metrics) or missed
+    declared = _expected_failure(stage, gates)
+    if failures:
+        if declared:
+            return Verdict("xfail", text, f"expected ({declared['reason']}): {'; '.join(failures)}")
+        return Verdict("fail", text, "; ".join(failures))
+    if declared:
+        stale = f"declared expected failure passed (stale declaration: {declared['reason']})"
+        return Verdict("fail", text, stale)
+    return Verdict("pass", text, "")

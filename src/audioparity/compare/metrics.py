@@ -1,0 +1,271 @@
+"""Parity metrics: small pure functions over numpy arrays, computed in float64.
+
+Every tensor metric takes ``(cand, ref)``: the candidate (ggml, external port) and the reference
+(NeMo, PyTorch) arrays of the same shape, any real dtype. Conventions shared by all of them:
+
+* **Agreed infinities.** A position where both arrays hold the same infinity (a logit masked to
+  ``-inf`` on both sides, as MOSS's pad logit) is agreement: it is dropped before every float
+  metric (means and stds run over the other values) and is not counted by :func:`non_finite`.
+  ggml's ``test-backend-ops`` likewise skips pairs of infinities in its ``distance``
+  (``if (isinf(v1[i]) && isinf(v2[i])) continue;``), though without checking their signs.
+* **Other non-finite values.** Any other NaN or infinity, on either side, makes the float metrics
+  NaN ("computed only if all finite"); :func:`non_finite` counts them, :func:`argmax` points at
+  the first one. A NaN never compares as passing a threshold (``nan >= x`` is false).
+* **Zero and empty.** An empty array counts as all zeros. Two all-zero arrays are identical
+  (cosine 1, NMSE 0, std ratio 1, max_rel 0); a nonzero candidate against an all-zero reference is
+  as far off as a ratio can say (cosine 0, NMSE and max_rel ``inf``; std ratio ``inf`` unless the
+  candidate is constant, as the reference is).
+* **Huge values.** Sums are taken on arrays divided by a power of two near their largest
+  magnitude (exact, see :func:`_scale`), so float64 inputs near 1e308 neither overflow nor warn;
+  only a result that is itself out of float64 range (a ``max_abs`` beyond 1.8e308) comes back as
+  ``inf`` (Python float arithmetic, no warning).
+
+Token metrics compare sequences (decode ids, or per-token tuples of ids/frames/durations) and
+texts (WER with jiwer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jiwer
+import numpy as np
+
+from audioparity.errors import AudioparityError
+
+
+def _pair(cand: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both arrays as float64, and the mask of agreed infinities (all the same shape).
+
+    Raises:
+        AudioparityError: the shapes differ.
+    """
+    cand = np.asarray(cand, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if cand.shape != ref.shape:
+        raise AudioparityError(
+            f"metrics need equal shapes: candidate {list(cand.shape)}, reference {list(ref.shape)}"
+        )
+    return cand, ref, np.isinf(cand) & (cand == ref)
+
+
+def _finite_pair(cand: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Flattened float64 values without the agreed infinities, or None if a non-finite remains."""
+    cand, ref, agreed = _pair(cand, ref)
+    cand, ref = cand[~agreed], ref[~agreed]
+    if not (np.isfinite(cand).all() and np.isfinite(ref).all()):
+        return None
+    return cand, ref
+
+
+def _peak(*arrays: np.ndarray) -> float:
+    """Largest magnitude over the arrays (0 for empty or all-zero ones)."""
+    return max((float(np.max(np.abs(a))) if a.size else 0.0) for a in arrays)
+
+
+def _scale(*arrays: np.ndarray) -> float:
+    """The power of two ``s`` with ``s <= peak < 2s`` (1 when all zero or empty).
+
+    Dividing by a power of two is exact (short of the subnormal range), so ``a/s − b/s`` rounds
+    exactly as ``a − b`` would, while every scaled value stays within (−2, 2).
+    """
+    peak = _peak(*arrays)
+    return math.ldexp(1.0, math.frexp(peak)[1] - 1) if peak > 0 else 1.0
+
+
+def non_finite(cand: np.ndarray, ref: np.ndarray) -> int:
+    """Count of NaN/Inf values in ``cand`` that are not agreed infinities.
+
+    A NaN always counts (also where ``ref`` holds a NaN); an infinity counts unless ``ref`` holds
+    the same infinity at that position. Call it with the arguments swapped to count the
+    reference's own non-finite values.
+    """
+    cand, _, agreed = _pair(cand, ref)
+    return int((~np.isfinite(cand) & ~agreed).sum())
+
+
+def cosine(cand: np.ndarray, ref: np.ndarray) -> float:
+    """Cosine similarity of the flattened arrays: ``Σ a·b / (‖a‖ ‖b‖)``.
+
+    As the C++ parity tools (CrispASR, moss.cpp) report it. Each side is divided by its own
+    :func:`_scale` first (cosine is scale-invariant), so nothing overflows. Both all-zero: 1;
+    exactly one all-zero: 0 (no shared direction). NaN if a non-finite value remains.
+    """
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return float("nan")
+    a, b = pair
+    a = a / _scale(a)
+    b = b / _scale(b)
+    norm_a = float(np.sqrt(np.dot(a, a)))
+    norm_b = float(np.sqrt(np.dot(b, b)))
+    if norm_a == 0.0 or norm_b == 0.0:
+        return 1.0 if norm_a == norm_b else 0.0
+    return float(np.clip(np.dot(a, b) / (norm_a * norm_b), -1.0, 1.0))
+
+
+def std_ratio(cand: np.ndarray, ref: np.ndarray) -> float:
+    """``std(cand) / std(ref)`` over all elements (population std, ddof 0).
+
+    As the C++ parity tools report it: 1 when the candidate has the reference's spread. Both
+    arrays are divided by the same :func:`_scale` first (the ratio is invariant).
+    ``std(ref) == 0``: 1 if ``std(cand) == 0`` too, else ``inf``. NaN if a non-finite value
+    remains.
+    """
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return float("nan")
+    a, b = pair
+    scale = _scale(a, b)
+    std_a = float(np.std(a / scale)) if a.size else 0.0
+    std_b = float(np.std(b / scale)) if b.size else 0.0
+    if std_b == 0.0:
+        return 1.0 if std_a == 0.0 else float("inf")
+    return std_a / std_b
+
+
+def nmse(cand: np.ndarray, ref: np.ndarray) -> float:
+    """Normalised mean squared error ``Σ(a−b)² / Σb²``, ``b`` the reference.
+
+    ggml's ``test-backend-ops`` (``nmse(a, b)``: ``mse(a, b) / mse(a, 0)``) normalises by its
+    first argument; here the normaliser is the reference, so the figure does not move when the
+    candidate is the one that is off. Its default limit is 1e-7 (5e-4 for matmul, conv and flash
+    attention). All-zero reference: 0 if the candidate is all-zero too, else ``inf``. NaN if a
+    non-finite value remains.
+    """
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return float("nan")
+    a, b = pair
+    scale = _scale(a, b)
+    a, b = a / scale, b / scale
+    diff = a - b
+    err = float(np.dot(diff, diff))
+    energy = float(np.dot(b, b))
+    if energy == 0.0:
+        return 0.0 if err == 0.0 else float("inf")
+    return err / energy
+
+
+def _abs_diff(cand: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """``|a/s − b/s|`` and the scale ``s`` (:func:`_scale`), or None if non-finite remains."""
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return None
+    a, b = pair
+    scale = _scale(a, b)
+    return np.abs(a / scale - b / scale), scale
+
+
+def max_abs(cand: np.ndarray, ref: np.ndarray) -> float:
+    """``max |a − b|`` (0 for empty arrays; NaN if a non-finite value remains)."""
+    diff = _abs_diff(cand, ref)
+    if diff is None:
+        return float("nan")
+    values, scale = diff
+    return (float(values.max()) if values.size else 0.0) * scale
+
+
+def mean_abs(cand: np.ndarray, ref: np.ndarray) -> float:
+    """``mean |a − b|`` (0 for empty arrays; NaN if a non-finite value remains)."""
+    diff = _abs_diff(cand, ref)
+    if diff is None:
+        return float("nan")
+    values, scale = diff
+    return (float(values.mean()) if values.size else 0.0) * scale
+
+
+def max_rel(cand: np.ndarray, ref: np.ndarray) -> float:
+    """``max |a − b| / max |b|``: the largest error relative to the reference's peak magnitude.
+
+    As the published MOSS C++ parity figures (3.5e-7 at f32). All-zero reference: 0 if the
+    candidate is all-zero too, else ``inf``. NaN if a non-finite value remains.
+    """
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return float("nan")
+    a, b = pair
+    scale = _scale(a, b)
+    a, b = a / scale, b / scale
+    peak_ref = _peak(b)
+    worst = float(np.max(np.abs(a - b))) if a.size else 0.0
+    if peak_ref == 0.0:
+        return 0.0 if worst == 0.0 else float("inf")
+    return worst / peak_ref
+
+
+def argmax(cand: np.ndarray, ref: np.ndarray) -> str | None:
+    """Index of the largest ``|a − b|`` as text, e.g. ``"12,301"`` for ``[row, col]``.
+
+    One comma-separated integer per axis (``"5"`` for 1-D, ``"0,1,17"`` for 3-D); ties go to the
+    first in C order. When a non-finite value remains (see the module notes), the index of the
+    first one, candidate or reference, so a reader finds where a NaN starts. None for empty or
+    0-D arrays.
+    """
+    a, b, agreed = _pair(cand, ref)
+    if a.size == 0 or a.ndim == 0:
+        return None
+    a, b = np.where(agreed, 0.0, a), np.where(agreed, 0.0, b)
+    bad = ~(np.isfinite(a) & np.isfinite(b))
+    if bad.any():
+        flat = int(np.flatnonzero(bad)[0])
+    else:
+        scale = _scale(a, b)
+        flat = int(np.argmax(np.abs(a / scale - b / scale)))
+    return ",".join(str(int(i)) for i in np.unravel_index(flat, a.shape))
+
+
+def top1(cand: np.ndarray, ref: np.ndarray) -> float:
+    """Fraction of logits rows whose argmax agrees (llama.cpp's "top-1 agreement").
+
+    Rows are all leading axes flattened, the last axis holds the classes (a 1-D array is one
+    row). Agreed infinities (masked logits) take part as themselves. Zero rows: 1 (nothing
+    disagrees). NaN if any other non-finite value is present.
+    """
+    a, b, _ = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a):
+        return float("nan")
+    if a.ndim == 0 or a.size == 0:
+        return 1.0
+    rows_a = a.reshape(-1, a.shape[-1])
+    rows_b = b.reshape(-1, b.shape[-1])
+    return float(np.mean(np.argmax(rows_a, axis=1) == np.argmax(rows_b, axis=1)))
+
+
+def token_match(cand: Sequence[Any], ref: Sequence[Any]) -> float:
+    """Fraction of positions whose items are equal, over the longer of the two lengths.
+
+    Items are compared with ``==`` (ints, or tuples such as ``(id, frame, duration)``). Positions
+    past the end of the shorter sequence count as unequal. Both empty: 1.
+    """
+    longer = max(len(cand), len(ref))
+    if longer == 0:
+        return 1.0
+    return sum(x == y for x, y in zip(cand, ref, strict=False)) / longer
+
+
+def first_divergence(cand: Sequence[Any], ref: Sequence[Any]) -> int | None:
+    """Index of the first position where the sequences differ, None if they are equal.
+
+    When one is a strict prefix of the other, the first divergence is the shorter one's length.
+    """
+    for i, (x, y) in enumerate(zip(cand, ref, strict=False)):
+        if x != y:
+            return i
+    return None if len(cand) == len(ref) else min(len(cand), len(ref))
+
+
+def wer(cand: str, ref: str) -> float:
+    """Word error rate of the candidate text against the reference text (``jiwer.wer``).
+
+    Words are whitespace-separated, case and punctuation kept (both sides come from the same
+    tokenizer, so any difference is a real one). Empty reference (jiwer 4's definition, made
+    explicit because jiwer 3 raises): the number of candidate words (0 when both are empty).
+    """
+    if not ref.split():
+        return float(len(cand.split()))
+    if not cand.split():
+        return 1.0
+    return float(jiwer.wer(ref, cand))

@@ -1,0 +1,406 @@
+"""index.html: a self-contained report built from summary.csv alone.
+
+Sections, top to bottom: headline counts by status; the stages that need attention; the status
+matrix (rows family/model/case/stage, columns backend x weight type, the key metric in each cell,
+the reason as its tooltip); per-layer error curves (where drift starts, and whether it is
+accumulated or local); key stages by weight type; the full table. CSS is inline and plots are
+PNGs embedded as base64, so the file can be mailed or archived as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS, write_text_atomic
+from audioparity.compare.gates import NOT_COMPARED, STATUSES
+from audioparity.report.summary import (
+    BACKEND_ORDER,
+    WEIGHT_TYPE_ORDER,
+    natural_key,
+    read_summary,
+    row_key,
+    stage_key,
+)
+
+#: Status -> (background, text colour): green passes, red fails, amber declared failures.
+STATUS_COLOURS = {
+    "pass": ("#cdebd3", "#14532d"),
+    "fail": ("#f5b5b0", "#7f1d1d"),
+    "xfail": ("#fbe3a6", "#713f12"),
+    "crashed": ("#9f1239", "#ffffff"),
+    "missing": ("#d4d4d8", "#27272a"),
+    "unavailable": ("#f4f4f5", "#71717a"),
+}
+#: Statuses listed under "Needs attention".
+ATTENTION = ("fail", "crashed", "missing")
+LAYER = re.compile(r"^layer_(\d+)(_isolated)?$")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#18181b;
+margin:24px 32px;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
+#e4e4e7;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
+.sub{color:#52525b;margin:0 0 14px}.note{color:#52525b;font-size:12.5px;margin:4px 0 10px}
+.badges{display:flex;gap:10px;flex-wrap:wrap;margin:10px 0}
+.badge{border-radius:8px;padding:8px 14px;min-width:84px;text-align:center}
+.badge b{display:block;font-size:24px;line-height:1.1}
+.badge.zero{background:#fafafa;color:#a1a1aa}
+.verdict{font-size:15px;font-weight:600;margin:6px 0}
+table{border-collapse:collapse;font-size:12.5px}
+th,td{border:1px solid #e4e4e7;padding:3px 7px;text-align:left;vertical-align:top}
+thead th{background:#f4f4f5;position:sticky;top:0}
+table.matrix td{text-align:center;font-variant-numeric:tabular-nums;min-width:54px;
+padding:2px 5px;white-space:nowrap}table.matrix .edge{border-left:2px solid #71717a}
+table.matrix th.stage{font-weight:500;font-family:ui-monospace,Menlo,monospace;font-size:12px}
+table.matrix tr.group th{background:#fafafa;font-weight:600;text-align:left}
+td.empty{background:repeating-linear-gradient(45deg,#fff,#fff 4px,#f4f4f5 4px,#f4f4f5 8px)}
+table.full td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.full td.reason{max-width:520px}table.full td.gate{white-space:nowrap;font-size:11.5px}
+.legend span{display:inline-block;border-radius:4px;padding:1px 8px;margin-right:6px}
+img{max-width:100%;display:block;margin:6px 0 14px}
+"""
+
+
+def _num(text: str) -> float | None:
+    """A summary field as a float (None when empty or not a number)."""
+    try:
+        return float(text) if text != "" else None
+    except ValueError:
+        return None
+
+
+#: Columns whose values sit near 1, shown as the distance from 1 (``1−5.4e-15``).
+NEAR_ONE = ("cosine", "std_ratio")
+
+
+def _short(column: str, text: str) -> str:
+    """A metric field for reading: 3 significant digits, or ``1−d`` / ``1+d`` for a ratio that
+    differs from 1 by less than 1e-3; integers and other text unchanged."""
+    value = _num(text)
+    if value is None or re.fullmatch(r"-?\d+", text):
+        return text
+    if column in NEAR_ONE and 0 < abs(1 - value) < 1e-3:
+        return f"1{'−' if value < 1 else '+'}{abs(1 - value):.2g}"
+    return f"{value:.3g}"
+
+
+def _status_class(status: str) -> str:
+    return f"st-{status}" if status in STATUSES else "st-unknown"
+
+
+def _status_css() -> str:
+    return "".join(
+        f".st-{s}{{background:{bg};color:{fg}}}" for s, (bg, fg) in STATUS_COLOURS.items()
+    )
+
+
+def _ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
+    known = [v for v in order if v in values]
+    return known + sorted((v for v in set(values) if v not in order), key=natural_key)
+
+
+def key_metric(row: pd.Series) -> str:
+    """What a matrix cell shows: NMSE for a tensor, token match for a document, else the status."""
+    if row["status"] in NOT_COMPARED:
+        return {"unavailable": "n/a", "crashed": "crashed", "missing": "missing"}[row["status"]]
+    if row["nmse"] != "":
+        value = _num(row["nmse"])
+        return "NaN" if value is None or math.isnan(value) else f"{value:.1e}"
+    if row["token_match"] != "":
+        return f"{100 * float(row['token_match']):.4g}%"
+    return row["status"]
+
+
+def _tooltip(row: pd.Series) -> str:
+    lines = [f"{row['stage']} — {row['status']}"]
+    if row["reason"]:
+        lines.append(row["reason"])
+    lines.append(f"gate {row['gate']}")
+    shown = [f"{c} {_short(c, row[c])}" for c in METRIC_COLUMNS if row[c] != ""]
+    lines.extend(", ".join(shown[i : i + 3]) for i in range(0, len(shown), 3))
+    return "\n".join(lines)
+
+
+def _esc(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _headline(frame: pd.DataFrame) -> str:
+    counts = frame["status"].value_counts()
+    badges = "".join(
+        f'<div class="badge {_status_class(s)}{"" if counts.get(s, 0) else " zero"}">'
+        f"<b>{counts.get(s, 0)}</b>{s}</div>"
+        for s in STATUSES
+    )
+    attention = int(sum(counts.get(s, 0) for s in ATTENTION))
+    total = len(frame)
+    if total == 0:
+        verdict = "The summary holds no rows."
+    elif attention:
+        verdict = f"{attention} of {total} stages need attention (fail, crashed or missing)."
+    else:
+        verdict = f"All {total} stages pass, or fail as declared, or are unavailable."
+    return f'<p class="verdict">{_esc(verdict)}</p><div class="badges">{badges}</div>'
+
+
+def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
+    """An HTML table of ``frame``'s ``columns``: status coloured, numbers shortened."""
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for c in columns:
+            if c == "status":
+                cells.append(f'<td class="{_status_class(row[c])}">{_esc(row[c])}</td>')
+            elif c in METRIC_COLUMNS or c == "seconds":
+                cells.append(f'<td class="num">{_esc(_short(c, row[c]))}</td>')
+            else:
+                cells.append(f'<td class="{c}">{_esc(row[c])}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<table class="{css}"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _attention(frame: pd.DataFrame) -> str:
+    rows = frame[frame["status"].isin(ATTENTION)]
+    declared = frame[frame["status"] == "xfail"]
+    parts = []
+    columns = ("model", "case", "backend", "weight_type", "stage", "status", "reason")
+    if len(rows):
+        parts.append(_row_table(rows, columns, "full"))
+    else:
+        parts.append('<p class="note">Nothing failed, crashed or went missing.</p>')
+    if len(declared):
+        parts.append(f"<h3>Declared expected failures ({len(declared)})</h3>")
+        parts.append(_row_table(declared, columns, "full"))
+    return "".join(parts)
+
+
+def _matrix(frame: pd.DataFrame) -> str:
+    """One status matrix per family: rows (model, case) groups of stages, columns backend x wt."""
+    parts = [
+        '<p class="note legend">'
+        + "".join(f'<span class="{_status_class(s)}">{s}</span>' for s in STATUSES)
+        + "<br>Each cell shows the NMSE of a tensor stage or the token match of a decode "
+        "document; hover a cell for the reason, the gate and every metric.</p>"
+    ]
+    for family, rows in frame.groupby("family", sort=False):
+        backends = _ordered(list(rows["backend"].unique()), BACKEND_ORDER)
+        columns = [
+            (b, w)
+            for b in backends
+            for w in _ordered(list(rows.loc[rows["backend"] == b, "weight_type"].unique()),
+                              WEIGHT_TYPE_ORDER)
+        ]
+        # a heavier rule opens each backend's block of columns
+        edge = [
+            " edge" if i == 0 or columns[i - 1][0] != b else "" for i, (b, _) in enumerate(columns)
+        ]
+        top = "".join(
+            f'<th class="edge" colspan="{sum(c[0] == b for c in columns)}">{_esc(b)}</th>'
+            for b in backends
+        )
+        second = "".join(
+            f'<th class="{edge[i]}">{_esc(w)}</th>' for i, (_, w) in enumerate(columns)
+        )
+        body = []
+        for (model, case), group in rows.groupby(["model", "case"], sort=False):
+            body.append(
+                f'<tr class="group"><th colspan="{len(columns) + 1}">'
+                f"{_esc(model)} · {_esc(case)}</th></tr>"
+            )
+            cells = {(r["stage"], r["backend"], r["weight_type"]): r for _, r in group.iterrows()}
+            for stage in sorted(set(group["stage"]), key=stage_key):
+                tds = []
+                for i, (backend, weight_type) in enumerate(columns):
+                    row = cells.get((stage, backend, weight_type))
+                    if row is None:
+                        tds.append(f'<td class="empty{edge[i]}"></td>')
+                    else:
+                        tds.append(
+                            f'<td class="{_status_class(row["status"])}{edge[i]}" '
+                            f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}</td>'
+                        )
+                body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
+        parts.append(
+            f"<h3>{_esc(family)}</h3><table class=\"matrix\"><thead>"
+            f'<tr><th rowspan="2">stage</th>{top}</tr><tr>{second}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>"
+        )
+    return "".join(parts)
+
+
+def _png(figure: Figure, alt: str) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _colours(weight_types: Sequence[str]) -> dict[str, str]:
+    ordered = _ordered(list(weight_types), WEIGHT_TYPE_ORDER)
+    return {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(ordered)}
+
+
+def _floor(values: Sequence[float]) -> float:
+    """Bottom of a log axis: a decade below the smallest positive value (1e-16 if none)."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    return 10.0 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-16
+
+
+def _log_series(ax, xs, ys, floor: float, **style) -> None:
+    """Plot ``ys`` on a log axis: zeros drawn at ``floor``, non-finite values as red x at top."""
+    finite = [(x, max(y, floor)) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
+    if finite:
+        ax.plot(*zip(*finite, strict=True), **style)
+    bad = [x for x, y in zip(xs, ys, strict=True) if not math.isfinite(y)]
+    if bad:
+        ax.plot(bad, [0.97] * len(bad), "x", color="#b91c1c", markersize=9, mew=2,
+                transform=ax.get_xaxis_transform(), clip_on=False)
+
+
+#: Panels of the per-layer plot: (title, value from a summary row).
+LAYER_PANELS: tuple[tuple[str, Callable[[pd.Series], float]], ...] = (
+    ("1 − cosine", lambda r: 1.0 - float(r["cosine"])),
+    ("NMSE", lambda r: float(r["nmse"])),
+)
+
+
+def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
+    """Per (family, model, case, backend): error per layer, end-to-end solid, isolated dashed."""
+    match = frame["stage"].str.extract(LAYER)
+    layers = frame.assign(layer=pd.to_numeric(match[0]), isolated=match[1].notna())
+    layers = layers[layers["layer"].notna() & (layers["cosine"] != "")]
+    images = []
+    for (family, model, case, backend), rows in layers.groupby(
+        ["family", "model", "case", "backend"], sort=False
+    ):
+        figure = Figure(figsize=(11, 3.3), layout="constrained")
+        axes = figure.subplots(1, 2)
+        for ax, (title, value) in zip(axes, LAYER_PANELS, strict=True):
+            values = [value(r) for _, r in rows.iterrows()]
+            floor = _floor(values)
+            for weight_type in _ordered(list(rows["weight_type"].unique()), WEIGHT_TYPE_ORDER):
+                for isolated in (False, True):
+                    chosen = (rows["weight_type"] == weight_type) & (rows["isolated"] == isolated)
+                    part = rows[chosen].sort_values("layer")
+                    if part.empty:
+                        continue
+                    _log_series(
+                        ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
+                        floor, color=colours[weight_type], linestyle="--" if isolated else "-",
+                        marker="s" if isolated else "o", markersize=3.5, linewidth=1.4,
+                    )
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=floor * 0.8)
+            ax.set_xlabel("layer")
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        handles = [Line2D([], [], color=c, linewidth=2, label=w) for w, c in colours.items()
+                   if w in set(rows["weight_type"])]
+        handles += [
+            Line2D([], [], color="#52525b", linestyle="-", marker="o", label="end-to-end"),
+            Line2D([], [], color="#52525b", linestyle="--", marker="s", label="isolated"),
+        ]
+        axes[1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8.5,
+                       frameon=False)
+        figure.suptitle(f"{family} · {model} · {case} · {backend}", fontsize=11)
+        images.append(_png(figure, f"per-layer error, {model} {case} {backend}"))
+    if not images:
+        return '<p class="note">No layer_&lt;i&gt; stages in this summary.</p>'
+    note = (
+        '<p class="note">Solid: the layer\'s output in the end-to-end run (error accumulated '
+        "from every stage before it). Dashed: the layer alone, fed the reference input "
+        "(its own error). A dashed curve that stays flat while the solid one climbs means "
+        "drift accumulates; a jump in both marks the layer that is off. Exact zeros sit on the "
+        "bottom edge; a red × at the top marks a non-finite value.</p>"
+    )
+    return note + "".join(images)
+
+
+def _by_weight_type(frame: pd.DataFrame) -> str:
+    """Per (family, model, case): NMSE of each non-layer tensor stage across weight types."""
+    stages = frame[~frame["stage"].str.match(LAYER.pattern) & (frame["nmse"] != "")]
+    images = []
+    for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
+        backends = _ordered(list(rows["backend"].unique()), BACKEND_ORDER)
+        figure = Figure(figsize=(3.6 * len(backends) + 2.2, 3.3), layout="constrained")
+        axes = figure.subplots(1, len(backends), squeeze=False)[0]
+        names = sorted(set(rows["stage"]), key=stage_key)
+        floor = _floor([float(v) for v in rows["nmse"]])
+        for ax, backend in zip(axes, backends, strict=True):
+            part = rows[rows["backend"] == backend]
+            types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPE_ORDER)
+            for i, stage in enumerate(names):
+                values = {r["weight_type"]: float(r["nmse"])
+                          for _, r in part[part["stage"] == stage].iterrows()}
+                xs = [x for x, w in enumerate(types) if w in values]
+                _log_series(ax, xs, [values[types[x]] for x in xs], floor,
+                            color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
+                            linewidth=1.2, label=stage)
+            ax.set_xticks(range(len(types)), types)
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=floor * 0.8)
+            ax.set_title(f"{backend}: NMSE by weight type", fontsize=10)
+            ax.grid(True, which="major", alpha=0.3)
+        handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", label=s)
+                   for i, s in enumerate(names)]
+        axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1),
+                        fontsize=8.5, frameon=False)
+        figure.suptitle(f"{family} · {model} · {case}", fontsize=11)
+        images.append(_png(figure, f"key stages by weight type, {model} {case}"))
+    if not images:
+        return '<p class="note">No tensor stages besides layers in this summary.</p>'
+    return "".join(images)
+
+
+def build_html(frame: pd.DataFrame, source: str) -> str:
+    """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
+    frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
+    colours = _colours(list(frame["weight_type"].unique()))
+    described = ", ".join(
+        f"{frame[c].nunique()} {c.replace('_', ' ')}{'s' if frame[c].nunique() != 1 else ''}"
+        for c in ("model", "case", "backend", "weight_type")
+    )
+    sections = [
+        ("Needs attention", _attention(frame)),
+        ("Status matrix", _matrix(frame)),
+        ("Per-layer error", _layer_curves(frame, colours)),
+        ("Key stages by weight type", _by_weight_type(frame)),
+        (f"All rows ({len(frame)})", _row_table(frame, COLUMNS, "full")),
+    ]
+    body = "".join(f"<h2>{_esc(title)}</h2>{content}" for title, content in sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>audioparity report</title>"
+        f"<style>{CSS}{_status_css()}</style></head><body>"
+        "<h1>audioparity: ggml port vs reference</h1>"
+        f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
+        f"{_headline(frame)}{body}</body></html>\n"
+    )
+
+
+def write_html(summary_csv: str | os.PathLike, output: str | os.PathLike) -> None:
+    """Write the self-contained report page built from ``summary_csv`` alone (atomic write).
+
+    Raises:
+        AudioparityError: the summary is unreadable or its columns are not the summary's.
+    """
+    summary_csv = Path(summary_csv)
+    write_text_atomic(Path(output), build_html(read_summary(summary_csv), summary_csv.name))

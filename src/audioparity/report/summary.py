@@ -1,0 +1,146 @@
+"""summary.csv: the cells' rows merged into one table (DESIGN.md, "summary.csv").
+
+One row per (family, model, case, backend, weight_type, stage); columns exactly
+:data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family, model and
+case naturally (``clip2`` before ``clip10``), backends and weight types in the order the config
+lists them by convention (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural),
+stages in pipeline order with layer numbers numeric (:func:`stage_key`). Values are written as
+text: floats at full precision (``repr``), non-finite ones as ``nan``/``inf``/``-inf``, a metric
+that does not apply as an empty field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from audioparity.compare.cell import COLUMNS, ISOLATED, LABEL_COLUMNS, write_text_atomic
+from audioparity.errors import AudioparityError
+
+BACKEND_ORDER = ("cpu", "cuda", "vulkan")
+WEIGHT_TYPE_ORDER = ("native", "f32", "f16", "bf16", "q8_0")
+#: Pipeline order of stage names (fnmatch patterns; first match gives the rank). Unknown stages
+#: sort after all of these.
+STAGE_ORDER = (
+    "prompt", "mel_features", "pre_encode", "pos_emb", "layer_*", "enc_out", "last_hidden",
+    "probe_hidden", "step_last_hidden", "*logits*", "lstm_state*", "decode", "decoder_replay",
+    "generation",
+)
+KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders digit runs numerically: ``layer_2`` < ``layer_10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _ranked(value: str, order: Sequence[str]) -> tuple:
+    return (order.index(value), ()) if value in order else (len(order), natural_key(value))
+
+
+def stage_key(stage: str) -> tuple:
+    """Pipeline-order sort key; ``layer_3`` and ``layer_3_isolated`` sit next to each other."""
+    isolated = stage.endswith(ISOLATED) and stage != ISOLATED
+    base = stage[: -len(ISOLATED)] if isolated else stage
+    rank = next((i for i, p in enumerate(STAGE_ORDER) if fnmatchcase(base, p)), len(STAGE_ORDER))
+    return (rank, natural_key(base), isolated)
+
+
+def row_key(row: Mapping[str, Any]) -> tuple:
+    """Sort key of a summary row (labels, then stage; see the module docstring)."""
+    return (
+        natural_key(row["family"]),
+        natural_key(row["model"]),
+        natural_key(row["case"]),
+        _ranked(row["backend"], BACKEND_ORDER),
+        _ranked(row["weight_type"], WEIGHT_TYPE_ORDER),
+        stage_key(row["stage"]),
+    )
+
+
+def _text(value: Any) -> str:
+    """A cell value as summary text: '' for None, ``repr`` for floats, ``str`` otherwise."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of one cell file written by :func:`audioparity.compare.compare_cell`.
+
+    Raises:
+        AudioparityError: unreadable JSON, not a list of objects, or a row lacking a column or
+            a label (names the file, the row and the key).
+    """
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise AudioparityError(f"{path}: unreadable cell file ({err})") from err
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise AudioparityError(f"{path}: expected a JSON list of row objects")
+    for i, row in enumerate(rows):
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise AudioparityError(f"{path}: row {i} lacks column(s) {', '.join(missing)}")
+        empty = [c for c in KEY_COLUMNS if not isinstance(row[c], str) or not row[c]]
+        if empty:
+            raise AudioparityError(
+                f"{path}: row {i} has no value for {', '.join(empty)} "
+                "(pass them to `audioparity compare --label KEY=VALUE`)"
+            )
+    return rows
+
+
+def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> None:
+    """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`).
+
+    Labels beyond family/model/case/backend/weight_type in a cell are not carried over.
+
+    Raises:
+        AudioparityError: a malformed cell file, or two rows with the same (family, model, case,
+            backend, weight_type, stage) (names both files).
+    """
+    seen: dict[tuple, Path] = {}
+    rows = []
+    for cell in map(Path, cells):
+        for row in read_cell(cell):
+            key = tuple(row[c] for c in KEY_COLUMNS)
+            if key in seen:
+                raise AudioparityError(
+                    f"{cell}: row {dict(zip(KEY_COLUMNS, key, strict=True))} is also in {seen[key]}"
+                )
+            seen[key] = cell
+            rows.append(row)
+    rows.sort(key=row_key)
+    frame = pd.DataFrame(
+        [[_text(row[c]) for c in COLUMNS] for row in rows], columns=list(COLUMNS), dtype=object
+    )
+    write_text_atomic(Path(output), frame.to_csv(index=False))
+
+
+def read_summary(path: str | os.PathLike) -> pd.DataFrame:
+    """summary.csv as a table of strings (empty string where a metric does not apply).
+
+    Raises:
+        AudioparityError: unreadable file, or columns other than :data:`COLUMNS`.
+    """
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise AudioparityError(f"{path}: unreadable summary CSV ({err})") from err
+    if tuple(frame.columns) != COLUMNS:
+        raise AudioparityError(
+            f"{path}: columns {list(frame.columns)} differ from the summary's {list(COLUMNS)}"
+        )
+    return frame

@@ -1,0 +1,308 @@
+"""Gates (resolution, statuses, reasons) and compare_cell on synthetic dump directories."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audioparity.artifacts import DumpWriter
+from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
+from audioparity.errors import AudioparityError
+
+SECTION = {
+    "gates": {
+        "default": [
+            {"stage": "mel_features", "cosine_min": 0.99999},
+            {"stage": "layer_*_isolated", "nmse_max": 1e-10},
+            {"stage": "layer_*", "cosine_min": 0.99999, "nmse_max": 1e-8},
+            {"stage": "joint_logits", "cosine_min": 0.99999, "top1_min": 1.0},
+            {"stage": "decoder_replay", "exact": True},
+            {"stage": "decode", "exact": True, "wer_max": 0.0},
+        ],
+        "f16": [{"stage": "layer_*", "cosine_min": 0.999, "std_ratio_tol": 0.01}],
+    },
+    "expected_failures": [
+        {"stage": "enc_out", "weight_type": "f16", "reason": "activations overflow f16"},
+        {"stage": "layer_1", "backend": "vulkan", "reason": "lavapipe rounding"},
+        {"stage": "decode", "model": "big-*", "reason": "not for tiny"},
+    ],
+    "models": ["ignored: other keys of the family section"],
+}
+CELL = {"model": "tiny", "backend": "cpu", "weight_type": "f32"}
+
+
+def gates_for(**cell: str) -> dict:
+    """Resolved gates, round-tripped through JSON as the workflow passes them."""
+    return json.loads(json.dumps(resolve_gates(SECTION, **{**CELL, **cell})))
+
+
+def test_weight_type_entries_come_before_default():
+    gates = gates_for(weight_type="f16")
+    assert [(g["from"], g["stage"]) for g in gates["gates"]][:2] == [
+        ("f16", "layer_*"), ("default", "mel_features"),
+    ]
+    verdict = status("layer_3", gates, metrics={"cosine": 0.9995, "nmse": 1e-4, "std_ratio": 1.0})
+    assert verdict == ("pass", "f16/layer_*: cosine>=0.999, |1-std_ratio|<=0.01", "")
+
+
+def test_first_matching_pattern_wins():
+    gates = gates_for()
+    assert status("layer_2_isolated", gates, metrics={"nmse": 1e-9}).gate == (
+        "default/layer_*_isolated: nmse<=1e-10"
+    )
+    assert status("layer_2", gates, metrics={"cosine": 1.0, "nmse": 0.0}).status == "pass"
+    # a weight type with no list of its own takes default only
+    assert [g["from"] for g in gates_for(weight_type="q8_0")["gates"]] == ["default"] * 6
+
+
+def test_expected_failures_are_chosen_by_cell():
+    assert gates_for()["expected_failures"] == []
+    assert gates_for(weight_type="f16")["expected_failures"] == [
+        {"stage": "enc_out", "reason": "activations overflow f16"}
+    ]
+    chosen = gates_for(backend="vulkan", model="big-v3")["expected_failures"]
+    assert [e["stage"] for e in chosen] == ["layer_1", "decode"]
+
+
+def test_reason_names_the_threshold_and_the_value():
+    gates = gates_for()
+    verdict = status("mel_features", gates, metrics={"cosine": 0.9981})
+    assert verdict.status == "fail"
+    assert verdict.reason == "cosine 0.9981 < 0.99999"
+    # enough digits to show the value is below the limit, not a rounded "0.99999 < 0.99999"
+    assert status("mel_features", gates, metrics={"cosine": 0.9999899}).reason == (
+        "cosine 0.9999899 < 0.99999"
+    )
+    both = status("layer_0", gates, metrics={"cosine": 0.5, "nmse": 0.25})
+    assert both.reason == "cosine 0.5 < 0.99999; nmse 0.25 > 1e-08"
+    f16 = gates_for(weight_type="f16")
+    tol = status("layer_0", f16, metrics={"cosine": 1.0, "std_ratio": 1.02})
+    assert tol.reason == "std_ratio 1.02 outside 1 ± 0.01"
+
+
+def test_a_nan_metric_or_non_finite_value_never_passes():
+    gates = gates_for()
+    assert status("mel_features", gates, metrics={"cosine": math.nan}).reason == (
+        "cosine NaN < 0.99999"
+    )
+    verdict = status(
+        "mel_features", gates, metrics={"cosine": math.nan, "non_finite": 3, "argmax": "4,1"}
+    )
+    assert verdict == ("fail", "default/mel_features: cosine>=0.99999",
+                       "3 non-finite value(s) in candidate (first at 4,1)")
+    verdict = status("mel_features", gates, metrics={"cosine": math.nan, "ref_non_finite": 2})
+    assert verdict.reason == "reference holds 2 non-finite value(s)"
+
+
+def test_declared_failure_is_xfail_and_stale_declaration_fails():
+    gates = gates_for(backend="vulkan")
+    failing = status("layer_1", gates, metrics={"cosine": 0.9, "nmse": 1e-9})
+    assert failing.status == "xfail"
+    assert failing.reason == "expected (lavapipe rounding): cosine 0.9 < 0.99999"
+    passing = status("layer_1", gates, metrics={"cosine": 1.0, "nmse": 0.0})
+    assert passing.status == "fail"
+    assert passing.reason == (
+        "declared expected failure passed (stale declaration: lavapipe rounding)"
+    )
+
+
+def test_stage_without_gate_is_a_config_error():
+    with pytest.raises(AudioparityError, match="no entry matches stage 'pos_emb'"):
+        status("pos_emb", gates_for(), metrics={"cosine": 1.0})
+
+
+def test_threshold_that_does_not_apply_is_a_config_error():
+    gates = {"gates": [{"stage": "*", "top1_min": 1.0}], "expected_failures": []}
+    with pytest.raises(AudioparityError, match="top1_min.*stage 'layer_0'"):
+        status("layer_0", gates, metrics={"cosine": 1.0, "top1": None})
+    gates = {"gates": [{"stage": "*", "exact": True}], "expected_failures": []}
+    with pytest.raises(AudioparityError, match="exact.*stage 'enc_out'"):
+        status("enc_out", gates, metrics={"cosine": 1.0})
+
+
+@pytest.mark.parametrize("availability", ["unavailable", "crashed", "missing"])
+def test_not_compared_statuses_keep_their_message(availability):
+    verdict = status("enc_out", gates_for(weight_type="f16"), availability=availability,
+                     problems=("signal 6: GGML_ASSERT(...) failed",))
+    assert verdict.status == availability  # declared xfail does not mask it
+    assert verdict.reason == "signal 6: GGML_ASSERT(...) failed"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"stage": "x", "cosine_mn": 0.9}, "unknown key.*cosine_mn"),
+        ({"cosine_min": 0.9}, "needs a 'stage'"),
+        ({"stage": "x"}, "sets no threshold"),
+        ({"stage": "x", "exact": False}, "sets no threshold"),
+        ({"stage": "x", "nmse_max": "1e-8"}, "nmse_max must be a number"),
+        ({"stage": "x", "exact": "yes"}, "exact must be true or false"),
+    ],
+)
+def test_malformed_gate_entries_are_named(entry, message):
+    with pytest.raises(AudioparityError, match=rf"default\[0\]: .*{message}"):
+        resolve_gates({"gates": {"default": [entry]}}, **CELL)
+
+
+def test_expected_failure_needs_a_reason():
+    section = {"gates": SECTION["gates"], "expected_failures": [{"stage": "enc_out"}]}
+    with pytest.raises(AudioparityError, match=r"expected_failures\[0\].*'reason'"):
+        resolve_gates(section, **CELL)
+
+
+# --- compare_cell on synthetic dumps ----------------------------------------------------------
+
+DECODE = {"ids": [5, 9, 9, 2], "frames": [0, 3, 3, 7], "durations": [3, 0, 4, 1], "text": "a b c"}
+RNG = np.random.default_rng(0)
+REFERENCE = {
+    "mel_features": (RNG.normal(size=(8, 4)).astype(np.float32), "[T, n_mels]"),
+    "layer_0": (RNG.normal(size=(4, 6)).astype(np.float32), "[T, D]"),
+    "layer_1": (RNG.normal(size=(4, 6)).astype(np.float32), "[T, D]"),
+    "joint_logits": (RNG.normal(size=(5, 7)).astype(np.float32), "[steps, V+1+n_durations]"),
+}
+
+
+def write_dump(path: Path, tmp: Path, tensors: dict, documents: dict, **fields) -> Path:
+    model, audio = tmp / "model.bin", tmp / "clip.wav"
+    model.write_bytes(b"m")
+    audio.write_bytes(b"a")
+    status_ = fields.pop("status", None)
+    with DumpWriter(path, producer="test", model=model, inputs={"audio": audio},
+                    fields=fields) as writer:
+        for name, (array, layout) in tensors.items():
+            writer.add_tensor(name, array, layout)
+        for name, document in documents.items():
+            writer.add_json(name, document)
+        if status_:
+            writer.set_status(*status_)
+        writer.manifest["seconds"].update({name: 0.5 for name in tensors})
+    return path
+
+
+@pytest.fixture
+def reference_dir(tmp_path: Path) -> Path:
+    return write_dump(tmp_path / "ref", tmp_path, REFERENCE, {"decode": DECODE})
+
+
+LABELS = {"family": "parakeet_tdt", "model": "tiny", "case": "clip", "backend": "cpu",
+          "weight_type": "f32"}
+
+
+def run_cell(reference_dir: Path, candidate_dir: Path, tmp_path: Path) -> dict[str, dict]:
+    output = tmp_path / "cells" / "cell.json"
+    compare_cell(reference_dir, candidate_dir, gates_for(), LABELS, output)
+    text = output.read_text()
+    rows = json.loads(text, parse_constant=lambda token: pytest.fail(f"non-JSON {token}"))
+    assert all(list(row) == list(COLUMNS) for row in rows)
+    assert not list(output.parent.glob(".*tmp"))
+    return {row["stage"]: row for row in rows}
+
+
+def test_compare_cell_rows(reference_dir: Path, tmp_path: Path):
+    layer_0, _ = REFERENCE["layer_0"]
+    logits, _ = REFERENCE["joint_logits"]
+    nan_layer = REFERENCE["layer_1"][0].copy()
+    nan_layer[2, 3] = np.nan
+    candidate = {
+        "mel_features": (np.zeros((9, 4), np.float32), "[T, n_mels]"),
+        "layer_0": (layer_0, "[T, D]"),
+        "layer_0_isolated": (layer_0 + np.float32(1e-3), "[T, D]"),
+        "layer_1": (nan_layer, "[T, D]"),
+        "joint_logits": (logits, "[V+1+n_durations, steps]"),
+        "extra": (np.zeros(3, np.float32), "[D]"),
+    }
+    replay = {**DECODE, "ids": [5, 9, 8, 2], "text": "a b d"}
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, candidate,
+                               {"decode": DECODE, "decoder_replay": replay})
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+
+    assert rows["layer_0"]["status"] == "pass"
+    assert rows["layer_0"]["cosine"] == pytest.approx(1.0, abs=1e-15)
+    assert rows["layer_0"]["nmse"] == 0.0
+    assert rows["layer_0"]["top1"] is None and rows["layer_0"]["token_match"] is None
+    assert rows["layer_0"]["seconds"] == 0.5
+    assert {k: rows["layer_0"][k] for k in LABELS} == LABELS
+    # isolated layer: compared with reference layer_0; 1e-3 offsets everywhere
+    isolated = rows["layer_0_isolated"]
+    assert isolated["status"] == "fail" and isolated["max_abs"] == pytest.approx(1e-3, rel=1e-3)
+    assert isolated["reason"].startswith("nmse ") and isolated["reason"].endswith(" > 1e-10")
+    assert rows["mel_features"]["status"] == "fail"
+    assert rows["mel_features"]["reason"] == "shape [9, 4] (candidate) != [8, 4] (reference)"
+    assert rows["mel_features"]["cosine"] is None
+    assert rows["layer_1"]["status"] == "fail"
+    assert rows["layer_1"]["non_finite"] == 1 and rows["layer_1"]["argmax"] == "2,3"
+    assert rows["layer_1"]["cosine"] == "nan"
+    assert rows["joint_logits"]["status"] == "fail"
+    assert rows["joint_logits"]["reason"] == (
+        "layout [V+1+n_durations, steps] (candidate) != [steps, V+1+n_durations] (reference)"
+    )
+    assert rows["joint_logits"]["top1"] == 1.0  # same shape: metrics still computed
+    assert rows["decode"]["status"] == "pass"
+    assert rows["decode"]["token_match"] == 1.0 and rows["decode"]["wer"] == 0.0
+    replayed = rows["decoder_replay"]
+    assert replayed["status"] == "fail"
+    assert replayed["token_match"] == 0.75 and replayed["first_divergence"] == 2
+    assert replayed["wer"] == pytest.approx(1 / 3)
+    assert replayed["reason"] == "not exact: ids, text differ (first divergence at position 2)"
+    assert rows["extra"]["status"] == "missing"
+    assert "no reference stage 'extra'" in rows["extra"]["reason"]
+    assert rows["extra"]["gate"] == ""  # not compared: no gate needed
+
+
+def test_reference_stage_absent_from_candidate_is_missing(reference_dir: Path, tmp_path: Path):
+    tensors = {k: v for k, v in REFERENCE.items() if k != "layer_1"}
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, tensors, {"decode": DECODE})
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+    assert rows["layer_1"]["status"] == "missing"
+    assert rows["layer_1"]["reason"].startswith("not in the candidate dump")
+    assert {r["status"] for s, r in rows.items() if s != "layer_1"} == {"pass"}
+
+
+def test_absent_candidate_dir_makes_every_stage_missing(reference_dir: Path, tmp_path: Path):
+    rows = run_cell(reference_dir, tmp_path / "nowhere", tmp_path)
+    assert set(rows) == {*REFERENCE, "decode"}
+    assert {r["status"] for r in rows.values()} == {"missing"}
+    assert rows["decode"]["reason"] == f"no candidate dump at {tmp_path / 'nowhere'}"
+
+
+@pytest.mark.parametrize("state", ["unavailable", "crashed"])
+def test_unavailable_or_crashed_candidate(reference_dir: Path, tmp_path: Path, state: str):
+    message = "backend cuda is not built in" if state == "unavailable" else "killed by SIGABRT"
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, {}, {}, status=(state, message))
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+    assert {(r["status"], r["reason"]) for r in rows.values()} == {(state, message)}
+    assert rows["layer_0"]["gate"] == "default/layer_*: cosine>=0.99999, nmse<=1e-08"
+
+
+def test_compare_cell_rejects_unresolved_gates(reference_dir: Path, tmp_path: Path):
+    with pytest.raises(AudioparityError, match="as resolve_gates returns"):
+        compare_cell(reference_dir, reference_dir, SECTION["gates"], LABELS, tmp_path / "c.json")
+
+
+def test_moss_like_stages_compare_generically(tmp_path: Path):
+    hidden = RNG.normal(size=16).astype(np.float32)
+    logits = RNG.normal(size=(4, 9)).astype(np.float32)
+    logits[:, -1] = -np.inf  # the pad logit, masked on both sides
+    generation = {"rows": [[1, 2, 3], [4, 5, 6]]}
+    reference = write_dump(tmp_path / "ref", tmp_path,
+                           {"last_hidden": (hidden, "[H]"), "head_logits": (logits, "[n_vq, V]")},
+                           {"generation": generation})
+    flipped = logits.copy()
+    flipped[0, :-1] = flipped[0, :-1][::-1]  # row 0's argmax moves
+    candidate = write_dump(tmp_path / "cand", tmp_path,
+                           {"last_hidden": (hidden, "[H]"), "head_logits": (flipped, "[n_vq, V]")},
+                           {"generation": {"rows": [[1, 2, 3], [4, 5, 7]]}})
+    gates = {"gates": [{"stage": "*logits", "top1_min": 1.0}, {"stage": "*hidden", "nmse_max": 0},
+                       {"stage": "generation", "exact": True}], "expected_failures": []}
+    output = tmp_path / "cell.json"
+    compare_cell(reference, candidate, gates, LABELS, output)
+    rows = {r["stage"]: r for r in json.loads(output.read_text())}
+    assert rows["last_hidden"]["status"] == "pass"
+    assert rows["head_logits"]["non_finite"] == 0 and rows["head_logits"]["top1"] == 0.75
+    assert rows["head_logits"]["reason"] == "top1 0.75 < 1.0"
+    assert rows["generation"]["token_match"] == 0.5
+    assert rows["generation"]["reason"] == "not exact: rows differ (first divergence at position 1)"

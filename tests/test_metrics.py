@@ -1,0 +1,216 @@
+"""Metrics against values worked out by hand (or in plain float64 arithmetic beside them)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from audioparity.compare import metrics as m
+from audioparity.errors import AudioparityError
+
+FLOAT_METRICS = (m.cosine, m.std_ratio, m.nmse, m.max_abs, m.mean_abs, m.max_rel)
+INF, NAN = math.inf, math.nan
+
+
+def test_cosine_of_small_vectors_matches_the_formula():
+    # a·b = 1 + 4 + 6 = 11, |a| = sqrt(14), |b| = 3
+    assert m.cosine([1, 2, 3], [1, 2, 2]) == pytest.approx(11 / (3 * math.sqrt(14)), rel=1e-15)
+    assert m.cosine([1, 0], [0, 1]) == 0.0
+    assert m.cosine([1, 2], [-2, -4]) == pytest.approx(-1.0, rel=1e-15)
+    assert m.cosine([[1, 2], [3, 4]], [[1, 2], [3, 4]]) == pytest.approx(1.0, rel=1e-15)
+
+
+def test_std_ratio_is_candidate_spread_over_reference_spread():
+    # population std: [1, 3] -> 1, [0, 4] -> 2
+    assert m.std_ratio([1, 3], [0, 4]) == pytest.approx(0.5, rel=1e-15)
+    assert m.std_ratio([0, 4], [1, 3]) == pytest.approx(2.0, rel=1e-15)
+
+
+def test_nmse_normalises_by_the_reference():
+    # Σ(a-b)² = 1; Σb² = 1 + 4 + 4 = 9; Σa² = 14
+    assert m.nmse([1, 2, 3], [1, 2, 2]) == pytest.approx(1 / 9, rel=1e-15)
+    assert m.nmse([1, 2, 2], [1, 2, 3]) == pytest.approx(1 / 14, rel=1e-15)
+
+
+def test_abs_errors_and_their_location():
+    cand = np.array([[1.0, 2.0], [3.0, 5.0], [0.0, -1.0]])
+    ref = np.array([[1.0, 2.5], [3.0, 3.0], [0.0, -1.0]])
+    # |a-b| = [[0, .5], [0, 2], [0, 0]]: max 2 at [1, 1], mean 2.5 / 6; max|ref| = 3
+    assert m.max_abs(cand, ref) == 2.0
+    assert m.mean_abs(cand, ref) == pytest.approx(2.5 / 6, rel=1e-15)
+    assert m.max_rel(cand, ref) == pytest.approx(2 / 3, rel=1e-15)
+    assert m.argmax(cand, ref) == "1,1"
+    assert m.argmax([0, 0, 3], [0, 1, 0]) == "2"
+    ref3 = np.zeros((2, 2, 3))
+    ref3[0, 1, 1], ref3[1, 0, 2] = 3.0, -4.0
+    assert m.argmax(np.zeros((2, 2, 3)), ref3) == "1,0,2"
+
+
+def test_float32_inputs_are_compared_in_float64():
+    # 1 + 2^-23 is the float32 after 1; in float32 arithmetic its square loses the difference
+    cand = np.array([1 + 2.0**-23, 1.0], dtype=np.float32)
+    ref = np.array([1.0, 1.0], dtype=np.float32)
+    assert m.max_abs(cand, ref) == 2.0**-23
+    assert m.nmse(cand, ref) == pytest.approx(2.0**-46 / 2, rel=1e-12)
+    assert m.cosine(cand, ref) < 1.0
+
+
+def test_top1_counts_rows_whose_argmax_agrees():
+    cand = np.array([[1.0, 3.0, 2.0], [5.0, 0.0, 0.0]])
+    ref = np.array([[0.0, 4.0, 1.0], [0.0, 0.0, 5.0]])
+    assert m.top1(cand, ref) == 0.5
+    assert m.top1(np.stack([cand, cand]), np.stack([ref, cand])) == 0.75  # leading axes flattened
+    assert m.top1([0.1, 0.9], [0.3, 0.7]) == 1.0  # 1-D: one row
+
+
+def test_a_nan_never_passes():
+    cand = np.array([1.0, NAN, 3.0])
+    ref = np.array([1.0, 2.0, 3.0])
+    for metric in FLOAT_METRICS:
+        value = metric(cand, ref)
+        assert math.isnan(value), metric.__name__
+        assert not value >= 0.0 and not value <= 1e300
+    assert m.non_finite(cand, ref) == 1
+    assert m.argmax(cand, ref) == "1"
+    assert math.isnan(m.top1(cand, ref))
+    # a NaN on both sides at the same place still counts, and so does one in the reference only
+    assert m.non_finite([NAN, 1.0], [NAN, 1.0]) == 1
+    assert math.isnan(m.cosine([1.0, 2.0], [1.0, INF]))
+    assert m.non_finite([1.0, 2.0], [1.0, INF]) == 0
+    assert m.non_finite([1.0, INF], [1.0, 2.0]) == 1
+
+
+def test_agreed_infinities_are_dropped_not_counted():
+    cand = np.array([-INF, 1.0, 2.0, 5.0])
+    ref = np.array([-INF, 1.0, 2.5, 5.0])
+    finite_cand, finite_ref = cand[1:], ref[1:]
+    assert m.non_finite(cand, ref) == 0
+    for metric in FLOAT_METRICS:
+        assert metric(cand, ref) == metric(finite_cand, finite_ref), metric.__name__
+    assert m.mean_abs(cand, ref) == pytest.approx(0.5 / 3, rel=1e-15)
+    assert m.argmax(cand, ref) == "2"
+    assert m.top1([[-INF, 2.0, 1.0]], [[-INF, 1.0, 0.0]]) == 1.0
+    # opposite infinities disagree
+    assert m.non_finite([INF, 1.0], [-INF, 1.0]) == 1
+    assert math.isnan(m.nmse([INF, 1.0], [-INF, 1.0]))
+
+
+def test_zero_reference_conventions():
+    zeros = np.zeros(3)
+    assert m.cosine(zeros, zeros) == 1.0
+    assert m.nmse(zeros, zeros) == 0.0
+    assert m.std_ratio(zeros, zeros) == 1.0
+    assert m.max_rel(zeros, zeros) == 0.0
+    off = np.array([0.0, 1e-30, 0.0])
+    assert m.cosine(off, zeros) == 0.0
+    assert m.cosine(zeros, off) == 0.0
+    assert m.nmse(off, zeros) == INF
+    assert m.max_rel(off, zeros) == INF
+    assert m.std_ratio(off, zeros) == INF
+    assert m.std_ratio(np.ones(3), zeros) == 1.0  # both constant
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (3, 0)])
+def test_empty_arrays_count_as_zero(shape):
+    a, b = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    assert m.cosine(a, b) == 1.0
+    assert m.nmse(a, b) == 0.0
+    assert m.std_ratio(a, b) == 1.0
+    assert m.max_abs(a, b) == m.mean_abs(a, b) == m.max_rel(a, b) == 0.0
+    assert m.non_finite(a, b) == 0
+    assert m.argmax(a, b) is None
+    assert m.top1(a, b) == 1.0
+
+
+def test_huge_values_neither_overflow_nor_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cand = np.array([1.7e308, 1.0])
+        ref = np.array([-1.7e308, 1.0])
+        assert m.cosine(cand, ref) == pytest.approx(-1.0, rel=1e-12)
+        assert m.nmse(cand, ref) == pytest.approx(4.0, rel=1e-12)  # (2x)² / x²
+        assert m.max_rel(cand, ref) == pytest.approx(2.0, rel=1e-12)
+        assert m.max_abs(cand, ref) == INF  # 3.4e308 is beyond float64
+        assert m.max_abs([1e300, -1e300], [1e300, 1e300]) == pytest.approx(2e300, rel=1e-12)
+        assert m.std_ratio([3e38, -3e38], [1.5e38, -1.5e38]) == pytest.approx(2.0, rel=1e-12)
+        big32 = np.array([3.0e38, -3.0e38], np.float32)
+        assert m.nmse(big32, big32 * np.float32(0.5)) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(AudioparityError, match=r"candidate \[2\], reference \[3\]"):
+        m.nmse(np.zeros(2), np.zeros(3))
+
+
+def test_token_match_and_first_divergence():
+    assert m.token_match([1, 2, 3], [1, 2, 4, 5]) == 0.5  # 2 equal over the longer length 4
+    assert m.token_match([], []) == 1.0
+    assert m.token_match([(1, 0, 1), (2, 1, 2)], [(1, 0, 1), (2, 1, 3)]) == 0.5
+    assert m.first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert m.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert m.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert m.first_divergence([], []) is None
+
+
+def test_wer():
+    assert m.wer("a b c", "a x c") == pytest.approx(1 / 3)
+    assert m.wer("a x c d", "a b c") == pytest.approx(2 / 3)  # one substitution, one insertion
+    assert m.wer("", "") == 0.0
+    assert m.wer("a b", "") == 2.0  # empty reference: the count of inserted words
+    assert m.wer("", "a b") == 1.0
+
+
+@st.composite
+def pairs(draw):
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    width = 32 if dtype is np.float32 else 64
+    elements = st.floats(allow_nan=True, allow_infinity=True, width=width) | st.sampled_from(
+        [0.0, 1e-30, 3.0e38, -3.0e38] + ([1.7e308, -1.7e308] if width == 64 else [])
+    )
+    cand = draw(hnp.arrays(dtype, shape, elements=elements))
+    ref = draw(hnp.arrays(dtype, shape, elements=elements))
+    return cand, ref
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs())
+def test_metrics_never_crash_and_nan_never_passes(pair):
+    cand, ref = pair
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values = {metric.__name__: metric(cand, ref) for metric in FLOAT_METRICS}
+        bad = m.non_finite(cand, ref)
+        ref_bad = m.non_finite(ref, cand)
+        where = m.argmax(cand, ref)
+        agreement = m.top1(cand, ref)
+    agreed = np.isinf(cand) & (cand == ref)
+    assert bad == int((~np.isfinite(cand) & ~agreed).sum())
+    if bad or ref_bad:
+        assert all(math.isnan(v) for v in values.values())
+        assert math.isnan(agreement)
+        if cand.ndim:
+            index = tuple(int(i) for i in where.split(","))
+            assert not (np.isfinite(cand[index]) and np.isfinite(ref[index]))
+    else:
+        assert -1.0 <= values["cosine"] <= 1.0
+        assert values["nmse"] >= 0.0 and values["max_rel"] >= 0.0 and values["std_ratio"] >= 0.0
+        # a mean of equal values may round one ulp above them
+        assert values["max_abs"] * (1 + 1e-12) >= values["mean_abs"] >= 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=6),
+                  elements=st.floats(-1e300, 1e300)))
+def test_an_array_against_itself_is_identical(array):
+    assert m.cosine(array, array) == pytest.approx(1.0, abs=1e-12)
+    assert m.nmse(array, array) == 0.0
+    assert m.max_abs(array, array) == 0.0
+    assert m.std_ratio(array, array) == pytest.approx(1.0, rel=1e-12)
+    assert m.top1(array, array) == 1.0

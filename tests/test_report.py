@@ -1,0 +1,156 @@
+"""summary.csv from synthetic cell files, and index.html from summary.csv alone."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from audioparity.compare import COLUMNS
+from audioparity.errors import AudioparityError
+from audioparity.report import write_html, write_summary
+
+
+def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",
+        status: str = "pass", **values) -> dict:
+    """A cell row as compare_cell writes it: every column, None where a metric does not apply."""
+    base = {c: None for c in COLUMNS}
+    base.update(family="parakeet_tdt", model=model, case="clip", backend=backend,
+                weight_type=weight_type, stage=stage, status=status, gate=f"default/{stage}: x",
+                reason="")
+    return {**base, **values}
+
+
+def write_cell(path: Path, rows: list[dict]) -> Path:
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_summary_columns_and_row_order(tmp_path: Path):
+    vulkan = write_cell(tmp_path / "vulkan.json", [
+        row("layer_0", backend="vulkan", weight_type="q8_0"),
+    ])
+    cpu = write_cell(tmp_path / "cpu.json", [
+        row("decode", weight_type="q8_0", token_match=1.0, wer=0.0),
+        row("layer_10", weight_type="q8_0"),
+        row("layer_2_isolated", weight_type="q8_0"),
+        row("layer_2", weight_type="q8_0"),
+        row("enc_out", weight_type="q8_0"),
+        row("mel_features", weight_type="q8_0"),
+        row("decoder_replay", weight_type="q8_0"),
+        row("joint_logits", weight_type="q8_0"),
+    ])
+    f32 = write_cell(tmp_path / "f32.json", [row("enc_out"), row("enc_out", model="tiny10"),
+                                             row("enc_out", model="tiny2")])
+    output = tmp_path / "report" / "summary.csv"
+    write_summary([vulkan, cpu, f32], output)
+
+    with open(output, newline="") as handle:
+        header = next(csv.reader(handle))
+    assert header == [
+        "family", "model", "case", "backend", "weight_type", "stage", "status",
+        "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
+        "top1", "token_match", "first_divergence", "wer", "gate", "reason", "seconds",
+    ]
+    order = [(r["model"], r["backend"], r["weight_type"], r["stage"]) for r in read_csv(output)]
+    assert order == [
+        ("tiny", "cpu", "f32", "enc_out"),
+        ("tiny", "cpu", "q8_0", "mel_features"),
+        ("tiny", "cpu", "q8_0", "layer_2"),
+        ("tiny", "cpu", "q8_0", "layer_2_isolated"),
+        ("tiny", "cpu", "q8_0", "layer_10"),
+        ("tiny", "cpu", "q8_0", "enc_out"),
+        ("tiny", "cpu", "q8_0", "joint_logits"),
+        ("tiny", "cpu", "q8_0", "decode"),
+        ("tiny", "cpu", "q8_0", "decoder_replay"),
+        ("tiny", "vulkan", "q8_0", "layer_0"),
+        ("tiny2", "cpu", "f32", "enc_out"),
+        ("tiny10", "cpu", "f32", "enc_out"),
+    ]
+    assert not list(output.parent.glob(".*tmp"))
+
+
+def test_summary_values_keep_full_precision_and_mark_non_finite(tmp_path: Path):
+    cell = write_cell(tmp_path / "c.json", [
+        row("enc_out", status="fail", cosine="nan", nmse=1.2345678901234567e-09, non_finite=3,
+            argmax="4,1", max_rel="inf", reason="3 non-finite value(s) in candidate"),
+    ])
+    write_summary([cell], tmp_path / "summary.csv")
+    (values,) = read_csv(tmp_path / "summary.csv")
+    assert values["cosine"] == "nan" and values["max_rel"] == "inf"
+    assert float(values["nmse"]) == 1.2345678901234567e-09
+    assert values["non_finite"] == "3" and values["argmax"] == "4,1"
+    assert values["token_match"] == "" and values["seconds"] == ""
+
+
+def test_summary_rejects_duplicates_and_unlabelled_rows(tmp_path: Path):
+    first = write_cell(tmp_path / "a.json", [row("enc_out")])
+    second = write_cell(tmp_path / "b.json", [row("enc_out")])
+    with pytest.raises(AudioparityError, match=r"b\.json: row .*'enc_out'.* is also in .*a\.json"):
+        write_summary([first, second], tmp_path / "summary.csv")
+    unlabelled = write_cell(tmp_path / "c.json", [row("enc_out", model=None)])
+    with pytest.raises(AudioparityError, match=r"c\.json: row 0 has no value for model"):
+        write_summary([unlabelled], tmp_path / "summary.csv")
+    lacking = write_cell(tmp_path / "d.json", [{k: v for k, v in row("x").items() if k != "gate"}])
+    with pytest.raises(AudioparityError, match=r"d\.json: row 0 lacks column\(s\) gate"):
+        write_summary([lacking], tmp_path / "summary.csv")
+
+
+def synthetic_summary(path: Path) -> Path:
+    """A summary.csv written directly (no cells): layers, isolated layers, several types."""
+    rows = []
+    for backend in ("cpu", "vulkan"):
+        for k, weight_type in enumerate(("f32", "f16", "q8_0")):
+            scale = 10.0 ** (-12 + 4 * k)
+            for layer in range(3):
+                for suffix, growth in (("", layer + 1), ("_isolated", 1)):
+                    nmse = scale * growth
+                    rows.append(row(f"layer_{layer}{suffix}", backend, weight_type,
+                                    cosine=1 - nmse / 2, nmse=nmse))
+            rows.append(row("enc_out", backend, weight_type, cosine=1 - scale, nmse=2 * scale))
+            rows.append(row("decode", backend, weight_type, token_match=1.0, wer=0.0,
+                            first_divergence=None))
+    rows.append(row("enc_out", "cuda", "f32", status="unavailable",
+                    reason="backend cuda is not built in"))
+    rows.append(row("joint_logits", "cpu", "q8_0", status="fail", cosine=0.98, nmse=0.04,
+                    reason="cosine 0.98 < 0.999 <&>"))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    return path
+
+
+def test_html_is_self_contained_and_built_from_the_csv_alone(tmp_path: Path):
+    summary = synthetic_summary(tmp_path / "summary.csv")
+    output = tmp_path / "report" / "index.html"
+    write_html(summary, output)
+    page = output.read_text()
+
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.IGNORECASE)
+    assert not re.search(r"url\(|@import|<script|<link", page, re.IGNORECASE)
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 3  # per-layer curves for cpu and vulkan, key stages by weight type
+    assert all(base64.b64decode(i).startswith(b"\x89PNG\r\n\x1a\n") for i in images)
+    assert '<table class="matrix">' in page
+    # the failing cell carries its reason (escaped) as tooltip, and is listed under attention
+    assert 'title="joint_logits — fail\ncosine 0.98 &lt; 0.999 &lt;&amp;&gt;' in page
+    assert page.count("cosine 0.98 &lt; 0.999 &lt;&amp;&gt;") >= 3  # tooltip, attention, table
+    assert "1 of 50 stages need attention" in page
+    assert ">unavailable<" in page and ">n/a<" in page
+
+
+def test_html_rejects_a_csv_with_other_columns(tmp_path: Path):
+    bad = tmp_path / "summary.csv"
+    bad.write_text("family,model\nparakeet_tdt,tiny\n")
+    with pytest.raises(AudioparityError, match="columns .* differ"):
+        write_html(bad, tmp_path / "index.html")
