@@ -1,0 +1,1 @@
+"""Model families: one sub-package per family (reference side, ggml port, tiny fixture)."""

@@ -1,0 +1,1 @@
+"""Parakeet-TDT (NeMo ``EncDecRNNTBPEModel``): tiny fixture, NeMo reference dump and ggml port."""

@@ -1,0 +1,293 @@
+"""A tiny, seeded Parakeet-TDT ``.nemo`` shaped like parakeet-tdt-0.6b-v3, for tests and the
+default run.
+
+The model is a plain NeMo ``EncDecRNNTBPEModel`` built from :func:`fixture_config` (generic NeMo
+modules only: ``AudioToMelSpectrogramPreprocessor``, ``ConformerEncoder``, ``RNNTDecoder``,
+``RNNTJoint``), with a SentencePiece BPE tokenizer trained here, offline, on :data:`CORPUS`.
+Only the sizes differ from v3; every architectural switch (128 mels, ``dw_striding`` x8,
+``rel_pos`` attention, no xscaling, ``use_bias: false``, batch-norm conv module, 2-layer LSTM
+prediction net, TDT durations ``[0, 1, 2, 3, 4]``, 10 symbols per frame) is v3's. The sizes are
+pairwise different (``D=64``, subsampling channels 24, LSTM 48, joint 56, vocabulary 96), so a
+port that swaps two of them fails loudly.
+
+NeMo's random init is degenerate for a parity target (the encoder output hardly varies in time
+and greedy decoding repeats one token), so :func:`redraw_weights` replaces every parameter with
+seeded draws at a larger gain, gives the norms random affine parameters and running statistics,
+and nudges the blank and duration-0 biases of the joint output so that greedy decoding of speech
+emits blanks, zero-duration tokens, and hits the 10-symbols-per-frame guard.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from audioparity.errors import AudioparityError
+
+log = logging.getLogger("audioparity")
+
+#: Text the SentencePiece tokenizer is trained on (written for this project).
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "A small model can still check that two programs compute the same numbers.",
+    "Every layer of the encoder is compared against the reference, one frame at a time.",
+    "She sells sea shells by the sea shore, and the shells she sells are surely sea shells.",
+    "How much wood would a woodchuck chuck if a woodchuck could chuck wood?",
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack.",
+    "We also need a small plastic snake and a big toy frog for the kids.",
+    "The rainbow is a division of white light into many beautiful colors.",
+    "These take the shape of a long round arch, with its path high above.",
+    "When the sunlight strikes raindrops in the air, they act as a prism and form a rainbow.",
+    "Numbers, dates and names: seven, twelve, nineteen, Monday, October, Paris, Tokyo.",
+    "Is it raining today? No, but the wind is cold and the sky is grey.",
+    "Quiet voices carry further at night than during a busy afternoon.",
+    "Jump, zip, vex, quiz, box, whiz, glyph, fjord, nymph, crypt, lynx.",
+    "Ask not what your country can do for you, ask what you can do for your country.",
+)
+
+#: Tokenizer vocabulary size (without the blank, which NeMo appends as the last class).
+VOCAB_SIZE = 96
+#: TDT durations, as in v3.
+DURATIONS = (0, 1, 2, 3, 4)
+#: Greedy decoding: at most this many symbols per encoder frame, as in v3.
+MAX_SYMBOLS = 10
+
+#: Gain of the re-drawn weights: std = GAIN / sqrt(fan_in).
+GAIN = 2.0
+#: Extra factor on the output projections of the conformer's residual branches (depth-scaled
+#: init): at full gain the branches' per-channel offsets swamp the time-varying part of the
+#: encoder output (std over time / overall std 0.32 at full gain, 0.50 at half, on the clip).
+BRANCH_OUTPUT_SCALE = 0.5
+#: Modules whose weights :data:`BRANCH_OUTPUT_SCALE` applies to, by their NeMo name.
+BRANCH_OUTPUTS = ("linear2", "pointwise_conv2", "linear_out")
+#: Added to the joint output bias of the blank class (index V) after the re-draw.
+BLANK_BIAS_NUDGE = 10.5
+#: Added to the joint output bias of duration 0 (index V + 1) after the re-draw.
+DURATION0_BIAS_NUDGE = 2.5
+
+
+def fixture_config(tokenizer_dir: Path) -> dict:
+    """The NeMo model config of the fixture (v3's structure at tiny sizes).
+
+    Args:
+        tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
+
+    Returns:
+        A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
+    """
+    d_model, pred_hidden, joint_hidden = 64, 48, 56
+    return {
+        "sample_rate": 16000,
+        "model_defaults": {
+            "enc_hidden": d_model,
+            "pred_hidden": pred_hidden,
+            "joint_hidden": joint_hidden,
+            "tdt_durations": list(DURATIONS),
+            "num_tdt_durations": len(DURATIONS),
+        },
+        "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
+        "preprocessor": {
+            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+            "sample_rate": 16000,
+            "normalize": "per_feature",
+            "window_size": 0.025,
+            "window_stride": 0.01,
+            "window": "hann",
+            "features": 128,
+            "n_fft": 512,
+            "log": True,
+            "frame_splicing": 1,
+            "dither": 1.0e-05,
+            "pad_to": 0,
+            "pad_value": 0.0,
+        },
+        "encoder": {
+            "_target_": "nemo.collections.asr.modules.ConformerEncoder",
+            "feat_in": 128,
+            "feat_out": -1,
+            "n_layers": 3,
+            "d_model": d_model,
+            "use_bias": False,
+            "subsampling": "dw_striding",
+            "subsampling_factor": 8,
+            "subsampling_conv_channels": 24,
+            "causal_downsampling": False,
+            "ff_expansion_factor": 4,
+            "self_attention_model": "rel_pos",
+            "n_heads": 4,
+            "att_context_size": [-1, -1],
+            "att_context_style": "regular",
+            "xscaling": False,
+            "untie_biases": True,
+            "pos_emb_max_len": 5000,
+            "conv_kernel_size": 9,
+            "conv_norm_type": "batch_norm",
+            "conv_context_size": None,
+            "dropout": 0.1,
+            "dropout_pre_encoder": 0.1,
+            "dropout_emb": 0.0,
+            "dropout_att": 0.1,
+        },
+        "decoder": {
+            "_target_": "nemo.collections.asr.modules.RNNTDecoder",
+            "normalization_mode": None,
+            "random_state_sampling": False,
+            "blank_as_pad": True,
+            "prednet": {
+                "pred_hidden": pred_hidden,
+                "pred_rnn_layers": 2,
+                "t_max": None,
+                "dropout": 0.2,
+            },
+        },
+        "joint": {
+            "_target_": "nemo.collections.asr.modules.RNNTJoint",
+            "log_softmax": None,
+            "preserve_memory": False,
+            "fuse_loss_wer": False,
+            "num_extra_outputs": len(DURATIONS),
+            "jointnet": {"joint_hidden": joint_hidden, "activation": "relu", "dropout": 0.2},
+        },
+        "decoding": {
+            "strategy": "greedy_batch",
+            "model_type": "tdt",
+            "durations": list(DURATIONS),
+            "greedy": {"max_symbols": MAX_SYMBOLS},
+        },
+        "loss": {
+            "loss_name": "tdt",
+            "tdt_kwargs": {
+                "fastemit_lambda": 0.0,
+                "clamp": -1.0,
+                "durations": list(DURATIONS),
+                "sigma": 0.02,
+                "omega": 0.0,
+            },
+        },
+        "optim": None,
+    }
+
+
+def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
+    """Train a SentencePiece BPE model on :data:`CORPUS` (one thread: deterministic).
+
+    Returns:
+        The directory, now holding ``tokenizer.model``, ``tokenizer.vocab`` and ``vocab.txt``.
+    """
+    import sentencepiece as spm
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS),
+        model_prefix=str(output_dir / "tokenizer"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        character_coverage=1.0,
+        num_threads=1,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
+    # NeMo's ``create_spt_model`` convention, and a file ``EncDecRNNTBPEModel`` registers.
+    lines = (output_dir / "tokenizer.vocab").read_text().splitlines()
+    pieces = [line.split("\t")[0] for line in lines]
+    vocab = [p[1:] or p if p.startswith("\u2581") else f"##{p}" for p in pieces if p != "<unk>"]
+    (output_dir / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab))
+    return output_dir
+
+
+def redraw_weights(model, seed: int) -> None:
+    """Re-draw every parameter of ``model`` in place from a ``torch.Generator`` seeded ``seed``.
+
+    Parameters are visited in ``named_parameters()`` order (fixed by the config):
+
+    - matrices and conv kernels (``ndim >= 2``, LSTM ``weight_*`` included): normal,
+      std ``GAIN / sqrt(fan_in)`` with fan_in = numel / shape[0], times
+      :data:`BRANCH_OUTPUT_SCALE` for the encoder's residual-branch outputs
+      (``feed_forward{1,2}.linear2``, ``conv.pointwise_conv2``, ``self_attn.linear_out``);
+      ``pos_bias_u/v`` (``[heads, d_k]``) count as matrices here;
+    - the prediction-net embedding: standard normal, blank (padding) row kept at zero, as NeMo's
+      ``padding_idx`` keeps it;
+    - norm weights (LayerNorm, BatchNorm): ``1 + 0.2 N(0, 1)``; other vectors (biases, LSTM
+      biases included): ``0.2 N(0, 1)``.
+
+    BatchNorm running statistics get ``running_mean ~ 0.2 N(0, 1)``, ``running_var ~ U(0.5, 1.5)``.
+    Finally :data:`BLANK_BIAS_NUDGE` and :data:`DURATION0_BIAS_NUDGE` are added to the joint
+    output bias at indices V (blank) and V + 1 (duration 0). Preprocessor buffers (mel filterbank,
+    window) are left as NeMo computed them.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    norm_weights = {
+        f"{name}.weight"
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.LayerNorm | torch.nn.modules.batchnorm._BatchNorm)
+    }
+    embedding = model.decoder.prediction["embed"]
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            draw = torch.randn(param.shape, generator=generator, dtype=param.dtype)
+            if param.ndim >= 2 and param is not embedding.weight:
+                draw *= GAIN / math.sqrt(param.numel() / param.shape[0])
+                module = name.rsplit(".", 2)[-2]
+                if name.startswith("encoder.layers.") and module in BRANCH_OUTPUTS:
+                    draw *= BRANCH_OUTPUT_SCALE
+            elif name in norm_weights:
+                draw = 1.0 + 0.2 * draw
+            elif param.ndim == 1:
+                draw *= 0.2
+            param.copy_(draw)
+        embedding.weight[embedding.padding_idx].zero_()
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                shape = module.running_mean.shape
+                module.running_mean.copy_(0.2 * torch.randn(shape, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
+        output_bias = model.joint.joint_net[-1].bias
+        vocab = model.joint.num_classes_with_blank - 1 - len(DURATIONS)
+        output_bias[vocab] += BLANK_BIAS_NUDGE
+        output_bias[vocab + 1] += DURATION0_BIAS_NUDGE
+
+
+def build_fixture(output: Path, seed: int = 0) -> None:
+    """Build the tiny Parakeet-TDT model and save it as ``output`` (a ``.nemo`` archive).
+
+    Offline and deterministic: the same seed gives the same ``state_dict``. The archive is
+    written to a temporary name in the same directory and renamed, so ``output`` is either absent
+    or complete.
+
+    Raises:
+        AudioparityError: the output directory does not exist.
+    """
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise AudioparityError(f"{output}: parent directory {output.parent} does not exist")
+    start = time.perf_counter()
+    import torch
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from omegaconf import OmegaConf
+
+    imported = time.perf_counter()
+    log.info("fixture parakeet-tdt: NeMo imported in %.1f s; building seed %d -> %s",
+             imported - start, seed, output)
+    partial = output.with_name(f".{output.stem}.{os.getpid()}.partial.nemo")
+    with tempfile.TemporaryDirectory(prefix="parakeet_fixture_") as work:
+        tokenizer_dir = train_tokenizer(Path(work) / "tokenizer")
+        torch.manual_seed(seed)
+        model = EncDecRNNTBPEModel(cfg=OmegaConf.create(fixture_config(tokenizer_dir)))
+        redraw_weights(model, seed)
+        model.eval()
+        try:
+            model.save_to(str(partial))
+            os.replace(partial, output)
+        finally:
+            partial.unlink(missing_ok=True)
+    log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
+             time.perf_counter() - imported)

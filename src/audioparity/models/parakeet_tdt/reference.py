@@ -1,0 +1,390 @@
+"""The NeMo side of a Parakeet-TDT comparison: run a ``.nemo`` end to end on CPU and dump the
+activations named in the artifact contract.
+
+Stages, in NeMo's order (``EncDecRNNTBPEModel``): ``preprocessor`` (mel), ``encoder``
+(``pre_encode`` -> ``pos_enc`` -> ``layers[i]``), then greedy TDT decoding (``decoder`` LSTM
+prediction net + ``joint``). Taps are forward hooks on NeMo's own modules, so every dumped tensor
+is what NeMo computed in one end-to-end run, batch size 1, eval mode, no dither.
+
+Decoding is NeMo's label-looping greedy TDT decoder (``GreedyBatchedTDTInfer``, strategy
+``greedy_batch``, the strategy v3 ships with) run on one utterance, with the model's own durations
+and ``max_symbols``. Its rules (see :func:`tdt_greedy_path`): evaluate the joint at frame ``t``
+with the prediction-net output of the last emitted token (blank/SOS at the start: zero embedding,
+zero LSTM state); token = argmax of the first V+1 outputs, duration = ``durations[argmax of the
+rest]``. Blank: ``t += max(d, 1)``, prediction state unchanged. Token: emit at frame ``t``, step
+the LSTM, ``t += d``; when ``max_symbols`` consecutive tokens were emitted at frame ``t`` and
+``t`` did not move, ``t += 1``.
+
+Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
+fixture. Importing this module does not import torch or NeMo.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.artifacts import DumpWriter
+from audioparity.audio import load_audio
+from audioparity.errors import AudioparityError
+
+log = logging.getLogger("audioparity")
+
+#: Decoding strategy of the reference: NeMo's label-looping greedy TDT decoder.
+STRATEGY = "greedy_batch"
+
+
+@dataclass(frozen=True)
+class GreedyPath:
+    """A greedy TDT path read off the joint rows.
+
+    Attributes:
+        ids: emitted token ids.
+        frames: encoder frame of each emitted token.
+        durations: predicted duration value (not index) of each emitted token.
+        row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
+        row_history: number of tokens emitted before each joint evaluation; the prediction-net
+            input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
+    """
+
+    ids: list[int]
+    frames: list[int]
+    durations: list[int]
+    row_frames: list[int]
+    row_history: list[int]
+
+
+def tdt_greedy_path(
+    joint_logits: np.ndarray, n_frames: int, durations: list[int], max_symbols: int | None
+) -> GreedyPath:
+    """Walk NeMo's label-looping greedy TDT rules over recorded joint outputs.
+
+    Mirrors ``GreedyBatchedTDTLabelLoopingComputer`` (NeMo, ``tdt_label_looping.py``) at batch
+    size 1; each row is consumed by one joint evaluation, in order.
+
+    Args:
+        joint_logits: ``[steps, V+1+n_durations]`` joint outputs (raw or log-softmaxed: only
+            argmaxes are used); the blank is class V.
+        n_frames: number of valid encoder frames T'.
+        durations: duration values, e.g. ``[0, 1, 2, 3, 4]``.
+        max_symbols: NeMo's ``max_symbols`` (None: no limit).
+
+    Raises:
+        AudioparityError: the rows end before the path does, or rows are left over.
+    """
+    blank = joint_logits.shape[1] - len(durations) - 1
+    tokens = np.argmax(joint_logits[:, : blank + 1], axis=1)
+    steps = np.asarray(durations)[np.argmax(joint_logits[:, blank + 1 :], axis=1)]
+    path = GreedyPath([], [], [], [], [])
+    t = run = 0
+    while t < n_frames:
+        row = len(path.row_frames)
+        if row == len(joint_logits):
+            raise AudioparityError(
+                f"greedy TDT path needs more than {row} joint rows "
+                f"(stopped at frame {t} of {n_frames})"
+            )
+        path.row_frames.append(t)
+        path.row_history.append(len(path.ids))
+        token, duration = int(tokens[row]), int(steps[row])
+        if token == blank:
+            t += max(duration, 1)
+            continue
+        run = run + 1 if path.frames and path.frames[-1] == t else 1
+        path.ids.append(token)
+        path.frames.append(t)
+        path.durations.append(duration)
+        t += duration
+        if max_symbols is not None and run >= max_symbols and duration == 0:
+            t += 1
+    if len(path.row_frames) != len(joint_logits):
+        raise AudioparityError(
+            f"greedy TDT path used {len(path.row_frames)} of {len(joint_logits)} joint rows"
+        )
+    return path
+
+
+def restore_model(path: Path) -> Any:
+    """``EncDecRNNTBPEModel.restore_from(path, map_location="cpu")`` in eval mode, dither off.
+
+    Raises:
+        AudioparityError: NeMo cannot restore the file, or the model is not a TDT transducer with
+            an LSTM prediction network and relative-position attention.
+    """
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+
+    try:
+        model = EncDecRNNTBPEModel.restore_from(str(path), map_location="cpu")
+    except Exception as err:  # NeMo raises many types; the CLI needs one line naming the file
+        raise AudioparityError(
+            f"{path}: NeMo cannot restore it as EncDecRNNTBPEModel ({err})"
+        ) from err
+    model.eval()
+    model.preprocessor.featurizer.dither = 0.0
+    if "dec_rnn" not in getattr(model.decoder, "prediction", {}):
+        raise AudioparityError(
+            f"{path}: decoder has no LSTM prediction network (decoder.prediction.dec_rnn)"
+        )
+    return model
+
+
+def preprocessor(model: Any, samples: np.ndarray) -> tuple[Any, Any]:
+    """NeMo ``model.preprocessor`` (``AudioToMelSpectrogramPreprocessor``) on one utterance.
+
+    Args:
+        samples: ``[L]`` float32 mono samples at the model's sample rate.
+
+    Returns:
+        ``(features [1, n_mels, T_padded], length [1])``; the first ``length`` frames are valid.
+    """
+    import torch
+
+    signal = torch.from_numpy(samples).unsqueeze(0)
+    length = torch.tensor([signal.shape[1]], dtype=torch.int64)
+    with torch.inference_mode():
+        return model.preprocessor(input_signal=signal, length=length)
+
+
+def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
+    """NeMo ``model.encoder`` (``ConformerEncoder``) with taps on its sub-modules.
+
+    Hooks: ``pre_encode`` output (``ConvSubsampling``), ``pos_emb`` as passed to ``layers[0]``
+    (forward pre-hook with kwargs), every ``layers[i]`` output.
+
+    Returns:
+        Canonical arrays, valid frames only: ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
+        ``layer_{i} [T', D]``, ``enc_out [T', D]`` (NeMo returns ``[B, D, T']``).
+
+    Raises:
+        AudioparityError: a hook did not fire exactly once, or ``pos_emb`` is absent (not
+            ``rel_pos`` attention) or not ``[2T'-1, D]``.
+    """
+    import torch
+
+    taps: dict[str, list[Any]] = {}
+
+    def keep(name: str, value: Any) -> None:
+        taps.setdefault(name, []).append(value[0] if isinstance(value, tuple) else value)
+
+    enc = model.encoder
+    handles = [
+        enc.pre_encode.register_forward_hook(lambda m, i, o: keep("pre_encode", o)),
+        enc.layers[0].register_forward_pre_hook(
+            lambda m, a, kw: keep("pos_emb", kw.get("pos_emb")), with_kwargs=True
+        ),
+    ]
+    for index, layer in enumerate(enc.layers):
+        handles.append(layer.register_forward_hook(lambda m, i, o, n=index: keep(f"layer_{n}", o)))
+    try:
+        with torch.inference_mode():
+            encoded, encoded_length = enc(audio_signal=features, length=length)
+    finally:
+        for handle in handles:
+            handle.remove()
+    n_frames = int(encoded_length[0])
+    out: dict[str, np.ndarray] = {}
+    for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(len(enc.layers)))):
+        values = taps.get(name, [])
+        if len(values) != 1 or values[0] is None:
+            raise AudioparityError(
+                f"encoder tap {name!r}: expected one tensor, got {len(values)} "
+                f"({'none' if not values else type(values[0]).__name__}); rel_pos attention needed"
+            )
+        array = values[0][0].float().numpy()
+        out[name] = array if name == "pos_emb" else array[:n_frames]
+    if out["pos_emb"].shape != (2 * n_frames - 1, encoded.shape[1]):
+        raise AudioparityError(
+            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{2 * n_frames - 1}, "
+            f"{encoded.shape[1]}] for T'={n_frames}"
+        )
+    out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
+    return out
+
+
+def greedy_tdt_decoding(
+    model: Any, enc_out: np.ndarray
+) -> tuple[dict, np.ndarray, np.ndarray, dict]:
+    """NeMo's greedy TDT decoding (``model.decoding``, strategy :data:`STRATEGY`) of one utterance.
+
+    The model's decoding config is kept (durations, ``max_symbols``) except the strategy, which is
+    set to :data:`STRATEGY`, and ``tdt_include_token_duration``, set so the hypothesis carries
+    durations. Hooks record every raw output of ``joint.joint_net`` (before NeMo's CPU
+    log-softmax) and the state after the first call of ``decoder.prediction.dec_rnn``.
+
+    Args:
+        enc_out: ``[T', D]`` encoder output.
+
+    Returns:
+        ``(decode, joint_logits [steps, V+1+n_durations], lstm_state_0 [layers, 2, H], settings)``
+        where ``decode`` is ``{"ids", "frames", "durations", "text"}`` and ``settings`` holds the
+        strategy, durations and max_symbols NeMo used.
+
+    Raises:
+        AudioparityError: the model is not a TDT transducer, or the joint rows do not reproduce
+            NeMo's hypothesis under :func:`tdt_greedy_path`.
+    """
+    import torch
+    from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import GreedyBatchedTDTInfer
+    from omegaconf import open_dict
+
+    config = model.cfg.decoding.copy()
+    with open_dict(config):
+        config.strategy = STRATEGY
+        config.tdt_include_token_duration = True
+        config.compute_timestamps = False
+        config.preserve_alignments = False
+    model.change_decoding_strategy(config, verbose=False)
+    infer = model.decoding.decoding
+    if not isinstance(infer, GreedyBatchedTDTInfer):
+        raise AudioparityError(
+            f"decoding: expected a TDT model (GreedyBatchedTDTInfer), got {type(infer).__name__}"
+        )
+    durations = [int(d) for d in infer.durations]
+    settings = {"strategy": STRATEGY, "durations": durations, "max_symbols": infer.max_symbols}
+
+    rows: list[Any] = []
+    states: list[Any] = []
+
+    def keep_rows(module: Any, inputs: Any, output: Any) -> None:
+        rows.append(output.reshape(-1, output.shape[-1]).float().clone())
+
+    def keep_state(module: Any, inputs: Any, output: Any) -> None:
+        if not states:
+            states.append(torch.stack([s[:, 0].float().clone() for s in output[1]], dim=1))
+
+    handles = [
+        model.joint.joint_net.register_forward_hook(keep_rows),
+        model.decoder.prediction["dec_rnn"].register_forward_hook(keep_state),
+    ]
+    encoded = torch.from_numpy(enc_out).transpose(0, 1).unsqueeze(0)
+    length = torch.tensor([enc_out.shape[0]], dtype=torch.int64)
+    try:
+        with torch.inference_mode():
+            (hypothesis,) = model.decoding.rnnt_decoder_predictions_tensor(
+                encoder_output=encoded, encoded_lengths=length, return_hypotheses=True
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    decode = {
+        "ids": _int_list(hypothesis.y_sequence),
+        "frames": _int_list(hypothesis.timestamp),
+        "durations": _int_list(hypothesis.token_duration),
+        "text": hypothesis.text,
+    }
+    joint_logits = torch.cat(rows).numpy()
+    path = tdt_greedy_path(joint_logits, enc_out.shape[0], durations, infer.max_symbols)
+    replay = {"ids": path.ids, "frames": path.frames, "durations": path.durations}
+    for key, values in replay.items():
+        if values != decode[key]:
+            raise AudioparityError(
+                f"joint_logits: greedy TDT replay gives {key} {values[:20]}..., NeMo's hypothesis "
+                f"{decode[key][:20]}... ({len(values)} vs {len(decode[key])} entries)"
+            )
+    return decode, joint_logits, states[0].numpy(), settings
+
+
+def _int_list(values: Any) -> list[int]:
+    if values is None:
+        return []
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return [int(v) for v in values]
+
+
+def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1) -> None:
+    """Dump NeMo's activations for one audio file into ``output_dir`` (artifact contract).
+
+    Writes ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
+    ``layer_{i} [T', D]``, ``enc_out [T', D]``, ``joint_logits [steps, V+1+n_durations]`` (raw,
+    one row per joint evaluation of the greedy decode), ``lstm_state_0 [layers, 2, H]`` (h then
+    c after the blank/SOS step) and ``decode.json``. Manifest fields: family, threads, n_layers,
+    decoding (strategy, durations, max_symbols), versions of torch and nemo_toolkit.
+
+    Args:
+        model: ``.nemo`` file (``EncDecRNNTBPEModel`` with TDT decoding).
+        audio: audio file, read by :func:`audioparity.audio.load_audio` at 16 kHz.
+        output_dir: the dump directory (written atomically).
+        threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
+            count is restored afterwards.
+
+    Raises:
+        AudioparityError: a missing or unreadable model or audio file, a model that is not
+            Parakeet-TDT shaped, or a decode the joint rows do not reproduce. Nothing is left at
+            ``output_dir`` then.
+    """
+    import torch
+
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _dump(Path(model), Path(audio), Path(output_dir), threads)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _dump(model: Path, audio: Path, output_dir: Path, threads: int) -> None:
+    start = time.perf_counter()
+    with DumpWriter(
+        output_dir,
+        producer="nemo",
+        model=model,
+        inputs={"audio": audio},
+        fields={"family": "parakeet_tdt", "threads": threads},
+        versions=("torch", "nemo_toolkit"),
+    ) as writer:
+        with writer.timed("audio"):
+            sound = load_audio(audio, sample_rate=16000)
+        for note in sound.notes:
+            writer.note(note)
+        log.info("reference parakeet-tdt: %s (%.2f s of audio)", audio, sound.seconds)
+
+        with writer.timed("import"):
+            import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
+        with writer.timed("load"):
+            asr_model = restore_model(model)
+        writer.manifest["n_layers"] = len(asr_model.encoder.layers)
+        log.info(
+            "reference parakeet-tdt: loaded %s in %.1f s", model, writer.manifest["seconds"]["load"]
+        )
+
+        with writer.timed("preprocessor"):
+            features, length = preprocessor(asr_model, sound.samples)
+        writer.add_tensor(
+            "mel_features", features[0, :, : int(length[0])].T.float().numpy(), "[T, n_mels]"
+        )
+
+        with writer.timed("encoder"):
+            taps = encoder(asr_model, features, length)
+        writer.add_tensor("pre_encode", taps.pop("pre_encode"), "[T, D]")
+        writer.add_tensor("pos_emb", taps.pop("pos_emb"), "[2T-1, D]")
+        for name, array in taps.items():
+            writer.add_tensor(name, array, "[T, D]")
+        log.info(
+            "reference parakeet-tdt: mel + encoder (%d layers, T'=%d) in %.2f s",
+            writer.manifest["n_layers"], taps["enc_out"].shape[0],
+            writer.manifest["seconds"]["preprocessor"] + writer.manifest["seconds"]["encoder"],
+        )
+
+        with writer.timed("decoding"):
+            decode, joint_logits, lstm_state, settings = greedy_tdt_decoding(
+                asr_model, taps["enc_out"]
+            )
+        writer.manifest["decoding"] = settings
+        writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
+        writer.add_tensor("lstm_state_0", lstm_state, "[layers, 2, H]")
+        writer.add_json("decode", decode)
+        writer.note(
+            f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows replayed "
+            f"through the greedy TDT rules reproduce its ids, frames and durations"
+        )
+        log.info(
+            "reference parakeet-tdt: decoded %d tokens in %d joint steps in %.2f s",
+            len(decode["ids"]), len(joint_logits), writer.manifest["seconds"]["decoding"],
+        )
+    log.info("reference parakeet-tdt: wrote %s in %.1f s", output_dir, time.perf_counter() - start)
