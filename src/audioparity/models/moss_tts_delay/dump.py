@@ -1,0 +1,128 @@
+"""The ggml dump of a MOSS-VoiceGenerator checkpoint (producer ``ggml``).
+
+Same tensor and document names and layouts as the reference dump
+(:mod:`audioparity.models.moss_tts_delay.reference`), computed by the ggml backbone
+(:mod:`.backbone`) on the rows of our own text processor (:mod:`.text_processor`):
+
+- document ``prompt``: ``{"text", "rows"}`` from our text processor;
+- ``last_hidden`` ``[H]``, ``probe_hidden`` ``[3, H]`` (rows ``[0, 1, S//2]``), ``layer_{i}``
+  ``[H]``, ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``:
+  one prefill of all ``S`` rows;
+- ``step_last_hidden`` ``[H]``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step;
+- document ``generation``: greedy rows after the full prefill (:mod:`.delay_pattern`), schema::
+
+      {"rows": [[text, code_0, ..., code_{n_vq-1}], ...],  # <= requested_rows rows, int
+       "requested_rows": N, "stopped": bool,  # stopped: im_end emitted (then rows < N)
+       "n_vq": int, "audio_pad_code": int, "rules": str}
+
+- ``generation_margins`` ``[rows, 1+n_vq]``: per generated value, its argmax margin (chosen
+  minus runner-up logit, after the rules' masks); ``+inf`` where the rules force the value, NaN
+  where the logits were not finite.
+
+Manifest fields: ``family`` (``moss_voicegen``), ``weight_type``, ``backend``, ``device``,
+``kv_cache_type``, ``threads``, ``n_layers``, ``generate_rows``; notes record the storage type
+of each weight group and whether every codebook's pad row is zero. A backend not built into
+this ggml gives a manifest with status ``unavailable`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+from audioparity.artifacts import DumpWriter
+from audioparity.errors import AudioparityError
+from audioparity.ggml import BackendUnavailable, Runtime
+from audioparity.models.moss_tts_delay import text_processor, weights
+from audioparity.models.moss_tts_delay.backbone import Backbone
+from audioparity.models.moss_tts_delay.config import load_config
+from audioparity.models.moss_tts_delay.delay_pattern import greedy_generate
+from audioparity.models.moss_tts_delay.reference import FAMILY, probe_rows
+
+log = logging.getLogger("audioparity")
+
+
+def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, backend: str,
+              device: int, kv_cache_type: str, threads: int, generate_rows: int) -> None:
+    """Write the ggml dump directory (contents in the module docstring).
+
+    Args:
+        model: checkpoint directory.
+        prompt: prompt JSON (:func:`.text_processor.load_prompt`).
+        output_dir: dump directory (written atomically).
+        weight_type: ``native|f32|f16|bf16|q8_0`` for every matrix (norm weights stay f32).
+        backend: ``cpu|cuda|vulkan``; ``device``: its device index.
+        kv_cache_type: ``f32`` or ``f16``.
+        threads: CPU threads.
+        generate_rows: rows of greedy generation.
+
+    Raises:
+        AudioparityError: unreadable config, prompt or weights; a prompt shorter than 3 rows;
+            a weight type the shapes cannot hold.
+    """
+    model, prompt = Path(model), Path(prompt)
+    config = load_config(model)
+    request = text_processor.load_prompt(prompt)
+    fields = {"family": FAMILY, "weight_type": weight_type, "backend": backend,
+              "device": device, "kv_cache_type": kv_cache_type, "threads": threads,
+              "n_layers": config.n_layers, "generate_rows": generate_rows}
+    with DumpWriter(output_dir, producer="ggml", model=model, inputs={"prompt": prompt},
+                    fields=fields, versions=("ggml_python", "tokenizers")) as writer:
+        try:
+            runtime = Runtime(backend, device=device, threads=threads)
+        except BackendUnavailable as err:
+            writer.set_status("unavailable", str(err))
+            log.info("moss ggml %s: %s", output_dir, err)
+            return
+        with runtime:
+            _dump(writer, runtime, model, config, request, weight_type, kv_cache_type,
+                  generate_rows)
+
+
+def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
+          weight_type: str, kv_cache_type: str, generate_rows: int) -> None:
+    with writer.timed("prompt"):
+        encoded = text_processor.encode(model, config, request)
+    writer.add_json("prompt", encoded.document())
+    n_rows = len(encoded.rows)
+    if n_rows < 3:
+        raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
+    with writer.timed("load"):
+        arrays, stored = weights.load_weights(model, config)
+        nonzero = weights.nonzero_pad_rows(arrays, config)
+        storage = weights.storage_types(arrays, stored, weight_type)
+        uploaded = runtime.upload(arrays, storage)
+    writer.note("codebook pad rows: " + (
+        f"all {config.n_vq} zero (checked)" if not nonzero
+        else f"NOT zero in {', '.join(nonzero)} (pad codes contribute to the embedding)"))
+    writer.note("storage: " + ", ".join(f"{count} x {kind}" for kind, count in
+                                       sorted(Counter(storage.values()).items()))
+                + f" (checkpoint dtypes: {', '.join(sorted(set(stored.values())))})")
+    net = Backbone(runtime, uploaded, config, kv_cache_type=kv_cache_type,
+                   max_context=n_rows + generate_rows)
+    with writer.timed("prefill"):
+        full = net.prefill(encoded.rows)
+    writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
+    writer.add_tensor("probe_hidden", full.hidden[probe_rows(n_rows)], "[3, H]")
+    for i, layer in enumerate(full.layers):
+        writer.add_tensor(f"layer_{i}", layer, "[H]")
+    writer.add_tensor("text_logits", full.text_logits, "[V_text]")
+    writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+
+    def step(row: list[int]):
+        result = net.step(row)
+        return result.text_logits, result.audio_logits
+
+    with writer.timed("generation"):
+        document, margins = greedy_generate(config, encoded.rows, full.text_logits,
+                                            full.audio_logits, step, generate_rows)
+    writer.add_json("generation", document)
+    writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+    with writer.timed("step"):
+        net.prefill(encoded.rows[:-1])
+        last = net.step(encoded.rows[-1])
+    writer.add_tensor("step_last_hidden", last.hidden[-1], "[H]")
+    writer.note(f"device: {runtime.device_description}")
+    log.info("moss ggml %s: %s weights, %d prompt rows, %d generated", writer.output_dir,
+             weight_type, n_rows, len(document["rows"]))

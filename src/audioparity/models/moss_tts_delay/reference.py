@@ -1,0 +1,266 @@
+"""The PyTorch reference dump of a MOSS-VoiceGenerator checkpoint (producer ``torch``).
+
+Model: a checkpoint whose ``config.json`` has ``auto_map`` is loaded with transformers'
+``AutoModel.from_pretrained(trust_remote_code=True)`` (the real checkpoint, unchanged);
+otherwise the built-in ``MossTTSDelayModel`` of :mod:`.remote_code` (transformers' ``Qwen3Model``
+plus the codebook embeddings and heads). Always float32 (whatever the storage dtype), eager
+attention, CPU, batch size 1. The forward runs through the model's own modules (:func:`forward`).
+
+Prompt: the checkpoint's own processor when it ships one (``AutoProcessor`` in ``auto_map``),
+built without the audio tokenizer; else the user block of :mod:`.text_processor` wrapped by the
+tokenizer's chat template (transformers ``apply_chat_template``) and encoded by transformers'
+tokenizer.
+
+Dump (canonical layouts, batch dropped; float32):
+
+- document ``prompt``: ``{"text": rendered string, "rows": [[text, code_0, ...], ...]}``
+  (rows ``[S, 1+n_vq]``);
+- ``last_hidden`` ``[H]``: final (normed) hidden state at the last prompt row, full prefill;
+- ``probe_hidden`` ``[3, H]``: the same at rows ``[0, 1, S//2]``;
+- ``layer_{i}`` ``[H]``: output of decoder layer ``i`` at the last row (forward hooks; before
+  the final norm for the last layer);
+- ``step_last_hidden`` ``[H]``: final hidden of row ``S-1`` fed as one cached step after a
+  prefill of rows ``0..S-2`` (transformers' KV cache);
+- ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]`` (pad logit
+  ``-inf``): the heads at the last row of the full prefill;
+- document ``generation`` and tensor ``generation_margins`` ``[rows, 1+n_vq]``: greedy rows
+  after the full prefill, through the KV cache, and their argmax margins
+  (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.dump`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from audioparity.artifacts import DumpWriter
+from audioparity.errors import AudioparityError
+from audioparity.models.moss_tts_delay import text_processor
+from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig, load_config
+from audioparity.models.moss_tts_delay.delay_pattern import greedy_generate
+
+log = logging.getLogger("audioparity")
+
+FAMILY = "moss_voicegen"
+#: Files that may declare the checkpoint's processor class under ``auto_map.AutoProcessor``.
+PROCESSOR_DECLARATIONS = ("processor_config.json", "config.json", "tokenizer_config.json")
+
+
+def probe_rows(n_rows: int) -> list[int]:
+    """Rows of ``probe_hidden``: the first two and the middle one, ``[0, 1, S//2]``."""
+    return [0, 1, n_rows // 2]
+
+
+def load_model(model_dir: Path, config: MossTTSDelayConfig):
+    """The checkpoint as a float32 ``MossTTSDelayModel`` in eval mode, eager attention.
+
+    Raises:
+        AudioparityError: transformers cannot load it, or a weight is missing or unexpected.
+    """
+    import torch
+
+    if config.auto_map:
+        from transformers import AutoModel as loader
+
+        kwargs = {"trust_remote_code": True}
+    else:
+        from audioparity.models.moss_tts_delay.remote_code.modeling_moss_tts import (
+            MossTTSDelayModel as loader,
+        )
+
+        kwargs = {}
+    try:
+        net, info = loader.from_pretrained(
+            str(model_dir), dtype=torch.float32, attn_implementation="eager",
+            output_loading_info=True, **kwargs,
+        )
+    except (OSError, ValueError, KeyError) as err:
+        raise AudioparityError(f"{model_dir}: transformers cannot load the model ({err})") from err
+    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys") and v}
+    if problems:
+        raise AudioparityError(f"{model_dir}: weights do not match the model: {problems}")
+    net.language_model.config._attn_implementation = "eager"
+    return net.eval()
+
+
+def _processor_class(model_dir: Path):
+    """The checkpoint's processor class (``auto_map.AutoProcessor``), or None.
+
+    Raises:
+        AudioparityError: the processor's module needs a package that is not installed.
+    """
+    for name in PROCESSOR_DECLARATIONS:
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        reference = (json.loads(path.read_text()).get("auto_map") or {}).get("AutoProcessor")
+        if reference:
+            from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+            try:
+                return get_class_from_dynamic_module(reference, str(model_dir))
+            except ImportError as err:  # upstream's processor imports torchaudio
+                raise AudioparityError(f"{path}: processor {reference} cannot be imported "
+                                       f"({err})") from err
+    return None
+
+
+def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
+                     prompt: text_processor.Prompt) -> text_processor.EncodedPrompt:
+    """The prompt as the reference processor renders and encodes it (see module docstring)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    remote = bool(config.auto_map)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=remote)
+    processor_class = _processor_class(model_dir)
+    if processor_class is not None:
+        processor = processor_class(
+            tokenizer=tokenizer, audio_tokenizer=None,
+            model_config=AutoConfig.from_pretrained(str(model_dir), trust_remote_code=True),
+        )
+        message = processor.build_user_message(text=prompt.text, instruction=prompt.instruction,
+                                               language=prompt.language)
+        rows = processor([[message]], mode="generation")["input_ids"][0].numpy()
+        content = message["content"]
+    else:
+        content = text_processor.user_content(prompt)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                         add_generation_prompt=True, tokenize=False)
+    if processor_class is None:
+        ids = tokenizer.encode(text)
+        rows = np.full((len(ids), 1 + config.n_vq), config.audio_pad_code, dtype=np.int64)
+        rows[:, 0] = ids
+    return text_processor.EncodedPrompt(text=text, rows=np.asarray(rows, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One reference forward: final hidden ``[n, H]`` and each layer's output at the last row
+    ``[n_layers, H]`` (float32 tensors), the heads at the last row (text ``[V]``, audio
+    ``[n_vq, A+1]``, numpy), and the KV cache after it."""
+
+    hidden: object
+    layers: list
+    text_logits: np.ndarray
+    audio_logits: np.ndarray
+    cache: object
+
+
+def forward(net, rows, cache=None) -> Forward:
+    """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
+    modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
+    logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``.
+
+    The modules are driven one by one rather than through ``net.forward`` because upstream's
+    forward returns its own ``ModelOutput`` subclass declaring ``past_key_values``, which
+    transformers 5.x (whose outputs renamed it ``cache``) rejects at construction.
+
+    Args:
+        net: a loaded ``MossTTSDelayModel``.
+        rows: ``[1, n, 1+n_vq]`` long tensor.
+        cache: the transformers cache of the previous rows, or None.
+    """
+    import torch
+
+    taps: dict[int, torch.Tensor] = {}
+
+    def keep(index):
+        def hook(module, args, output):
+            taps[index] = (output[0] if isinstance(output, tuple) else output)[0, -1]
+        return hook
+
+    handles = [layer.register_forward_hook(keep(i))
+               for i, layer in enumerate(net.language_model.layers)]
+    try:
+        # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
+        # transformers 5.x renamed it ``cache``); passed by position to fit both.
+        out = net.language_model(None, None, None, cache,
+                                 inputs_embeds=net._compute_input_embeddings(rows),
+                                 use_cache=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    hidden = out.last_hidden_state[0]
+    heads = [head(hidden)[-1] for head in net.lm_heads]  # all rows, as upstream (same GEMM)
+    audio = torch.stack(heads[1:])
+    audio[:, -1] = float("-inf")
+    return Forward(
+        hidden=hidden,
+        layers=[taps[i] for i in range(len(net.language_model.layers))],
+        text_logits=heads[0].numpy(),
+        audio_logits=audio.numpy(),
+        cache=out.cache if hasattr(out, "cache") else out.past_key_values,
+    )
+
+
+def dump_reference(model: Path, prompt: Path, output_dir: Path, threads: int = 1,
+                   generate_rows: int = 16) -> None:
+    """Write the reference dump directory (contents in the module docstring).
+
+    Args:
+        model: checkpoint directory (``config.json``, safetensors, tokenizer).
+        prompt: prompt JSON (:func:`.text_processor.load_prompt`).
+        output_dir: dump directory to write (atomically).
+        threads: torch intra-op threads.
+        generate_rows: rows of greedy generation.
+
+    Raises:
+        AudioparityError: unreadable config, prompt or weights; a prompt shorter than 3 rows.
+    """
+    import torch
+    import transformers
+
+    model, prompt = Path(model), Path(prompt)
+    config = load_config(model)
+    request = text_processor.load_prompt(prompt)
+    torch.set_num_threads(threads)
+    fields = {"family": FAMILY, "threads": threads, "n_layers": config.n_layers,
+              "generate_rows": generate_rows,
+              "modeling": "trust_remote_code" if config.auto_map else "built-in"}
+    with DumpWriter(output_dir, producer="torch", model=model, inputs={"prompt": prompt},
+                    fields=fields, versions=("torch", "transformers", "tokenizers")) as writer:
+        with writer.timed("load"):
+            net = load_model(model, config)
+        with writer.timed("prompt"):
+            encoded = reference_prompt(model, config, request)
+        writer.add_json("prompt", encoded.document())
+        rows = torch.from_numpy(encoded.rows)[None]
+        n_rows = rows.shape[1]
+        if n_rows < 3:
+            raise AudioparityError(f"{prompt}: {n_rows} prompt rows; need at least 3")
+        with torch.inference_mode():
+            with writer.timed("prefill"):
+                full = forward(net, rows)
+            writer.add_tensor("last_hidden", full.hidden[-1].numpy(), "[H]")
+            writer.add_tensor("probe_hidden", full.hidden[probe_rows(n_rows)].numpy(), "[3, H]")
+            for i, layer in enumerate(full.layers):
+                writer.add_tensor(f"layer_{i}", layer.numpy(), "[H]")
+            writer.add_tensor("text_logits", full.text_logits, "[V_text]")
+            writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+
+            with writer.timed("step"):
+                head = forward(net, rows[:, :-1])
+                last = forward(net, rows[:, -1:], head.cache)
+            writer.add_tensor("step_last_hidden", last.hidden[-1].numpy(), "[H]")
+
+            cache = full.cache
+
+            def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
+                nonlocal cache
+                result = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
+                cache = result.cache
+                return result.text_logits, result.audio_logits
+
+            with writer.timed("generation"):
+                document, margins = greedy_generate(config, encoded.rows, full.text_logits,
+                                                    full.audio_logits, step, generate_rows)
+        writer.add_json("generation", document)
+        writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+        writer.note(f"transformers {transformers.__version__}, float32, eager attention, "
+                    f"{fields['modeling']} modeling code")
+    log.info("moss reference %s: %d prompt rows, %d generated", output_dir, n_rows,
+             len(document["rows"]))

@@ -1,0 +1,165 @@
+"""Our text processor: the voice-generator prompt as a string and input rows ``[S, 1+n_vq]``.
+
+Mirrors ``MossTTSDelayProcessor`` (OpenMOSS ``processing_moss_tts.py``) for a generation prompt
+without reference audio:
+
+1. ``UserMessage`` renders the ``<user_inst>`` block listing Reference(s), Instruction, Tokens,
+   Quality, Sound Event, Ambient Sound, Language and Text; a field not given renders as
+   ``str(None)``, i.e. ``"None"``.
+2. The checkpoint's chat template wraps it as one user turn plus the assistant opener
+   (Qwen ChatML: ``<|im_start|>user\\n{content}<|im_end|>\\n<|im_start|>assistant\\n``).
+3. The whole string is encoded in one pass (BPE merges may cross field boundaries), with the
+   ``tokenizers`` library, special tokens matched in the text.
+4. Rows: column 0 the text ids, columns 1..n_vq the audio codes, all ``audio_pad_code`` (no
+   reference audio).
+
+The upstream ``build_user_message`` also runs a text normaliser (``normalize_tts_text``) over
+``text``; this processor does not, so a prompt whose text that normaliser would change gives
+different rows on the real checkpoint, and the ``prompt`` stage reports it.
+
+Prompt files are JSON objects: ``{"text": str, "instruction": str | null, "language":
+str | null}`` (``instruction`` and ``language`` may be absent).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
+
+TOKENIZER_FILE = "tokenizer.json"
+
+#: The ``UserMessage`` instruction block, as upstream writes it (one field per ``- Name:`` line).
+USER_TEMPLATE = """<user_inst>
+- Reference(s):
+{reference}
+- Instruction:
+{instruction}
+- Tokens:
+{tokens}
+- Quality:
+{quality}
+- Sound Event:
+{sound_event}
+- Ambient Sound:
+{ambient_sound}
+- Language:
+{language}
+- Text:
+{text}
+</user_inst>"""
+
+PROMPT_KEYS = ("text", "instruction", "language")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One generation request: the text to speak, an optional voice instruction and language."""
+
+    text: str
+    instruction: str | None = None
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A rendered prompt: the string and its input rows ``[S, 1+n_vq]`` (int64)."""
+
+    text: str
+    rows: np.ndarray
+
+    def document(self) -> dict:
+        """The ``prompt`` document of a dump: ``{"text": str, "rows": [[int, ...], ...]}``."""
+        return {"text": self.text, "rows": self.rows.tolist()}
+
+
+def load_prompt(path: Path) -> Prompt:
+    """Read a prompt JSON file.
+
+    Raises:
+        AudioparityError: unreadable JSON, not an object, a missing or non-string ``text``, a
+            non-string ``instruction``/``language``, or an unknown key.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise AudioparityError(f"{path}: unreadable prompt ({err})") from err
+    if not isinstance(raw, dict):
+        raise AudioparityError(f"{path}: expected a JSON object with keys {PROMPT_KEYS}")
+    unknown = sorted(set(raw) - set(PROMPT_KEYS))
+    if unknown:
+        raise AudioparityError(f"{path}: unknown keys {unknown}; valid: {list(PROMPT_KEYS)}")
+    if not isinstance(raw.get("text"), str):
+        raise AudioparityError(f"{path}: 'text' must be a string")
+    for key in ("instruction", "language"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise AudioparityError(f"{path}: {key!r} must be a string or null")
+    return Prompt(text=raw["text"], instruction=raw.get("instruction"),
+                  language=raw.get("language"))
+
+
+def user_content(prompt: Prompt) -> str:
+    """The user turn's content (``UserMessage._content``): every unused field is ``"None"``."""
+    fields = {
+        "reference": None, "instruction": prompt.instruction, "tokens": None, "quality": None,
+        "sound_event": None, "ambient_sound": None, "language": prompt.language,
+        "text": prompt.text,
+    }
+    content = USER_TEMPLATE
+    for key, value in fields.items():
+        content = content.replace("{" + key + "}", str(value))
+    return content
+
+
+def render(prompt: Prompt) -> str:
+    """The whole prompt string: one ChatML user turn and the assistant opener."""
+    return f"<|im_start|>user\n{user_content(prompt)}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def load_tokenizer(model_dir: Path, config: MossTTSDelayConfig):
+    """The checkpoint's ``tokenizer.json`` as a ``tokenizers.Tokenizer``, checked against the
+    config's ``im_start_token_id`` and ``im_end_token_id``.
+
+    Raises:
+        AudioparityError: the file is missing or unreadable, or a chat token's id differs from
+            the config's.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(model_dir) / TOKENIZER_FILE
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception
+        raise AudioparityError(f"{path}: unreadable tokenizer ({err})") from err
+    for token, expected in (("<|im_start|>", config.im_start_token_id),
+                            ("<|im_end|>", config.im_end_token_id)):
+        found = tokenizer.token_to_id(token)
+        if found != expected:
+            raise AudioparityError(
+                f"{path}: {token} has id {found}, config.json says {expected}"
+            )
+    return tokenizer
+
+
+def encode(model_dir: Path, config: MossTTSDelayConfig, prompt: Prompt) -> EncodedPrompt:
+    """Render ``prompt`` and build its rows ``[S, 1+n_vq]`` (int64; audio columns at the pad).
+
+    Raises:
+        AudioparityError: see :func:`load_tokenizer`; a text id outside the text vocabulary.
+    """
+    text = render(prompt)
+    ids = np.asarray(load_tokenizer(model_dir, config).encode(text).ids, dtype=np.int64)
+    if ids.size and ids.max() >= config.language_config.vocab_size:
+        raise AudioparityError(
+            f"{model_dir}: token id {int(ids.max())} outside the text vocabulary "
+            f"({config.language_config.vocab_size})"
+        )
+    rows = np.full((ids.size, 1 + config.n_vq), config.audio_pad_code, dtype=np.int64)
+    rows[:, 0] = ids
+    return EncodedPrompt(text=text, rows=rows)
