@@ -13,7 +13,7 @@ from audioparity.compare.gates import resolve_gates
 validate(config, "../config/schema.yaml")
 
 #: Families present in the config, by their config key (= the `family` column of summary.csv).
-FAMILIES = {name: config[name] for name in ("parakeet_tdt",) if config.get(name)}
+FAMILIES = {name: config[name] for name in ("parakeet_tdt", "moss_voicegen") if config.get(name)}
 #: {family: {"models": {name: path}, "cases": {name: path}}}
 PATHS = {
     family: {key: {entry["name"]: entry["path"] for entry in section[key]} for key in ("models", "cases")}
@@ -49,16 +49,41 @@ CODE = {
     "parakeet_tdt_reference": ["audio", "models/parakeet_tdt/reference"],
     "parakeet_tdt_ggml": [
         "audio",
+        "guard",
         "ggml/__init__",
         "ggml/runtime",
+        "ggml/ops",
         "models/parakeet_tdt/config",
         "models/parakeet_tdt/weights",
         "models/parakeet_tdt/frontend",
         "models/parakeet_tdt/encoder",
         "models/parakeet_tdt/decoder",
         "models/parakeet_tdt/dump",
+        "models/parakeet_tdt/reference",
     ],
-    "compare": ["compare/__init__", "compare/metrics", "compare/gates"],
+    "moss_voicegen_fixture": ["models/moss_tts_delay/fixture"],
+    "moss_voicegen_reference": [
+        "models/moss_tts_delay/config",
+        "models/moss_tts_delay/text_processor",
+        "models/moss_tts_delay/delay_pattern",
+        "models/moss_tts_delay/reference",
+        "models/moss_tts_delay/remote_code/configuration_moss_tts",
+        "models/moss_tts_delay/remote_code/modeling_moss_tts",
+    ],
+    "moss_voicegen_ggml": [
+        "guard",
+        "ggml/__init__",
+        "ggml/runtime",
+        "ggml/ops",
+        "models/moss_tts_delay/config",
+        "models/moss_tts_delay/weights",
+        "models/moss_tts_delay/text_processor",
+        "models/moss_tts_delay/backbone",
+        "models/moss_tts_delay/delay_pattern",
+        "models/moss_tts_delay/reference",
+        "models/moss_tts_delay/dump",
+    ],
+    "compare": ["compare/__init__", "compare/metrics", "compare/gates", "compare/cell"],
     "report_summary": ["report/__init__", "report/summary"],
     "report_html": ["report/__init__", "report/html"],
 }
@@ -79,9 +104,12 @@ def get_case(wildcards):
     return PATHS[wildcards.family]["cases"][wildcards.case]
 
 
-def get_fixture_seed(wildcards):
-    """Seed of fixture {family}/{name} (config `fixtures`)."""
-    return config["fixtures"][wildcards.family][wildcards.name]["seed"]
+def get_fixture_options(wildcards):
+    """Command-line options of fixture {family}/{name} (config `fixtures`): `--seed N` and the
+    flags set true, e.g. `--massive-activation`."""
+    options = dict(config["fixtures"][wildcards.family][wildcards.name])
+    flags = [f"--{key.replace('_', '-')}" for key, on in options.items() if on is True]
+    return " ".join([f"--seed {options.pop('seed')}", *flags])
 
 
 def get_gates(wildcards):
@@ -95,12 +123,14 @@ def get_gates(wildcards):
     return json.dumps(gates, sort_keys=True)
 
 
-def get_flash_attention(wildcards):
-    return FAMILIES[wildcards.family]["flash_attention"]
+def family_setting(key):
+    """Input function returning the config value `key` of the job's {family}."""
 
+    def get(wildcards):
+        return FAMILIES[wildcards.family][key]
 
-def get_conv_weight_type(wildcards):
-    return FAMILIES[wildcards.family]["conv_weight_type"]
+    get.__name__ = f"get_{key}"
+    return get
 
 
 def all_cells():

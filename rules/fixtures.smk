@@ -9,10 +9,27 @@ rule parakeet_fixture_build:
     wildcard_constraints:
         family="parakeet_tdt",
     params:
-        seed=get_fixture_seed,
+        options=get_fixture_options,
     log:
         "logs/parakeet_fixture_build/{family}/{name}.log",
     benchmark:
         "results/benchmarks/parakeet_fixture_build/{family}/{name}.tsv"
     shell:
-        "audioparity fixture parakeet-tdt --output {output} --seed {params.seed} 2> {log}"
+        "audioparity fixture parakeet-tdt --output {output} {params.options} 2> {log}"
+
+
+rule moss_fixture_build:
+    input:
+        code=code("moss_voicegen_fixture"),
+    output:
+        directory("results/fixtures/{family}/{name}"),
+    wildcard_constraints:
+        family="moss_voicegen",
+    params:
+        options=get_fixture_options,
+    log:
+        "logs/moss_fixture_build/{family}/{name}.log",
+    benchmark:
+        "results/benchmarks/moss_fixture_build/{family}/{name}.tsv"
+    shell:
+        "audioparity fixture moss-voicegen --output {output} {params.options} 2> {log}"

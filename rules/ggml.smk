@@ -15,8 +15,8 @@ rule parakeet_ggml_dump:
     wildcard_constraints:
         family="parakeet_tdt",
     params:
-        conv_weight_type=get_conv_weight_type,
-        flash_attention=get_flash_attention,
+        conv_weight_type=family_setting("conv_weight_type"),
+        flash_attention=family_setting("flash_attention"),
     log:
         "logs/parakeet_ggml_dump/{family}/{model}/{backend}/{weight_type}/{case}.log",
     benchmark:
@@ -28,4 +28,30 @@ rule parakeet_ggml_dump:
         "audioparity guard --output-dir {output} --field backend={wildcards.backend}"
         " --field weight_type={wildcards.weight_type} -- "
         + config["parakeet_tdt"]["ggml_command"]
+        + " 2> {log}"
+
+
+rule moss_ggml_dump:
+    input:
+        model=get_model,
+        prompt=get_case,
+        code=code("moss_voicegen_ggml"),
+    output:
+        directory("results/ggml/{family}/{model}/{backend}/{weight_type}/{case}"),
+    wildcard_constraints:
+        family="moss_voicegen",
+    params:
+        kv_cache_type=family_setting("kv_cache_type"),
+        generate_rows=family_setting("generate_rows"),
+    log:
+        "logs/moss_ggml_dump/{family}/{model}/{backend}/{weight_type}/{case}.log",
+    benchmark:
+        "results/benchmarks/moss_ggml_dump/{family}/{model}/{backend}/{weight_type}/{case}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity guard --output-dir {output} --field backend={wildcards.backend}"
+        " --field weight_type={wildcards.weight_type} -- "
+        + config["moss_voicegen"]["ggml_command"]
         + " 2> {log}"

@@ -20,3 +20,26 @@ rule parakeet_reference_dump:
     shell:
         "audioparity reference parakeet-tdt --model {input.model} --audio {input.audio}"
         " --output-dir {output} --threads {threads} 2> {log}"
+
+
+rule moss_reference_dump:
+    input:
+        model=get_model,
+        prompt=get_case,
+        code=code("moss_voicegen_reference"),
+    output:
+        directory("results/reference/{family}/{model}/{case}"),
+    wildcard_constraints:
+        family="moss_voicegen",
+    params:
+        generate_rows=family_setting("generate_rows"),
+    log:
+        "logs/moss_reference_dump/{family}/{model}/{case}.log",
+    benchmark:
+        "results/benchmarks/moss_reference_dump/{family}/{model}/{case}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity reference moss-voicegen --model {input.model} --prompt {input.prompt}"
+        " --output-dir {output} --threads {threads} --generate-rows {params.generate_rows} 2> {log}"

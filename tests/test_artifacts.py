@@ -65,7 +65,8 @@ def test_reader_rejects_a_tensor_whose_shape_disagrees_with_the_manifest(tmp_pat
     with DumpWriter(out, producer="ggml", model=model_file) as writer:
         writer.add_tensor("x", np.ones((2, 3), np.float32), "[T, D]")
     np.save(out / "x.npy", np.ones((3, 2), np.float32))
-    with pytest.raises(AudioparityError, match=r"shape \[3, 2\] differs from the manifest's \[2, 3\]"):
+    expected = r"shape \[3, 2\] differs from the manifest's \[2, 3\]"
+    with pytest.raises(AudioparityError, match=expected):
         Dump(out).tensor("x")
 
 

@@ -31,7 +31,8 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, env=env, cwd=workdir,
     )
     if result.returncode != 0:
-        pytest.fail(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        output = f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        pytest.fail(f"snakemake {' '.join(args)} failed:\n{output}")
     return result
 
 

@@ -3,6 +3,18 @@
 Tensors and documents are compared generically, by name, so every family uses the same code:
 Parakeet-TDT's ``mel_features`` ... ``joint_logits`` and ``decode``, MOSS's ``last_hidden``,
 ``probe_hidden``, head logits, ``generation`` and ``prompt`` alike.
+
+Auxiliary tensors: a tensor ``<doc>_margins`` in a dump that also holds the document ``<doc>``
+belongs to that document and is not a stage of its own (no row, no gate). It holds one decision
+margin per position of the document (``[positions]``) or per value of a position
+(``[positions, values]``, e.g. MOSS's ``generation_margins`` ``[rows, 1+n_vq]``): the chosen
+logit minus the runner-up, ``+inf`` where the value was forced, NaN where the logits were not
+finite. The reference's margins give the document row its ``logit_gap``
+(:func:`audioparity.compare.metrics.logit_gap` at the first divergence); the candidate's give
+its ``non_finite`` (decisions taken on non-finite logits, which fail the stage as any NaN does).
+Comparing the margins themselves as a tensor would be ill-posed: they are differences of nearly
+equal logits (cancellation amplifies their relative error), after the first divergence they
+belong to different sequences, and the logits they come from are gated as ``*_logits`` stages.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ LABEL_COLUMNS = ("family", "model", "case", "backend", "weight_type")
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
     "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
-    "top1", "token_match", "first_divergence", "wer",
+    "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
 )
 #: Every column of a cell row and of summary.csv.
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds")
@@ -38,6 +50,8 @@ COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason",
 DOCUMENT_ALIASES = {"decoder_replay": "decode"}
 #: Candidate tensors named ``<reference stage><ISOLATED>`` compare against the reference stage.
 ISOLATED = "_isolated"
+#: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
+MARGINS = "_margins"
 
 
 def reference_stage(candidate_stage: str) -> str:
@@ -53,10 +67,19 @@ def reference_stage(candidate_stage: str) -> str:
     return candidate_stage
 
 
+def _margins_name(dump: Dump, document: str) -> str | None:
+    """The name of ``document``'s auxiliary margins tensor in ``dump``, None if it has none."""
+    name = document + MARGINS
+    return name if dump.has(name) else None
+
+
 def _stages(dump: Dump) -> dict[str, str]:
-    """Stage name -> ``tensor`` or ``document`` for everything a dump lists."""
-    kinds = {name: "tensor" for name in dump.tensor_names}
-    kinds.update({name: "document" for name in dump.manifest.get("documents", {})})
+    """Stage name -> ``tensor`` or ``document`` for everything a dump lists, less the
+    documents' auxiliary tensors (module notes)."""
+    documents = list(dump.manifest.get("documents", {}))
+    auxiliary = {document + MARGINS for document in documents}
+    kinds = {name: "tensor" for name in dump.tensor_names if name not in auxiliary}
+    kinds.update({name: "document" for name in documents})
     return kinds
 
 
@@ -68,9 +91,10 @@ def _same_layout(a: str, b: str) -> bool:
 def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
     """Every tensor metric of ``cand`` against ``ref`` (equal shapes), plus ``ref_non_finite``.
 
-    ``top1`` only for logits (a stage name containing ``logits``; last axis = classes), None
-    otherwise.
+    ``top1`` and ``kl`` only for logits (a stage name containing ``logits``; last axis =
+    classes), None otherwise.
     """
+    logits = "logits" in stage
     return {
         "cosine": m.cosine(cand, ref),
         "std_ratio": m.std_ratio(cand, ref),
@@ -80,7 +104,8 @@ def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, A
         "max_rel": m.max_rel(cand, ref),
         "non_finite": m.non_finite(cand, ref),
         "argmax": m.argmax(cand, ref),
-        "top1": m.top1(cand, ref) if "logits" in stage else None,
+        "top1": m.top1(cand, ref) if logits else None,
+        "kl": m.kl(cand, ref) if logits else None,
         "ref_non_finite": m.non_finite(ref, cand),
     }
 
@@ -88,15 +113,58 @@ def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, A
 _ABSENT = object()
 
 
-def document_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, Any]:
+def _aligned(cand: tuple, ref: tuple) -> tuple[list, list]:
+    """The values of a candidate and a reference position, list fields spread out, aligned to
+    the reference's (a value the candidate lacks is a placeholder equal to nothing)."""
+    cand_values, ref_values = [], []
+    for c, r in zip(cand, ref, strict=True):
+        r = r if isinstance(r, list) else [r]
+        c = c if isinstance(c, list) else [c]
+        ref_values.extend(r)
+        cand_values.extend(c[i] if i < len(c) else _ABSENT for i in range(len(r)))
+    return cand_values, ref_values
+
+
+def _check_margins(margins: np.ndarray, positions: list[tuple]) -> None:
+    """Raise unless ``margins`` is ``[positions]`` or ``[positions, values per position]``."""
+    widths = {len(_aligned(p, p)[1]) for p in positions}
+    fits = margins.ndim == 1 or (margins.ndim == 2 and widths <= {margins.shape[1]})
+    if margins.shape[:1] != (len(positions),) or not fits:
+        per = "/".join(str(w) for w in sorted(widths)) or "0"
+        raise AudioparityError(
+            f"margins of shape {list(margins.shape)} do not fit the document's "
+            f"{len(positions)} positions of {per} values ([positions] or [positions, values])"
+        )
+
+
+def document_metrics(
+    cand: Mapping[str, Any],
+    ref: Mapping[str, Any],
+    *,
+    ref_margins: np.ndarray | None = None,
+    cand_margins: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Token metrics of a candidate document against the reference document.
 
     Positions: the reference's list-valued fields (``ids``, ``frames``, ``durations``; MOSS's
-    ``rows``) taken together, one tuple per position, so a token matches only if its id, frame
-    and duration all match. ``token_match`` and ``first_divergence`` run over those tuples (None
-    when the reference has no list field); ``wer`` over the ``text`` fields when both are strings.
-    ``exact``: every field of the reference is identical in the candidate (extra candidate fields
-    are ignored); ``differing`` names the fields that are not.
+    ``rows``, one generated or prompt row ``[text, code_0, ...]`` each) taken together, one
+    tuple per position, so a token matches only if its id, frame and duration all match (a
+    MOSS row only if every column does). ``token_match`` and ``first_divergence`` run over
+    those tuples (None when the reference has no list field); ``wer`` over the ``text`` fields
+    when both are strings. ``exact``: every field of the reference is identical in the
+    candidate (extra candidate fields are ignored); ``differing`` names the fields that are not.
+
+    Args:
+        cand, ref: the two documents.
+        ref_margins: the reference's auxiliary margins (module notes), ``[positions]`` or
+            ``[positions, values]``: ``logit_gap`` is :func:`~audioparity.compare.metrics.
+            logit_gap` at the first divergence (None when there is none, or when the
+            reference has no position there).
+        cand_margins: the candidate's: ``non_finite`` counts its NaN (and ``-inf``) margins,
+            ``argmax`` locates the first; ``+inf`` marks a forced value and is not counted.
+
+    Raises:
+        AudioparityError: ``ref_margins`` does not fit the reference's positions.
     """
     sequence_keys = sorted(k for k, v in ref.items() if isinstance(v, list))
 
@@ -108,13 +176,31 @@ def document_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[st
     cand_pos, ref_pos = positions(cand), positions(ref)
     texts = (cand.get("text"), ref.get("text"))
     differing = [k for k in ref if cand.get(k, _ABSENT) != ref[k]]
-    return {
+    divergence = m.first_divergence(cand_pos, ref_pos) if sequence_keys else None
+    gap = None
+    if ref_margins is not None:
+        ref_margins = np.asarray(ref_margins)
+        _check_margins(ref_margins, ref_pos)
+        if divergence is not None and divergence < len(ref_pos):
+            cand_at = cand_pos[divergence] if divergence < len(cand_pos) else ()
+            cand_at = cand_at + (_ABSENT,) * (len(ref_pos[divergence]) - len(cand_at))
+            gap = m.logit_gap(*_aligned(cand_at, ref_pos[divergence]), ref_margins[divergence])
+    metrics = {
         "token_match": m.token_match(cand_pos, ref_pos) if sequence_keys else None,
-        "first_divergence": m.first_divergence(cand_pos, ref_pos) if sequence_keys else None,
+        "first_divergence": divergence,
+        "logit_gap": gap,
         "wer": m.wer(*texts) if all(isinstance(t, str) for t in texts) else None,
         "exact": not differing,
         "differing": differing,
     }
+    if cand_margins is not None:
+        cand_margins = np.asarray(cand_margins, dtype=np.float64)
+        bad = np.isnan(cand_margins) | np.isneginf(cand_margins)
+        metrics["non_finite"] = int(bad.sum())
+        if bad.any() and cand_margins.ndim:
+            first = np.unravel_index(int(np.flatnonzero(bad)[0]), cand_margins.shape)
+            metrics["argmax"] = ",".join(str(int(i)) for i in first)
+    return metrics
 
 
 def _document(dump: Dump, name: str) -> Mapping[str, Any]:
@@ -131,7 +217,18 @@ def _compare_stage(
     if kind != ref_kind:
         return None, (f"candidate {stage!r} is a {kind}, reference {ref_stage!r} a {ref_kind}",)
     if kind == "document":
-        return document_metrics(_document(candidate, stage), _document(reference, ref_stage)), ()
+        margins = {}
+        for key, dump, name in (("ref_margins", reference, ref_stage),
+                                ("cand_margins", candidate, stage)):
+            tensor = _margins_name(dump, name)
+            if tensor is not None:
+                margins[key] = dump.tensor(tensor)
+        try:
+            metrics = document_metrics(_document(candidate, stage),
+                                       _document(reference, ref_stage), **margins)
+        except AudioparityError as err:
+            raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
+        return metrics, ()
     cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
     problems = []
     cand_layout, ref_layout = candidate.layout(stage), reference.layout(ref_stage)

@@ -20,8 +20,9 @@ Every tensor metric takes ``(cand, ref)``: the candidate (ggml, external port) a
   only a result that is itself out of float64 range (a ``max_abs`` beyond 1.8e308) comes back as
   ``inf`` (Python float arithmetic, no warning).
 
-Token metrics compare sequences (decode ids, or per-token tuples of ids/frames/durations) and
-texts (WER with jiwer).
+Logits metrics (:func:`top1`, :func:`kl`) read the last axis as classes. Token metrics compare
+sequences (decode ids, per-token tuples of ids/frames/durations, generated rows), texts (WER with
+jiwer), and the reference's decision margin where the sequences part (:func:`logit_gap`).
 """
 
 from __future__ import annotations
@@ -234,6 +235,52 @@ def top1(cand: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean(np.argmax(rows_a, axis=1) == np.argmax(rows_b, axis=1)))
 
 
+def _log_softmax(rows: np.ndarray) -> np.ndarray:
+    """``log softmax`` of each row of ``rows`` ``[R, C]`` (float64, ``-inf`` entries allowed).
+
+    ``x − max − log Σ exp(x − max)``; a row holding only ``-inf`` stays ``-inf``. A difference
+    beyond the float64 range (``x − max`` below −1.8e308) is ``-inf``, as its exponential is 0.
+    """
+    peak = np.max(rows, axis=1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(over="ignore", divide="ignore"):
+        shifted = rows - peak
+        total = np.sum(np.exp(shifted), axis=1, keepdims=True)
+        return shifted - np.where(total > 0, np.log(total), 0.0)
+
+
+def kl(cand: np.ndarray, ref: np.ndarray) -> float:
+    """Largest KL divergence ``KL(ref ‖ cand)`` over logits rows, in nats.
+
+    Per row, with ``p = softmax(ref)`` and ``q = softmax(cand)`` over the row's entries:
+    ``KL = Σ_i p_i (log p_i − log q_i)`` (terms with ``p_i = 0`` are 0). This is llama.cpp's
+    ``llama-perplexity --kl-divergence`` (tools/perplexity/perplexity.cpp, ``log_softmax``:
+    ``sum += p_base * (p_log_base - logits[i] + max_logit)``, the base model's distribution
+    first), which reports the mean and percentiles over tokens; here the maximum over rows, so
+    one bad head shows, and exact float64 (llama.cpp stores the base log-probabilities as
+    16-bit and skips ``log p_base <= -16``).
+
+    Rows are all leading axes flattened, the last axis holds the classes (a 1-D array is one
+    row, a 0-D array one row of one class). Agreed infinities (a logit masked to ``-inf`` on both
+    sides, as MOSS's audio pad logit) are dropped from their row before the softmax; a row left
+    empty counts 0. Rounding can make a row's sum a few ulps negative: it is clipped at 0.
+    A candidate logit that underflows to probability 0 where the reference's is not gives
+    ``inf``. Zero rows: 0. NaN if any other non-finite value is present (see the module notes).
+    """
+    a, b, agreed = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a):
+        return float("nan")
+    if a.size == 0:
+        return 0.0
+    width = a.shape[-1] if a.ndim else 1
+    a = np.where(agreed, -np.inf, a).reshape(-1, width)
+    b = np.where(agreed, -np.inf, b).reshape(-1, width)
+    log_p, log_q = _log_softmax(b), _log_softmax(a)
+    with np.errstate(over="ignore", invalid="ignore"):  # -inf - -inf where p = 0: dropped
+        terms = np.where(log_p > -np.inf, np.exp(log_p) * (log_p - log_q), 0.0)
+    return max(0.0, float(np.max(np.sum(terms, axis=1))))
+
+
 def token_match(cand: Sequence[Any], ref: Sequence[Any]) -> float:
     """Fraction of positions whose items are equal, over the longer of the two lengths.
 
@@ -255,6 +302,36 @@ def first_divergence(cand: Sequence[Any], ref: Sequence[Any]) -> int | None:
         if x != y:
             return i
     return None if len(cand) == len(ref) else min(len(cand), len(ref))
+
+
+def logit_gap(cand: Sequence[Any], ref: Sequence[Any], margins: np.ndarray) -> float | None:
+    """How close the reference's own decision was where the candidate decided otherwise.
+
+    Args:
+        cand, ref: the values of one position (e.g. a generated row ``[text, code_0, ...]``),
+            usually the first divergent one; a value the candidate lacks counts as differing.
+        margins: the reference's margin per value of ``ref`` (its chosen logit minus the
+            runner-up, after any masks; ``+inf`` where the value was forced, not chosen), shape
+            ``[len(ref)]``, or ``[1]`` for one margin covering the whole position.
+
+    Returns:
+        The smallest reference margin over the values that differ (the nearest tie the
+        candidate broke the other way: a gap of a few ulps of the logits is rounding, a large
+        one a real error); ``inf`` when only forced values differ; NaN when a margin involved is
+        NaN (the reference decided on non-finite logits); None when nothing differs.
+
+    Raises:
+        AudioparityError: ``margins`` has neither one value nor one per value of ``ref``.
+    """
+    margins = np.asarray(margins, dtype=np.float64).reshape(-1)
+    if margins.size not in (1, len(ref)):
+        raise AudioparityError(
+            f"logit_gap: {margins.size} margins for a position of {len(ref)} values"
+        )
+    differing = [i for i, value in enumerate(ref) if i >= len(cand) or cand[i] != value]
+    if not differing:
+        return None
+    return float(np.min(margins[differing] if margins.size == len(ref) else margins))
 
 
 def wer(cand: str, ref: str) -> float:

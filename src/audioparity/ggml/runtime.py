@@ -1,0 +1,553 @@
+"""ggml runtime: backend choice, a weight store, and graph compute, over ggml-python 0.0.45.
+
+All ctypes and ggml plumbing of the project lives here, once. Model code builds graphs with the
+ggml operators (``ggml.ggml_mul_mat(g.ctx, ...)``) on tensors this module hands out, and never
+touches ctypes, buffers or allocators.
+
+Layout convention: ggml's ``ne`` is the numpy shape reversed. An array of numpy shape ``[T, D]``
+(time-major, as in NeMo) becomes a ggml tensor with ``ne = [D, T]`` (``ne[0]`` is the contiguous,
+fastest axis). Every public function here takes and returns numpy-order shapes.
+
+Design (MODELS.md, "ggml-python"):
+
+- :class:`Runtime` owns one compute backend (``cpu``, ``cuda`` or ``vulkan`` plus a device index),
+  always a CPU backend (threads set explicitly; ggml starts with 4), and one
+  ``ggml_backend_sched`` over ``[backend, cpu]``: an op the accelerator does not support falls
+  back to the CPU, as in a C++ ggml runtime. A backend that is not built into this ggml-python
+  raises :class:`BackendUnavailable`.
+- :class:`Weights` (from :meth:`Runtime.upload`) holds a dict of numpy arrays uploaded once into
+  one backend buffer, each with its storage type ``f32|f16|bf16|q8_0``. Conversion uses ggml's own
+  ``ggml_quantize_chunk`` (which also does the f16/bf16 rounding), so the bytes are what a C++
+  converter would write. The storage type is a property of the tensor; graph code is the same
+  for every type.
+- :class:`Graph` (from :meth:`Runtime.graph`) is a per-graph ``no_alloc`` context: inputs are
+  numpy arrays (copied in with ``ggml_backend_tensor_set`` after allocation), any number of named
+  outputs (taps) are marked ``ggml_set_output`` and read back as float32 numpy arrays. A graph
+  can be computed again with new input values of the same shapes (:meth:`Graph.set`); several
+  graphs may stay open and be computed in turn (the scheduler re-allocates on each switch).
+- :mod:`audioparity.ggml.ops` holds the few operators whose ggml implementation depends on a
+  weight's type (e.g. depthwise convolution), so model code stays free of type branches.
+
+Usage::
+
+    import numpy as np
+    import ggml
+    from audioparity.ggml import Runtime
+
+    with Runtime("cpu", threads=2) as rt:
+        w = rt.upload({"proj.weight": np.ones((3, 64), np.float32)}, {"proj.weight": "q8_0"})
+        w.get("proj.bias")                                      # None: not uploaded
+        with rt.graph() as g:
+            x = g.input("x", np.ones((5, 64), np.float32))      # [T, D_in] -> ne [D_in, T]
+            y = ggml.ggml_mul_mat(g.ctx, w["proj.weight"], x)   # ne [3, 5]
+            g.output("y", y)                                     # read back as [5, 3]
+            out = g.compute()                                    # {"y": ndarray [5, 3]}
+
+Notes: a failed ggml assert aborts the process (``GGML_NO_BACKTRACE=1`` is set at import to keep
+the message short); ggml-python 0.0.45 declares a wrong return type on six pointer-returning
+functions, fixed at import (:func:`_fix_bindings`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import weakref
+from collections.abc import Mapping
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+import ggml  # noqa: E402  (after GGML_NO_BACKTRACE)
+
+__all__ = [
+    "BACKENDS",
+    "STORAGE_TYPES",
+    "BackendUnavailable",
+    "Graph",
+    "MissingWeight",
+    "Runtime",
+    "Weights",
+    "doctor",
+    "numpy_shape",
+    "storage_supported",
+    "tensor_name",
+]
+
+BACKENDS = ("cpu", "cuda", "vulkan")
+# ggml backend registry names of the backends this project drives.
+_REGISTRY_NAMES = {"cpu": b"CPU", "cuda": b"CUDA", "vulkan": b"Vulkan"}
+_BUILT_IN_FLAGS = {"cuda": "GGML_USE_CUDA", "vulkan": "GGML_USE_VULKAN"}
+
+STORAGE_TYPES = {
+    "f32": ggml.GGML_TYPE_F32,
+    "f16": ggml.GGML_TYPE_F16,
+    "bf16": ggml.GGML_TYPE_BF16,
+    "q8_0": ggml.GGML_TYPE_Q8_0,
+}
+_TYPE_NAMES = {v: k for k, v in STORAGE_TYPES.items()}
+_INPUT_TYPES = {
+    np.dtype(np.float32): ggml.GGML_TYPE_F32,
+    np.dtype(np.float16): ggml.GGML_TYPE_F16,
+    np.dtype(np.int32): ggml.GGML_TYPE_I32,
+}
+
+DEFAULT_GRAPH_SIZE = 16384
+
+
+class BackendUnavailable(AudioparityError):
+    """The requested backend is not built into this ggml-python, or has no such device."""
+
+
+class MissingWeight(AudioparityError, KeyError):
+    """``weights[name]`` for a name that was not uploaded (a KeyError, so ``.get`` works)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _fix_bindings() -> None:
+    """Give the six pointer-returning functions mis-declared in ggml-python 0.0.45 a pointer
+    return type (they truncate the 64-bit pointer to an int otherwise; MODELS.md)."""
+    for name in (
+        "ggml_backend_cpu_buffer_type",
+        "ggml_backend_alloc_buffer",
+        "ggml_backend_cpu_buffer_from_ptr",
+        "ggml_backend_sched_get_tensor_backend",
+        "ggml_backend_vk_buffer_type",
+        "ggml_backend_vk_host_buffer_type",
+    ):
+        func = getattr(ggml, name, None)
+        if isinstance(func, ctypes._CFuncPtr):
+            func.restype = ctypes.c_void_p
+
+
+_fix_bindings()
+
+
+def _ptr(array: np.ndarray) -> ctypes.c_void_p:
+    return array.ctypes.data_as(ctypes.c_void_p)
+
+
+def _ne(shape: tuple[int, ...]) -> ctypes.Array:
+    """ggml ``ne`` (reversed numpy shape) as the int64[4] array ggml_new_tensor takes."""
+    if not 1 <= len(shape) <= 4:
+        raise AudioparityError(f"ggml tensors have 1 to 4 dimensions, got shape {shape}")
+    return (ctypes.c_int64 * 4)(*reversed(shape), *([1] * (4 - len(shape))))
+
+
+def _numpy_shape(tensor, ndim: int | None = None) -> tuple[int, ...]:
+    """Numpy-order shape of a ggml tensor (``ne`` reversed), with ``ndim`` axes (default: the
+    tensor's ggml_n_dims, which drops trailing size-1 ``ne`` axes)."""
+    n = ggml.ggml_n_dims(tensor) if ndim is None else ndim
+    ne = tensor.contents.ne
+    if any(ne[i] != 1 for i in range(n, 4)):
+        raise AudioparityError(
+            f"tensor {tensor_name(tensor)!r} has ne {list(ne)}; cannot be read as {n} dims"
+        )
+    return tuple(int(ne[i]) for i in reversed(range(n)))
+
+
+def tensor_name(tensor) -> str:
+    """The ggml name of a tensor (as set by :class:`Weights`, :meth:`Graph.input`, ...)."""
+    return ggml.ggml_get_name(tensor).decode()
+
+
+def numpy_shape(tensor) -> tuple[int, ...]:
+    """Numpy-order shape of a ggml tensor (``ne`` reversed, trailing size-1 ``ne`` dropped)."""
+    return _numpy_shape(tensor)
+
+
+def storage_supported(storage: str, shape: tuple[int, ...]) -> bool:
+    """Whether an array of numpy ``shape`` can be stored as ``storage`` (block types need the
+    last numpy axis, ggml ``ne[0]``, to be a multiple of their block size: 32 for q8_0)."""
+    if storage not in STORAGE_TYPES:
+        raise AudioparityError(
+            f"unknown storage type {storage!r}; valid: {', '.join(STORAGE_TYPES)}"
+        )
+    block = ggml.ggml_blck_size(STORAGE_TYPES[storage])
+    return shape[-1] % block == 0
+
+
+def _backend_built_in(backend: str) -> bool:
+    flag = _BUILT_IN_FLAGS.get(backend)
+    return flag is None or bool(getattr(ggml, flag, False))
+
+
+def _init_backend(backend: str, device: int):
+    """Initialise ``backend`` device ``device`` through ggml's backend registry."""
+    reg = ggml.ggml_backend_reg_by_name(_REGISTRY_NAMES[backend])
+    if not _backend_built_in(backend) or not reg:
+        raise BackendUnavailable(
+            f"backend {backend!r} is not built into ggml-python {ggml.__version__} "
+            f"(rebuild with CMAKE_ARGS=-DGGML_{backend.upper()}=ON)"
+        )
+    count = ggml.ggml_backend_reg_dev_count(reg)
+    if not 0 <= device < count:
+        raise BackendUnavailable(f"backend {backend!r} has {count} device(s); no device {device}")
+    handle = ggml.ggml_backend_dev_init(ggml.ggml_backend_reg_dev_get(reg, device), None)
+    if not handle:
+        raise BackendUnavailable(f"backend {backend!r} device {device} failed to initialise")
+    return handle
+
+
+def _dev_type_name(dev_type: int) -> str:
+    return {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}.get(dev_type, str(dev_type))
+
+
+def doctor() -> dict:
+    """What this ggml-python can run: versions, backends built in, devices, CPU features.
+
+    Returns a JSON-serialisable dict: ``ggml_python`` and ``ggml`` versions, ``backends``
+    (name -> built in), ``devices`` (registry name, device name, description, type, memory),
+    and ``cpu_features`` (ggml_cpu_has_* that are set).
+    """
+    devices = []
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        devices.append({
+            "registry": ggml.ggml_backend_reg_name(ggml.ggml_backend_dev_backend_reg(dev)).decode(),
+            "name": ggml.ggml_backend_dev_name(dev).decode(),
+            "description": ggml.ggml_backend_dev_description(dev).decode(),
+            "type": _dev_type_name(ggml.ggml_backend_dev_type(dev)),
+            "memory_total_bytes": int(total.value),
+        })
+    registries = {ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode()
+                  for i in range(ggml.ggml_backend_reg_count())}
+    features = sorted(
+        name.removeprefix("ggml_cpu_has_")
+        for name in dir(ggml)
+        if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))
+    )
+    return {
+        "ggml_python": ggml.__version__,
+        "ggml": ggml.GGML_VERSION,
+        "backends": {
+            b: _backend_built_in(b) and _REGISTRY_NAMES[b].decode() in registries
+            for b in BACKENDS
+        },
+        "registries": sorted(registries),
+        "devices": devices,
+        "cpu_features": features,
+    }
+
+
+def _safe_flag(func) -> bool:
+    try:
+        return bool(func())
+    except (RuntimeError, TypeError, AttributeError):
+        return False
+
+
+class Runtime:
+    """One compute backend + the CPU backend + a scheduler; the context for weights and graphs.
+
+    Args:
+        backend: ``cpu``, ``cuda`` or ``vulkan``.
+        device: device index within that backend (ignored for ``cpu``).
+        threads: CPU threads (always set on the CPU backend; ggml's default is 4).
+        graph_size: the most nodes (and, separately, leafs) one graph may hold.
+
+    Raises:
+        BackendUnavailable: the backend is not built in, or has no device ``device``.
+    """
+
+    def __init__(self, backend: str = "cpu", device: int = 0, threads: int = 1,
+                 graph_size: int = DEFAULT_GRAPH_SIZE) -> None:
+        if threads < 1:
+            raise AudioparityError(f"threads must be >= 1, got {threads}")
+        if backend not in BACKENDS:
+            raise AudioparityError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+        self.backend_name = backend
+        self.device = device
+        self.threads = threads
+        self.graph_size = graph_size
+        handles = [] if backend == "cpu" else [_init_backend(backend, device)]
+        self._cpu = ggml.ggml_backend_cpu_init()
+        ggml.ggml_backend_cpu_set_n_threads(self._cpu, threads)
+        handles.append(self._cpu)
+        self._backends = handles
+        self.backend = handles[0]  # where weights live and ops run
+        array = (ctypes.c_void_p * len(handles))(*handles)
+        self._sched = ggml.ggml_backend_sched_new(array, None, len(handles), graph_size,
+                                                  False, False)
+        self._active: Graph | None = None  # the graph whose allocation the scheduler holds
+        self._finalizer = weakref.finalize(self, _free_runtime, self._sched, list(handles))
+
+    @property
+    def device_description(self) -> str:
+        """Human-readable name of the compute device (for manifests)."""
+        dev = ggml.ggml_backend_get_device(self.backend)
+        return ggml.ggml_backend_dev_description(dev).decode()
+
+    def upload(self, arrays: Mapping[str, np.ndarray], storage: Mapping[str, str]) -> Weights:
+        """Upload named arrays once into one backend buffer (see :class:`Weights`)."""
+        return Weights(self, arrays, storage)
+
+    def graph(self, max_tensors: int | None = None) -> Graph:
+        """A new, empty graph bound to this runtime (use as a context manager)."""
+        return Graph(self, max_tensors or self.graph_size)
+
+    def close(self) -> None:
+        """Free the scheduler and backends (weights and graphs must not be used after)."""
+        self._finalizer()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _free_runtime(sched, handles) -> None:
+    ggml.ggml_backend_sched_free(sched)
+    for handle in handles:
+        ggml.ggml_backend_free(handle)
+
+
+def _to_storage(array: np.ndarray, type_: int) -> np.ndarray:
+    """The bytes of a float32 array converted by ``ggml_quantize_chunk`` to ``type_`` (rows =
+    last numpy axis, ggml ``ne[0]``)."""
+    src = np.ascontiguousarray(array, dtype=np.float32)
+    if type_ == ggml.GGML_TYPE_F32:
+        return src
+    n_per_row = src.shape[-1]
+    nrows = src.size // n_per_row
+    dst = np.empty(ggml.ggml_row_size(type_, n_per_row) * nrows, dtype=np.uint8)
+    src_ptr = src.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    written = ggml.ggml_quantize_chunk(type_, src_ptr, _ptr(dst), 0, nrows, n_per_row, None)
+    if written != dst.nbytes:
+        raise AudioparityError(f"ggml_quantize_chunk wrote {written} bytes, expected {dst.nbytes}")
+    return dst
+
+
+class Weights(Mapping):
+    """Named weight tensors in one backend buffer, each in its own storage type.
+
+    ``weights[name]`` is the ggml tensor (``ne`` = numpy shape reversed) to use in graphs.
+    Arrays are converted from float32 on the host with ggml's quantize functions, then copied
+    once; nothing is re-uploaded per graph.
+
+    Args:
+        runtime: the runtime whose compute backend holds the buffer.
+        arrays: name -> numpy array (any float dtype; converted to float32 first, which is exact
+            for f16/bf16/f32 sources).
+        storage: name -> ``f32|f16|bf16|q8_0`` for every name in ``arrays``.
+
+    Raises:
+        AudioparityError: a name without a storage type, an unknown type, or a shape the type
+            cannot hold (q8_0 needs the last axis to be a multiple of 32).
+    """
+
+    def __init__(self, runtime: Runtime, arrays: Mapping[str, np.ndarray],
+                 storage: Mapping[str, str]) -> None:
+        self._runtime = runtime
+        self._storage: dict[str, str] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._tensors = {}
+        for name, array in arrays.items():
+            kind = storage.get(name)
+            if kind is None:
+                raise AudioparityError(f"weight {name!r} has no storage type")
+            if not storage_supported(kind, array.shape):
+                raise AudioparityError(
+                    f"weight {name!r} of shape {list(array.shape)} cannot be stored as {kind}: "
+                    f"last axis must be a multiple of "
+                    f"{ggml.ggml_blck_size(STORAGE_TYPES[kind])}"
+                )
+            self._storage[name] = kind
+            self._shapes[name] = tuple(array.shape)
+        params = ggml.ggml_init_params(
+            mem_size=ggml.ggml_tensor_overhead() * max(len(arrays), 1),
+            mem_buffer=None, no_alloc=True,
+        )
+        self._ctx = ggml.ggml_init(params)
+        for name, array in arrays.items():
+            tensor = ggml.ggml_new_tensor(self._ctx, STORAGE_TYPES[self._storage[name]],
+                                          array.ndim, _ne(array.shape))
+            ggml.ggml_set_name(tensor, name.encode()[: ggml.GGML_MAX_NAME - 1])
+            self._tensors[name] = tensor
+        self._buffer = None
+        if arrays:
+            self._buffer = ggml.ggml_backend_alloc_ctx_tensors(self._ctx, runtime.backend)
+            if not self._buffer:
+                raise AudioparityError(f"could not allocate {len(arrays)} weights on "
+                                       f"{runtime.backend_name}")
+            ggml.ggml_backend_buffer_set_usage(self._buffer,
+                                               ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        for name, array in arrays.items():
+            data = _to_storage(array, STORAGE_TYPES[self._storage[name]])
+            tensor = self._tensors[name]
+            if data.nbytes != ggml.ggml_nbytes(tensor):
+                raise AudioparityError(f"weight {name!r}: {data.nbytes} bytes for a "
+                                       f"{ggml.ggml_nbytes(tensor)}-byte tensor")
+            ggml.ggml_backend_tensor_set(tensor, _ptr(data), 0, data.nbytes)
+        self._finalizer = weakref.finalize(self, _free_weights, self._ctx, self._buffer)
+
+    def __getitem__(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise MissingWeight(f"no weight named {name!r} was uploaded") from None
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def storage(self, name: str) -> str:
+        """Storage type of weight ``name`` (``f32|f16|bf16|q8_0``)."""
+        return self._storage[name]
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the backend buffer holding all weights."""
+        return ggml.ggml_backend_buffer_get_size(self._buffer) if self._buffer else 0
+
+    def read(self, name: str) -> np.ndarray:
+        """Weight ``name`` read back from the backend and dequantized to float32 (ggml's own
+        ``to_float``), in its numpy shape. For tests and diagnostics."""
+        tensor = self[name]
+        raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
+        ggml.ggml_backend_tensor_get(tensor, _ptr(raw), 0, raw.nbytes)
+        shape = self._shapes[name]
+        if tensor.contents.type == ggml.GGML_TYPE_F32:
+            return raw.view(np.float32).reshape(shape)
+        out = np.empty(int(np.prod(shape)), dtype=np.float32)
+        traits = ggml.ggml_get_type_traits(tensor.contents.type).contents
+        traits.to_float(_ptr(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size)
+        return out.reshape(shape)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Numpy shape of weight ``name`` as uploaded (ggml ``ne`` reversed)."""
+        return self._shapes[name]
+
+    def close(self) -> None:
+        """Free the weight buffer and context."""
+        self._finalizer()
+
+
+def _free_weights(ctx, buffer) -> None:
+    if buffer:
+        ggml.ggml_backend_buffer_free(buffer)
+    ggml.ggml_free(ctx)
+
+
+class Graph:
+    """One compute graph: a ``no_alloc`` context for its tensors, inputs, and named outputs.
+
+    Build with ggml operators on :attr:`ctx`, declare inputs with :meth:`input` and outputs with
+    :meth:`output`, then :meth:`compute`. Use as a context manager (frees the context).
+    """
+
+    def __init__(self, runtime: Runtime, max_tensors: int) -> None:
+        self._runtime = runtime
+        params = ggml.ggml_init_params(
+            mem_size=ggml.ggml_tensor_overhead() * max_tensors
+            + ggml.ggml_graph_overhead_custom(runtime.graph_size, False),
+            mem_buffer=None, no_alloc=True,
+        )
+        self.ctx = ggml.ggml_init(params)
+        self._inputs: dict[str, tuple[object, np.ndarray]] = {}
+        self._outputs: dict[str, tuple[object, int]] = {}
+        self._gf = None
+        self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
+
+    def input(self, name: str, array: np.ndarray):
+        """A graph input holding ``array`` (float32, float16 or int32; numpy shape, ggml ``ne``
+        reversed). Also the way to upload a host-precomputed constant (e.g. ``pos_emb``)."""
+        if name in self._inputs:
+            raise AudioparityError(f"graph input {name!r} declared twice")
+        array = np.ascontiguousarray(array)
+        if array.dtype not in _INPUT_TYPES:
+            raise AudioparityError(
+                f"graph input {name!r} has dtype {array.dtype}; expected float32, float16 or int32"
+            )
+        tensor = ggml.ggml_new_tensor(self.ctx, _INPUT_TYPES[array.dtype], array.ndim,
+                                      _ne(array.shape))
+        ggml.ggml_set_name(tensor, name.encode())
+        ggml.ggml_set_input(tensor)
+        self._inputs[name] = (tensor, array)
+        return tensor
+
+    def set(self, name: str, array: np.ndarray) -> None:
+        """New values for input ``name`` (same shape and dtype) before the next :meth:`compute`."""
+        tensor, old = self._inputs[name]
+        array = np.ascontiguousarray(array)
+        if array.shape != old.shape or array.dtype != old.dtype:
+            raise AudioparityError(
+                f"graph input {name!r}: got {array.dtype} {list(array.shape)}, "
+                f"expected {old.dtype} {list(old.shape)}"
+            )
+        self._inputs[name] = (tensor, array)
+
+    def output(self, name: str, tensor, ndim: int | None = None):
+        """Mark ``tensor`` as output ``name``; :meth:`compute` returns it as a float32 array of
+        ``ndim`` numpy axes (default: ggml_n_dims). Non-contiguous views are made contiguous and
+        non-f32 tensors cast to f32 inside the graph. Returns the output tensor."""
+        if name in self._outputs:
+            raise AudioparityError(f"graph output {name!r} declared twice")
+        if self._gf is not None:
+            raise AudioparityError(f"graph output {name!r} declared after the first compute")
+        if not ggml.ggml_is_contiguous(tensor):
+            tensor = ggml.ggml_cont(self.ctx, tensor)
+        if tensor.contents.type != ggml.GGML_TYPE_F32:
+            tensor = ggml.ggml_cast(self.ctx, tensor, ggml.GGML_TYPE_F32)
+        ggml.ggml_set_name(tensor, name.encode())
+        ggml.ggml_set_output(tensor)
+        self._outputs[name] = (tensor, ndim)
+        return tensor
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes of the built graph (0 before the first compute)."""
+        return ggml.ggml_graph_n_nodes(self._gf) if self._gf is not None else 0
+
+    def compute(self) -> dict[str, np.ndarray]:
+        """Run the graph; return every output by name (float32, numpy order).
+
+        The first call builds the graph from the outputs; later calls reuse it with the
+        current input values (:meth:`set`).
+        """
+        rt = self._runtime
+        if not self._outputs:
+            raise AudioparityError("graph has no outputs")
+        if self._gf is None:
+            self._gf = ggml.ggml_new_graph_custom(self.ctx, rt.graph_size, False)
+            for tensor, _ in self._outputs.values():
+                ggml.ggml_build_forward_expand(self._gf, tensor)
+        if rt._active is not self:
+            ggml.ggml_backend_sched_reset(rt._sched)
+            if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
+                raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
+                                       f"on {rt.backend_name}")
+            rt._active = self
+        for tensor, array in self._inputs.values():
+            ggml.ggml_backend_tensor_set(tensor, _ptr(array), 0, array.nbytes)
+        status = ggml.ggml_backend_sched_graph_compute(rt._sched, self._gf)
+        if status != ggml.GGML_STATUS_SUCCESS:
+            raise AudioparityError(f"graph compute on {rt.backend_name} failed (status {status})")
+        results = {}
+        for name, (tensor, ndim) in self._outputs.items():
+            out = np.empty(_numpy_shape(tensor, ndim), dtype=np.float32)
+            ggml.ggml_backend_tensor_get(tensor, _ptr(out), 0, out.nbytes)
+            results[name] = out
+        return results
+
+    def close(self) -> None:
+        """Free the graph context (the scheduler's allocation is dropped with it)."""
+        if self._runtime._active is self:
+            self._runtime._active = None
+        self._finalizer()
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,342 @@
+"""Parakeet-TDT hyper-parameters, read from a NeMo ``.nemo`` or a Hugging Face Parakeet directory.
+
+Field names are NeMo's (``model_config.yaml``: ``preprocessor``, ``encoder``, ``decoder.prednet``,
+``joint.jointnet``, ``decoding``); defaults are those of the NeMo modules the config
+instantiates (``AudioToMelSpectrogramPreprocessor``, ``ConformerEncoder``, ``RNNTDecoder``,
+``RNNTJoint``). A Hugging Face checkpoint (``config.json`` of ``ParakeetForTDT`` plus an optional
+``preprocessor_config.json``) is mapped back to these names, inverting transformers'
+``convert_nemo_to_hf.py``.
+
+Only the architecture the ggml port implements is accepted (v3's: ``dw_striding`` subsampling,
+``rel_pos`` attention with full context, batch-norm conv module, no output projection); any
+other setting raises :class:`AudioparityError` naming the key and the value found.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import tarfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import BinaryIO
+
+from audioparity.errors import AudioparityError
+
+#: ``torch.nn.LayerNorm`` / ``torch.nn.BatchNorm1d`` default eps (NeMo does not override it).
+NORM_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class PreprocessorConfig:
+    """``preprocessor`` (NeMo ``AudioToMelSpectrogramPreprocessor`` arguments and defaults)."""
+
+    sample_rate: int = 16000
+    window_size: float = 0.02
+    window_stride: float = 0.01
+    window: str = "hann"
+    normalize: str = "per_feature"
+    n_fft: int | None = None
+    preemph: float = 0.97
+    features: int = 64
+    lowfreq: float = 0.0
+    highfreq: float | None = None
+    log: bool = True
+    log_zero_guard_type: str = "add"
+    log_zero_guard_value: float = 2.0**-24
+    dither: float = 1e-5
+    pad_to: int = 16
+    frame_splicing: int = 1
+    exact_pad: bool = False
+    pad_value: float = 0.0
+    mag_power: float = 2.0
+    mel_norm: str = "slaney"
+
+    @property
+    def win_length(self) -> int:
+        """Window length in samples (``int(window_size * sample_rate)``, as NeMo computes it)."""
+        return int(self.window_size * self.sample_rate)
+
+    @property
+    def hop_length(self) -> int:
+        """Hop in samples (``int(window_stride * sample_rate)``)."""
+        return int(self.window_stride * self.sample_rate)
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """``encoder`` (NeMo ``ConformerEncoder`` arguments and defaults)."""
+
+    feat_in: int
+    n_layers: int
+    d_model: int
+    feat_out: int = -1
+    subsampling: str = "striding"
+    subsampling_factor: int = 4
+    subsampling_conv_channels: int = -1
+    causal_downsampling: bool = False
+    ff_expansion_factor: int = 4
+    self_attention_model: str = "rel_pos"
+    n_heads: int = 4
+    att_context_size: tuple[int, int] = (-1, -1)
+    xscaling: bool = True
+    untie_biases: bool = True
+    pos_emb_max_len: int = 5000
+    conv_kernel_size: int = 31
+    conv_norm_type: str = "batch_norm"
+    conv_context_size: int | None = None
+    use_bias: bool = True
+    layer_norm_eps: float = NORM_EPS
+    batch_norm_eps: float = NORM_EPS
+
+    @property
+    def d_ff(self) -> int:
+        """Feed-forward hidden size (``d_model * ff_expansion_factor``)."""
+        return self.d_model * self.ff_expansion_factor
+
+    @property
+    def d_k(self) -> int:
+        """Attention head size (``d_model // n_heads``)."""
+        return self.d_model // self.n_heads
+
+    @property
+    def xscale(self) -> float | None:
+        """``sqrt(d_model)`` if ``xscaling`` else None (NeMo ``RelPositionalEncoding.xscale``)."""
+        return math.sqrt(self.d_model) if self.xscaling else None
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """``decoder`` (NeMo ``RNNTDecoder``): prediction network sizes and the vocabulary."""
+
+    vocab_size: int
+    pred_hidden: int
+    pred_rnn_layers: int = 1
+    blank_as_pad: bool = True
+
+
+@dataclass(frozen=True)
+class JointConfig:
+    """``joint`` (NeMo ``RNNTJoint``): ``num_classes`` excludes the blank; TDT adds
+    ``num_extra_outputs`` duration logits."""
+
+    num_classes: int
+    joint_hidden: int
+    encoder_hidden: int
+    pred_hidden: int
+    activation: str = "relu"
+    num_extra_outputs: int = 0
+
+
+@dataclass(frozen=True)
+class ParakeetTDTConfig:
+    """Everything the ggml port needs to build the encoder, decoder and joint."""
+
+    preprocessor: PreprocessorConfig
+    encoder: EncoderConfig
+    decoder: DecoderConfig
+    joint: JointConfig
+    durations: tuple[int, ...]
+    max_symbols: int = 10
+
+    @property
+    def blank_id(self) -> int:
+        """Index of the blank class (the last token class, ``vocab_size``)."""
+        return self.decoder.vocab_size
+
+    @property
+    def n_joint_outputs(self) -> int:
+        """Width of the joint output: ``V + 1 + n_durations``."""
+        return self.joint.num_classes + 1 + self.joint.num_extra_outputs
+
+
+def _pick(cls, section: dict, where: str):
+    """Build dataclass ``cls`` from the keys of ``section`` it declares (others are ignored)."""
+    names = {f.name for f in fields(cls)}
+    values = {k: v for k, v in section.items() if k in names and v is not None}
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise AudioparityError(f"{where}: {err}") from None
+
+
+def _require(where: str, key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise AudioparityError(
+            f"{where}: {key}={value!r} is not supported by the ggml port (supported: {allowed})"
+        )
+
+
+def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
+    enc = config.encoder
+    _require(where, "encoder.subsampling", enc.subsampling, ("dw_striding",))
+    _require(where, "encoder.causal_downsampling", enc.causal_downsampling, (False,))
+    _require(where, "encoder.self_attention_model", enc.self_attention_model, ("rel_pos",))
+    _require(where, "encoder.att_context_size", tuple(enc.att_context_size), ((-1, -1),))
+    _require(where, "encoder.conv_norm_type", enc.conv_norm_type, ("batch_norm",))
+    _require(where, "encoder.feat_out", enc.feat_out, (-1, enc.d_model))
+    _require(where, "encoder.conv_context_size", enc.conv_context_size,
+             (None, (enc.conv_kernel_size - 1) // 2, [(enc.conv_kernel_size - 1) // 2] * 2))
+    if enc.subsampling_factor & (enc.subsampling_factor - 1) or enc.subsampling_factor < 2:
+        raise AudioparityError(
+            f"{where}: encoder.subsampling_factor={enc.subsampling_factor} is not a power of 2"
+        )
+    if enc.d_model % enc.n_heads:
+        raise AudioparityError(
+            f"{where}: encoder.d_model={enc.d_model} is not a multiple of n_heads={enc.n_heads}"
+        )
+    if config.joint.num_extra_outputs != len(config.durations):
+        raise AudioparityError(
+            f"{where}: joint.num_extra_outputs={config.joint.num_extra_outputs} but "
+            f"{len(config.durations)} durations {list(config.durations)}"
+        )
+    return config
+
+
+def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDTConfig:
+    """Config from a NeMo ``model_config.yaml`` (already parsed to a dict).
+
+    Raises:
+        AudioparityError: a missing section or an architecture the port does not implement.
+    """
+    for section in ("preprocessor", "encoder", "decoder", "joint"):
+        if not isinstance(cfg.get(section), dict):
+            raise AudioparityError(f"{where}: no {section!r} section")
+    encoder = dict(cfg["encoder"])
+    if encoder.get("att_context_size") is not None:
+        encoder["att_context_size"] = tuple(encoder["att_context_size"])
+    decoder = {**cfg["decoder"], **cfg["decoder"].get("prednet", {})}
+    joint = {**cfg["joint"], **cfg["joint"].get("jointnet", {})}
+    decoding = cfg.get("decoding") or {}
+    durations = (decoding.get("durations") or cfg.get("model_defaults", {}).get("tdt_durations")
+                 or [])
+    config = ParakeetTDTConfig(
+        preprocessor=_pick(PreprocessorConfig, cfg["preprocessor"], f"{where} preprocessor"),
+        encoder=_pick(EncoderConfig, encoder, f"{where} encoder"),
+        decoder=_pick(DecoderConfig, decoder, f"{where} decoder"),
+        joint=_pick(JointConfig, joint, f"{where} joint"),
+        durations=tuple(int(d) for d in durations),
+        max_symbols=int((decoding.get("greedy") or {}).get("max_symbols") or 10),
+    )
+    return _validate(config, where)
+
+
+def from_hf_config(cfg: dict, preprocessor: dict | None = None,
+                   where: str = "config.json") -> ParakeetTDTConfig:
+    """Config from a Hugging Face ``ParakeetForTDT`` ``config.json`` (and, when present, its
+    ``preprocessor_config.json`` of ``ParakeetFeatureExtractor``), mapped to NeMo's names.
+
+    Raises:
+        AudioparityError: not a TDT config, or an architecture the port does not implement.
+    """
+    if cfg.get("model_type") != "parakeet_tdt" or not isinstance(cfg.get("encoder_config"), dict):
+        raise AudioparityError(
+            f"{where}: model_type={cfg.get('model_type')!r}; expected 'parakeet_tdt' with an "
+            "encoder_config"
+        )
+    enc = cfg["encoder_config"]
+    hidden = enc.get("hidden_size", 1024)
+    kernel_stride = (enc.get("subsampling_conv_kernel_size", 3),
+                     enc.get("subsampling_conv_stride", 2))
+    if kernel_stride != (3, 2):
+        raise AudioparityError(f"{where}: subsampling kernel/stride {kernel_stride} is not "
+                               "dw_striding's (3, 2)")
+    if enc.get("attention_bias", True) != enc.get("convolution_bias", True):
+        raise AudioparityError(f"{where}: attention_bias != convolution_bias has no NeMo use_bias")
+    intermediate = enc.get("intermediate_size", 4096)
+    if intermediate % hidden:
+        raise AudioparityError(f"{where}: intermediate_size={intermediate} is not a multiple of "
+                               f"hidden_size={hidden}")
+    encoder = EncoderConfig(
+        feat_in=enc.get("num_mel_bins", 80),
+        n_layers=enc.get("num_hidden_layers", 24),
+        d_model=hidden,
+        subsampling="dw_striding",
+        subsampling_factor=enc.get("subsampling_factor", 8),
+        subsampling_conv_channels=enc.get("subsampling_conv_channels", 256),
+        ff_expansion_factor=intermediate // hidden,
+        n_heads=enc.get("num_attention_heads", 8),
+        xscaling=enc.get("scale_input", True),
+        pos_emb_max_len=enc.get("max_position_embeddings", 5000),
+        conv_kernel_size=enc.get("conv_kernel_size", 9),
+        use_bias=enc.get("attention_bias", True),
+    )
+    pre = preprocessor or {}
+    sample_rate = pre.get("sampling_rate", 16000)
+    preprocessor_config = PreprocessorConfig(
+        sample_rate=sample_rate,
+        window_size=pre.get("win_length", 400) / sample_rate,
+        window_stride=pre.get("hop_length", 160) / sample_rate,
+        n_fft=pre.get("n_fft", 512),
+        preemph=pre.get("preemphasis", 0.97),
+        features=pre.get("feature_size", encoder.feat_in),
+        pad_value=pre.get("padding_value", 0.0),
+    )
+    vocab = cfg.get("vocab_size", 8193) - 1  # HF counts the blank
+    hidden_pred = cfg.get("decoder_hidden_size", 640)
+    durations = tuple(int(d) for d in cfg.get("durations", (0, 1, 2, 3, 4)))
+    config = ParakeetTDTConfig(
+        preprocessor=preprocessor_config,
+        encoder=encoder,
+        decoder=DecoderConfig(vocab_size=vocab, pred_hidden=hidden_pred,
+                              pred_rnn_layers=cfg.get("num_decoder_layers", 2)),
+        joint=JointConfig(num_classes=vocab, joint_hidden=hidden_pred, encoder_hidden=hidden,
+                          pred_hidden=hidden_pred, activation=cfg.get("hidden_act", "relu"),
+                          num_extra_outputs=len(durations)),
+        durations=durations,
+        max_symbols=cfg.get("max_symbols_per_step", 10),
+    )
+    return _validate(config, where)
+
+
+def copy_nemo_member(path: Path, suffix: str, out: BinaryIO) -> None:
+    """Stream the one member of the ``.nemo`` tar at ``path`` whose name ends ``suffix`` into
+    ``out`` (a binary file object).
+
+    Raises:
+        AudioparityError: not a tar file, or no such member.
+    """
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and Path(member.name).name.endswith(suffix):
+                    shutil.copyfileobj(tar.extractfile(member), out, 1 << 24)
+                    return
+    except (tarfile.TarError, OSError) as err:
+        raise AudioparityError(f"{path}: not a readable .nemo archive ({err})") from None
+    raise AudioparityError(f"{path}: no {suffix} inside the .nemo archive")
+
+
+def read_nemo_member(path: Path, suffix: str) -> bytes:
+    """The bytes of the one member of the ``.nemo`` tar at ``path`` whose name ends ``suffix``.
+
+    Raises:
+        AudioparityError: not a tar file, or no such member.
+    """
+    buffer = io.BytesIO()
+    copy_nemo_member(path, suffix, buffer)
+    return buffer.getvalue()
+
+
+def load_config(model: Path) -> ParakeetTDTConfig:
+    """Config of a ``.nemo`` file or of a Hugging Face Parakeet directory (``config.json``).
+
+    Raises:
+        AudioparityError: the path is neither, or its config is unusable.
+    """
+    model = Path(model)
+    if model.is_dir():
+        config_json = model / "config.json"
+        if not config_json.is_file():
+            raise AudioparityError(f"{model}: a model directory needs config.json")
+        pre_json = model / "preprocessor_config.json"
+        pre = json.loads(pre_json.read_text()) if pre_json.is_file() else None
+        return from_hf_config(json.loads(config_json.read_text()), pre, where=str(config_json))
+    if not model.is_file():
+        raise AudioparityError(f"{model}: no such .nemo file or model directory")
+    import yaml
+
+    cfg = yaml.safe_load(read_nemo_member(model, "model_config.yaml"))
+    return from_nemo_config(cfg, where=f"{model}:model_config.yaml")

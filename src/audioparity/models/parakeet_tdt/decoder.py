@@ -1,0 +1,469 @@
+"""The Parakeet-TDT decoder: prediction network and joint in ggml, greedy TDT on the host.
+
+Blocks, named like NeMo's and in its order (``nemo/collections/asr/modules/rnnt.py``):
+
+- :func:`prediction_network` mirrors ``RNNTDecoder.predict``: ``prediction.embed`` (an
+  ``nn.Embedding`` of V+1 rows whose blank row, ``padding_idx``, is zero) then
+  ``prediction.dec_rnn`` (a stacked ``torch.nn.LSTM``, one :func:`lstm_cell` per layer, gate
+  order i, f, g, o as torch stores them).
+- :func:`project_encoder`, :func:`project_prednet`, :func:`joint_after_projection` mirror
+  ``RNNTJoint``'s methods of those names; :func:`joint` is ``RNNTJoint.joint``:
+  ``act(enc(f) + pred(g)) @ W_out^T + b_out`` with ``W_out`` = ``joint_net.2``.
+
+Greedy decoding (:func:`greedy_tdt`) mirrors NeMo's label-looping greedy TDT decoder
+(``GreedyBatchedTDTInfer``, strategy ``greedy_batch``, ``TDTLabelLoopingComputer.torch_impl`` in
+``nemo/collections/asr/parts/submodules/transducer_decoding/tdt_label_looping.py``) at batch size
+1, the decoder the reference dump uses: start from the blank/SOS label (its embedding row, zero)
+and a zero LSTM state; at frame ``t`` evaluate the joint; token = argmax of the first V+1 outputs,
+duration = ``durations[argmax of the rest]``. Blank: ``t += max(d, 1)``, prediction state
+unchanged. Token: emit at ``t``, step the prediction network, ``t += d``; after ``max_symbols``
+consecutive tokens on one frame with ``d == 0``, ``t += 1``. (NeMo's older frame-looping
+``GreedyTDTInfer``, strategy ``greedy``, differs in corner cases: it re-evaluates a zero-duration
+blank on the same frame and counts blanks towards ``max_symbols``.)
+
+ggml layout: ``ne`` is the numpy shape reversed; a numpy ``[N, H]`` array is a ggml tensor with
+``ne = [H, N]``. The host side (:class:`TdtDecoder`) speaks numpy shapes only.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ggml
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.ggml import Graph, Runtime, Weights
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, read_nemo_member
+from audioparity.models.parakeet_tdt.reference import GreedyPath
+
+EMBED = "decoder.prediction.embed.weight"
+JOINT_ENC = "joint.enc"
+JOINT_PRED = "joint.pred"
+JOINT_OUT = "joint.joint_net.2"
+
+_ACTIVATIONS = {"relu": ggml.ggml_relu, "tanh": ggml.ggml_tanh, "sigmoid": ggml.ggml_sigmoid}
+
+
+def _lstm(kind: str, layer: int) -> str:
+    """NeMo name of an LSTM parameter, e.g. ``weight_ih`` of layer 0."""
+    return f"decoder.prediction.dec_rnn.lstm.{kind}_l{layer}"
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy TDT on the host
+
+
+def greedy_tdt(
+    n_frames: int,
+    joint: Callable[[int, Any], np.ndarray],
+    predict: Callable[[int, Any], tuple[Any, Any]],
+    *,
+    blank_id: int,
+    durations: tuple[int, ...] | list[int],
+    max_symbols: int | None,
+) -> GreedyPath:
+    """Greedy TDT decoding of one utterance (NeMo label looping, batch size 1; module doc).
+
+    Args:
+        n_frames: number of valid encoder frames T'.
+        joint: ``joint(t, g) -> [V+1+n_durations]`` logits (raw or log-softmaxed) at encoder
+            frame ``t`` for prediction-network output ``g``.
+        predict: ``predict(label, state) -> (g, state)``, one prediction-network step;
+            ``state`` None is the zero state. Called first with the blank (SOS) label.
+        blank_id: the blank class V (also the SOS label).
+        durations: duration values, e.g. ``(0, 1, 2, 3, 4)``.
+        max_symbols: NeMo's ``max_symbols`` (None: no limit).
+
+    Returns:
+        The path: emitted ``ids``, their ``frames`` and duration values, and per joint evaluation
+        its frame (``row_frames``) and the number of tokens emitted before it (``row_history``).
+
+    Raises:
+        AudioparityError: ``joint`` returned a row of the wrong width.
+    """
+    width = blank_id + 1 + len(durations)
+    path = GreedyPath([], [], [], [], [])
+    g, state = predict(blank_id, None)
+    t = run = 0
+    while t < n_frames:
+        logits = np.asarray(joint(t, g))
+        if logits.shape != (width,):
+            raise AudioparityError(
+                f"joint output at frame {t} has shape {list(logits.shape)}, expected [{width}] "
+                f"(V+1={blank_id + 1} tokens + {len(durations)} durations)"
+            )
+        path.row_frames.append(t)
+        path.row_history.append(len(path.ids))
+        token = int(np.argmax(logits[: blank_id + 1]))
+        duration = int(durations[int(np.argmax(logits[blank_id + 1 :]))])
+        if token == blank_id:
+            t += max(duration, 1)
+            continue
+        run = run + 1 if path.frames and path.frames[-1] == t else 1
+        path.ids.append(token)
+        path.frames.append(t)
+        path.durations.append(duration)
+        g, state = predict(token, state)
+        t += duration
+        if max_symbols is not None and run >= max_symbols and duration == 0:
+            t += 1
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# ggml blocks
+
+
+def lstm_cell(ctx, x, h, c, w_ih, w_hh, b_ih, b_hh, hidden: int):
+    """One step of one ``torch.nn.LSTM`` layer (``torch.lstm_cell``).
+
+    ``gates = (W_ih x + b_ih) + (W_hh h + b_hh)`` split as i, f, g, o;
+    ``c' = sigmoid(f) * c + sigmoid(i) * tanh(g)``, ``h' = sigmoid(o) * tanh(c')``.
+
+    Args:
+        x: input, ggml ``ne [H_in]``; h, c: state, ``ne [H]``.
+        w_ih: ``[4H, H_in]`` (ggml ``ne [H_in, 4H]``); w_hh: ``[4H, H]``; b_ih, b_hh: ``[4H]``.
+
+    Returns:
+        ``(h', c')``, each ``ne [H]``.
+    """
+    gates = ggml.ggml_add(
+        ctx,
+        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, w_ih, x), b_ih),
+        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, w_hh, h), b_hh),
+    )
+    size = ggml.ggml_element_size(gates) * hidden
+
+    def gate(k: int):
+        return ggml.ggml_view_1d(ctx, gates, hidden, k * size)
+
+    i = ggml.ggml_sigmoid(ctx, gate(0))
+    f = ggml.ggml_sigmoid(ctx, gate(1))
+    g = ggml.ggml_tanh(ctx, gate(2))
+    o = ggml.ggml_sigmoid(ctx, gate(3))
+    c_new = ggml.ggml_add(ctx, ggml.ggml_mul(ctx, f, c), ggml.ggml_mul(ctx, i, g))
+    h_new = ggml.ggml_mul(ctx, o, ggml.ggml_tanh(ctx, c_new))
+    return h_new, c_new
+
+
+def prediction_network(ctx, weights: Weights, config: ParakeetTDTConfig, label, h: list, c: list):
+    """``RNNTDecoder.predict(label, (h, c), add_sos=False)`` for one label.
+
+    Args:
+        label: int32 ``ne [1]``, a token id or the blank (SOS; its embedding row is zero).
+        h, c: per layer, ggml ``ne [H]``.
+
+    Returns:
+        ``(g, h', c')``: the last layer's output ``ne [H]`` and the new per-layer states.
+    """
+    hidden = config.decoder.pred_hidden
+    x = ggml.ggml_reshape_1d(ctx, ggml.ggml_get_rows(ctx, weights[EMBED], label), hidden)
+    h_new, c_new = [], []
+    for layer in range(config.decoder.pred_rnn_layers):
+        x, cell = lstm_cell(
+            ctx, x, h[layer], c[layer],
+            weights[_lstm("weight_ih", layer)], weights[_lstm("weight_hh", layer)],
+            weights[_lstm("bias_ih", layer)], weights[_lstm("bias_hh", layer)], hidden,
+        )
+        h_new.append(x)
+        c_new.append(cell)
+    return x, h_new, c_new
+
+
+def _linear(ctx, weights: Weights, prefix: str, x):
+    """``torch.nn.Linear``: ``x @ W^T + b``; ``x`` ``ne [in, N]`` -> ``ne [out, N]``."""
+    return ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, weights[f"{prefix}.weight"], x),
+                         weights[f"{prefix}.bias"])
+
+
+def project_encoder(ctx, weights: Weights, enc):
+    """``RNNTJoint.project_encoder``: ``joint.enc`` Linear, ``[N, D]`` -> ``[N, J]``
+    (ggml ``ne [D, N]`` -> ``ne [J, N]``)."""
+    return _linear(ctx, weights, JOINT_ENC, enc)
+
+
+def project_prednet(ctx, weights: Weights, pred):
+    """``RNNTJoint.project_prednet``: ``joint.pred`` Linear, ``[N, H]`` -> ``[N, J]``."""
+    return _linear(ctx, weights, JOINT_PRED, pred)
+
+
+def joint_after_projection(ctx, weights: Weights, config: ParakeetTDTConfig, f, g):
+    """``RNNTJoint.joint_after_projection`` for aligned rows: ``joint_net(f + g)`` =
+    ``act(f + g) @ W_out^T + b_out`` (dropout is the identity in eval).
+
+    Args:
+        f, g: projected encoder and prediction rows, ggml ``ne [J, N]`` each.
+
+    Returns:
+        Raw logits ``ne [V+1+n_durations, N]`` (no log-softmax).
+    """
+    activation = _ACTIVATIONS.get(config.joint.activation)
+    if activation is None:
+        raise AudioparityError(f"joint activation {config.joint.activation!r}: expected one of "
+                               f"{', '.join(_ACTIVATIONS)}")
+    return _linear(ctx, weights, JOINT_OUT, activation(ctx, ggml.ggml_add(ctx, f, g)))
+
+
+def joint(ctx, weights: Weights, config: ParakeetTDTConfig, enc, pred):
+    """``RNNTJoint.joint`` for aligned rows (row n pairs encoder frame n with prediction row n).
+
+    Args:
+        enc: encoder rows ``[N, D]`` (ggml ``ne [D, N]``); pred: prediction rows ``[N, H]``.
+
+    Returns:
+        Raw logits ``[N, V+1+n_durations]`` (ggml ``ne [V+1+n_durations, N]``).
+    """
+    return joint_after_projection(ctx, weights, config, project_encoder(ctx, weights, enc),
+                                  project_prednet(ctx, weights, pred))
+
+
+# --------------------------------------------------------------------------------------------
+# Host driver
+
+
+@dataclass(frozen=True)
+class LstmState:
+    """Prediction-network state: ``h`` and ``c``, each ``[num_layers, H]`` float32."""
+
+    h: np.ndarray
+    c: np.ndarray
+
+    def stacked(self) -> np.ndarray:
+        """``[num_layers, 2, H]``: h then c per layer (the ``lstm_state_0`` layout)."""
+        return np.stack([self.h, self.c], axis=1)
+
+
+class TdtDecoder:
+    """The ggml prediction network and joint of one model, driven from the host.
+
+    Graphs are built once per shape and reused (:meth:`Graph.set`); weights are the uploaded
+    :class:`Weights` (any storage type). Use as a context manager, or call :meth:`close`.
+
+    Args:
+        runtime: the ggml runtime holding ``weights``.
+        weights: uploaded weights with NeMo names (``decoder.prediction.*``, ``joint.*``).
+        config: the model config.
+    """
+
+    def __init__(self, runtime: Runtime, weights: Weights, config: ParakeetTDTConfig) -> None:
+        self.runtime = runtime
+        self.weights = weights
+        self.config = config
+        self._predict_graph: Graph | None = None
+        self._joint_graph: Graph | None = None
+
+    def close(self) -> None:
+        """Free the cached graphs."""
+        for graph in (self._predict_graph, self._joint_graph):
+            if graph is not None:
+                graph.close()
+        self._predict_graph = self._joint_graph = None
+
+    def __enter__(self) -> TdtDecoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def zero_state(self) -> LstmState:
+        """The all-zero LSTM state ``[num_layers, H]`` twice (NeMo's initial state)."""
+        shape = (self.config.decoder.pred_rnn_layers, self.config.decoder.pred_hidden)
+        return LstmState(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+
+    def predict(self, label: int, state: LstmState | None) -> tuple[np.ndarray, np.ndarray,
+                                                                     LstmState]:
+        """One :func:`prediction_network` step plus :func:`project_prednet`.
+
+        Args:
+            label: token id in ``[0, V]`` (V, the blank, is the SOS label).
+            state: the state before the step (None: zero state).
+
+        Returns:
+            ``(g [H], projected g [J], state after the step)``.
+
+        Raises:
+            AudioparityError: a label outside the embedding.
+        """
+        if not 0 <= label <= self.config.blank_id:
+            raise AudioparityError(f"label {label} outside the embedding [0, "
+                                   f"{self.config.blank_id}]")
+        state = state if state is not None else self.zero_state()
+        layers = self.config.decoder.pred_rnn_layers
+        graph = self._predict_graph
+        inputs = {"label": np.array([label], np.int32)}
+        for layer in range(layers):
+            inputs[f"h{layer}"] = state.h[layer]
+            inputs[f"c{layer}"] = state.c[layer]
+        if graph is None:
+            graph = self._predict_graph = self.runtime.graph()
+            t = {name: graph.input(name, value) for name, value in inputs.items()}
+            g, h, c = prediction_network(
+                graph.ctx, self.weights, self.config, t["label"],
+                [t[f"h{i}"] for i in range(layers)], [t[f"c{i}"] for i in range(layers)],
+            )
+            graph.output("g", g, ndim=1)
+            graph.output("g_proj", project_prednet(graph.ctx, self.weights, g), ndim=1)
+            for layer in range(layers):
+                graph.output(f"h{layer}", h[layer], ndim=1)
+                graph.output(f"c{layer}", c[layer], ndim=1)
+        else:
+            for name, value in inputs.items():
+                graph.set(name, value)
+        out = graph.compute()
+        new_state = LstmState(np.stack([out[f"h{i}"] for i in range(layers)]),
+                              np.stack([out[f"c{i}"] for i in range(layers)]))
+        return out["g"], out["g_proj"], new_state
+
+    def encoder_projection(self, enc_out: np.ndarray) -> np.ndarray:
+        """:func:`project_encoder` of every frame, ``[T', D]`` -> ``[T', J]`` (NeMo projects the
+        encoder output once before decoding)."""
+        with self.runtime.graph() as graph:
+            enc = graph.input("enc_out", np.ascontiguousarray(enc_out, dtype=np.float32))
+            graph.output("f", project_encoder(graph.ctx, self.weights, enc), ndim=2)
+            return graph.compute()["f"]
+
+    def joint_step(self, f: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """:func:`joint_after_projection` of one projected encoder row ``f [J]`` and one
+        projected prediction row ``g [J]``; returns raw logits ``[V+1+n_durations]``."""
+        graph = self._joint_graph
+        if graph is None:
+            graph = self._joint_graph = self.runtime.graph()
+            out = joint_after_projection(graph.ctx, self.weights, self.config,
+                                         graph.input("f", f), graph.input("g", g))
+            graph.output("logits", out, ndim=1)
+        else:
+            graph.set("f", f)
+            graph.set("g", g)
+        return graph.compute()["logits"]
+
+    def greedy(self, enc_out: np.ndarray) -> GreedyPath:
+        """Free-running greedy TDT decoding of ``enc_out [T', D]`` (:func:`greedy_tdt`)."""
+        projected = self.encoder_projection(enc_out)
+
+        def predict(label: int, state: LstmState | None) -> tuple[np.ndarray, LstmState]:
+            _, g_proj, new_state = self.predict(label, state)
+            return g_proj, new_state
+
+        return greedy_tdt(
+            enc_out.shape[0], lambda t, g: self.joint_step(projected[t], g), predict,
+            blank_id=self.config.blank_id, durations=self.config.durations,
+            max_symbols=self.config.max_symbols,
+        )
+
+    def teacher_forced(self, enc_out: np.ndarray, path: GreedyPath) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+        """The joint evaluated along a given path (the reference's), row for row.
+
+        The prediction network is fed the blank/SOS then ``path.ids`` in order; row ``r`` of the
+        result is :func:`joint` of ``enc_out[path.row_frames[r]]`` and the prediction output
+        after ``path.row_history[r]`` tokens.
+
+        Args:
+            enc_out: ``[T', D]`` encoder output (the reference's).
+            path: the reference path (``reference.tdt_greedy_path`` of its ``joint_logits``).
+
+        Returns:
+            ``(joint_logits [steps, V+1+n_durations], lstm_state_0 [num_layers, 2, H])`` where
+            ``lstm_state_0`` is the state after the first (SOS) step.
+
+        Raises:
+            AudioparityError: the path refers to frames outside ``enc_out`` or has no rows.
+        """
+        frames = np.asarray(path.row_frames, dtype=np.int64)
+        if frames.size == 0 or frames.max() >= enc_out.shape[0] or frames.min() < 0:
+            raise AudioparityError(
+                f"reference path: {frames.size} rows with frames up to "
+                f"{frames.max() if frames.size else None}, enc_out has {enc_out.shape[0]} frames"
+            )
+        g, _, state = self.predict(self.config.blank_id, None)
+        lstm_state_0 = state.stacked()
+        outputs = [g]
+        for token in path.ids[: max(path.row_history)]:
+            g, _, state = self.predict(token, state)
+            outputs.append(g)
+        pred_rows = np.stack(outputs)[np.asarray(path.row_history)]
+        enc_rows = np.ascontiguousarray(enc_out[frames], dtype=np.float32)
+        with self.runtime.graph() as graph:
+            out = joint(graph.ctx, self.weights, self.config, graph.input("enc", enc_rows),
+                        graph.input("pred", pred_rows))
+            graph.output("logits", out, ndim=2)
+            return graph.compute()["logits"], lstm_state_0
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+
+
+class Tokenizer:
+    """Token ids -> text as NeMo's ``RNNTBPEDecoding`` produces ``hypothesis.text``.
+
+    ``ids_to_tokens`` then ``tokens_to_text`` (SentencePiece ``decode_pieces``), then one
+    whitespace before a punctuation mark of the vocabulary is removed
+    (``decode_tokens_to_str_with_strip_punctuation``; the marks are
+    ``extract_punctuation_from_vocab``'s: Unicode ``P*`` characters of pieces that are not
+    special, i.e. not ``<..>``, ``[..]``, ``##..``, ``\u2581..`` or blank).
+
+    Args:
+        pieces: the vocabulary, piece ``i`` for id ``i``.
+        decode: token ids -> text (SentencePiece ``decode_pieces`` of their pieces, or the
+            Hugging Face tokenizer's ``decode``).
+    """
+
+    _SPECIAL = re.compile(r"^\[.*\]$|^<.*>$|^##|^\u2581|^\s*$")
+
+    def __init__(self, pieces: list[str], decode: Callable[[list[int]], str]) -> None:
+        self.pieces = pieces
+        self._decode = decode
+        marks = sorted({char for piece in pieces if not self._SPECIAL.match(piece)
+                        for char in piece if unicodedata.category(char).startswith("P")})
+        self._space_before_punct = (
+            re.compile(r"(\s)(" + "|".join(re.escape(m) for m in marks) + ")") if marks else None
+        )
+
+    def ids_to_text(self, ids: list[int]) -> str:
+        """Text of token ids (ids outside the vocabulary, e.g. the blank, are dropped)."""
+        text = self._decode([i for i in ids if 0 <= i < len(self.pieces)])
+        if self._space_before_punct is not None:
+            text = self._space_before_punct.sub(r"\2", text)
+        return text
+
+
+def load_tokenizer(model: Path) -> Tokenizer:
+    """The tokenizer of a ``.nemo`` (its SentencePiece ``tokenizer.model``) or of a Hugging Face
+    Parakeet directory (``tokenizer.json``).
+
+    Raises:
+        AudioparityError: the model carries no tokenizer, or it cannot be read.
+    """
+    model = Path(model)
+    if model.is_dir():
+        path = model / "tokenizer.json"
+        if not path.is_file():
+            raise AudioparityError(f"{model}: no tokenizer.json")
+        from tokenizers import Tokenizer as HFTokenizer
+
+        hf = HFTokenizer.from_file(str(path))
+        pieces = [hf.id_to_token(i) or "" for i in range(hf.get_vocab_size())]
+        return Tokenizer(pieces, hf.decode)
+    import sentencepiece
+
+    try:
+        sp = sentencepiece.SentencePieceProcessor(
+            model_proto=read_nemo_member(model, "tokenizer.model"))
+    except RuntimeError as err:
+        raise AudioparityError(f"{model}: unreadable tokenizer.model ({err})") from None
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    return Tokenizer(pieces, lambda ids: sp.decode_pieces([pieces[i] for i in ids]))
+
+
+def decode_document(path: GreedyPath, tokenizer: Tokenizer) -> dict:
+    """The ``decode.json`` / ``decoder_replay.json`` document of a path:
+    ``{"ids", "frames", "durations", "text"}``."""
+    return {"ids": list(path.ids), "frames": list(path.frames),
+            "durations": list(path.durations), "text": tokenizer.ids_to_text(path.ids)}

@@ -1,0 +1,215 @@
+"""The ggml side of a Parakeet-TDT comparison: one dump directory per (model, audio, backend,
+weight type), in the artifact contract's names.
+
+Stages, each timed into the manifest (``seconds``) and logged once:
+
+- ``load``: config, weights (read once, stored in the requested types, uploaded once), tokenizer;
+- ``mel``: :func:`frontend.mel_features` -> ``mel_features [T, n_mels]``;
+- ``encoder``: the end-to-end encoder on that mel -> ``pre_encode``, ``pos_emb``, ``layer_{i}``,
+  ``enc_out``;
+- ``layers_isolated``: every layer alone on the reference's input of that layer (reference
+  ``pre_encode`` for layer 0, reference ``layer_{i-1}`` after, reference ``pos_emb``) ->
+  ``layer_{i}_isolated``;
+- ``joint_logits``: the ggml joint along the reference greedy path (reference ``enc_out`` and
+  token history, rows as in the reference's ``joint_logits``) -> ``joint_logits``,
+  ``lstm_state_0``;
+- ``decoder_replay``: the ggml greedy decoder run free on the reference ``enc_out`` ->
+  ``decoder_replay.json``;
+- ``decode``: the ggml greedy decoder on the ggml ``enc_out`` -> ``decode.json``.
+
+A backend that is not built into this ggml writes a manifest with status ``unavailable`` and no
+tensors, and returns normally (exit code 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from audioparity.artifacts import Dump, DumpWriter
+from audioparity.audio import load_audio
+from audioparity.errors import AudioparityError
+from audioparity.ggml import BackendUnavailable, Runtime
+from audioparity.models.parakeet_tdt.config import load_config
+from audioparity.models.parakeet_tdt.decoder import TdtDecoder, decode_document, load_tokenizer
+from audioparity.models.parakeet_tdt.encoder import Encoder
+from audioparity.models.parakeet_tdt.frontend import mel_features
+from audioparity.models.parakeet_tdt.reference import STRATEGY, tdt_greedy_path
+from audioparity.models.parakeet_tdt.weights import load_weights
+
+log = logging.getLogger("audioparity")
+
+FB = "preprocessor.featurizer.fb"
+WINDOW = "preprocessor.featurizer.window"
+
+
+def _reference_inputs(reference: Dump, n_layers: int) -> None:
+    """Check that the reference dump holds what the teacher-forced stages read.
+
+    Raises:
+        AudioparityError: the reference is not ``ok`` or lacks a tensor or ``decode.json``.
+    """
+    if reference.status != "ok":
+        raise AudioparityError(f"{reference.path}: reference dump has status {reference.status!r}")
+    needed = ["pre_encode", "pos_emb", "enc_out", "joint_logits", "decode"]
+    needed += [f"layer_{i}" for i in range(n_layers)]
+    missing = [name for name in needed if not reference.has(name)]
+    if missing:
+        raise AudioparityError(f"{reference.path}: reference dump lacks {', '.join(missing)}")
+
+
+def dump_ggml(
+    model: Path,
+    audio: Path,
+    reference_dir: Path,
+    output_dir: Path,
+    *,
+    matmul_weight_type: str,
+    conv_weight_type: str,
+    backend: str,
+    device: int,
+    flash_attention: bool,
+    threads: int,
+) -> None:
+    """Dump the ggml port's activations for one audio file into ``output_dir`` (module doc).
+
+    Args:
+        model: ``.nemo`` file or Hugging Face Parakeet directory.
+        audio: audio file, read by :func:`audioparity.audio.load_audio` at 16 kHz.
+        reference_dir: the NeMo reference dump of the same model and audio.
+        output_dir: the dump directory (written atomically).
+        matmul_weight_type: ``native|f32|f16|bf16|q8_0`` for linear/LSTM/joint/embedding weights.
+        conv_weight_type: ``f32|f16`` for the subsampling and depthwise conv kernels.
+        backend: ``cpu|cuda|vulkan``; device: its device index.
+        flash_attention: attention through ``ggml_flash_attn_ext``.
+        threads: CPU threads.
+
+    Raises:
+        AudioparityError: unreadable model, audio or reference dump, a reference dump lacking a
+            stage, or a reference path that its own ``joint_logits`` do not reproduce. Nothing is
+            left at ``output_dir`` then.
+    """
+    model, audio = Path(model), Path(audio)
+    reference_dir, output_dir = Path(reference_dir), Path(output_dir)
+    start = time.perf_counter()
+    label = f"ggml parakeet-tdt [{model.name} | {audio.stem} | {backend} {matmul_weight_type}]"
+    reference = Dump(reference_dir)
+    config = load_config(model)
+    n_layers = config.encoder.n_layers
+    fields = {
+        "family": "parakeet_tdt", "backend": backend, "device": device,
+        "weight_type": matmul_weight_type, "conv_weight_type": conv_weight_type,
+        "threads": threads, "flash_attention": bool(flash_attention), "n_layers": n_layers,
+        "decoding": {"strategy": STRATEGY, "durations": list(config.durations),
+                     "max_symbols": config.max_symbols},
+    }
+    with DumpWriter(output_dir, producer="ggml", model=model,
+                    inputs={"audio": audio, "reference": reference_dir}, fields=fields,
+                    versions=("ggml-python",)) as writer:
+        try:
+            runtime = Runtime(backend, device=device, threads=threads)
+        except BackendUnavailable as err:
+            writer.set_status("unavailable", str(err))
+            log.info("%s: unavailable (%s)", label, err)
+            return
+        with runtime:
+            writer.manifest["device_description"] = runtime.device_description
+            _dump_stages(writer, runtime, reference, model, audio, config, label,
+                         matmul_weight_type, conv_weight_type, bool(flash_attention))
+    log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)
+
+
+def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: Path,
+                 audio: Path, config, label: str, matmul_weight_type: str,
+                 conv_weight_type: str, flash_attention: bool) -> None:
+    """Every stage of the module docstring, into ``writer``."""
+    seconds = writer.manifest["seconds"]
+    n_layers = config.encoder.n_layers
+    _reference_inputs(reference, n_layers)
+
+    with writer.timed("audio"):
+        sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate)
+    for note in sound.notes:
+        writer.note(note)
+
+    with writer.timed("load"):
+        host = load_weights(model, config, matmul_weight_type, conv_weight_type)
+        weights = host.upload(runtime)
+        tokenizer = load_tokenizer(model)
+    for note in host.notes:
+        writer.note(note)
+    writer.note("mel filterbank and window: "
+                + ("the checkpoint's" if FB in host.preprocessor else "built (librosa, hann)"))
+    log.info("%s: loaded weights (%.1f MiB on %s) in %.2f s", label, weights.nbytes / 2**20,
+             runtime.backend_name, seconds["load"])
+
+    with writer.timed("mel"):
+        mel = mel_features(sound.samples, config.preprocessor,
+                           filterbank=host.preprocessor.get(FB),
+                           window=host.preprocessor.get(WINDOW))
+    writer.add_tensor("mel_features", mel, "[T, n_mels]")
+    log.info("%s: mel %d frames in %.2f s", label, mel.shape[0], seconds["mel"])
+
+    encoder = Encoder(weights, config, runtime, flash_attention=flash_attention)
+    with writer.timed("encoder"):
+        taps = encoder.forward(mel)
+    writer.add_tensor("pre_encode", taps["pre_encode"], "[T, D]")
+    writer.add_tensor("pos_emb", taps["pos_emb"], "[2T-1, D]")
+    for i in range(n_layers):
+        writer.add_tensor(f"layer_{i}", taps[f"layer_{i}"], "[T, D]")
+    writer.add_tensor("enc_out", taps["enc_out"], "[T, D]")
+    log.info("%s: encoder (%d layers, T'=%d) in %.2f s", label, n_layers,
+             taps["enc_out"].shape[0], seconds["encoder"])
+
+    with writer.timed("layers_isolated"):
+        first = reference.tensor("pre_encode")
+        if config.encoder.xscale is not None:  # NeMo's pos_enc scales the layers' input
+            first = first * np.float32(config.encoder.xscale)
+        inputs = [first] + [reference.tensor(f"layer_{i - 1}") for i in range(1, n_layers)]
+        isolated = encoder.layers_isolated(inputs, reference.tensor("pos_emb"))
+    for i, output in enumerate(isolated):
+        writer.add_tensor(f"layer_{i}_isolated", output, "[T, D]")
+    log.info("%s: %d isolated layers in %.2f s", label, n_layers, seconds["layers_isolated"])
+
+    ref_enc_out = reference.tensor("enc_out")
+    with TdtDecoder(runtime, weights, config) as decoder:
+        with writer.timed("joint_logits"):
+            path = _reference_path(reference, ref_enc_out.shape[0], config)
+            joint_logits, lstm_state_0 = decoder.teacher_forced(ref_enc_out, path)
+        writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
+        writer.add_tensor("lstm_state_0", lstm_state_0, "[layers, 2, H]")
+        log.info("%s: joint along the reference path (%d rows) in %.2f s", label,
+                 joint_logits.shape[0], seconds["joint_logits"])
+
+        with writer.timed("decoder_replay"):
+            replay = decode_document(decoder.greedy(ref_enc_out), tokenizer)
+        writer.add_json("decoder_replay", replay)
+        with writer.timed("decode"):
+            decode = decode_document(decoder.greedy(taps["enc_out"]), tokenizer)
+        writer.add_json("decode", decode)
+    writer.note(f"decode and decoder_replay: greedy TDT ({STRATEGY} rules, batch 1) on the host "
+                "around ggml prediction-network and joint graphs")
+    log.info("%s: decoder_replay %d tokens in %.2f s, decode %d tokens in %.2f s", label,
+             len(replay["ids"]), seconds["decoder_replay"], len(decode["ids"]), seconds["decode"])
+
+
+def _reference_path(reference: Dump, n_frames: int, config):
+    """The reference's greedy path, read off its own ``joint_logits`` and checked against its
+    ``decode.json``.
+
+    Raises:
+        AudioparityError: the rows do not reproduce the reference decode.
+    """
+    path = tdt_greedy_path(reference.tensor("joint_logits"), n_frames, list(config.durations),
+                           config.max_symbols)
+    decode = reference.json("decode")
+    if [path.ids, path.frames, path.durations] != [decode["ids"], decode["frames"],
+                                                   decode["durations"]]:
+        raise AudioparityError(
+            f"{reference.path}: joint_logits replayed with durations {list(config.durations)} "
+            f"and max_symbols {config.max_symbols} do not reproduce decode.json"
+        )
+    return path

@@ -1,0 +1,362 @@
+"""The Parakeet-TDT (FastConformer) encoder as ggml graphs, block by block as in NeMo.
+
+Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
+(``ConvSubsampling``, dw_striding), ``rel_pos_encoding`` (``RelPositionalEncoding``), then per
+``ConformerLayer``: ``feed_forward`` (``ConformerFeedForward``), ``rel_pos_attention``
+(``RelPositionMultiHeadAttention``), ``conv_module`` (``ConformerConvolution``), assembled by
+``conformer_layer``. Weight names are NeMo's (see :mod:`.weights`: pointwise kernels squeezed to
+matrices, BatchNorm folded into the depthwise conv).
+
+Shapes in docstrings are NeMo's, batch dropped: ``[T, D]`` is time-major. ggml's ``ne`` is the
+reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; 4-D conv activations
+``[C, H=T, W=F]`` are ``ne = [F, T, C]``. Only the valid frames are computed: with zero-padded
+convolutions this equals NeMo's masked convolutions on those frames (MODELS.md), and there is no
+attention mask (batch size 1, full context).
+
+Every weight's storage type (f32/f16/bf16/q8_0) is carried by the tensor itself: the same graph
+builders serve every weight type and backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import ggml
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.ggml import Runtime, Weights
+from audioparity.ggml.ops import depthwise_conv_2d
+from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
+
+#: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
+POSITION_BASE = 10000.0
+
+
+def linear(ctx, w: Weights, name: str, x):
+    """``torch.nn.Linear`` (or a 1x1 conv) named ``name``: ``x W^T + b``, the bias only if the
+    checkpoint has one. x ``[T, in]`` (ne ``[in, T]``; more leading axes broadcast),
+    ``{name}.weight`` ``[out, in]``, ``{name}.bias`` ``[out]``; returns ``[T, out]``."""
+    y = ggml.ggml_mul_mat(ctx, w[name + ".weight"], x)
+    bias = w.get(name + ".bias")
+    return y if bias is None else ggml.ggml_add(ctx, y, bias)
+
+
+def layer_norm(ctx, x, weight, bias, eps: float):
+    """``torch.nn.LayerNorm`` over the last axis of x ``[T, D]`` (ggml ``ne[0]``)."""
+    return ggml.ggml_add(ctx, ggml.ggml_mul(ctx, ggml.ggml_norm(ctx, x, eps), weight), bias)
+
+
+def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
+    """``ConvSubsampling`` (dw_striding): ``pre_encode`` of NeMo.
+
+    Conv2d(1->C, 3x3, stride 2, pad 1) + ReLU, then ``log2(factor) - 1`` times [depthwise
+    Conv2d(C, 3x3, stride 2, pad 1, groups=C) -> pointwise 1x1 Conv2d(C->C) -> ReLU], then the
+    ``[C, T', F']`` map is flattened channel-major per frame (feature ``c * F' + f``) and
+    projected by ``out`` (Linear ``C * F' -> D``).
+
+    Args:
+        mel: ``[T, n_mels]`` (ne ``[n_mels, T]``), valid frames only.
+
+    Returns:
+        ``[T', D]`` with ``T' = calc_length(T)`` (three times ``(t + 2 - 3) // 2 + 1`` for x8).
+    """
+    p = "encoder.pre_encode."
+    n_freq, n_time = mel.contents.ne[0], mel.contents.ne[1]
+    x = ggml.ggml_reshape_4d(ctx, mel, n_freq, n_time, 1, 1)  # NCHW [1, 1, T, F]
+    x = ggml.ggml_conv_2d(ctx, w[p + "conv.0.weight"], x, 2, 2, 1, 1, 1, 1)  # ne [F, T, C]
+    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))
+    n_stages = int(math.log2(cfg.subsampling_factor)) - 1
+    for stage in range(n_stages):
+        dw, pw = 2 + 3 * stage, 3 + 3 * stage
+        if stage:  # back to ne [F, T, C] for the depthwise conv
+            x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 2, 0, 1, 3))
+        x = depthwise_conv_2d(ctx, w[f"{p}conv.{dw}.weight"], x, (2, 2), (1, 1))
+        x = _add_channel_bias(ctx, x, w[f"{p}conv.{dw}.bias"])
+        x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 1, 2, 0, 3))  # ne [C, F, T]
+        x = ggml.ggml_relu(ctx, linear(ctx, w, f"{p}conv.{pw}", x))
+    # ne [C, F', T'] -> [F', C, T'] -> [F' * C, T']: feature index c * F' + f, as NeMo flattens.
+    x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 1, 0, 2, 3))
+    x = ggml.ggml_reshape_2d(ctx, x, x.contents.ne[0] * x.contents.ne[1], x.contents.ne[2])
+    return linear(ctx, w, p + "out", x)
+
+
+def _add_channel_bias(ctx, x, bias):
+    """x ne ``[W, H, C]`` + a per-channel bias ``[C]`` (NCHW conv bias)."""
+    return ggml.ggml_add(ctx, x, ggml.ggml_reshape_3d(ctx, bias, 1, 1, bias.contents.ne[0]))
+
+
+def subsampled_length(n_frames: int, cfg: EncoderConfig) -> int:
+    """``calc_length`` of NeMo's ConvSubsampling (kernel 3, stride 2, padding 1+1, floor)."""
+    for _ in range(int(math.log2(cfg.subsampling_factor))):
+        n_frames = (n_frames + 2 - 3) // 2 + 1
+    return n_frames
+
+
+def rel_pos_encoding(n_frames: int, d_model: int) -> np.ndarray:
+    """``RelPositionalEncoding`` embedding for ``n_frames`` frames, computed on the host.
+
+    Rows are positions ``T-1, T-2, ..., -(T-1)``; column ``2i`` is ``sin(pos * div_i)`` and
+    ``2i+1`` is ``cos(pos * div_i)`` with ``div_i = exp(2i * -(ln 10000 / D))``, following
+    NeMo's float32 ``create_pe``: the exponent and the angle ``pos * div_i`` are rounded to
+    float32 as torch rounds them, and exp, sin and cos are evaluated in float64 and rounded
+    once (correctly rounded). This matches NeMo to one float32 ulp, except in the few columns
+    where torch's float32 ``exp`` is not correctly rounded (7 of 512 at D=1024): there the angle
+    differs by one ulp of ``pos * div_i`` (about 2.4e-4 at position 3000).
+
+    Returns:
+        ``[2T-1, D]`` float32.
+    """
+    positions = np.arange(n_frames - 1, -n_frames, -1, dtype=np.float32)[:, None]
+    exponent = np.arange(0, d_model, 2, dtype=np.float32) * np.float32(
+        -(math.log(POSITION_BASE) / d_model))
+    div_term = np.exp(exponent.astype(np.float64)).astype(np.float32)
+    angles = (positions * div_term).astype(np.float64)
+    pe = np.zeros((2 * n_frames - 1, d_model), dtype=np.float32)
+    pe[:, 0::2] = np.sin(angles)
+    pe[:, 1::2] = np.cos(angles)
+    return pe
+
+
+def feed_forward(ctx, w: Weights, prefix: str, x):
+    """``ConformerFeedForward``: Linear(D->d_ff), SiLU (Swish), Linear(d_ff->D). x ``[T, D]``."""
+    h = ggml.ggml_silu(ctx, linear(ctx, w, prefix + "linear1", x))
+    return linear(ctx, w, prefix + "linear2", h)
+
+
+def rel_shift(ctx, bd, n_frames: int):
+    """``RelPositionMultiHeadAttention.rel_shift`` followed by ``[..., :T]``, as a strided view.
+
+    bd ``[H, T, 2T-1]`` (ne ``[2T-1, T, H]``; column r is relative position ``T-1-r``). Returns
+    ``[H, T, T]`` with ``out[h, i, j] = bd[h, i, T-1-i+j]`` (the score of query i for key j at
+    relative position ``i - j``): a view with row stride ``2T-2`` elements, offset ``T-1``.
+    """
+    es = ggml.ggml_element_size(bd)
+    return ggml.ggml_view_3d(ctx, bd, n_frames, n_frames, bd.contents.ne[2],
+                             (2 * n_frames - 2) * es, bd.contents.nb[2], (n_frames - 1) * es)
+
+
+def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_emb,
+                      flash_attention: bool = False):
+    """``RelPositionMultiHeadAttention`` (Transformer-XL relative attention, full context).
+
+    ``q, k, v = linear_q/k/v(x)``, ``p = linear_pos(pos_emb)``, split in H heads of ``d_k``;
+    ``ac = (q + pos_bias_u) k^T``, ``bd = rel_shift((q + pos_bias_v) p^T)``;
+    ``out = linear_out(softmax((ac + bd) / sqrt(d_k)) v)``.
+
+    With ``flash_attention`` the content part runs in ``ggml_flash_attn_ext`` with the scaled
+    positional term ``bd / sqrt(d_k)`` as its additive mask (F16, as flash attention requires) —
+    NeMo's ``use_pytorch_sdpa`` formulation; the mask's rounding to f16 is part of what this path
+    measures.
+
+    Args:
+        x: ``[T, D]`` (after ``norm_self_att``).
+        pos_emb: ``[2T-1, D]``.
+
+    Returns:
+        ``[T, D]``.
+    """
+    n_head, d_k = cfg.n_heads, cfg.d_k
+    n_frames = x.contents.ne[1]
+    scale = 1.0 / math.sqrt(d_k)
+
+    def heads(t, rows):  # [rows, D] -> ne [d_k, H, rows]
+        return ggml.ggml_reshape_3d(ctx, t, d_k, n_head, rows)
+
+    q = heads(linear(ctx, w, prefix + "linear_q", x), n_frames)
+    k = heads(linear(ctx, w, prefix + "linear_k", x), n_frames)
+    v = heads(linear(ctx, w, prefix + "linear_v", x), n_frames)
+    p = heads(linear(ctx, w, prefix + "linear_pos", pos_emb), 2 * n_frames - 1)
+
+    def per_head(t):  # ne [d_k, H, rows] -> ne [d_k, rows, H]
+        return ggml.ggml_permute(ctx, t, 0, 2, 1, 3)
+
+    q_u = per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"]))
+    q_v = per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"]))
+    bd = ggml.ggml_mul_mat(ctx, per_head(p), q_v)  # [H, T, 2T-1] (ne [2T-1, T, H])
+    bd = rel_shift(ctx, bd, n_frames)  # [H, T, T]
+    if flash_attention:
+        mask = ggml.ggml_cast(ctx, ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale),
+                              ggml.GGML_TYPE_F16)
+        out = ggml.ggml_flash_attn_ext(ctx, q_u, per_head(k), per_head(v), mask, scale, 0.0, 0.0)
+        # out ne [d_k, H, T]: already heads-then-time
+    else:
+        ac = ggml.ggml_mul_mat(ctx, per_head(k), q_u)  # [H, T_q, T_k] (ne [T_k, T_q, H])
+        attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), None, scale, 0.0)
+        v_t = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3))  # ne [T_k, d_k, H]
+        out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, T_q, d_k] (ne [d_k, T_q, H])
+        out = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, T]
+    out = ggml.ggml_reshape_2d(ctx, out, n_head * d_k, n_frames)
+    return linear(ctx, w, prefix + "linear_out", out)
+
+
+def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
+    """``ConformerConvolution``: pointwise_conv1 (D->2D), GLU over channels (first half times
+    sigmoid of the second), depthwise Conv1d (k, pad (k-1)/2 each side) with the BatchNorm
+    folded in, SiLU, pointwise_conv2 (D->D).
+
+    The depthwise conv runs as a depthwise Conv2d on a height-1 image (:func:`depthwise_conv_2d`:
+    exact f32 for f32 kernels, whereas ``ggml_conv_1d_dw`` would round activations to f16).
+
+    Args:
+        x: ``[T, D]`` (after ``norm_conv``).
+
+    Returns:
+        ``[T, D]``.
+    """
+    d_model, n_frames = cfg.d_model, x.contents.ne[1]
+    h = linear(ctx, w, prefix + "pointwise_conv1", x)
+    es, row = ggml.ggml_element_size(h), h.contents.nb[1]
+    value = ggml.ggml_view_2d(ctx, h, d_model, n_frames, row, 0)
+    gate = ggml.ggml_view_2d(ctx, h, d_model, n_frames, row, d_model * es)
+    h = ggml.ggml_mul(ctx, value, ggml.ggml_sigmoid(ctx, gate))  # [T, D]
+    h = ggml.ggml_cont(ctx, ggml.ggml_transpose(ctx, h))  # [D, T] (ne [T, D])
+    h = ggml.ggml_reshape_4d(ctx, h, n_frames, 1, d_model, 1)  # NCHW [1, D, 1, T]
+    h = depthwise_conv_2d(ctx, w[prefix + "depthwise_conv.weight"], h,
+                          (1, 1), (0, (cfg.conv_kernel_size - 1) // 2))
+    h = ggml.ggml_reshape_2d(ctx, h, n_frames, d_model)
+    h = ggml.ggml_cont(ctx, ggml.ggml_transpose(ctx, h))  # [T, D]
+    h = ggml.ggml_silu(ctx, ggml.ggml_add(ctx, h, w[prefix + "depthwise_conv.bias"]))
+    return linear(ctx, w, prefix + "pointwise_conv2", h)
+
+
+def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
+                    flash_attention: bool = False):
+    """``ConformerLayer`` (macaron): ``x += FF1(LN x) / 2; x += MHA(LN x); x += Conv(LN x);
+    x += FF2(LN x) / 2; return LN_out(x)``.
+
+    Args:
+        x: ``[T, D]``; pos_emb: ``[2T-1, D]``.
+
+    Returns:
+        ``[T, D]``.
+    """
+    p = f"encoder.layers.{index}."
+    eps = cfg.layer_norm_eps
+
+    def norm(name, t):
+        return layer_norm(ctx, t, w[f"{p}{name}.weight"], w[f"{p}{name}.bias"], eps)
+
+    h = feed_forward(ctx, w, p + "feed_forward1.", norm("norm_feed_forward1", x))
+    x = ggml.ggml_add(ctx, x, ggml.ggml_scale(ctx, h, 0.5))
+    h = rel_pos_attention(ctx, w, p + "self_attn.", cfg, norm("norm_self_att", x), pos_emb,
+                          flash_attention)
+    x = ggml.ggml_add(ctx, x, h)
+    x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))
+    h = feed_forward(ctx, w, p + "feed_forward2.", norm("norm_feed_forward2", x))
+    x = ggml.ggml_add(ctx, x, ggml.ggml_scale(ctx, h, 0.5))
+    return norm("norm_out", x)
+
+
+class Encoder:
+    """The NeMo ``ConformerEncoder`` of a Parakeet-TDT model on a ggml runtime.
+
+    Args:
+        weights: uploaded weights (:meth:`ParakeetWeights.upload`), NeMo names.
+        config: the model config (its ``encoder`` part is used).
+        runtime: the runtime the weights live on.
+        flash_attention: compute attention with ``ggml_flash_attn_ext`` (see
+            :func:`rel_pos_attention`).
+
+    Example::
+
+        config = load_config(model)
+        with Runtime("cpu", threads=4) as rt:
+            weights = load_weights(model, config, "f32").upload(rt)
+            taps = Encoder(weights, config, rt).forward(mel)   # mel [T, n_mels]
+            taps["enc_out"]                                    # [T', D]
+    """
+
+    def __init__(self, weights: Weights, config: ParakeetTDTConfig, runtime: Runtime,
+                 flash_attention: bool = False) -> None:
+        self.weights = weights
+        self.cfg = config.encoder
+        self.runtime = runtime
+        self.flash_attention = flash_attention
+
+    def forward(self, mel: np.ndarray) -> dict[str, np.ndarray]:
+        """The whole encoder in one graph, with every tap.
+
+        Args:
+            mel: ``[T, n_mels]`` float32, valid frames only.
+
+        Returns:
+            ``pre_encode`` ``[T', D]``, ``pos_emb`` ``[2T'-1, D]`` (host-computed, as fed to the
+            layers), ``layer_{i}`` ``[T', D]`` for every layer, and ``enc_out`` ``[T', D]`` (the
+            last layer's output: this architecture has no output projection), all float32.
+
+        Raises:
+            AudioparityError: mel is not ``[T, feat_in]`` or too short for one output frame.
+        """
+        cfg = self.cfg
+        mel = np.asarray(mel, dtype=np.float32)
+        if mel.ndim != 2 or mel.shape[1] != cfg.feat_in:
+            raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
+                                   f"[T, {cfg.feat_in}]")
+        n_out = subsampled_length(mel.shape[0], cfg)
+        if n_out < 1:
+            raise AudioparityError(f"{mel.shape[0]} mel frames give no encoder frame")
+        pos_emb = rel_pos_encoding(n_out, cfg.d_model)
+        with self.runtime.graph() as g:
+            x = conv_subsampling(g.ctx, self.weights, cfg, g.input("mel_features", mel))
+            g.output("pre_encode", x, ndim=2)
+            if cfg.xscale is not None:
+                x = ggml.ggml_scale(g.ctx, x, cfg.xscale)
+            pos = g.input("pos_emb", pos_emb)
+            for i in range(cfg.n_layers):
+                x = conformer_layer(g.ctx, self.weights, i, cfg, x, pos, self.flash_attention)
+                g.output(f"layer_{i}", x, ndim=2)
+            taps = g.compute()
+        taps["pos_emb"] = pos_emb
+        taps["enc_out"] = taps[f"layer_{cfg.n_layers - 1}"].copy()
+        return taps
+
+    def layers_isolated(self, inputs: Sequence[np.ndarray],
+                        pos_emb: np.ndarray) -> list[np.ndarray]:
+        """Every layer alone on the taps that feed it (e.g. the reference's), all in one graph.
+
+        Args:
+            inputs: ``[pre_encode, layer_0, ..., layer_{N-2}]``, each ``[T', D]``: layer 0 gets
+                ``pre_encode`` times ``xscale`` (as NeMo's ``pos_enc`` scales it, when
+                ``xscaling``), layer i > 0 gets the output of layer i-1.
+            pos_emb: ``[2T'-1, D]``.
+
+        Returns:
+            one ``[T', D]`` float32 array per layer.
+        """
+        cfg = self.cfg
+        if len(inputs) != cfg.n_layers:
+            raise AudioparityError(f"{len(inputs)} layer inputs for {cfg.n_layers} layers")
+        layer_inputs = [np.asarray(x, dtype=np.float32) for x in inputs]
+        if cfg.xscale is not None:
+            layer_inputs[0] = layer_inputs[0] * np.float32(cfg.xscale)
+        return self._run_layers(list(enumerate(layer_inputs)), pos_emb)
+
+    def layer(self, index: int, x: np.ndarray, pos_emb: np.ndarray) -> np.ndarray:
+        """Layer ``index`` alone on its input x ``[T', D]`` (already scaled for layer 0), with
+        pos_emb ``[2T'-1, D]``; returns ``[T', D]``."""
+        if not 0 <= index < self.cfg.n_layers:
+            raise AudioparityError(f"layer {index} out of range (n_layers={self.cfg.n_layers})")
+        return self._run_layers([(index, x)], pos_emb)[0]
+
+    def _run_layers(self, jobs: list[tuple[int, np.ndarray]],
+                    pos_emb: np.ndarray) -> list[np.ndarray]:
+        cfg = self.cfg
+        pos_emb = np.asarray(pos_emb, dtype=np.float32)
+        for index, x in jobs:
+            if x.ndim != 2 or x.shape[1] != cfg.d_model or pos_emb.shape != (
+                2 * x.shape[0] - 1, cfg.d_model
+            ):
+                raise AudioparityError(
+                    f"layer {index}: input {list(x.shape)} and pos_emb {list(pos_emb.shape)}; "
+                    f"expected [T, {cfg.d_model}] and [2T-1, {cfg.d_model}]"
+                )
+        with self.runtime.graph() as g:
+            pos = g.input("pos_emb", pos_emb)
+            for index, x in jobs:
+                h = g.input(f"input_{index}", np.asarray(x, dtype=np.float32))
+                h = conformer_layer(g.ctx, self.weights, index, cfg, h, pos, self.flash_attention)
+                g.output(f"layer_{index}", h, ndim=2)
+            outs = g.compute()
+        return [outs[f"layer_{index}"] for index, _ in jobs]

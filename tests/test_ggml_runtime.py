@@ -1,0 +1,153 @@
+"""The ggml runtime layer against numpy float64: storage round trips, quantisation error, matmul,
+graphs with several outputs, and backend availability."""
+
+from __future__ import annotations
+
+import ggml
+import numpy as np
+import pytest
+
+from audioparity.errors import AudioparityError
+from audioparity.ggml import BackendUnavailable, Runtime, doctor, storage_supported
+
+RNG = np.random.default_rng(1234)
+WEIGHT = RNG.standard_normal((96, 64)).astype(np.float32)  # [out, in]
+ACTIVATION = RNG.standard_normal((7, 64)).astype(np.float32)  # [T, in]
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    with Runtime("cpu", threads=1) as rt:
+        yield rt
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even) -> float32, in integer arithmetic."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return (rounded.astype(np.uint32) << 16).view(np.float32)
+
+
+def round_f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+def q8_0_bound(x: np.ndarray) -> np.ndarray:
+    """Largest |x - dequant(q8_0(x))| per element: half a step d = amax/127 of its 32-block,
+    plus 127 steps of the f16 rounding of d."""
+    blocks = np.abs(x.astype(np.float64)).reshape(-1, 32)
+    step = blocks.max(axis=1, keepdims=True) / 127
+    f16_error = np.abs(step - step.astype(np.float16).astype(np.float64))
+    return np.broadcast_to(0.5 * step + 127 * f16_error, blocks.shape).reshape(x.shape)
+
+
+def test_f32_round_trip_is_exact(runtime):
+    weights = runtime.upload({"w": WEIGHT}, {"w": "f32"})
+    np.testing.assert_array_equal(weights.read("w"), WEIGHT)
+    assert weights.shape("w") == WEIGHT.shape and weights.storage("w") == "f32"
+
+
+@pytest.mark.parametrize("storage, rounding", [("f16", round_f16), ("bf16", round_bf16)])
+def test_half_precision_round_trip_rounds_to_nearest_even(runtime, storage, rounding):
+    weights = runtime.upload({"w": WEIGHT}, {"w": storage})
+    np.testing.assert_array_equal(weights.read("w"), rounding(WEIGHT))
+
+
+def test_q8_0_round_trip_error_is_within_half_a_step(runtime):
+    weights = runtime.upload({"w": WEIGHT}, {"w": "q8_0"})
+    error = np.abs(weights.read("w").astype(np.float64) - WEIGHT.astype(np.float64))
+    assert np.all(error <= q8_0_bound(WEIGHT) * (1 + 1e-6))
+    assert error.max() > 0  # really quantised
+
+
+def test_q8_0_needs_rows_of_32(runtime):
+    assert storage_supported("q8_0", (5, 64)) and not storage_supported("q8_0", (64, 48))
+    with pytest.raises(AudioparityError, match="multiple of 32"):
+        runtime.upload({"w": np.ones((4, 48), np.float32)}, {"w": "q8_0"})
+
+
+def test_missing_weight_is_a_key_error(runtime):
+    weights = runtime.upload({"w": WEIGHT}, {"w": "f32"})
+    assert weights.get("absent") is None
+    with pytest.raises(AudioparityError, match="absent"):
+        weights["absent"]
+
+
+def _matmul(runtime, storage: str) -> np.ndarray:
+    weights = runtime.upload({"w": WEIGHT}, {"w": storage})
+    with runtime.graph() as g:
+        y = ggml.ggml_mul_mat(g.ctx, weights["w"], g.input("x", ACTIVATION))
+        g.output("y", y)
+        return g.compute()["y"]
+
+
+def test_f32_matmul_matches_float64(runtime):
+    expected = ACTIVATION.astype(np.float64) @ WEIGHT.astype(np.float64).T
+    out = _matmul(runtime, "f32")
+    assert out.shape == (7, 96)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("storage, rounding", [("f16", round_f16), ("bf16", round_bf16)])
+def test_half_precision_matmul_rounds_activations_to_the_weight_type(runtime, storage, rounding):
+    """ggml's CPU mul_mat converts the activations to the weight's dot type (MODELS.md)."""
+    expected = rounding(ACTIVATION).astype(np.float64) @ rounding(WEIGHT).astype(np.float64).T
+    np.testing.assert_allclose(_matmul(runtime, storage), expected, rtol=0, atol=1e-4)
+
+
+def test_q8_0_matmul_error_is_bounded(runtime):
+    """Both operands quantised: |error| <= sum |x| bound(w) + |w| bound(x) + bound(x) bound(w)."""
+    x, w = ACTIVATION.astype(np.float64), WEIGHT.astype(np.float64)
+    bx, bw = q8_0_bound(ACTIVATION), q8_0_bound(WEIGHT)
+    bound = np.abs(x) @ bw.T + bx @ np.abs(w).T + bx @ bw.T
+    error = np.abs(_matmul(runtime, "q8_0") - x @ w.T)
+    assert np.all(error <= bound * 1.01 + 1e-5)
+
+
+def test_graph_returns_every_output_in_numpy_order_and_recomputes(runtime):
+    weights = runtime.upload({"w": WEIGHT}, {"w": "f32"})
+    with runtime.graph() as g:
+        y = ggml.ggml_mul_mat(g.ctx, weights["w"], g.input("x", ACTIVATION))
+        g.output("y", y)
+        g.output("y_t", ggml.ggml_transpose(g.ctx, y))  # a non-contiguous view
+        g.output("sum", ggml.ggml_sum_rows(g.ctx, y), ndim=2)
+        first = g.compute()
+        g.set("x", 2 * ACTIVATION)
+        second = g.compute()
+    expected = ACTIVATION.astype(np.float64) @ WEIGHT.astype(np.float64).T
+    assert first["y"].shape == (7, 96) and first["y_t"].shape == (96, 7)
+    assert first["sum"].shape == (7, 1)
+    np.testing.assert_allclose(first["y_t"], expected.T, atol=1e-5)
+    np.testing.assert_allclose(first["sum"][:, 0], expected.sum(axis=1), atol=1e-4)
+    np.testing.assert_allclose(second["y"], 2 * expected, atol=2e-5)
+
+
+def test_graph_rejects_float64_inputs_and_reshaped_updates(runtime):
+    with runtime.graph() as g:
+        with pytest.raises(AudioparityError, match="float64"):
+            g.input("x", np.ones((2, 3)))
+        g.input("y", np.ones((2, 3), np.float32))
+        with pytest.raises(AudioparityError, match=r"expected float32 \[2, 3\]"):
+            g.set("y", np.ones((3, 2), np.float32))
+
+
+@pytest.mark.parametrize("backend, flag", [("cuda", "GGML_USE_CUDA"),
+                                           ("vulkan", "GGML_USE_VULKAN")])
+def test_backend_not_built_in_raises_backend_unavailable(backend, flag):
+    if getattr(ggml, flag):
+        pytest.skip(f"{backend} is built into this ggml-python")
+    with pytest.raises(BackendUnavailable, match=backend):
+        Runtime(backend)
+    assert doctor()["backends"][backend] is False
+
+
+def test_unknown_backend_is_an_error():
+    with pytest.raises(AudioparityError, match="unknown backend"):
+        Runtime("metal")
+
+
+def test_doctor_reports_versions_and_the_cpu():
+    report = doctor()
+    assert report["ggml_python"] == ggml.__version__
+    assert report["backends"]["cpu"] is True
+    assert any(device["registry"] == "CPU" for device in report["devices"])

@@ -1,0 +1,81 @@
+"""``audioparity ggml parakeet-tdt`` as a subprocess on the tiny fixture and its reference dump:
+the manifest lists every contract tensor with the reference's shapes, and a backend that is not
+built in gives status ``unavailable`` with exit code 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import ggml
+import pytest
+
+from audioparity.artifacts import Dump
+
+FIELDS = ("family", "backend", "weight_type", "conv_weight_type", "threads", "flash_attention",
+          "n_layers")
+
+
+def run_dump(model: Path, audio: Path, reference: Path, output: Path, *options: str):
+    return subprocess.run(
+        [sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt", "--model", str(model),
+         "--audio", str(audio), "--reference-dir", str(reference), "--output-dir", str(output),
+         *options],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_dump_lists_every_contract_tensor(tiny_nemo, clip_wav, reference_dump, tmp_path):
+    output = tmp_path / "ggml"
+    result = run_dump(tiny_nemo, clip_wav, reference_dump, output,
+                      "--matmul-weight-type", "f32", "--threads", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump, reference = Dump(output), Dump(reference_dump)
+    manifest = dump.manifest
+    assert dump.status == "ok"
+    assert manifest["producer"] == "ggml"
+    assert {key: manifest[key] for key in FIELDS} == {
+        "family": "parakeet_tdt", "backend": "cpu", "weight_type": "f32",
+        "conv_weight_type": "f32", "threads": 1, "flash_attention": False,
+        "n_layers": reference.manifest["n_layers"],
+    }
+    n_layers = manifest["n_layers"]
+    shared = ["mel_features", "pre_encode", "pos_emb", "enc_out", "joint_logits",
+              "lstm_state_0", *(f"layer_{i}" for i in range(n_layers))]
+    expected = set(shared) | {f"layer_{i}_isolated" for i in range(n_layers)}
+    assert set(dump.tensor_names) == expected
+    for name in dump.tensor_names:
+        ref_name = name.removesuffix("_isolated")
+        assert dump.tensor(name).shape == reference.tensor(ref_name).shape, name
+        assert dump.layout(name) == reference.layout(ref_name), name
+    for document in ("decode", "decoder_replay"):
+        assert set(dump.json(document)) == {"ids", "frames", "durations", "text"}
+    assert dump.json("decoder_replay") == reference.json("decode")
+    assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated",
+                                        "joint_logits", "decoder_replay", "decode"}
+
+
+def test_quantized_flash_attention_dump_runs(tiny_nemo, clip_wav, reference_dump, tmp_path):
+    output = tmp_path / "q8"
+    result = run_dump(tiny_nemo, clip_wav, reference_dump, output, "--matmul-weight-type",
+                      "q8_0", "--conv-weight-type", "f16", "--flash-attention", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(output)
+    assert (dump.status, dump.manifest["weight_type"], dump.manifest["flash_attention"]) == (
+        "ok", "q8_0", True)
+    assert dump.has("decode") and dump.has("joint_logits")
+
+
+@pytest.mark.parametrize("backend", ["vulkan", "cuda"])
+def test_backend_not_built_in_is_unavailable(backend, tiny_nemo, clip_wav, reference_dump,
+                                             tmp_path):
+    if getattr(ggml, f"GGML_USE_{backend.upper()}", False):
+        pytest.skip(f"{backend} is built into this ggml-python")
+    output = tmp_path / backend
+    result = run_dump(tiny_nemo, clip_wav, reference_dump, output, "--backend", backend)
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(output)
+    assert dump.status == "unavailable"
+    assert backend in dump.manifest["message"]
+    assert dump.tensor_names == [] and dump.manifest["documents"] == {}

@@ -1,0 +1,429 @@
+"""The ggml Parakeet-TDT encoder against NeMo: every block against the NeMo module it mirrors
+(small random float64 modules), the weight loaders (NeMo and Hugging Face layouts), and the whole
+encoder on the tiny fixture against the NeMo reference dump."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from audioparity.artifacts import Dump
+from audioparity.errors import AudioparityError
+from audioparity.ggml import Runtime
+from audioparity.models.parakeet_tdt import encoder as enc
+from audioparity.models.parakeet_tdt.config import (
+    EncoderConfig,
+    from_nemo_config,
+    load_config,
+)
+from audioparity.models.parakeet_tdt.weights import (
+    expected_shapes,
+    fold_batch_norm,
+    load_weights,
+    read_state,
+    to_graph_layout,
+)
+
+torch = pytest.importorskip("torch")
+
+D, HEADS, KERNEL, CHANNELS, MELS = 48, 4, 9, 12, 40
+CFG = EncoderConfig(feat_in=MELS, n_layers=1, d_model=D, subsampling="dw_striding",
+                    subsampling_factor=8, subsampling_conv_channels=CHANNELS, n_heads=HEADS,
+                    conv_kernel_size=KERNEL, xscaling=False)
+
+#: transformers' ``convert_nemo_to_hf.py`` (NEMO_TO_HF_WEIGHT_MAPPING + NEMO_TDT_WEIGHT_MAPPING),
+#: the independent truth the Hugging Face loader must invert.
+NEMO_TO_HF = {
+    r"encoder\.pre_encode\.conv\.": r"encoder.subsampling.layers.",
+    r"encoder\.pre_encode\.out\.": r"encoder.subsampling.linear.",
+    r"encoder\.pos_enc\.": r"encoder.encode_positions.",
+    r"encoder\.layers\.(\d+)\.conv\.batch_norm\.": r"encoder.layers.\1.conv.norm.",
+    r"linear_([kv])": r"\1_proj",
+    r"linear_out": r"o_proj",
+    r"linear_q": r"q_proj",
+    r"pos_bias_([uv])": r"bias_\1",
+    r"linear_pos": r"relative_k_proj",
+    r"decoder\.prediction\.embed\.": r"decoder.embedding.",
+    r"decoder\.prediction\.dec_rnn\.lstm\.": r"decoder.lstm.",
+    r"joint\.enc\.": r"encoder_projector.",
+    r"joint\.pred\.": r"decoder.decoder_projector.",
+    r"joint\.joint_net\.2\.": r"joint.head.",
+}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def nmse(candidate: np.ndarray, reference: np.ndarray) -> float:
+    """Σ(a−b)²/Σb² (ggml's backend tests), float64."""
+    diff = candidate.astype(np.float64) - reference.astype(np.float64)
+    return float((diff**2).sum() / (reference.astype(np.float64) ** 2).sum())
+
+
+def randomize(module, seed: int):
+    """Seeded non-degenerate parameters: matrices N(0, 1/fan_in), norm weights 1 + 0.2 N,
+    other vectors (biases, pos_bias_u/v) 0.2 N, BatchNorm statistics random. Float64, eval."""
+    gen = torch.Generator().manual_seed(seed)
+    module.double().eval()
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            draw = torch.randn(param.shape, generator=gen, dtype=torch.float64)
+            if param.ndim >= 2:
+                draw /= math.sqrt(param.numel() / param.shape[0])
+            elif "norm" in name and name.endswith("weight"):
+                draw = 1 + 0.2 * draw
+            else:
+                draw *= 0.2
+            param.copy_(draw)
+        for sub in module.modules():
+            if isinstance(sub, torch.nn.BatchNorm1d):
+                sub.running_mean.copy_(0.2 * torch.randn(sub.num_features, generator=gen))
+                sub.running_var.copy_(0.5 + torch.rand(sub.num_features, generator=gen))
+    return module
+
+
+def graph_arrays(module, prefix: str) -> dict[str, np.ndarray]:
+    """A NeMo module's float tensors under ``prefix``, in the layout the graphs use."""
+    state = {prefix + k: v.detach().to(torch.float32).numpy()
+             for k, v in module.state_dict().items() if v.is_floating_point()}
+    return to_graph_layout(state, CFG.batch_norm_eps)
+
+
+def run_block(arrays: dict[str, np.ndarray], inputs: dict[str, np.ndarray], build) -> np.ndarray:
+    """Build ``build(ctx, weights, *inputs)`` in one f32 graph and return its ``[T, D]`` output."""
+    with Runtime("cpu", threads=1) as rt:
+        weights = rt.upload(arrays, dict.fromkeys(arrays, "f32"))
+        with rt.graph() as g:
+            tensors = [g.input(name, value.astype(np.float32)) for name, value in inputs.items()]
+            g.output("y", build(g.ctx, weights, *tensors), ndim=2)
+            return g.compute()["y"]
+
+
+def assert_close_to_float64(candidate: np.ndarray, reference: np.ndarray, limit: float = 1e-10):
+    assert candidate.shape == reference.shape
+    assert nmse(candidate, reference) < limit, nmse(candidate, reference)
+    assert cosine(candidate, reference) > 0.99999
+
+
+@pytest.fixture(scope="module")
+def nemo():
+    """NeMo's submodules (importing them takes seconds)."""
+    from nemo.collections.asr.parts.submodules import (
+        conformer_modules,
+        multi_head_attention,
+        subsampling,
+    )
+
+    return conformer_modules, multi_head_attention, subsampling
+
+
+def nemo_pos_emb(nemo, n_frames: int, d_model: int = D) -> np.ndarray:
+    module = nemo[1].RelPositionalEncoding(d_model=d_model, dropout_rate=0.0, max_len=5000)
+    module.extend_pe(n_frames, "cpu", torch.float32)
+    _, pos_emb = module(torch.zeros(1, n_frames, d_model))
+    return pos_emb[0].numpy()
+
+
+@pytest.mark.parametrize("n_frames", [1, 2, 37, 400])
+def test_rel_pos_encoding_matches_nemo(nemo, n_frames):
+    host = enc.rel_pos_encoding(n_frames, D)
+    ref = nemo_pos_emb(nemo, n_frames)
+    assert host.shape == ref.shape == (2 * n_frames - 1, D)
+    # one float32 ulp of the largest angle (see rel_pos_encoding), plus one ulp of the value
+    assert np.abs(host - ref).max() <= n_frames * 2.0**-23 + 2.0**-23
+    np.testing.assert_array_equal(host[n_frames - 1, 1::2], 1.0)  # position 0: cos = 1
+
+
+def test_conv_subsampling_matches_nemo(nemo):
+    module = randomize(nemo[2].ConvSubsampling(
+        subsampling="dw_striding", subsampling_factor=8, feat_in=MELS, feat_out=D,
+        conv_channels=CHANNELS, activation=torch.nn.ReLU()), seed=1)
+    mel = np.random.default_rng(2).standard_normal((101, MELS))
+    with torch.no_grad():
+        ref, length = module(torch.from_numpy(mel)[None], torch.tensor([101]))
+    out = run_block(graph_arrays(module, "encoder.pre_encode."), {"mel": mel},
+                    lambda ctx, w, x: enc.conv_subsampling(ctx, w, CFG, x))
+    assert out.shape[0] == enc.subsampled_length(101, CFG) == int(length[0]) == 13
+    assert_close_to_float64(out, ref[0].numpy())
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["no_bias", "bias"])
+def layer(request, nemo):
+    """A float64 NeMo ConformerLayer with random weights, with and without linear/conv biases."""
+    module = nemo[0].ConformerLayer(d_model=D, d_ff=4 * D, n_heads=HEADS,
+                                    conv_kernel_size=KERNEL, dropout=0.0, dropout_att=0.0,
+                                    use_bias=request.param)
+    return randomize(module, seed=3)
+
+
+def layer_inputs(nemo, n_frames: int = 23):
+    x = np.random.default_rng(4).standard_normal((n_frames, D))
+    return x, nemo_pos_emb(nemo, n_frames).astype(np.float64)
+
+
+def test_feed_forward_matches_nemo(nemo, layer):
+    x, _ = layer_inputs(nemo)
+    with torch.no_grad():
+        ref = layer.feed_forward1(torch.from_numpy(x)).numpy()
+    out = run_block(graph_arrays(layer.feed_forward1, "ff."), {"x": x},
+                    lambda ctx, w, t: enc.feed_forward(ctx, w, "ff.", t))
+    assert_close_to_float64(out, ref)
+
+
+@pytest.mark.parametrize("n_frames", [1, 23])
+def test_rel_pos_attention_matches_nemo(nemo, layer, n_frames):
+    x, pos_emb = layer_inputs(nemo, n_frames)
+    with torch.no_grad():
+        t = torch.from_numpy(x)[None]
+        ref = layer.self_attn(t, t, t, None, torch.from_numpy(pos_emb)[None])[0].numpy()
+    out = run_block(graph_arrays(layer.self_attn, "att."), {"x": x, "pos": pos_emb},
+                    lambda ctx, w, t, p: enc.rel_pos_attention(ctx, w, "att.", CFG, t, p))
+    assert_close_to_float64(out, ref)
+
+
+def test_flash_attention_path_matches_nemo_within_f16_mask_rounding(nemo, layer):
+    x, pos_emb = layer_inputs(nemo)
+    with torch.no_grad():
+        t = torch.from_numpy(x)[None]
+        ref = layer.self_attn(t, t, t, None, torch.from_numpy(pos_emb)[None])[0].numpy()
+    out = run_block(graph_arrays(layer.self_attn, "att."), {"x": x, "pos": pos_emb},
+                    lambda ctx, w, t, p: enc.rel_pos_attention(ctx, w, "att.", CFG, t, p,
+                                                               flash_attention=True))
+    assert_close_to_float64(out, ref, limit=1e-5)
+
+
+def test_rel_shift_view_equals_nemo_rel_shift(nemo):
+    n_frames = 6
+    bd = np.random.default_rng(5).standard_normal((HEADS, n_frames, 2 * n_frames - 1))
+    ref = nemo[1].RelPositionMultiHeadAttention.rel_shift(None, torch.from_numpy(bd)[None])[0]
+    with Runtime("cpu") as rt, rt.graph() as g:
+        shifted = enc.rel_shift(g.ctx, g.input("bd", bd.astype(np.float32)), n_frames)
+        g.output("y", shifted, ndim=3)
+        out = g.compute()["y"]
+    np.testing.assert_array_equal(out, ref[..., :n_frames].numpy().astype(np.float32))
+
+
+@pytest.mark.parametrize("n_frames", [1, 23])
+def test_conv_module_matches_nemo(nemo, layer, n_frames):
+    x, _ = layer_inputs(nemo, n_frames)
+    with torch.no_grad():
+        ref = layer.conv(torch.from_numpy(x)[None])[0].numpy()
+    out = run_block(graph_arrays(layer.conv, "encoder.layers.0.conv."), {"x": x},
+                    lambda ctx, w, t: enc.conv_module(ctx, w, "encoder.layers.0.conv.", CFG, t))
+    assert_close_to_float64(out, ref)
+
+
+def test_conformer_layer_matches_nemo(nemo, layer):
+    x, pos_emb = layer_inputs(nemo)
+    with torch.no_grad():
+        ref = layer(torch.from_numpy(x)[None], pos_emb=torch.from_numpy(pos_emb)[None])
+    out = run_block(graph_arrays(layer, "encoder.layers.0."), {"x": x, "pos": pos_emb},
+                    lambda ctx, w, t, p: enc.conformer_layer(ctx, w, 0, CFG, t, p))
+    assert_close_to_float64(out, ref[0].numpy())
+
+
+def test_encoder_with_xscaling_and_biases_matches_nemo_conformer_encoder():
+    """The Encoder object on a NeMo ``ConformerEncoder`` with the switches v3 leaves off
+    (xscaling, linear/conv biases): every tap, end to end and layer by layer."""
+    from nemo.collections.asr.modules import ConformerEncoder
+
+    encoder_cfg = {"feat_in": MELS, "n_layers": 2, "d_model": D, "subsampling": "dw_striding",
+                   "subsampling_factor": 8, "subsampling_conv_channels": CHANNELS,
+                   "n_heads": HEADS, "conv_kernel_size": KERNEL, "xscaling": True,
+                   "use_bias": True, "att_context_size": [-1, -1], "dropout": 0.0,
+                   "dropout_pre_encoder": 0.0, "dropout_emb": 0.0, "dropout_att": 0.0}
+    module = randomize(ConformerEncoder(**encoder_cfg), seed=8)
+    taps = {}
+    module.pre_encode.register_forward_hook(
+        lambda mod, args, out: taps.__setitem__("pre_encode", out[0][0].numpy()))
+    for i, block in enumerate(module.layers):
+        block.register_forward_hook(
+            lambda mod, args, out, i=i: taps.__setitem__(f"layer_{i}", out[0].numpy()))
+    mel = np.random.default_rng(9).standard_normal((90, MELS))
+    with torch.no_grad():
+        enc_out, _ = module(audio_signal=torch.from_numpy(mel.T.copy())[None],
+                            length=torch.tensor([90]))
+    config = from_nemo_config({
+        "preprocessor": {}, "encoder": encoder_cfg,
+        "decoder": {"vocab_size": 4, "prednet": {"pred_hidden": 8}},
+        "joint": {"num_classes": 4, "num_extra_outputs": 0,
+                  "jointnet": {"joint_hidden": 8, "encoder_hidden": D, "pred_hidden": 8}},
+    })
+    arrays = graph_arrays(module, "encoder.")
+    with Runtime("cpu", threads=1) as rt:
+        weights = rt.upload(arrays, dict.fromkeys(arrays, "f32"))
+        encoder = enc.Encoder(weights, config, rt)
+        out = encoder.forward(mel.astype(np.float32))
+        isolated = encoder.layers_isolated([taps["pre_encode"], taps["layer_0"]],
+                                           out["pos_emb"])
+    assert_close_to_float64(out["enc_out"], enc_out[0].T.numpy())
+    for name in ("pre_encode", "layer_0", "layer_1"):
+        assert_close_to_float64(out[name], taps[name])
+    for i, layer_out in enumerate(isolated):
+        assert_close_to_float64(layer_out, taps[f"layer_{i}"])
+
+
+def test_fold_batch_norm_equals_conv_then_batch_norm():
+    rng = np.random.default_rng(6)
+    conv = torch.nn.Conv1d(8, 8, KERNEL, padding=4, groups=8).double()
+    norm = torch.nn.BatchNorm1d(8, eps=1e-3).double().eval()
+    with torch.no_grad():
+        for tensor in (norm.weight, norm.bias, norm.running_mean):
+            tensor.copy_(torch.from_numpy(rng.standard_normal(8)))
+        norm.running_var.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, 8)))
+        x = torch.from_numpy(rng.standard_normal((1, 8, 30)))
+        ref = norm(conv(x))[0].numpy()
+        weight, bias = fold_batch_norm(conv.weight.numpy(), conv.bias.numpy(),
+                                       norm.weight.numpy(), norm.bias.numpy(),
+                                       norm.running_mean.numpy(), norm.running_var.numpy(), 1e-3)
+        folded = torch.nn.functional.conv1d(x, torch.from_numpy(weight).double(),
+                                            torch.from_numpy(bias).double(), padding=4, groups=8)
+    np.testing.assert_allclose(folded[0].numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_config_rejects_architectures_the_port_does_not_implement(tiny_nemo):
+    import tarfile
+
+    import yaml
+
+    with tarfile.open(tiny_nemo) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("model_config.yaml"))
+        cfg = yaml.safe_load(tar.extractfile(member))
+    assert from_nemo_config(cfg).encoder.subsampling == "dw_striding"
+    cfg["encoder"]["self_attention_model"] = "rel_pos_local_attn"
+    with pytest.raises(AudioparityError, match="self_attention_model='rel_pos_local_attn'"):
+        from_nemo_config(cfg)
+
+
+def to_hf_name(name: str) -> str:
+    for pattern, replacement in NEMO_TO_HF.items():
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def hf_checkpoint(tmp_path_factory):
+    """A small random transformers ``ParakeetForTDT`` saved in bfloat16 (config.json +
+    model.safetensors), and its state dict."""
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.ParakeetTDTConfig(
+        vocab_size=33, decoder_hidden_size=24, num_decoder_layers=1, durations=[0, 1, 2],
+        encoder_config={
+            "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": HEADS,
+            "intermediate_size": 4 * D, "conv_kernel_size": KERNEL, "subsampling_factor": 8,
+            "subsampling_conv_channels": CHANNELS, "num_mel_bins": MELS, "scale_input": False,
+            "attention_bias": True, "convolution_bias": True,
+        },
+    )
+    torch.manual_seed(7)
+    model = transformers.ParakeetForTDT(hf_config).to(torch.bfloat16)
+    directory = tmp_path_factory.mktemp("hf_parakeet")
+    model.save_pretrained(directory)
+    return directory, {k: v.float() for k, v in model.state_dict().items()}
+
+
+def test_hugging_face_checkpoint_reads_as_nemo(hf_checkpoint):
+    directory, hf_state = hf_checkpoint
+    config = load_config(directory)
+    assert (config.encoder.d_model, config.encoder.n_layers, config.encoder.d_ff) == (D, 2, 4 * D)
+    assert (config.decoder.vocab_size, config.joint.joint_hidden, config.durations) == (
+        32, 24, (0, 1, 2))
+    state, native = read_state(directory)
+    expected = expected_shapes(config)
+    for name, shape in expected.items():
+        hf_name = to_hf_name(name)
+        assert state[name].shape == shape, name
+        np.testing.assert_array_equal(state[name], hf_state[hf_name].numpy(), err_msg=name)
+        assert native[name] == "bf16"
+    weights = load_weights(directory, config, "native")
+    assert weights.storage["encoder.layers.1.self_attn.linear_pos.weight"] == "bf16"
+    assert weights.storage["encoder.layers.1.self_attn.pos_bias_u"] == "f32"
+    assert weights.storage["encoder.layers.1.conv.depthwise_conv.weight"] == "f32"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("drop", r"missing tensor 'encoder.layers.1.self_attn.linear_pos.weight'.*\[48, 48\]"),
+    ("reshape", r"'encoder.layers.1.self_attn.linear_pos.weight' has shape \[24, 96\], "
+                r"expected \[48, 48\]"),
+])
+def test_damaged_checkpoint_names_the_tensor_and_shapes(hf_checkpoint, tmp_path, damage,
+                                                        message):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    directory, hf_state = hf_checkpoint
+    shutil.copy(directory / "config.json", tmp_path / "config.json")
+    key = to_hf_name("encoder.layers.1.self_attn.linear_pos.weight")
+    state = dict(hf_state)
+    if damage == "drop":
+        del state[key]
+    else:
+        state[key] = state[key].reshape(24, 96)
+    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "model.safetensors")
+    with pytest.raises(AudioparityError, match=message):
+        load_weights(tmp_path, load_config(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def reference(reference_dump) -> Dump:
+    return Dump(reference_dump)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_nemo):
+    return tiny_nemo, load_config(tiny_nemo)
+
+
+def encoder_taps(tiny, reference, matmul: str, conv: str = "f32", flash: bool = False):
+    model, config = tiny
+    with Runtime("cpu", threads=1) as rt:
+        weights = load_weights(model, config, matmul, conv).upload(rt)
+        encoder = enc.Encoder(weights, config, rt, flash_attention=flash)
+        taps = encoder.forward(reference.tensor("mel_features"))
+        inputs = [reference.tensor("pre_encode")] + [
+            reference.tensor(f"layer_{i}") for i in range(config.encoder.n_layers - 1)]
+        for i, out in enumerate(encoder.layers_isolated(inputs, reference.tensor("pos_emb"))):
+            taps[f"layer_{i}_isolated"] = out
+    return taps
+
+
+@pytest.mark.slow
+def test_f32_encoder_matches_nemo_reference_dump(tiny, reference):
+    taps = encoder_taps(tiny, reference, "f32")
+    n_layers = tiny[1].encoder.n_layers
+    names = ["pre_encode", "pos_emb", "enc_out"] + [f"layer_{i}" for i in range(n_layers)]
+    for name in names + [f"layer_{i}_isolated" for i in range(n_layers)]:
+        ref = reference.tensor(name.removesuffix("_isolated"))
+        assert taps[name].shape == ref.shape, name
+        assert cosine(taps[name], ref) >= 0.99999, name
+        assert nmse(taps[name], ref) < 1e-9, (name, nmse(taps[name], ref))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("matmul, conv", [("f16", "f32"), ("bf16", "f32"), ("q8_0", "f32"),
+                                          ("f32", "f16")])
+def test_reduced_precision_encoders_run_and_stay_close(tiny, reference, matmul, conv):
+    taps = encoder_taps(tiny, reference, matmul, conv)
+    for name in ("enc_out", "layer_0_isolated"):
+        assert np.isfinite(taps[name]).all(), name
+        assert cosine(taps[name], reference.tensor(name.removesuffix("_isolated"))) > 0.99, name
+
+
+@pytest.mark.slow
+def test_flash_attention_encoder_matches_nemo_reference_dump(tiny, reference):
+    taps = encoder_taps(tiny, reference, "f32", flash=True)
+    assert cosine(taps["enc_out"], reference.tensor("enc_out")) >= 0.99999
+
+
+def test_encoder_rejects_mel_of_the_wrong_width(tiny):
+    model, config = tiny
+    with Runtime("cpu") as rt:
+        weights = load_weights(model, config, "f32").upload(rt)
+        with pytest.raises(AudioparityError, match=r"expected \[T, 128\]"):
+            enc.Encoder(weights, config, rt).forward(np.zeros((50, 80), np.float32))
