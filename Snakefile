@@ -5,7 +5,8 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default sweep, found beside this file also when running with --directory elsewhere.
+configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 report: "docs/report/workflow.rst"

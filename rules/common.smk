@@ -13,7 +13,7 @@ from audioparity.compare.gates import resolve_gates
 validate(config, "../config/schema.yaml")
 
 #: Families present in the config, by their config key (= the `family` column of summary.csv).
-FAMILIES = {name: config[name] for name in ("parakeet_tdt", "moss_voicegen") if config.get(name)}
+FAMILIES = {name: config[name] for name in config["families"]}
 #: {family: {"models": {name: path}, "cases": {name: path}}}
 PATHS = {
     family: {key: {entry["name"]: entry["path"] for entry in section[key]} for key in ("models", "cases")}

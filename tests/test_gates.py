@@ -110,6 +110,31 @@ def test_declared_failure_is_xfail_and_stale_declaration_fails():
     )
 
 
+def test_kl_gate_applies_to_logits():
+    gates = {"gates": [{"stage": "*logits", "from": "f16", "kl_max": 1e-6},
+                       {"stage": "*", "from": "default", "kl_max": 1e-6}],
+             "expected_failures": []}
+    assert status("audio_logits", gates, metrics={"kl": 5e-7}) == (
+        "pass", "f16/*logits: kl<=1e-06", ""
+    )
+    assert status("audio_logits", gates, metrics={"kl": 2e-6}).reason == "kl 2e-06 > 1e-06"
+    assert status("audio_logits", gates, metrics={"kl": math.nan}).reason == "kl NaN > 1e-06"
+    with pytest.raises(AudioparityError, match="kl_max.*stage 'last_hidden'"):
+        status("last_hidden", gates, metrics={"cosine": 1.0, "kl": None})
+
+
+def test_exact_reason_gives_the_divergence_and_the_reference_logit_gap():
+    gates = {"gates": [{"stage": "generation", "exact": True}], "expected_failures": []}
+    metrics = {"exact": False, "differing": ["rows", "stopped"], "first_divergence": 3,
+               "logit_gap": 0.012345678}
+    assert status("generation", gates, metrics=metrics).reason == (
+        "not exact: rows, stopped differ (first divergence at position 3, "
+        "reference logit gap 0.01235)"
+    )
+    metrics.update(differing=["rules"], first_divergence=None, logit_gap=None)
+    assert status("generation", gates, metrics=metrics).reason == "not exact: rules differ"
+
+
 def test_stage_without_gate_is_a_config_error():
     with pytest.raises(AudioparityError, match="no entry matches stage 'pos_emb'"):
         status("pos_emb", gates_for(), metrics={"cosine": 1.0})
@@ -140,6 +165,7 @@ def test_not_compared_statuses_keep_their_message(availability):
         ({"stage": "x"}, "sets no threshold"),
         ({"stage": "x", "exact": False}, "sets no threshold"),
         ({"stage": "x", "nmse_max": "1e-8"}, "nmse_max must be a number"),
+        ({"stage": "x", "kl_max": None}, "kl_max must be a number"),
         ({"stage": "x", "exact": "yes"}, "exact must be true or false"),
     ],
 )

@@ -69,6 +69,50 @@ def test_top1_counts_rows_whose_argmax_agrees():
     assert m.top1([0.1, 0.9], [0.3, 0.7]) == 1.0  # 1-D: one row
 
 
+def test_kl_is_reference_against_candidate_in_nats():
+    # p = softmax([0, ln 3]) = [1/4, 3/4], q = softmax([0, 0]) = [1/2, 1/2]
+    # KL(p || q) = 1/4 ln(1/2) + 3/4 ln(3/2) = 3/4 ln 3 - ln 2
+    # KL(q || p) = 1/2 ln 2 + 1/2 ln(2/3) = ln 2 - 1/2 ln 3
+    ref, cand = [0.0, math.log(3.0)], [0.0, 0.0]
+    assert m.kl(cand, ref) == pytest.approx(0.75 * math.log(3.0) - math.log(2.0), rel=1e-14)
+    assert m.kl(ref, cand) == pytest.approx(math.log(2.0) - 0.5 * math.log(3.0), rel=1e-14)
+    # softmax ignores a constant shift of a row
+    assert m.kl([5.0, 5.0], [-2.0, math.log(3.0) - 2.0]) == pytest.approx(m.kl(cand, ref),
+                                                                          rel=1e-14)
+    # rows are the leading axes; the largest row's divergence is reported
+    rows = m.kl([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 2.0], ref])
+    assert rows == pytest.approx(0.75 * math.log(3.0) - math.log(2.0), rel=1e-14)
+    assert m.kl([[1.0, 2.0]], [[1.0, 2.0]]) == 0.0
+    assert m.kl(3.0, 7.0) == 0.0  # 0-D: one row of one class
+
+
+def test_kl_drops_agreed_infinities_and_never_passes_a_nan():
+    # the masked pad logit (-inf on both sides) is dropped: same value as without it
+    expected = 0.75 * math.log(3.0) - math.log(2.0)
+    assert m.kl([[0.0, -INF, 0.0]], [[0.0, -INF, math.log(3.0)]]) == pytest.approx(expected,
+                                                                                rel=1e-14)
+    assert m.kl([-INF, -INF], [-INF, -INF]) == 0.0  # a row left empty
+    assert math.isnan(m.kl([0.0, NAN], [0.0, 1.0]))
+    assert math.isnan(m.kl([0.0, 1.0], [0.0, NAN]))
+    assert math.isnan(m.kl([0.0, -INF], [0.0, 1.0]))  # masked on one side only
+    assert math.isnan(m.kl([INF, 1.0], [-INF, 1.0]))
+    # a candidate probability that underflows to 0 where the reference's is 1/2
+    assert m.kl([1e308, -1e308], [0.0, 0.0]) == INF
+
+
+def test_logit_gap_is_the_nearest_tie_the_candidate_broke():
+    margins = np.array([INF, 0.5, 0.25, INF])
+    assert m.logit_gap([1, 5, 7, 0], [1, 6, 8, 0], margins) == 0.25
+    assert m.logit_gap([1, 5, 8, 0], [1, 6, 8, 0], margins) == 0.5
+    assert m.logit_gap([2, 6, 8, 0], [1, 6, 8, 0], margins) == INF  # only a forced value differs
+    assert m.logit_gap([1, 6], [1, 6, 8, 0], margins) == 0.25  # values the candidate lacks
+    assert m.logit_gap([1, 6, 8, 0], [1, 6, 8, 0], margins) is None
+    assert m.logit_gap([9, 9], [1, 6], np.array([0.125])) == 0.125  # one margin per position
+    assert math.isnan(m.logit_gap([1, 5], [1, 6], np.array([INF, NAN])))
+    with pytest.raises(AudioparityError, match="3 margins for a position of 2 values"):
+        m.logit_gap([1, 5], [1, 6], np.zeros(3))
+
+
 def test_a_nan_never_passes():
     cand = np.array([1.0, NAN, 3.0])
     ref = np.array([1.0, 2.0, 3.0])
@@ -126,6 +170,7 @@ def test_empty_arrays_count_as_zero(shape):
     assert m.non_finite(a, b) == 0
     assert m.argmax(a, b) is None
     assert m.top1(a, b) == 1.0
+    assert m.kl(a, b) == 0.0
 
 
 def test_huge_values_neither_overflow_nor_warn():
@@ -190,11 +235,12 @@ def test_metrics_never_crash_and_nan_never_passes(pair):
         ref_bad = m.non_finite(ref, cand)
         where = m.argmax(cand, ref)
         agreement = m.top1(cand, ref)
+        divergence = m.kl(cand, ref)
     agreed = np.isinf(cand) & (cand == ref)
     assert bad == int((~np.isfinite(cand) & ~agreed).sum())
     if bad or ref_bad:
         assert all(math.isnan(v) for v in values.values())
-        assert math.isnan(agreement)
+        assert math.isnan(agreement) and math.isnan(divergence)
         if cand.ndim:
             index = tuple(int(i) for i in where.split(","))
             assert not (np.isfinite(cand[index]) and np.isfinite(ref[index]))
@@ -203,6 +249,7 @@ def test_metrics_never_crash_and_nan_never_passes(pair):
         assert values["nmse"] >= 0.0 and values["max_rel"] >= 0.0 and values["std_ratio"] >= 0.0
         # a mean of equal values may round one ulp above them
         assert values["max_abs"] * (1 + 1e-12) >= values["mean_abs"] >= 0.0
+        assert divergence >= 0.0
 
 
 @settings(max_examples=40, deadline=None)
@@ -214,3 +261,4 @@ def test_an_array_against_itself_is_identical(array):
     assert m.max_abs(array, array) == 0.0
     assert m.std_ratio(array, array) == pytest.approx(1.0, rel=1e-12)
     assert m.top1(array, array) == 1.0
+    assert m.kl(array, array) == 0.0

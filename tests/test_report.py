@@ -59,7 +59,8 @@ def test_summary_columns_and_row_order(tmp_path: Path):
     assert header == [
         "family", "model", "case", "backend", "weight_type", "stage", "status",
         "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
-        "top1", "token_match", "first_divergence", "wer", "gate", "reason", "seconds",
+        "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "gate", "reason",
+        "seconds",
     ]
     order = [(r["model"], r["backend"], r["weight_type"], r["stage"]) for r in read_csv(output)]
     assert order == [
@@ -122,7 +123,9 @@ def synthetic_summary(path: Path) -> Path:
     rows.append(row("enc_out", "cuda", "f32", status="unavailable",
                     reason="backend cuda is not built in"))
     rows.append(row("joint_logits", "cpu", "q8_0", status="fail", cosine=0.98, nmse=0.04,
-                    reason="cosine 0.98 < 0.999 <&>"))
+                    top1=0.75, kl=0.0123456, reason="cosine 0.98 < 0.999 <&>"))
+    rows.append(row("generation", "cpu", "q8_0", status="fail", token_match=0.25,
+                    first_divergence=4, logit_gap=0.00251, reason="not exact: rows differ"))
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -145,7 +148,11 @@ def test_html_is_self_contained_and_built_from_the_csv_alone(tmp_path: Path):
     # the failing cell carries its reason (escaped) as tooltip, and is listed under attention
     assert 'title="joint_logits — fail\ncosine 0.98 &lt; 0.999 &lt;&amp;&gt;' in page
     assert page.count("cosine 0.98 &lt; 0.999 &lt;&amp;&gt;") >= 3  # tooltip, attention, table
-    assert "1 of 50 stages need attention" in page
+    # every metric that applies is in the tooltip, kl and the logit gap included
+    assert re.search(r'title="joint_logits — fail\n[^"]*top1 0\.75[^"]*\bkl 0\.0123"', page)
+    assert re.search(r'title="generation — fail\n[^"]*first_divergence 4[^"]*logit_gap 0\.00251"',
+                     page)
+    assert "2 of 51 stages need attention" in page
     assert ">unavailable<" in page and ">n/a<" in page
 
 

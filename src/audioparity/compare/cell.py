@@ -127,7 +127,7 @@ def _aligned(cand: tuple, ref: tuple) -> tuple[list, list]:
 
 def _check_margins(margins: np.ndarray, positions: list[tuple]) -> None:
     """Raise unless ``margins`` is ``[positions]`` or ``[positions, values per position]``."""
-    widths = {len(_aligned(p, p)[1]) for p in positions}
+    widths = {sum(len(v) if isinstance(v, list) else 1 for v in p) for p in positions}
     fits = margins.ndim == 1 or (margins.ndim == 2 and widths <= {margins.shape[1]})
     if margins.shape[:1] != (len(positions),) or not fits:
         per = "/".join(str(w) for w in sorted(widths)) or "0"
@@ -162,6 +162,7 @@ def document_metrics(
             reference has no position there).
         cand_margins: the candidate's: ``non_finite`` counts its NaN (and ``-inf``) margins,
             ``argmax`` locates the first; ``+inf`` marks a forced value and is not counted.
+            ``ref_non_finite`` counts the same in ``ref_margins``.
 
     Raises:
         AudioparityError: ``ref_margins`` does not fit the reference's positions.
@@ -182,8 +183,8 @@ def document_metrics(
         ref_margins = np.asarray(ref_margins)
         _check_margins(ref_margins, ref_pos)
         if divergence is not None and divergence < len(ref_pos):
-            cand_at = cand_pos[divergence] if divergence < len(cand_pos) else ()
-            cand_at = cand_at + (_ABSENT,) * (len(ref_pos[divergence]) - len(cand_at))
+            cand_at = (cand_pos[divergence] if divergence < len(cand_pos)
+                       else (_ABSENT,) * len(sequence_keys))
             gap = m.logit_gap(*_aligned(cand_at, ref_pos[divergence]), ref_margins[divergence])
     metrics = {
         "token_match": m.token_match(cand_pos, ref_pos) if sequence_keys else None,
@@ -193,14 +194,22 @@ def document_metrics(
         "exact": not differing,
         "differing": differing,
     }
+    if ref_margins is not None:
+        metrics["ref_non_finite"] = int(_undecided(ref_margins).sum())
     if cand_margins is not None:
-        cand_margins = np.asarray(cand_margins, dtype=np.float64)
-        bad = np.isnan(cand_margins) | np.isneginf(cand_margins)
+        bad = _undecided(cand_margins)
         metrics["non_finite"] = int(bad.sum())
-        if bad.any() and cand_margins.ndim:
-            first = np.unravel_index(int(np.flatnonzero(bad)[0]), cand_margins.shape)
+        if bad.any() and bad.ndim:
+            first = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
             metrics["argmax"] = ",".join(str(int(i)) for i in first)
     return metrics
+
+
+def _undecided(margins: np.ndarray) -> np.ndarray:
+    """Mask of the margins that are neither finite nor ``+inf`` (forced): decisions taken on
+    non-finite logits."""
+    margins = np.asarray(margins, dtype=np.float64)
+    return np.isnan(margins) | np.isneginf(margins)
 
 
 def _document(dump: Dump, name: str) -> Mapping[str, Any]:
@@ -223,9 +232,9 @@ def _compare_stage(
             tensor = _margins_name(dump, name)
             if tensor is not None:
                 margins[key] = dump.tensor(tensor)
+        documents = _document(candidate, stage), _document(reference, ref_stage)
         try:
-            metrics = document_metrics(_document(candidate, stage),
-                                       _document(reference, ref_stage), **margins)
+            metrics = document_metrics(*documents, **margins)
         except AudioparityError as err:
             raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
         return metrics, ()

@@ -13,6 +13,17 @@ Config section (one per family, e.g. ``parakeet_tdt:`` in config/config.yaml)::
     expected_failures:           # optional; a failing stage that matches shows as `xfail`
       - {stage: enc_out, weight_type: f16, model: "*", backend: "*", reason: "f16 overflow"}
 
+The same for MOSS (``moss_voicegen:``), whose head logits and documents have keys of their own::
+
+    gates:
+      default:
+        - {stage: prompt, exact: true, wer_max: 0.0}    # rows identical, WER on the text
+        - {stage: "*hidden", max_rel_max: 1.0e-5}        # last_hidden, probe_hidden, step_...
+        - {stage: "*_logits", max_rel_max: 1.0e-5, top1_min: 1.0, kl_max: 1.0e-9}
+        - {stage: generation, exact: true}               # every generated row (logit_gap shown)
+    expected_failures:
+      - {stage: "*hidden", model: tiny-massive, weight_type: f16, reason: "exceeds f16 range"}
+
 Gate entry: ``stage`` (an fnmatch pattern, case-sensitive, matched against the CANDIDATE's stage
 name, so ``layer_*`` also matches ``layer_3_isolated``: put ``layer_*_isolated`` first to gate it
 apart) and at least one threshold:
@@ -26,14 +37,20 @@ key                 applies to passes when
 ``max_abs_max``     tensors    max_abs <= value
 ``std_ratio_tol``   tensors    abs(1 - std_ratio) <= value
 ``top1_min``        logits     top1 >= value (tensors whose stage name contains "logits")
+``kl_max``          logits     kl <= value: the largest KL(ref || cand) over rows, in nats
 ``token_match_min`` documents  token_match >= value
 ``wer_max``         documents  wer <= value (documents with a "text" field)
 ``exact``           documents  ``true``: every field of the reference document is identical
 ==================  =========  ========================================================
 
-Besides its thresholds, every tensor stage fails on a non-finite value (a NaN never passes) and
-every stage fails on a shape or layout mismatch. A threshold that does not apply to the stage
-it matched (``cosine_min`` on a document, ``top1_min`` on hidden states) is a config error.
+Besides its thresholds, every tensor stage fails on a non-finite value (a NaN never passes), and
+so does a document whose candidate margins (its ``<doc>_margins`` tensor, see
+:mod:`audioparity.compare.cell`) hold a NaN: a decision taken on non-finite logits. Every stage
+fails on a shape or layout mismatch. A threshold that does not apply to the stage it matched
+(``cosine_min`` on a document, ``top1_min`` or ``kl_max`` on hidden states) is a config error.
+A document's auxiliary ``<doc>_margins`` tensor is no stage: a gate entry naming it matches
+nothing. ``logit_gap`` (the reference's margin where the documents part) is reported, not gated:
+a failing ``exact`` names it in the reason, to tell a near-tie from a real error.
 
 Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``
 patterns default to ``"*"``. A matching stage that fails is ``xfail``; one that passes is ``fail``
@@ -72,6 +89,7 @@ _LIMITS = {
     "max_abs_max": ("max_abs", "<="),
     "std_ratio_tol": ("std_ratio", "tol"),
     "top1_min": ("top1", ">="),
+    "kl_max": ("kl", "<="),
     "token_match_min": ("token_match", ">="),
     "wer_max": ("wer", "<="),
 }
@@ -276,8 +294,12 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
                 f"not to stage {stage!r}"
             )
         if not metrics["exact"]:
-            where = metrics.get("first_divergence")
-            at = f" (first divergence at position {where})" if where is not None else ""
+            details = []
+            if metrics.get("first_divergence") is not None:
+                details.append(f"first divergence at position {metrics['first_divergence']}")
+            if metrics.get("logit_gap") is not None:
+                details.append(f"reference logit gap {metrics['logit_gap']:.4g}")
+            at = f" ({', '.join(details)})" if details else ""
             failures.append(f"not exact: {', '.join(metrics.get('differing', []))} differ{at}")
     return failures
 
@@ -287,7 +309,8 @@ def _non_finite_failures(metrics: Mapping[str, Any]) -> list[str]:
     if metrics.get("non_finite"):
         where = metrics.get("argmax")
         at = f" (first at {where})" if where else ""
-        failures.append(f"{metrics['non_finite']} non-finite value(s) in candidate{at}")
+        what = "candidate margins" if "exact" in metrics else "candidate"  # a document's
+        failures.append(f"{metrics['non_finite']} non-finite value(s) in {what}{at}")
     if metrics.get("ref_non_finite"):
         failures.append(f"reference holds {metrics['ref_non_finite']} non-finite value(s)")
     return failures
@@ -317,7 +340,8 @@ def status(
             become the status with ``problems`` as the reason.
         metrics: the stage's metrics (``compare`` computes them); ``None`` for a metric that does
             not apply. Besides the summary columns it may hold ``ref_non_finite`` (count in the
-            reference), and for documents ``exact`` and ``differing`` (the fields that differ).
+            reference), and for documents ``exact`` and ``differing`` (the fields that differ);
+            a document's ``non_finite`` counts the NaN decision margins of the candidate.
         problems: reasons that fail the stage outright (shape, layout or kind mismatch).
 
     Returns:
