@@ -1,5 +1,6 @@
 """The ggml runtime layer against numpy float64: storage round trips, quantisation error, matmul,
-graphs with several outputs, and backend availability."""
+graphs with several outputs, persistent state written by expanded nodes in declaration order,
+unused inputs, and backend availability."""
 
 from __future__ import annotations
 
@@ -129,6 +130,67 @@ def test_graph_rejects_float64_inputs_and_reshaped_updates(runtime):
         g.input("y", np.ones((2, 3), np.float32))
         with pytest.raises(AudioparityError, match=r"expected float32 \[2, 3\]"):
             g.set("y", np.ones((3, 2), np.float32))
+
+
+def test_unused_input_raises_naming_it_instead_of_aborting(runtime):
+    """ggml leaves an input no node uses unallocated; setting it would abort the process."""
+    with runtime.graph() as g:
+        x = g.input("x", ACTIVATION)
+        g.input("mask", np.zeros((7, 7), np.float32))
+        g.output("y", ggml.ggml_scale(g.ctx, x, 2.0))
+        with pytest.raises(AudioparityError, match=r"input 'mask' .*not used"):
+            g.compute()
+
+
+def _rows(ctx, tensor, first: int, n: int):
+    """View of numpy rows ``first..first+n-1`` of a 2-D tensor."""
+    nb1 = tensor.contents.nb[1]
+    return ggml.ggml_view_2d(ctx, tensor, tensor.contents.ne[0], n, nb1, first * nb1)
+
+
+@pytest.mark.parametrize("storage, rounding", [("f32", lambda x: x), ("f16", round_f16)])
+def test_state_starts_at_zero_and_keeps_expanded_writes_across_graphs(runtime, storage,
+                                                                      rounding):
+    state = runtime.state({"cache": ((6, 64), storage)})
+    assert state.shape("cache") == (6, 64) and state.storage("cache") == storage
+    np.testing.assert_array_equal(state.read("cache"), np.zeros((6, 64), np.float32))
+    # not marked as weights: the scheduler treats it as ordinary (mutable) memory
+    assert ggml.ggml_backend_buffer_get_usage(state._buffer) == \
+        ggml.GGML_BACKEND_BUFFER_USAGE_ANY
+    rows = ACTIVATION[:2]
+    with runtime.graph() as g:
+        g.expand(ggml.ggml_cpy(g.ctx, g.input("rows", rows), _rows(g.ctx, state["cache"], 3, 2)))
+        assert g.compute() == {}
+    expected = np.zeros((6, 64), np.float32)
+    expected[3:5] = rounding(rows)
+    np.testing.assert_array_equal(state.read("cache"), expected)
+    with runtime.graph() as g:  # a later graph reads what the first one wrote
+        g.output("all", ggml.ggml_scale(g.ctx, ggml.ggml_cast(g.ctx, state["cache"],
+                                                              ggml.GGML_TYPE_F32), 1.0))
+        np.testing.assert_array_equal(g.compute()["all"], expected)
+
+
+def test_nodes_run_in_the_order_of_expand_and_output_calls(runtime):
+    """A read of state rows declared after the write sees it; one declared before does not
+    (the write has no data dependency on the read)."""
+    state = runtime.state({"cache": ((4, 64), "f32")})
+    with runtime.graph() as g:
+        g.output("before", ggml.ggml_sum(g.ctx, state["cache"]))
+        g.expand(ggml.ggml_cpy(g.ctx, g.input("row", ACTIVATION[:1]),
+                               _rows(g.ctx, state["cache"], 1, 1)))
+        g.output("after", ggml.ggml_scale(g.ctx, _rows(g.ctx, state["cache"], 0, 2), 1.0))
+        out = g.compute()
+        with pytest.raises(AudioparityError, match="after the first compute"):
+            g.expand(ggml.ggml_scale(g.ctx, state["cache"], 1.0))
+    assert out["before"].item() == 0.0
+    np.testing.assert_array_equal(out["after"][1], ACTIVATION[0])
+    np.testing.assert_array_equal(out["after"][0], np.zeros(64, np.float32))
+
+
+def test_graph_without_outputs_or_expanded_nodes_is_an_error(runtime):
+    with runtime.graph() as g:
+        with pytest.raises(AudioparityError, match="no outputs and no expanded nodes"):
+            g.compute()
 
 
 @pytest.mark.parametrize("backend, flag", [("cuda", "GGML_USE_CUDA"),

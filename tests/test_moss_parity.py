@@ -155,6 +155,8 @@ BUGS = {
     "no_causal_mask": ("positions=np.arange(len(rows)), causal=True)",
                        "positions=np.arange(len(rows)), causal=False)"),
     "skipped_codebook": ("for k in range(config.n_vq):", "for k in range(config.n_vq - 1):"),
+    # the KV-cache copy built but never added to the graph: attention reads unwritten rows
+    "kv_write_not_in_graph": ("        g.expand(ggml.ggml_cpy(", "        (ggml.ggml_cpy("),
     "no_qk_norm": ('    q = rms_norm(ctx, q, w[p + "q_norm.weight"], lang.rms_norm_eps)\n'
                    '    k = rms_norm(ctx, k, w[p + "k_norm.weight"], lang.rms_norm_eps)\n', ""),
 }

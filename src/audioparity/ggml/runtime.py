@@ -16,15 +16,21 @@ Design (MODELS.md, "ggml-python"):
   back to the CPU, as in a C++ ggml runtime. A backend that is not built into this ggml-python
   raises :class:`BackendUnavailable`.
 - :class:`Weights` (from :meth:`Runtime.upload`) holds a dict of numpy arrays uploaded once into
-  one backend buffer, each with its storage type ``f32|f16|bf16|q8_0``. Conversion uses ggml's own
-  ``ggml_quantize_chunk`` (which also does the f16/bf16 rounding), so the bytes are what a C++
-  converter would write. The storage type is a property of the tensor; graph code is the same
-  for every type.
+  one backend buffer (usage ``WEIGHTS``), each with its storage type ``f32|f16|bf16|q8_0``.
+  Conversion uses ggml's own ``ggml_quantize_chunk`` (which also does the f16/bf16 rounding), so
+  the bytes are what a C++ converter would write. The storage type is a property of the tensor;
+  graph code is the same for every type.
+- :class:`State` (from :meth:`Runtime.state`) holds persistent mutable tensors (a KV cache): one
+  zero-filled backend buffer that outlives graphs and is not marked as weights. Graphs write into
+  it with ``ggml_cpy`` nodes added by :meth:`Graph.expand`.
 - :class:`Graph` (from :meth:`Runtime.graph`) is a per-graph ``no_alloc`` context: inputs are
   numpy arrays (copied in with ``ggml_backend_tensor_set`` after allocation), any number of named
-  outputs (taps) are marked ``ggml_set_output`` and read back as float32 numpy arrays. A graph
-  can be computed again with new input values of the same shapes (:meth:`Graph.set`); several
-  graphs may stay open and be computed in turn (the scheduler re-allocates on each switch).
+  outputs (taps) are marked ``ggml_set_output`` and read back as float32 numpy arrays, and
+  side-effect nodes (writes into :class:`State`) join with :meth:`Graph.expand`. Nodes enter the
+  graph in the order of the :meth:`Graph.output` / :meth:`Graph.expand` calls, which is the order
+  ggml computes them in. A graph can be computed again with new input values of the same shapes
+  (:meth:`Graph.set`); several graphs may stay open and be computed in turn (the scheduler
+  re-allocates on each switch).
 - :mod:`audioparity.ggml.ops` holds the few operators whose ggml implementation depends on a
   weight's type (e.g. depthwise convolution), so model code stays free of type branches.
 
@@ -42,6 +48,12 @@ Usage::
             y = ggml.ggml_mul_mat(g.ctx, w["proj.weight"], x)   # ne [3, 5]
             g.output("y", y)                                     # read back as [5, 3]
             out = g.compute()                                    # {"y": ndarray [5, 3]}
+        cache = rt.state({"k": ((8, 3), "f16")})                # zeros; outlives graphs
+        with rt.graph() as g:
+            row = g.input("row", np.ones((1, 3), np.float32))
+            dst = ggml.ggml_view_2d(g.ctx, cache["k"], 3, 1, 3 * 2, 5 * 3 * 2)  # row 5
+            g.expand(ggml.ggml_cpy(g.ctx, row, dst))             # a side effect, no output
+            g.compute()                                          # cache.read("k")[5] == 1
 
 Notes: a failed ggml assert aborts the process (``GGML_NO_BACKTRACE=1`` is set at import to keep
 the message short); ggml-python 0.0.45 declares a wrong return type on six pointer-returning
@@ -70,6 +82,7 @@ __all__ = [
     "Graph",
     "MissingWeight",
     "Runtime",
+    "State",
     "Weights",
     "doctor",
     "numpy_shape",
@@ -103,7 +116,8 @@ class BackendUnavailable(AudioparityError):
 
 
 class MissingWeight(AudioparityError, KeyError):
-    """``weights[name]`` for a name that was not uploaded (a KeyError, so ``.get`` works)."""
+    """``weights[name]`` (or ``state[name]``) for a name that was not allocated (a KeyError, so
+    ``.get`` works)."""
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -289,6 +303,11 @@ class Runtime:
         """Upload named arrays once into one backend buffer (see :class:`Weights`)."""
         return Weights(self, arrays, storage)
 
+    def state(self, specs: Mapping[str, tuple[tuple[int, ...], str]]) -> State:
+        """Allocate zero-filled persistent tensors, ``name -> (numpy shape, storage type)``
+        (see :class:`State`)."""
+        return State(self, specs)
+
     def graph(self, max_tensors: int | None = None) -> Graph:
         """A new, empty graph bound to this runtime (use as a context manager)."""
         return Graph(self, max_tensors or self.graph_size)
@@ -326,8 +345,103 @@ def _to_storage(array: np.ndarray, type_: int) -> np.ndarray:
     return dst
 
 
-class Weights(Mapping):
-    """Named weight tensors in one backend buffer, each in its own storage type.
+class _Tensors(Mapping):
+    """Named tensors in one buffer of the runtime's compute backend, each in its own storage
+    type (the common part of :class:`Weights` and :class:`State`).
+
+    ``tensors[name]`` is the ggml tensor (``ne`` = numpy shape reversed) to use in graphs.
+
+    Raises:
+        AudioparityError: a name without a storage type, an unknown type, a shape the type cannot
+            hold (q8_0 needs the last axis to be a multiple of 32), or a failed allocation.
+    """
+
+    #: What a tensor of this kind is called in messages.
+    _what = "tensor"
+
+    def __init__(self, runtime: Runtime, shapes: Mapping[str, tuple[int, ...]],
+                 storage: Mapping[str, str]) -> None:
+        self._runtime = runtime
+        self._storage: dict[str, str] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._tensors = {}
+        for name, shape in shapes.items():
+            kind = storage.get(name)
+            if kind is None:
+                raise AudioparityError(f"{self._what} {name!r} has no storage type")
+            if not storage_supported(kind, shape):
+                raise AudioparityError(
+                    f"{self._what} {name!r} of shape {list(shape)} cannot be stored as {kind}: "
+                    f"last axis must be a multiple of "
+                    f"{ggml.ggml_blck_size(STORAGE_TYPES[kind])}"
+                )
+            self._storage[name] = kind
+            self._shapes[name] = tuple(int(n) for n in shape)
+        params = ggml.ggml_init_params(
+            mem_size=ggml.ggml_tensor_overhead() * max(len(shapes), 1),
+            mem_buffer=None, no_alloc=True,
+        )
+        self._ctx = ggml.ggml_init(params)
+        for name, shape in self._shapes.items():
+            tensor = ggml.ggml_new_tensor(self._ctx, STORAGE_TYPES[self._storage[name]],
+                                          len(shape), _ne(shape))
+            ggml.ggml_set_name(tensor, name.encode()[: ggml.GGML_MAX_NAME - 1])
+            self._tensors[name] = tensor
+        self._buffer = None
+        if shapes:
+            self._buffer = ggml.ggml_backend_alloc_ctx_tensors(self._ctx, runtime.backend)
+            if not self._buffer:
+                raise AudioparityError(f"could not allocate {len(shapes)} {self._what}s on "
+                                       f"{runtime.backend_name}")
+        self._finalizer = weakref.finalize(self, _free_tensors, self._ctx, self._buffer)
+
+    def __getitem__(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise MissingWeight(f"no {self._what} named {name!r}") from None
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def storage(self, name: str) -> str:
+        """Storage type of tensor ``name`` (``f32|f16|bf16|q8_0``)."""
+        return self._storage[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Numpy shape of tensor ``name`` (ggml ``ne`` reversed)."""
+        return self._shapes[name]
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the backend buffer holding all tensors."""
+        return ggml.ggml_backend_buffer_get_size(self._buffer) if self._buffer else 0
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` read back from the backend and dequantized to float32 (ggml's own
+        ``to_float``), in its numpy shape. For tests and diagnostics."""
+        tensor = self[name]
+        raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
+        ggml.ggml_backend_tensor_get(tensor, _ptr(raw), 0, raw.nbytes)
+        shape = self._shapes[name]
+        if tensor.contents.type == ggml.GGML_TYPE_F32:
+            return raw.view(np.float32).reshape(shape)
+        out = np.empty(int(np.prod(shape)), dtype=np.float32)
+        traits = ggml.ggml_get_type_traits(tensor.contents.type).contents
+        traits.to_float(_ptr(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size)
+        return out.reshape(shape)
+
+    def close(self) -> None:
+        """Free the buffer and context."""
+        self._finalizer()
+
+
+class Weights(_Tensors):
+    """Named weight tensors in one backend buffer (usage ``WEIGHTS``), each in its own storage
+    type.
 
     ``weights[name]`` is the ggml tensor (``ne`` = numpy shape reversed) to use in graphs.
     Arrays are converted from float32 on the host with ggml's quantize functions, then copied
@@ -344,40 +458,12 @@ class Weights(Mapping):
             cannot hold (q8_0 needs the last axis to be a multiple of 32).
     """
 
+    _what = "weight"
+
     def __init__(self, runtime: Runtime, arrays: Mapping[str, np.ndarray],
                  storage: Mapping[str, str]) -> None:
-        self._runtime = runtime
-        self._storage: dict[str, str] = {}
-        self._shapes: dict[str, tuple[int, ...]] = {}
-        self._tensors = {}
-        for name, array in arrays.items():
-            kind = storage.get(name)
-            if kind is None:
-                raise AudioparityError(f"weight {name!r} has no storage type")
-            if not storage_supported(kind, array.shape):
-                raise AudioparityError(
-                    f"weight {name!r} of shape {list(array.shape)} cannot be stored as {kind}: "
-                    f"last axis must be a multiple of "
-                    f"{ggml.ggml_blck_size(STORAGE_TYPES[kind])}"
-                )
-            self._storage[name] = kind
-            self._shapes[name] = tuple(array.shape)
-        params = ggml.ggml_init_params(
-            mem_size=ggml.ggml_tensor_overhead() * max(len(arrays), 1),
-            mem_buffer=None, no_alloc=True,
-        )
-        self._ctx = ggml.ggml_init(params)
-        for name, array in arrays.items():
-            tensor = ggml.ggml_new_tensor(self._ctx, STORAGE_TYPES[self._storage[name]],
-                                          array.ndim, _ne(array.shape))
-            ggml.ggml_set_name(tensor, name.encode()[: ggml.GGML_MAX_NAME - 1])
-            self._tensors[name] = tensor
-        self._buffer = None
-        if arrays:
-            self._buffer = ggml.ggml_backend_alloc_ctx_tensors(self._ctx, runtime.backend)
-            if not self._buffer:
-                raise AudioparityError(f"could not allocate {len(arrays)} weights on "
-                                       f"{runtime.backend_name}")
+        super().__init__(runtime, {name: array.shape for name, array in arrays.items()}, storage)
+        if self._buffer:
             ggml.ggml_backend_buffer_set_usage(self._buffer,
                                                ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
         for name, array in arrays.items():
@@ -387,53 +473,36 @@ class Weights(Mapping):
                 raise AudioparityError(f"weight {name!r}: {data.nbytes} bytes for a "
                                        f"{ggml.ggml_nbytes(tensor)}-byte tensor")
             ggml.ggml_backend_tensor_set(tensor, _ptr(data), 0, data.nbytes)
-        self._finalizer = weakref.finalize(self, _free_weights, self._ctx, self._buffer)
-
-    def __getitem__(self, name: str):
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise MissingWeight(f"no weight named {name!r} was uploaded") from None
-
-    def __iter__(self):
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def storage(self, name: str) -> str:
-        """Storage type of weight ``name`` (``f32|f16|bf16|q8_0``)."""
-        return self._storage[name]
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the backend buffer holding all weights."""
-        return ggml.ggml_backend_buffer_get_size(self._buffer) if self._buffer else 0
-
-    def read(self, name: str) -> np.ndarray:
-        """Weight ``name`` read back from the backend and dequantized to float32 (ggml's own
-        ``to_float``), in its numpy shape. For tests and diagnostics."""
-        tensor = self[name]
-        raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
-        ggml.ggml_backend_tensor_get(tensor, _ptr(raw), 0, raw.nbytes)
-        shape = self._shapes[name]
-        if tensor.contents.type == ggml.GGML_TYPE_F32:
-            return raw.view(np.float32).reshape(shape)
-        out = np.empty(int(np.prod(shape)), dtype=np.float32)
-        traits = ggml.ggml_get_type_traits(tensor.contents.type).contents
-        traits.to_float(_ptr(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size)
-        return out.reshape(shape)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        """Numpy shape of weight ``name`` as uploaded (ggml ``ne`` reversed)."""
-        return self._shapes[name]
-
-    def close(self) -> None:
-        """Free the weight buffer and context."""
-        self._finalizer()
 
 
-def _free_weights(ctx, buffer) -> None:
+class State(_Tensors):
+    """Persistent mutable tensors (e.g. a KV cache) in one zero-filled backend buffer.
+
+    Unlike :class:`Weights` the buffer is not marked as weights (usage ``ANY``): graphs write
+    into these tensors, through a ``ggml_cpy`` into a view added with :meth:`Graph.expand`, and
+    what they write stays for the next graph. ``state[name]`` is the ggml tensor (``ne`` = numpy
+    shape reversed); :meth:`read` reads it back.
+
+    Args:
+        runtime: the runtime whose compute backend holds the buffer.
+        specs: name -> ``(numpy shape, storage type)``; the type is one of ``f32|f16|bf16|q8_0``
+            (a KV cache uses ``f32`` or ``f16``).
+
+    Raises:
+        AudioparityError: an unknown storage type, or a shape the type cannot hold.
+    """
+
+    _what = "state tensor"
+
+    def __init__(self, runtime: Runtime,
+                 specs: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
+        super().__init__(runtime, {name: shape for name, (shape, _) in specs.items()},
+                         {name: kind for name, (_, kind) in specs.items()})
+        if self._buffer:
+            ggml.ggml_backend_buffer_clear(self._buffer, 0)
+
+
+def _free_tensors(ctx, buffer) -> None:
     if buffer:
         ggml.ggml_backend_buffer_free(buffer)
     ggml.ggml_free(ctx)
@@ -442,8 +511,11 @@ def _free_weights(ctx, buffer) -> None:
 class Graph:
     """One compute graph: a ``no_alloc`` context for its tensors, inputs, and named outputs.
 
-    Build with ggml operators on :attr:`ctx`, declare inputs with :meth:`input` and outputs with
-    :meth:`output`, then :meth:`compute`. Use as a context manager (frees the context).
+    Build with ggml operators on :attr:`ctx`, declare inputs with :meth:`input`, outputs with
+    :meth:`output` and side-effect nodes with :meth:`expand`, then :meth:`compute`. Each
+    :meth:`output` / :meth:`expand` call appends the tensor and whatever it depends on that is
+    not in the graph yet (``ggml_build_forward_expand``), so nodes are computed in the order of
+    those calls. Use as a context manager (frees the context).
     """
 
     def __init__(self, runtime: Runtime, max_tensors: int) -> None:
@@ -456,12 +528,17 @@ class Graph:
         self.ctx = ggml.ggml_init(params)
         self._inputs: dict[str, tuple[object, np.ndarray]] = {}
         self._outputs: dict[str, tuple[object, int]] = {}
-        self._gf = None
+        self._gf = ggml.ggml_new_graph_custom(self.ctx, runtime.graph_size, False)
+        self._expanded = False
+        self._computed = False
         self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
 
     def input(self, name: str, array: np.ndarray):
         """A graph input holding ``array`` (float32, float16 or int32; numpy shape, ggml ``ne``
-        reversed). Also the way to upload a host-precomputed constant (e.g. ``pos_emb``)."""
+        reversed). Also the way to upload a host-precomputed constant (e.g. ``pos_emb``).
+
+        Every input must be used by an output or an expanded node: :meth:`compute` raises
+        otherwise (ggml leaves an unused input unallocated)."""
         if name in self._inputs:
             raise AudioparityError(f"graph input {name!r} declared twice")
         array = np.ascontiguousarray(array)
@@ -490,45 +567,77 @@ class Graph:
     def output(self, name: str, tensor, ndim: int | None = None):
         """Mark ``tensor`` as output ``name``; :meth:`compute` returns it as a float32 array of
         ``ndim`` numpy axes (default: ggml_n_dims). Non-contiguous views are made contiguous and
-        non-f32 tensors cast to f32 inside the graph. Returns the output tensor."""
+        non-f32 tensors cast to f32 inside the graph. The output and what it depends on join
+        the graph now (after the nodes of earlier :meth:`output` / :meth:`expand` calls).
+        Returns the output tensor."""
         if name in self._outputs:
             raise AudioparityError(f"graph output {name!r} declared twice")
-        if self._gf is not None:
-            raise AudioparityError(f"graph output {name!r} declared after the first compute")
+        self._check_open(f"graph output {name!r}")
         if not ggml.ggml_is_contiguous(tensor):
             tensor = ggml.ggml_cont(self.ctx, tensor)
         if tensor.contents.type != ggml.GGML_TYPE_F32:
             tensor = ggml.ggml_cast(self.ctx, tensor, ggml.GGML_TYPE_F32)
         ggml.ggml_set_name(tensor, name.encode())
         ggml.ggml_set_output(tensor)
+        ggml.ggml_build_forward_expand(self._gf, tensor)
         self._outputs[name] = (tensor, ndim)
         return tensor
 
+    def expand(self, tensor):
+        """Add ``tensor`` and what it depends on to the graph for its side effect, without
+        reading it back (``ggml_build_forward_expand``): a ``ggml_cpy`` into a view of a
+        :class:`State` tensor, e.g. a KV-cache write.
+
+        The node is computed after everything added before this call and before everything
+        added after it. A write has no data dependency on a later read of the same state (the
+        read is a view of the state tensor, not of the copy), so expand the write before
+        building the output that reads it (MODELS.md: add the KV-cache copy before the
+        attention). Returns ``tensor``.
+        """
+        self._check_open("graph node")
+        ggml.ggml_build_forward_expand(self._gf, tensor)
+        self._expanded = True
+        return tensor
+
+    def _check_open(self, what: str) -> None:
+        if self._computed:
+            raise AudioparityError(f"{what} declared after the first compute")
+
     @property
     def n_nodes(self) -> int:
-        """Number of nodes of the built graph (0 before the first compute)."""
-        return ggml.ggml_graph_n_nodes(self._gf) if self._gf is not None else 0
+        """Number of nodes in the graph so far."""
+        return ggml.ggml_graph_n_nodes(self._gf)
 
     def compute(self) -> dict[str, np.ndarray]:
-        """Run the graph; return every output by name (float32, numpy order).
+        """Run the graph; return every output by name (float32, numpy order; empty for a
+        graph of expanded nodes only).
 
-        The first call builds the graph from the outputs; later calls reuse it with the
-        current input values (:meth:`set`).
+        The first call closes the graph to new nodes; later calls reuse it with the current
+        input values (:meth:`set`).
+
+        Raises:
+            AudioparityError: the graph has neither outputs nor expanded nodes; it cannot be
+                allocated; an input is used by no output or expanded node (ggml leaves it
+                unallocated and would abort copying into it; an unused input is a wiring
+                error, e.g. a mask built but never applied, so it is reported, not skipped);
+                or the backend reports a failed compute.
         """
         rt = self._runtime
-        if not self._outputs:
-            raise AudioparityError("graph has no outputs")
-        if self._gf is None:
-            self._gf = ggml.ggml_new_graph_custom(self.ctx, rt.graph_size, False)
-            for tensor, _ in self._outputs.values():
-                ggml.ggml_build_forward_expand(self._gf, tensor)
+        if not self._outputs and not self._expanded:
+            raise AudioparityError("graph has no outputs and no expanded nodes")
+        self._computed = True
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
             if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
                 raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
                                        f"on {rt.backend_name}")
             rt._active = self
-        for tensor, array in self._inputs.values():
+        for name, (tensor, array) in self._inputs.items():
+            if not tensor.contents.buffer:  # the scheduler allocates only what the graph holds
+                raise AudioparityError(
+                    f"graph input {name!r} ({array.dtype} {list(array.shape)}) is not used by "
+                    f"any output or expanded node; use it or do not declare it"
+                )
             ggml.ggml_backend_tensor_set(tensor, _ptr(array), 0, array.nbytes)
         status = ggml.ggml_backend_sched_graph_compute(rt._sched, self._gf)
         if status != ggml.GGML_STATUS_SUCCESS:

@@ -11,11 +11,13 @@ reversed (``ne = [H, S]``). RoPE is NEOX style (rotate halves) with cos/sin prec
 host in float64 from the absolute positions (exact; ggml's rope drifts at long positions).
 
 KV cache: per layer, ``K`` and ``V`` tensors of numpy shape ``[max_context, kv_heads*head_dim]``
-in their own backend buffer (type ``f32`` or ``f16``), persistent across graphs. A forward of
-``n`` rows starting at cache position ``start`` writes its keys/values to rows
-``start..start+n-1`` and attends to the cached rows ``0..start-1`` concatenated with its own
-keys/values (converted to the cache type first, so every read sees what the cache holds); the
-write and the read touch disjoint rows, so their order in the graph does not matter.
+in a :class:`~audioparity.ggml.State` buffer (type ``f32`` or ``f16``, zero-filled), persistent
+across graphs. A forward of ``n`` rows starting at cache position ``start`` copies its keys/values
+into rows ``start..start+n-1`` (``ggml_cpy``, converting to the cache type) and attends to rows
+``0..start+n-1`` read from the cache, so every read sees what the cache holds, as in llama.cpp.
+The read is a view of the cache, with no data dependency on the copy: the copy is added to the
+graph (:meth:`~audioparity.ggml.Graph.expand`) before the attention that reads it, and ggml runs
+nodes in graph order (MODELS.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import ggml
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.ggml import STORAGE_TYPES, Runtime, Weights
+from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
 from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
 
 F32_ROW = ggml.GGML_TYPE_F32
@@ -110,14 +112,10 @@ def apply_rotary_pos_emb(ctx, x, cos, sin_signed, head_dim: int, heads: int, n: 
 
 @dataclass
 class KVCache:
-    """Per-layer K/V tensors ``[max_context, kv_dim]`` (ne ``[kv_dim, max_context]``).
+    """Per-layer K/V tensors ``[max_context, kv_dim]`` (ne ``[kv_dim, max_context]``) in a
+    zero-filled :class:`~audioparity.ggml.State` buffer, named ``cache.{k,v}.{layer}``."""
 
-    Allocated with :meth:`Runtime.upload` (zeros): the runtime's one way to a backend buffer
-    that outlives a graph. Graphs write into it through ``ggml_cpy`` nodes, kept in the graph by
-    declaring them outputs (``cache_write_*``).
-    """
-
-    tensors: Weights
+    tensors: State
     storage: str
     kv_dim: int
     max_context: int
@@ -125,12 +123,11 @@ class KVCache:
     @classmethod
     def allocate(cls, runtime: Runtime, config: MossTTSDelayConfig, storage: str,
                  max_context: int) -> KVCache:
+        """A cache of ``max_context`` rows per layer, stored as ``storage`` (``f32|f16``)."""
         lang = config.language_config
         kv_dim = lang.num_key_value_heads * lang.head_dim
-        zeros = np.zeros((max_context, kv_dim), dtype=np.float32)
-        names = [f"cache.{kind}.{i}" for i in range(lang.num_hidden_layers) for kind in "kv"]
-        tensors = runtime.upload({name: zeros for name in names},
-                                 {name: storage for name in names})
+        tensors = runtime.state({f"cache.{kind}.{i}": ((max_context, kv_dim), storage)
+                                 for i in range(lang.num_hidden_layers) for kind in "kv"})
         return cls(tensors, storage, kv_dim, max_context)
 
     def rows(self, ctx, kind: str, layer: int, start: int, n: int):
@@ -139,26 +136,24 @@ class KVCache:
         return ggml.ggml_view_2d(ctx, self.tensors[f"cache.{kind}.{layer}"], self.kv_dim, n,
                                  nb1, start * nb1)
 
-    def store_and_read(self, ctx, kind: str, layer: int, current, start: int, n: int):
-        """Write ``current`` ``[n, kv_dim]`` at ``start``; return (the write node, all keys or
-        values ``[start+n, kv_dim]`` as the cache holds them)."""
-        write = ggml.ggml_cpy(ctx, current, self.rows(ctx, kind, layer, start, n))
-        if self.storage != "f32":
-            current = ggml.ggml_cast(ctx, current, STORAGE_TYPES[self.storage])
-        if start == 0:
-            return write, current
-        return write, ggml.ggml_concat(ctx, self.rows(ctx, kind, layer, 0, start), current, 1)
+    def store_and_read(self, g: Graph, kind: str, layer: int, current, start: int, n: int):
+        """Write ``current`` ``[n, kv_dim]`` (f32) into rows ``start..start+n-1``, expanded into
+        ``g`` now so it runs before the read; return rows ``0..start+n-1`` ``[start+n, kv_dim]``
+        as the cache holds them (cache type)."""
+        g.expand(ggml.ggml_cpy(g.ctx, current, self.rows(g.ctx, kind, layer, start, n)))
+        return self.rows(g.ctx, kind, layer, 0, start + n)
 
 
-def attention(ctx, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, sin_signed,
+def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, sin_signed,
               mask, cache: KVCache, start: int, n: int):
     """``Qwen3Attention`` on ``x`` ``[n, H]`` (normed) at cache position ``start``.
 
     q/k/v projections; per-head RMSNorm of q and k (``q_norm``, ``k_norm``) before RoPE; keys and
-    values through the cache; GQA (query head ``h`` reads key/value head
-    ``h // (heads / kv_heads)``, as ``repeat_kv``); ``softmax(q k^T / sqrt(head_dim) + mask) v``;
-    ``o_proj``. Returns ``[n, H]`` and the two cache-write nodes.
+    values written to the cache (expanded into ``g``) and read back from it; GQA (query head
+    ``h`` reads key/value head ``h // (heads / kv_heads)``, as ``repeat_kv``);
+    ``softmax(q k^T / sqrt(head_dim) + mask) v``; ``o_proj``. Returns ``[n, H]``.
     """
+    ctx = g.ctx
     lang = config.language_config
     p = f"language_model.layers.{layer}.self_attn."
     hd, heads, kv_heads = lang.head_dim, lang.num_attention_heads, lang.num_key_value_heads
@@ -170,9 +165,9 @@ def attention(ctx, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, s
     k = rms_norm(ctx, k, w[p + "k_norm.weight"], lang.rms_norm_eps)
     q = apply_rotary_pos_emb(ctx, q, cos, sin_signed, hd, heads, n)
     k = apply_rotary_pos_emb(ctx, k, cos, sin_signed, hd, kv_heads, n)
-    write_k, keys = cache.store_and_read(ctx, "k", layer, ggml.ggml_reshape_2d(
-        ctx, k, hd * kv_heads, n), start, n)
-    write_v, values = cache.store_and_read(ctx, "v", layer, v, start, n)
+    keys = cache.store_and_read(g, "k", layer, ggml.ggml_reshape_2d(ctx, k, hd * kv_heads, n),
+                                start, n)
+    values = cache.store_and_read(g, "v", layer, v, start, n)
     total = start + n
     keys = ggml.ggml_permute(ctx, ggml.ggml_reshape_3d(ctx, keys, hd, kv_heads, total), 0, 2, 1, 3)
     values = ggml.ggml_cont(ctx, ggml.ggml_permute(
@@ -181,7 +176,7 @@ def attention(ctx, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, s
     probs = ggml.ggml_soft_max_ext(ctx, scores, mask, hd**-0.5, 0.0)
     out = ggml.ggml_permute(ctx, ggml.ggml_mul_mat(ctx, values, probs), 0, 2, 1, 3)
     out = ggml.ggml_reshape_2d(ctx, ggml.ggml_cont(ctx, out), hd * heads, n)
-    return ggml.ggml_mul_mat(ctx, w[p + "o_proj.weight"], out), (write_k, write_v)
+    return ggml.ggml_mul_mat(ctx, w[p + "o_proj.weight"], out)
 
 
 def mlp(ctx, w: Weights, layer: int, x):
@@ -192,18 +187,17 @@ def mlp(ctx, w: Weights, layer: int, x):
     return ggml.ggml_mul_mat(ctx, w[p + "down_proj.weight"], ggml.ggml_mul(ctx, gate, up))
 
 
-def decoder_layer(ctx, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, sin_signed,
-                  mask, cache: KVCache, start: int, n: int):
+def decoder_layer(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos,
+                  sin_signed, mask, cache: KVCache, start: int, n: int):
     """``Qwen3DecoderLayer``: pre-norm attention and MLP, each with a residual; ``[n, H]``."""
+    ctx = g.ctx
     eps = config.language_config.rms_norm_eps
     p = f"language_model.layers.{layer}."
-    attn, writes = attention(ctx, w, config, layer,
-                             rms_norm(ctx, x, w[p + "input_layernorm.weight"], eps),
-                             cos, sin_signed, mask, cache, start, n)
+    attn = attention(g, w, config, layer, rms_norm(ctx, x, w[p + "input_layernorm.weight"], eps),
+                     cos, sin_signed, mask, cache, start, n)
     x = ggml.ggml_add(ctx, x, attn)
-    x = ggml.ggml_add(ctx, x, mlp(ctx, w, layer,
-                                  rms_norm(ctx, x, w[p + "post_attention_layernorm.weight"], eps)))
-    return x, writes
+    return ggml.ggml_add(ctx, x, mlp(ctx, w, layer, rms_norm(
+        ctx, x, w[p + "post_attention_layernorm.weight"], eps)))
 
 
 def lm_heads(ctx, w: Weights, config: MossTTSDelayConfig, hidden) -> list:
@@ -263,10 +257,8 @@ class Backbone:
             x = compute_input_embeddings(ctx, self.weights, config, columns)
             last = ggml.ggml_row_size(F32_ROW, lang.hidden_size) * (n - 1)
             for layer in range(lang.num_hidden_layers):
-                x, writes = decoder_layer(ctx, self.weights, config, layer, x, cos_t, sin_t,
-                                          mask, self.cache, start, n)
-                for kind, write in zip("kv", writes, strict=True):
-                    g.output(f"cache_write_{kind}_{layer}", write)
+                x = decoder_layer(g, self.weights, config, layer, x, cos_t, sin_t, mask,
+                                  self.cache, start, n)
                 g.output(f"layer_{layer}",
                          ggml.ggml_view_1d(ctx, x, lang.hidden_size, last), ndim=1)
             hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],

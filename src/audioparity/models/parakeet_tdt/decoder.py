@@ -40,7 +40,6 @@ import numpy as np
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Graph, Runtime, Weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, read_nemo_member
-from audioparity.models.parakeet_tdt.reference import GreedyPath
 
 EMBED = "decoder.prediction.embed.weight"
 JOINT_ENC = "joint.enc"
@@ -57,6 +56,26 @@ def _lstm(kind: str, layer: int) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Greedy TDT on the host
+
+
+@dataclass(frozen=True)
+class GreedyPath:
+    """A greedy TDT path: what was emitted, and where the joint was evaluated.
+
+    Attributes:
+        ids: emitted token ids.
+        frames: encoder frame of each emitted token.
+        durations: predicted duration value (not index) of each emitted token.
+        row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
+        row_history: number of tokens emitted before each joint evaluation; the prediction-net
+            input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
+    """
+
+    ids: list[int]
+    frames: list[int]
+    durations: list[int]
+    row_frames: list[int]
+    row_history: list[int]
 
 
 def greedy_tdt(

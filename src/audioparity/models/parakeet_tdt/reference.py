@@ -8,22 +8,19 @@ is what NeMo computed in one end-to-end run, batch size 1, eval mode, no dither.
 
 Decoding is NeMo's label-looping greedy TDT decoder (``GreedyBatchedTDTInfer``, strategy
 ``greedy_batch``, the strategy v3 ships with) run on one utterance, with the model's own durations
-and ``max_symbols``. Its rules (see :func:`tdt_greedy_path`): evaluate the joint at frame ``t``
-with the prediction-net output of the last emitted token (blank/SOS at the start: zero embedding,
-zero LSTM state); token = argmax of the first V+1 outputs, duration = ``durations[argmax of the
-rest]``. Blank: ``t += max(d, 1)``, prediction state unchanged. Token: emit at frame ``t``, step
-the LSTM, ``t += d``; when ``max_symbols`` consecutive tokens were emitted at frame ``t`` and
-``t`` did not move, ``t += 1``.
+and ``max_symbols``. The recorded joint rows are checked by replaying them through the project's
+one implementation of its rules, :func:`audioparity.models.parakeet_tdt.decoder.greedy_tdt`
+(:func:`tdt_greedy_path`).
 
 Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
-fixture. Importing this module does not import torch or NeMo.
+fixture. Importing this module does not import torch or NeMo (it imports ggml, through the
+decoder module).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ import numpy as np
 from audioparity.artifacts import DumpWriter
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt.decoder import GreedyPath, greedy_tdt
 
 log = logging.getLogger("audioparity")
 
@@ -39,33 +37,13 @@ log = logging.getLogger("audioparity")
 STRATEGY = "greedy_batch"
 
 
-@dataclass(frozen=True)
-class GreedyPath:
-    """A greedy TDT path read off the joint rows.
-
-    Attributes:
-        ids: emitted token ids.
-        frames: encoder frame of each emitted token.
-        durations: predicted duration value (not index) of each emitted token.
-        row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
-        row_history: number of tokens emitted before each joint evaluation; the prediction-net
-            input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
-    """
-
-    ids: list[int]
-    frames: list[int]
-    durations: list[int]
-    row_frames: list[int]
-    row_history: list[int]
-
-
 def tdt_greedy_path(
     joint_logits: np.ndarray, n_frames: int, durations: list[int], max_symbols: int | None
 ) -> GreedyPath:
-    """Walk NeMo's label-looping greedy TDT rules over recorded joint outputs.
-
-    Mirrors ``GreedyBatchedTDTLabelLoopingComputer`` (NeMo, ``tdt_label_looping.py``) at batch
-    size 1; each row is consumed by one joint evaluation, in order.
+    """The greedy TDT path of recorded joint outputs: :func:`~.decoder.greedy_tdt` (NeMo's
+    label-looping rules, batch size 1) with a joint that replays the rows in order, one per
+    joint evaluation, and a prediction network that does nothing (the rows already hold its
+    effect).
 
     Args:
         joint_logits: ``[steps, V+1+n_durations]`` joint outputs (raw or log-softmaxed: only
@@ -75,37 +53,25 @@ def tdt_greedy_path(
         max_symbols: NeMo's ``max_symbols`` (None: no limit).
 
     Raises:
-        AudioparityError: the rows end before the path does, or rows are left over.
+        AudioparityError: the path asks for more rows than were recorded, or leaves rows over.
     """
-    blank = joint_logits.shape[1] - len(durations) - 1
-    tokens = np.argmax(joint_logits[:, : blank + 1], axis=1)
-    steps = np.asarray(durations)[np.argmax(joint_logits[:, blank + 1 :], axis=1)]
-    path = GreedyPath([], [], [], [], [])
-    t = run = 0
-    while t < n_frames:
-        row = len(path.row_frames)
-        if row == len(joint_logits):
+    used = 0
+
+    def replay(t: int, _g: Any) -> np.ndarray:
+        nonlocal used
+        if used == len(joint_logits):
             raise AudioparityError(
-                f"greedy TDT path needs more than {row} joint rows "
-                f"(stopped at frame {t} of {n_frames})"
+                f"greedy TDT path needs more than {used} joint rows "
+                f"(asked for one at frame {t} of {n_frames})"
             )
-        path.row_frames.append(t)
-        path.row_history.append(len(path.ids))
-        token, duration = int(tokens[row]), int(steps[row])
-        if token == blank:
-            t += max(duration, 1)
-            continue
-        run = run + 1 if path.frames and path.frames[-1] == t else 1
-        path.ids.append(token)
-        path.frames.append(t)
-        path.durations.append(duration)
-        t += duration
-        if max_symbols is not None and run >= max_symbols and duration == 0:
-            t += 1
-    if len(path.row_frames) != len(joint_logits):
-        raise AudioparityError(
-            f"greedy TDT path used {len(path.row_frames)} of {len(joint_logits)} joint rows"
-        )
+        used += 1
+        return joint_logits[used - 1]
+
+    path = greedy_tdt(n_frames, replay, lambda label, state: (None, None),
+                      blank_id=joint_logits.shape[1] - len(durations) - 1,
+                      durations=durations, max_symbols=max_symbols)
+    if used != len(joint_logits):
+        raise AudioparityError(f"greedy TDT path used {used} of {len(joint_logits)} joint rows")
     return path
 
 

@@ -3,8 +3,11 @@ as NeMo does, check shapes against the config, fold BatchNorm, and choose storag
 
 Sources:
 
-- ``.nemo``: a tar holding ``model_config.yaml`` and ``model_weights.ckpt`` (a torch state dict,
-  read with ``torch.load(weights_only=True)``; NeMo itself is not needed).
+- ``.nemo``: a tar holding ``model_config.yaml`` and ``model_weights.ckpt``, a state dict written
+  by ``torch.save`` (zip format), read without torch by :func:`read_torch_state_dict`: a pickle
+  reader that accepts only what ``torch.save(state_dict)`` writes (the ``OrderedDict``,
+  ``torch._utils._rebuild_tensor_v2``, storage classes) and maps each tensor onto its storage
+  record of the zip with numpy; anything else is an error (NeMo itself is not needed either).
 - Hugging Face directory: ``config.json`` + ``model.safetensors`` (or a sharded
   ``model.safetensors.index.json``), read with a small safetensors parser (numpy has no bfloat16,
   so the ``safetensors`` numpy loader cannot read bf16 checkpoints). Keys are mapped back to NeMo's
@@ -34,10 +37,13 @@ f16 for that tensor, and :attr:`ParakeetWeights.notes` says so.
 
 from __future__ import annotations
 
+import collections
 import json
+import pickle
 import re
 import struct
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,7 +76,12 @@ HF_TO_NEMO = (
 )
 
 _SAFETENSORS_DTYPES = {"F32": ("f32", "<f4"), "F16": ("f16", "<f2"), "BF16": ("bf16", "<u2")}
-_TORCH_DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
+#: torch storage class (``torch.<name>``) -> (stored dtype, numpy dtype of its bytes).
+_TORCH_STORAGES = {"FloatStorage": ("f32", "<f4"), "HalfStorage": ("f16", "<f2"),
+                   "BFloat16Storage": ("bf16", "<u2")}
+#: Storage classes whose tensors are read past (e.g. BatchNorm's int64 ``num_batches_tracked``).
+_SKIPPED_TORCH_STORAGES = ("DoubleStorage", "LongStorage", "IntStorage", "ShortStorage",
+                           "CharStorage", "ByteStorage", "BoolStorage")
 
 
 @dataclass
@@ -172,27 +183,143 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _to_float32(raw: np.ndarray, kind: str) -> np.ndarray:
+    """Stored values as float32: bf16 (raw ``uint16``) widened exactly (bits << 16), f16 cast
+    (exact), f32 as is (no copy)."""
+    if kind == "bf16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class _StorageRef:
+    """A storage of a torch zip checkpoint: record ``data/<key>`` holding ``numel`` values of
+    class ``torch.<kind>``."""
+
+    kind: str
+    key: str
+    numel: int
+
+
+class _StateDictUnpickler(pickle.Unpickler):
+    """Reads the ``data.pkl`` of a torch zip checkpoint holding a flat state dict.
+
+    Allows only the globals ``torch.save(state_dict)`` writes (a subset of torch's
+    ``_weights_only_unpickler`` allow-list): ``collections.OrderedDict``,
+    ``torch._utils._rebuild_tensor_v2`` and the storage classes; storages are the persistent ids
+    ``("storage", storage class, key, location, numel)`` (``torch.serialization._save``).
+    Float tensors become ``(float32 array, stored dtype)``, others None.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, prefix: str, where: str) -> None:
+        super().__init__(archive.open(f"{prefix}data.pkl"))
+        self._archive, self._prefix, self._where = archive, prefix, where
+        self._storages: dict[str, np.ndarray] = {}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return self._rebuild_tensor_v2
+        if module == "torch" and (name in _TORCH_STORAGES or name in _SKIPPED_TORCH_STORAGES):
+            return name
+        raise AudioparityError(f"{self._where}: unexpected {module}.{name} in data.pkl; only a "
+                               "state dict of plain tensors is read")
+
+    def persistent_load(self, pid):
+        if (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                and isinstance(pid[1], str) and isinstance(pid[4], int)):
+            return _StorageRef(pid[1], str(pid[2]), pid[4])
+        raise AudioparityError(f"{self._where}: unexpected persistent id {pid!r} in data.pkl")
+
+    def _storage(self, ref: _StorageRef) -> np.ndarray:
+        if ref.key not in self._storages:
+            dtype = np.dtype(_TORCH_STORAGES[ref.kind][1])
+            try:
+                data = self._archive.read(f"{self._prefix}data/{ref.key}")
+            except KeyError:
+                raise AudioparityError(f"{self._where}: no record data/{ref.key}") from None
+            if len(data) != ref.numel * dtype.itemsize:
+                raise AudioparityError(
+                    f"{self._where}: record data/{ref.key} holds {len(data)} bytes, expected "
+                    f"{ref.numel} x {ref.kind} ({ref.numel * dtype.itemsize} bytes)")
+            self._storages[ref.key] = np.frombuffer(data, dtype=dtype)
+        return self._storages[ref.key]
+
+    def _rebuild_tensor_v2(self, storage: _StorageRef, offset: int, size: tuple, stride: tuple,
+                           *_: object) -> tuple[np.ndarray, str] | None:
+        """``torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride,
+        requires_grad, backward_hooks[, metadata])``: the strided view of the storage."""
+        if storage.kind not in _TORCH_STORAGES:
+            return None
+        data = self._storage(storage)
+        last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+        if min(size, default=1) > 0 and (offset < 0 or min(stride, default=0) < 0
+                                         or last >= data.size):
+            raise AudioparityError(
+                f"{self._where}: a tensor of size {list(size)}, stride {list(stride)} at offset "
+                f"{offset} lies outside its storage data/{storage.key} ({data.size} values)")
+        view = np.lib.stride_tricks.as_strided(
+            data[offset:], shape=size, strides=[s * data.itemsize for s in stride],
+            writeable=False)
+        kind = _TORCH_STORAGES[storage.kind][0]
+        return _to_float32(np.ascontiguousarray(view), kind), kind
+
+
+def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[str, np.ndarray],
+                                                                          dict[str, str]]:
+    """Float tensors of a state dict saved by ``torch.save`` (zip format), without torch.
+
+    Records (``torch.serialization``): ``<prefix>/data.pkl`` (the pickle),
+    ``<prefix>/data/<key>`` (raw little-endian storage bytes), ``<prefix>/byteorder``.
+
+    Args:
+        path: the checkpoint file (e.g. a ``.nemo``'s ``model_weights.ckpt``).
+        where: how messages name the file (default ``path``).
+
+    Returns:
+        ``(arrays, native)``: name -> float32 array (f16/bf16 widened exactly; read-only), and
+        name -> stored dtype ``f32|f16|bf16``. Tensors of other types are left out.
+
+    Raises:
+        AudioparityError: not a torch zip checkpoint (e.g. the legacy pre-1.6 format), a
+            big-endian one, anything in the pickle besides a flat dict of tensors, or a storage
+            record that is missing or of the wrong size.
+    """
+    where = where or str(path)
+    if not zipfile.is_zipfile(path):
+        raise AudioparityError(f"{where}: not a torch zip checkpoint (torch.save >= 1.6)")
+    with zipfile.ZipFile(path) as archive:
+        pickles = [name for name in archive.namelist() if name.endswith("data.pkl")]
+        if len(pickles) != 1:
+            raise AudioparityError(f"{where}: expected one data.pkl record, found {len(pickles)}")
+        prefix = pickles[0].removesuffix("data.pkl")
+        if f"{prefix}byteorder" in archive.namelist() and \
+                archive.read(f"{prefix}byteorder") != b"little":
+            raise AudioparityError(f"{where}: big-endian checkpoint; expected little-endian")
+        try:
+            state = _StateDictUnpickler(archive, prefix, where).load()
+        except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as err:
+            raise AudioparityError(f"{where}: unreadable data.pkl ({err})") from None
+    if not isinstance(state, dict):
+        raise AudioparityError(f"{where}: holds a {type(state).__name__}, expected a state dict")
+    arrays, native = {}, {}
+    for name, value in state.items():
+        if value is None:
+            continue
+        if not (isinstance(name, str) and isinstance(value, tuple)):
+            raise AudioparityError(f"{where}: entry {name!r} is not a tensor")
+        arrays[name], native[name] = value
+    return arrays, native
+
+
 def _read_nemo_state(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    try:
-        import torch
-    except ImportError:
-        raise AudioparityError(f"{path}: reading a .nemo checkpoint needs torch "
-                               "(pip install torch==2.13.0)") from None
-    # Extracted to a temporary file and memory-mapped, so a 0.6B checkpoint is not held twice in
-    # memory; the mapping stays valid after the file is unlinked.
+    # Extracted to a temporary file so the zip can be read by random access.
     with tempfile.TemporaryDirectory(prefix="audioparity_ckpt_") as scratch:
         ckpt = Path(scratch) / "model_weights.ckpt"
         with open(ckpt, "wb") as out:
             copy_nemo_member(path, "model_weights.ckpt", out)
-        state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
-    arrays, native = {}, {}
-    for name, tensor in state.items():
-        dtype = _TORCH_DTYPES.get(str(tensor.dtype))
-        if dtype is None:
-            continue  # e.g. BatchNorm num_batches_tracked (int64)
-        arrays[name] = tensor.detach().to(torch.float32).numpy()
-        native[name] = dtype
-    return arrays, native
+        return read_torch_state_dict(ckpt, where=f"{path}: model_weights.ckpt")
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -222,11 +349,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
         if base + end > data.size:
             raise AudioparityError(f"{path}: tensor {name!r} runs past the end of the file")
         raw = np.frombuffer(data[base + start : base + end], dtype=np_dtype)
-        if kind == "bf16":
-            values = (raw.astype(np.uint32) << 16).view(np.float32)
-        else:
-            values = raw.astype(np.float32)
-        arrays[name] = values.reshape(info["shape"])
+        arrays[name] = _to_float32(raw, kind).reshape(info["shape"])
         native[name] = kind
     return arrays, native
 

@@ -1,0 +1,105 @@
+"""Reading a ``.nemo``'s ``model_weights.ckpt`` without torch: every float tensor equals
+``torch.load``'s (the fixture, and hand-made state dicts with half types, views and shared
+storages), reading imports no torch, and anything but a plain state dict is a clear error."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt.config import read_nemo_member
+from audioparity.models.parakeet_tdt.weights import read_state, read_torch_state_dict
+
+torch = pytest.importorskip("torch")
+
+NATIVE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def assert_equals_torch_load(path: Path) -> None:
+    expected = torch.load(path, map_location="cpu", weights_only=True)
+    arrays, native = read_torch_state_dict(path)
+    floats = {name: t for name, t in expected.items() if t.dtype in NATIVE}
+    assert set(arrays) == set(floats) == set(native)
+    for name, tensor in floats.items():
+        assert native[name] == NATIVE[tensor.dtype], name
+        assert arrays[name].dtype == np.float32, name
+        np.testing.assert_array_equal(arrays[name], tensor.float().numpy(), err_msg=name)
+
+
+def test_fixture_checkpoint_equals_torch_load(tiny_nemo: Path, tmp_path: Path) -> None:
+    ckpt = tmp_path / "model_weights.ckpt"
+    ckpt.write_bytes(read_nemo_member(tiny_nemo, "model_weights.ckpt"))
+    assert_equals_torch_load(ckpt)
+    arrays, _ = read_state(tiny_nemo)  # through the .nemo tar
+    assert "encoder.layers.0.conv.batch_norm.num_batches_tracked" not in arrays  # int64
+    assert len(arrays) > 100
+
+
+def test_half_types_views_and_shared_storages_equal_torch_load(tmp_path: Path) -> None:
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 10, generator=generator)
+    state = {
+        "f32": torch.randn(3, 4, generator=generator),
+        "f16": torch.randn(5, 32, generator=generator).half(),
+        "bf16": torch.randn(7, 3, generator=generator).bfloat16(),
+        "transposed": base.t(),  # non-contiguous: stride (1, 10)
+        "rows": base[2:5],  # offset 20 into the shared storage
+        "column": base[:, 3],  # offset 3, stride 10
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 4),
+        "steps": torch.tensor(7),  # int64: left out
+    }
+    path = tmp_path / "state.ckpt"
+    torch.save(state, path)
+    assert_equals_torch_load(path)
+
+
+def test_reading_a_nemo_imports_no_torch(tiny_nemo: Path) -> None:
+    code = ("import sys; from audioparity.models.parakeet_tdt.weights import read_state; "
+            f"read_state({str(tiny_nemo)!r}); assert 'torch' not in sys.modules, 'torch'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _zip_with_pickle(path: Path, payload: bytes) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", payload)
+        archive.writestr("archive/byteorder", "little")
+    return path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("parameter", "unexpected torch._utils._rebuild_parameter"),
+    ("legacy", "not a torch zip checkpoint"),
+    ("not_a_tensor", "entry 'name' is not a tensor"),
+    ("foreign_global", r"unexpected __builtin__\.print"),
+    ("truncated_storage", r"data/0 holds 8 bytes, expected 4 x FloatStorage"),
+])
+def test_anything_but_a_plain_state_dict_is_a_clear_error(tmp_path: Path, case: str,
+                                                          message: str) -> None:
+    path = tmp_path / f"{case}.ckpt"
+    if case == "parameter":
+        torch.save({"w": torch.nn.Parameter(torch.ones(2))}, path)
+    elif case == "legacy":
+        torch.save({"w": torch.ones(2)}, path, _use_new_zipfile_serialization=False)
+    elif case == "not_a_tensor":
+        torch.save({"w": torch.ones(2), "name": "tiny"}, path)
+    elif case == "foreign_global":
+        _zip_with_pickle(path, pickle.dumps({"w": print}, protocol=2))
+    else:  # the storage record cut to half of its 4 values
+        torch.save({"w": torch.ones(4)}, path)
+        with zipfile.ZipFile(path) as archive:
+            records = {name: archive.read(name) for name in archive.namelist()}
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in records.items():
+                archive.writestr(name, data[:8] if name.endswith("/data/0") else data)
+    with pytest.raises(AudioparityError, match=message):
+        read_torch_state_dict(path)
