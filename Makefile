@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
 	touch $@
 
+# A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock and incomplete markers:
+# unlock, and rerun what was incomplete. Do not start two runs in one checkout at once.
 run: setup
-	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(SNAKEMAKE_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

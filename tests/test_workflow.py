@@ -7,33 +7,13 @@ workflow, so editing a source file in the copy never touches this checkout.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+from workflow_copy import REPO, make_workdir, parakeet_config, snakemake
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run the copied workflow in `workdir`; fail the test with Snakemake's output on error."""
-    bin_dir = str(Path(sys.executable).parent)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GGML_NO_BACKTRACE": "1", "HOME": str(workdir)}
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--directory", str(workdir),
-         "--snakefile", str(workdir / "Snakefile"), "--configfile", str(workdir / "sweep.yaml"),
-         *args],
-        capture_output=True, text=True, env=env, cwd=workdir,
-    )
-    if result.returncode != 0:
-        output = f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        pytest.fail(f"snakemake {' '.join(args)} failed:\n{output}")
-    return result
 
 
 def planned_rules(workdir: Path) -> list[str]:
@@ -44,20 +24,16 @@ def planned_rules(workdir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    """A finished sweep of the tiny fixture on the shipped clip: f32 and q8_0, cpu and vulkan."""
-    workdir = tmp_path_factory.mktemp("workflow")
-    for item in ("Snakefile", "rules", "config", "src", "docs"):
-        copy = shutil.copytree if (REPO / item).is_dir() else shutil.copy
-        copy(REPO / item, workdir / item)
-    config = {
-        "parakeet_tdt": {
-            "models": [{"name": "tiny", "path": "results/fixtures/parakeet_tdt/tiny.nemo"}],
-            "cases": [{"name": "clip", "path": str(REPO / "resources/speech/clip.wav")}],
-            "backends": ["cpu", "vulkan"],
-            "weight_types": ["f32", "q8_0"],
-        }
+    """A finished sweep: the tiny Parakeet on the shipped clip (f32 and q8_0, cpu and vulkan) and
+    the tiny MOSS on one prompt (f32)."""
+    config = parakeet_config(backends=["cpu", "vulkan"], weight_types=["f32", "q8_0"])
+    config["families"].append("moss_voicegen")
+    config["moss_voicegen"] = {
+        "models": [{"name": "tiny", "path": "results/fixtures/moss_voicegen/tiny"}],
+        "cases": [{"name": "en", "path": str(REPO / "resources/moss/en_instruction.json")}],
+        "weight_types": ["f32"],
     }
-    (workdir / "sweep.yaml").write_text(yaml.safe_dump(config))
+    workdir = make_workdir(tmp_path_factory.mktemp("workflow") / "run", config)
     snakemake(workdir, "--cores", "2")
     return workdir
 
@@ -73,6 +49,13 @@ def test_sweep_writes_summary_and_self_contained_report(sweep):
     html = (sweep / "results/report/index.html").read_text()
     assert "data:image/png;base64," in html
     assert not re.search(r"""(src|href)=["']https?://""", html)
+
+
+def test_moss_cell_passes_at_f32(sweep):
+    summary = pd.read_csv(sweep / "results/report/summary.csv")
+    moss = summary[summary.family == "moss_voicegen"]
+    assert {"prompt", "last_hidden", "step_last_hidden", "generation"} <= set(moss.stage)
+    assert (moss.status == "pass").all(), moss[moss.status != "pass"].to_string()
 
 
 def test_backend_not_built_in_is_unavailable_not_an_error(sweep):

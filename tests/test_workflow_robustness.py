@@ -1,0 +1,99 @@
+"""A crashing dump never takes the sweep down; a run killed mid-dump resumes to the same bytes.
+
+Both run the real workflow (`python -m snakemake`) on a copy in a temporary directory, on the
+tiny Parakeet fixture and the shipped clip, as `make run` would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from workflow_copy import (
+    REPO,
+    environment,
+    make_workdir,
+    parakeet_config,
+    run_to_completion,
+    snakemake_command,
+)
+
+from audioparity.artifacts import Dump
+
+pytestmark = pytest.mark.slow
+
+#: An "external dump tool": aborts like a failed GGML_ASSERT at f16, writes half a dump and exits
+#: 1 at bf16, and otherwise runs the built-in dump with the same command line.
+EXTERNAL_TOOL = """\
+import os, pathlib, sys
+args = sys.argv[1:]
+weight_type = args[args.index("--matmul-weight-type") + 1]
+if weight_type == "f16":
+    print("ggml.c:1234: GGML_ASSERT(ggml_nelements(a) == ne0) failed", file=sys.stderr, flush=True)
+    os.abort()
+if weight_type == "bf16":
+    out = pathlib.Path(args[args.index("--output-dir") + 1])
+    out.mkdir(parents=True)
+    (out / "mel_features.npy").write_bytes(b"half")
+    print("out of memory while writing enc_out", file=sys.stderr, flush=True)
+    sys.exit(1)
+os.execvp(sys.executable, [sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt", *args])
+"""
+
+
+def npy_bytes(workdir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(workdir)): p.read_bytes()
+            for p in sorted((workdir / "results").rglob("*.npy"))}
+
+
+def test_crashing_cells_are_reported_and_the_sweep_finishes(tmp_path):
+    (tmp_path / "tool.py").write_text(EXTERNAL_TOOL)
+    command = yaml.safe_load((REPO / "config/config.yaml").read_text())["parakeet_tdt"][
+        "ggml_command"].replace("audioparity ggml parakeet-tdt", f"python {tmp_path / 'tool.py'}")
+    workdir = make_workdir(tmp_path / "run", parakeet_config(
+        weight_types=["f32", "f16", "bf16"], ggml_command=command))
+    run_to_completion(workdir)
+
+    summary = pd.read_csv(workdir / "results/report/summary.csv")
+    by_type = summary.groupby("weight_type").status.agg(set)
+    assert by_type["f32"] == {"pass"}
+    assert by_type["f16"] == {"crashed"} and by_type["bf16"] == {"crashed"}
+    f16 = summary[summary.weight_type == "f16"].iloc[0]
+    assert "SIGABRT" in f16.reason and "GGML_ASSERT" in f16.reason
+    bf16 = Dump(workdir / "results/ggml/parakeet_tdt/tiny/cpu/bf16/clip")
+    assert bf16.manifest["message"].startswith("exit code 1")
+    assert not (bf16.path / "mel_features.npy").exists()  # the half-written file is gone
+    html = (workdir / "results/report/index.html").read_text()
+    assert "crashed" in html
+
+
+def test_run_killed_during_a_dump_resumes_to_identical_artifacts(tmp_path):
+    config = parakeet_config(weight_types=["f32", "q8_0"])
+    reference = make_workdir(tmp_path / "uninterrupted", config)
+    run_to_completion(reference)
+
+    workdir = make_workdir(tmp_path / "interrupted", config)
+    run = subprocess.Popen(snakemake_command(workdir, "--cores", "1"), env=environment(workdir),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((workdir / "results").glob("ggml/**/*.partial")):
+        assert run.poll() is None, "the run finished before a dump could be interrupted"
+        assert time.monotonic() < deadline, "no ggml dump started within 300 s"
+        time.sleep(0.005)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    partial = list((workdir / "results").glob("ggml/**/*.partial"))
+    assert partial and not any(Path(str(p).removesuffix(".partial")).exists() for p in partial)
+
+    run_to_completion(workdir)
+    assert not list((workdir / "results").rglob("*.partial"))
+    assert npy_bytes(workdir) == npy_bytes(reference)
+    assert pd.read_csv(workdir / "results/report/summary.csv").drop(columns="seconds").equals(
+        pd.read_csv(reference / "results/report/summary.csv").drop(columns="seconds"))

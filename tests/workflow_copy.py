@@ -1,0 +1,67 @@
+"""A copy of the workflow in a temporary directory, run with `python -m snakemake` as `make run`
+would (Snakemake's Python API changes the working directory and ignores profiles)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_workdir(root: Path, config: dict) -> Path:
+    """Copy the Snakefile, rules, config, docs and src into `root`; write `config` as sweep.yaml.
+
+    Editing src/ in the copy changes the code inputs of the rules, never this checkout; the jobs
+    themselves run the installed package.
+    """
+    root.mkdir()
+    for item in ("Snakefile", "rules", "config", "src", "docs"):
+        copy = shutil.copytree if (REPO / item).is_dir() else shutil.copy
+        copy(REPO / item, root / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                          if (REPO / item).is_dir() else {}))
+    (root / "sweep.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def parakeet_config(**section) -> dict:
+    """A Parakeet-only sweep of the tiny fixture on the shipped clip; `section` overrides keys."""
+    return {
+        "families": ["parakeet_tdt"],
+        "parakeet_tdt": {
+            "models": [{"name": "tiny", "path": "results/fixtures/parakeet_tdt/tiny.nemo"}],
+            "cases": [{"name": "clip", "path": str(REPO / "resources/speech/clip.wav")}],
+            **section,
+        },
+    }
+
+
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--snakefile",
+            str(workdir / "Snakefile"), "--configfile", str(workdir / "sweep.yaml"), *args]
+
+
+def environment(workdir: Path) -> dict[str, str]:
+    """The venv's executables first (the rules call `audioparity`), nothing else inherited."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
+            "GGML_NO_BACKTRACE": "1"}
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run Snakemake in `workdir`; raise with its output's tail when it fails."""
+    result = subprocess.run(snakemake_command(workdir, *args), env=environment(workdir),
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def run_to_completion(workdir: Path) -> None:
+    """What `make run` does: unlock a lock left by a killed run, then finish the sweep."""
+    snakemake(workdir, "--unlock")
+    snakemake(workdir, "--cores", "2", "--rerun-incomplete")
