@@ -332,3 +332,29 @@ def test_moss_like_stages_compare_generically(tmp_path: Path):
     assert rows["head_logits"]["reason"] == "top1 0.75 < 1.0"
     assert rows["generation"]["token_match"] == 0.5
     assert rows["generation"]["reason"] == "not exact: rows differ (first divergence at position 1)"
+
+
+def _document_metrics(exact, first_divergence=None, logit_gap=None):
+    return {"exact": exact, "first_divergence": first_divergence, "logit_gap": logit_gap,
+            "token_match": 1.0 if exact else 0.5, "non_finite": 0, "differing": ["rows"]}
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        (_document_metrics(True), "pass"),
+        (_document_metrics(False, 6, 5.6e-4), "pass"),  # parted at a near-tie
+        (_document_metrics(False, 2, 0.3), "fail"),  # parted where the reference was sure
+        (_document_metrics(False, 2, None), "fail"),  # parted, nothing to judge it by
+    ],
+)
+def test_logit_gap_max_lets_documents_part_only_at_a_near_tie(metrics, expected):
+    gates = {"gates": [{"stage": "generation", "logit_gap_max": 0.05}], "expected_failures": []}
+    verdict = status("generation", gates, metrics=metrics)
+    assert verdict.status == expected, verdict.reason
+
+
+def test_logit_gap_max_on_a_tensor_stage_is_a_config_error():
+    gates = {"gates": [{"stage": "*", "logit_gap_max": 0.05}], "expected_failures": []}
+    with pytest.raises(AudioparityError, match="applies to documents"):
+        status("last_hidden", gates, metrics={"max_rel": 1e-7, "non_finite": 0})

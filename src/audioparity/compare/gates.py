@@ -41,6 +41,8 @@ key                 applies to passes when
 ``token_match_min`` documents  token_match >= value
 ``wer_max``         documents  wer <= value (documents with a "text" field)
 ``exact``           documents  ``true``: every field of the reference document is identical
+``logit_gap_max``   documents  identical, or the first divergence is at a near-tie: the
+                               reference's margin there (``logit_gap``) <= value
 ==================  =========  ========================================================
 
 Besides its thresholds, every tensor stage fails on a non-finite value (a NaN never passes), and
@@ -49,8 +51,9 @@ so does a document whose candidate margins (its ``<doc>_margins`` tensor, see
 fails on a shape or layout mismatch. A threshold that does not apply to the stage it matched
 (``cosine_min`` on a document, ``top1_min`` or ``kl_max`` on hidden states) is a config error.
 A document's auxiliary ``<doc>_margins`` tensor is no stage: a gate entry naming it matches
-nothing. ``logit_gap`` (the reference's margin where the documents part) is reported, not gated:
-a failing ``exact`` names it in the reason, to tell a near-tie from a real error.
+nothing. ``logit_gap`` (the reference's margin where the documents part) is gated by
+``logit_gap_max``, and a failing ``exact`` names it in the reason, to tell a near-tie from a real
+error.
 
 Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``
 patterns default to ``"*"``. A matching stage that fails is ``xfail``; one that passes is ``fail``
@@ -93,7 +96,9 @@ _LIMITS = {
     "token_match_min": ("token_match", ">="),
     "wer_max": ("wer", "<="),
 }
-THRESHOLDS = (*_LIMITS, "exact")
+#: Numeric threshold keys: the limits, and ``logit_gap_max`` (documents part at a near-tie only).
+_NUMERIC = (*_LIMITS, "logit_gap_max")
+THRESHOLDS = (*_NUMERIC, "exact")
 _PATTERNS = ("model", "backend", "weight_type")
 
 
@@ -120,7 +125,7 @@ def _check_gate(entry: Any, where: str, extra: tuple[str, ...]) -> None:
         raise _entry_error(
             where, f"unknown key(s) {', '.join(unknown)}; thresholds: {', '.join(THRESHOLDS)}"
         )
-    for key in _LIMITS:
+    for key in _NUMERIC:
         value = entry.get(key)
         if key in entry and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
@@ -128,7 +133,7 @@ def _check_gate(entry: Any, where: str, extra: tuple[str, ...]) -> None:
             raise _entry_error(where, f"{key} must be a number, got {value!r}")
     if "exact" in entry and not isinstance(entry["exact"], bool):
         raise _entry_error(where, f"exact must be true or false, got {entry['exact']!r}")
-    if not any(key in entry for key in _LIMITS) and entry.get("exact") is not True:
+    if not any(key in entry for key in _NUMERIC) and entry.get("exact") is not True:
         raise _entry_error(where, f"stage {entry['stage']!r} sets no threshold")
 
 
@@ -235,6 +240,8 @@ def gate_text(gate: Mapping[str, Any]) -> str:
                 terms.append(f"{metric}{op}{float(gate[key])!r}")
     if gate.get("exact") is True:
         terms.append("exact")
+    if "logit_gap_max" in gate:
+        terms.append(f"identical or parted at logit_gap<={float(gate['logit_gap_max'])!r}")
     origin = f"{gate['from']}/" if "from" in gate else ""
     return f"{origin}{gate['stage']}: {', '.join(terms)}"
 
@@ -301,7 +308,37 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
                 details.append(f"reference logit gap {metrics['logit_gap']:.4g}")
             at = f" ({', '.join(details)})" if details else ""
             failures.append(f"not exact: {', '.join(metrics.get('differing', []))} differ{at}")
+    if "logit_gap_max" in gate:
+        failures.extend(_near_tie_failures(stage, gate, metrics))
     return failures
+
+
+def _near_tie_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> list:
+    """``logit_gap_max``: documents that part must part where the reference's own choice was a
+    near-tie (its margin, the chosen logit minus the runner-up, at most the limit).
+
+    A greedy decode is chaotic after one flipped choice, so counting matching tokens measures
+    luck; whether the first flip happened where the weight type's rounding could flip it does
+    not. Identical documents pass. Set the limit from the logits error measured at that weight
+    type (e.g. twice the head logits' max_abs).
+
+    Raises:
+        AudioparityError: the stage is not a document.
+    """
+    if metrics.get("exact") is None:
+        raise AudioparityError(
+            f"gates: {gate_text(gate)!r} sets logit_gap_max, which applies to documents, "
+            f"not to stage {stage!r}"
+        )
+    if metrics["exact"]:
+        return []
+    gap, limit = metrics.get("logit_gap"), float(gate["logit_gap_max"])
+    at = metrics.get("first_divergence")
+    if gap is None:
+        return [f"parted at position {at}; no reference margins to tell a near-tie"]
+    if not gap <= limit:
+        return [f"parted at position {at} where the reference's logit gap {gap:.4g} > {limit!r}"]
+    return []
 
 
 def _non_finite_failures(metrics: Mapping[str, Any]) -> list[str]:
