@@ -10,6 +10,8 @@ rule compare_cell:
         "results/compare/{family}/{model}/{backend}/{weight_type}/{case}.json",
     params:
         gates=get_gates,
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/compare_cell/{family}/{model}/{backend}/{weight_type}/{case}.log",
     benchmark:

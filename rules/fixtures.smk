@@ -10,6 +10,8 @@ rule parakeet_fixture_build:
         family="parakeet_tdt",
     params:
         options=get_fixture_options,
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/parakeet_fixture_build/{family}/{name}.log",
     benchmark:
@@ -27,6 +29,8 @@ rule moss_fixture_build:
         family="moss_voicegen",
     params:
         options=get_fixture_options,
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/moss_fixture_build/{family}/{name}.log",
     benchmark:

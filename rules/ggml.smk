@@ -17,6 +17,8 @@ rule parakeet_ggml_dump:
     params:
         conv_weight_type=family_setting("conv_weight_type"),
         flash_attention=family_setting("flash_attention"),
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/parakeet_ggml_dump/{family}/{model}/{backend}/{weight_type}/{case}.log",
     benchmark:
@@ -43,6 +45,8 @@ rule moss_ggml_dump:
     params:
         kv_cache_type=family_setting("kv_cache_type"),
         generate_rows=family_setting("generate_rows"),
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/moss_ggml_dump/{family}/{model}/{backend}/{weight_type}/{case}.log",
     benchmark:

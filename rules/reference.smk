@@ -10,6 +10,8 @@ rule parakeet_reference_dump:
         directory("results/reference/{family}/{model}/{case}"),
     wildcard_constraints:
         family="parakeet_tdt",
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/parakeet_reference_dump/{family}/{model}/{case}.log",
     benchmark:
@@ -33,6 +35,8 @@ rule moss_reference_dump:
         family="moss_voicegen",
     params:
         generate_rows=family_setting("generate_rows"),
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/moss_reference_dump/{family}/{model}/{case}.log",
     benchmark:

@@ -11,6 +11,8 @@ rule report_summary:
             caption="../docs/report/summary.rst",
             category="Summary",
         ),
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/report_summary/summary.log",
     benchmark:
@@ -29,6 +31,8 @@ rule report_html:
             caption="../docs/report/index.rst",
             category="Summary",
         ),
+    conda:
+        "../envs/audioparity.yaml"
     log:
         "logs/report_html/index.log",
     benchmark:

@@ -7,6 +7,7 @@ workflow, so editing a source file in the copy never touches this checkout.
 from __future__ import annotations
 
 import re
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -96,3 +97,15 @@ def test_editing_the_report_code_reruns_only_the_html(sweep):
         assert planned_rules(sweep) == ["report_html"]
     finally:
         html.write_text(original)
+
+
+def test_lint_is_clean(sweep):
+    assert "Congratulations" in snakemake(sweep, "--lint").stdout
+
+
+def test_snakemake_report_bundles_the_summary_and_the_html(sweep):
+    snakemake(sweep, "--report", "report.zip")
+    with zipfile.ZipFile(sweep / "report.zip") as bundle:
+        names = bundle.namelist()
+    assert any(name.endswith("summary.csv") for name in names)
+    assert any(name.endswith("index.html") for name in names)
