@@ -186,9 +186,25 @@ def _attention(frame: pd.DataFrame) -> str:
     else:
         parts.append('<p class="note">Nothing failed, crashed or went missing.</p>')
     if len(declared):
-        parts.append(f"<h3>Declared expected failures ({len(declared)})</h3>")
-        parts.append(_row_table(declared, columns, "full"))
+        parts.append(f"<h3>Declared expected failures ({len(declared)} stages)</h3>")
+        parts.append(_row_table(_grouped(declared), _GROUPED, "full"))
     return "".join(parts)
+
+
+#: Columns of the grouped expected-failure table.
+_GROUPED = ("model", "backend", "weight_type", "status", "cases", "stages", "reason")
+
+
+def _grouped(declared: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, backend, weight type): the cases and stages that failed as declared,
+    and the first reason (declarations are per stage pattern, so a group shares its cause)."""
+    groups = declared.groupby(["model", "backend", "weight_type"], sort=False)
+    return groups.agg(
+        status=("status", "first"),
+        cases=("case", lambda c: ", ".join(dict.fromkeys(c))),
+        stages=("stage", lambda s: ", ".join(dict.fromkeys(s))),
+        reason=("reason", "first"),
+    ).reset_index()
 
 
 def _matrix(frame: pd.DataFrame) -> str:
