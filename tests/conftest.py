@@ -3,11 +3,19 @@ speech clip, and one NeMo reference dump of that clip."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+
+# Hypothesis: HYPOTHESIS_PROFILE=ci runs 2000 examples per property (tests/test_fuzz.py);
+# locally a few dozen. Tests that set max_examples themselves keep theirs.
+settings.register_profile("ci", max_examples=2000, deadline=None, print_blob=True)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
 import time
+import tokenize
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,7 +85,8 @@ class DumpWriter:
 
     Use as a context manager; tensors and documents land in ``<output_dir>.partial/`` and the
     directory is renamed to ``output_dir`` on a clean exit (after the manifest is written). On an
-    exception the partial directory is removed and the exception propagates.
+    exception the partial directory is removed, and so are the (empty) parent folders the writer
+    created for it, and the exception propagates.
 
     Args:
         output_dir: final directory.
@@ -125,12 +128,19 @@ class DumpWriter:
     def __enter__(self) -> DumpWriter:
         if self.partial.exists():
             shutil.rmtree(self.partial)
+        parent = self.partial.parent.absolute()
+        self._created = [p for p in (parent, *parent.parents) if not p.exists()]
         self.partial.mkdir(parents=True)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             shutil.rmtree(self.partial, ignore_errors=True)
+            for folder in self._created:  # innermost first: the folders this writer made
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
             return
         _write_json(self.partial / MANIFEST, self.manifest)
         if self.output_dir.exists():
@@ -175,12 +185,81 @@ class DumpWriter:
         self.manifest["seconds"][stage] = round(time.perf_counter() - start, 4)
 
 
+def _plain_file(value: Any, suffix: str) -> bool:
+    """Whether ``value`` names a file directly inside the dump directory, ending ``suffix``."""
+    return (isinstance(value, str) and value.endswith(suffix) and value != MANIFEST
+            and Path(value).name == value and "\\" not in value and value != suffix)
+
+
+def _check_manifest(manifest: Any, where: Path) -> None:
+    """Raise unless ``manifest`` has the structure :class:`DumpWriter` writes (the keys a
+    reader uses): ``tensors`` entries with a ``.npy`` file, an integer shape, a dtype and a
+    layout; ``documents`` naming ``.json`` files; a known ``status``; numeric ``seconds``."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), dict):
+        raise AudioparityError(f"{where}: expected an object with a 'tensors' object")
+    for name, entry in manifest["tensors"].items():
+        if not (isinstance(entry, dict) and _plain_file(entry.get("file"), ".npy")
+                and isinstance(entry.get("shape"), list)
+                and all(type(n) is int and n >= 0 for n in entry["shape"])
+                and isinstance(entry.get("dtype"), str) and isinstance(entry.get("layout"), str)):
+            raise AudioparityError(
+                f"{where}: tensors[{name!r}] is {json.dumps(entry)[:120]}; expected {{file: "
+                "'<name>.npy', shape: [int, ...], dtype: str, layout: str}"
+            )
+    documents = manifest.get("documents", {})
+    if not isinstance(documents, dict) or not all(
+            _plain_file(file, ".json") for file in documents.values()):
+        raise AudioparityError(f"{where}: 'documents' must map names to '<name>.json' files")
+    if manifest.get("status", "ok") not in DUMP_STATUSES:
+        raise AudioparityError(f"{where}: status {manifest.get('status')!r}; expected one of "
+                               f"{', '.join(DUMP_STATUSES)}")
+    if not isinstance(manifest.get("message", ""), str):
+        raise AudioparityError(f"{where}: 'message' must be a string")
+    seconds = manifest.get("seconds", {})
+    if not isinstance(seconds, dict) or not all(
+            type(v) in (int, float) for v in seconds.values()):
+        raise AudioparityError(f"{where}: 'seconds' must map stages to numbers")
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception's message on one line (numpy's header errors span several)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _read_npy_header(file: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data size in bytes of a ``.npy`` file, from its header.
+
+    Raises:
+        AudioparityError: not a ``.npy`` file, an object dtype, or data of another size than
+            the header says (a truncated or padded file).
+    """
+    try:
+        with open(file, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0 or 2.0")
+            data_bytes = file.stat().st_size - handle.tell()
+    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as err:
+        raise AudioparityError(f"{file}: unreadable .npy ({_one_line(err)})") from err
+    if dtype.hasobject:
+        raise AudioparityError(f"{file}: dtype {dtype} holds Python objects; expected numbers")
+    expected = math.prod(shape) * dtype.itemsize
+    if data_bytes != expected:
+        raise AudioparityError(f"{file}: {data_bytes} data bytes, expected {expected} for shape "
+                               f"{list(shape)} of {dtype} (truncated?)")
+    return shape, dtype, expected
+
+
 class Dump:
     """Read access to a committed dump directory.
 
     Raises:
-        AudioparityError: the directory or its manifest is missing or unreadable, or a requested
-            tensor/document is not listed.
+        AudioparityError: the directory or its manifest is missing, unreadable or malformed
+            (:func:`_check_manifest`), or a requested tensor/document is not listed.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -189,11 +268,10 @@ class Dump:
         if not manifest.is_file():
             raise AudioparityError(f"{self.path}: not a dump directory (no {MANIFEST})")
         try:
-            self.manifest: dict[str, Any] = json.loads(manifest.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            self.manifest: dict[str, Any] = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as err:
             raise AudioparityError(f"{manifest}: unreadable manifest ({err})") from err
-        if not isinstance(self.manifest, dict) or "tensors" not in self.manifest:
-            raise AudioparityError(f"{manifest}: expected an object with a 'tensors' key")
+        _check_manifest(self.manifest, manifest)
 
     @property
     def status(self) -> str:
@@ -210,20 +288,29 @@ class Dump:
         return self.manifest["tensors"][name]["layout"]
 
     def tensor(self, name: str) -> np.ndarray:
-        """Load tensor ``name`` (shape and dtype as listed in the manifest)."""
+        """Load tensor ``name`` (shape and dtype as listed in the manifest).
+
+        Raises:
+            AudioparityError: not listed, unreadable, or of another shape, dtype or size than
+                the manifest and the ``.npy`` header say.
+        """
         entry = self.manifest["tensors"].get(name)
         if entry is None:
             raise AudioparityError(f"{self.path}: no tensor {name!r} in {MANIFEST}")
         file = self.path / entry["file"]
-        try:
-            array = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise AudioparityError(f"{file}: unreadable .npy ({err})") from err
-        if list(array.shape) != entry["shape"]:
+        shape, dtype, _ = _read_npy_header(file)
+        if list(shape) != entry["shape"]:
             raise AudioparityError(
-                f"{file}: shape {list(array.shape)} differs from the manifest's {entry['shape']}"
+                f"{file}: shape {list(shape)} differs from the manifest's {entry['shape']}"
             )
-        return array
+        if str(dtype) != entry["dtype"]:
+            raise AudioparityError(
+                f"{file}: dtype {dtype} differs from the manifest's {entry['dtype']}"
+            )
+        try:
+            return np.load(file, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise AudioparityError(f"{file}: unreadable .npy ({err})") from err
 
     def json(self, name: str) -> Any:
         """Load JSON document ``name`` (e.g. ``decode``)."""
@@ -231,6 +318,57 @@ class Dump:
         if file is None:
             raise AudioparityError(f"{self.path}: no document {name!r} in {MANIFEST}")
         try:
-            return json.loads((self.path / file).read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            return json.loads((self.path / file).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as err:
             raise AudioparityError(f"{self.path / file}: unreadable JSON ({err})") from err
+
+
+#: Manifest keys that legitimately differ between two runs of the same dump.
+VOLATILE_MANIFEST_KEYS = ("seconds",)
+
+
+def dump_differences(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
+    """Every difference between two dumps of the same inputs, one line each (empty: identical).
+
+    Compares every file but ``manifest.json`` byte for byte (``.npy`` tensors, ``.json``
+    documents), naming for a differing tensor how many values differ and the largest absolute
+    difference; then the manifests, key by key, less :data:`VOLATILE_MANIFEST_KEYS` (so a
+    different thread count, library version, input or status is reported too).
+
+    Raises:
+        AudioparityError: either directory is not a readable dump.
+    """
+    dumps = Dump(a), Dump(b)
+    files = [{p.name for p in d.path.iterdir() if p.is_file() and p.name != MANIFEST}
+             for d in dumps]
+    lines = []
+    for name in sorted(files[0] | files[1]):
+        if name not in files[1] or name not in files[0]:
+            lines.append(f"{name}: only in {dumps[0 if name in files[0] else 1].path}")
+        elif (dumps[0].path / name).read_bytes() != (dumps[1].path / name).read_bytes():
+            lines.append(f"{name}: differs{_npy_difference(*(d.path / name for d in dumps))}")
+    for key in sorted(set(dumps[0].manifest) | set(dumps[1].manifest)):
+        values = [d.manifest.get(key) for d in dumps]
+        if key not in VOLATILE_MANIFEST_KEYS and values[0] != values[1]:
+            lines.append(f"{MANIFEST}: {key!r} differs: {json.dumps(values[0])[:80]} vs "
+                         f"{json.dumps(values[1])[:80]}")
+    return lines
+
+
+def _npy_difference(a: Path, b: Path) -> str:
+    """`` (k of n values, max abs diff x)`` for two ``.npy`` files of one shape, else ``""``."""
+    if a.suffix != ".npy":
+        return ""
+    try:
+        x, y = np.load(a, allow_pickle=False), np.load(b, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        return f" (unreadable: {err})"
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return f" (shape {list(x.shape)} {x.dtype} vs {list(y.shape)} {y.dtype})"
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    unequal = ~((x64 == y64) | (np.isnan(x64) & np.isnan(y64)))
+    if not unequal.any():
+        return " (equal values, other bytes)"
+    with np.errstate(invalid="ignore", over="ignore"):
+        worst = float(np.max(np.abs(x64 - y64)[unequal]))
+    return f" ({int(unequal.sum())} of {x.size} values, max abs diff {worst:.3g})"

@@ -118,6 +118,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="manifest fields of a crashed dump (backend, weight_type, ...)")
     guard.add_argument("dump_command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
 
+    determinism = sub.add_parser(
+        "determinism", help="byte-compare two dumps of the same inputs, or run a dump twice"
+    )
+    determinism_sub = determinism.add_subparsers(dest="mode", required=True)
+    p = determinism_sub.add_parser("compare", help="compare two finished dump directories")
+    p.add_argument("dumps", nargs=2, type=Path, metavar="DUMP")
+    p = determinism_sub.add_parser(
+        "run", help="run a dump command twice ({output_dir} -> WORK_DIR/run_1, run_2), compare"
+    )
+    p.add_argument("--work-dir", required=True, type=Path, help="holds run_1/ and run_2/")
+    p.add_argument("dump_command", nargs=argparse.REMAINDER,
+                   help="-- COMMAND ... {output_dir} ...")
+
     sub.add_parser("doctor", help="which backends are built in, library versions")
     return parser
 
@@ -143,6 +156,46 @@ def _labels(pairs: list[str]) -> dict[str, str]:
             raise AudioparityError(f"--label {pair!r}: expected KEY=VALUE")
         labels[key] = value
     return labels
+
+
+def _run_twice(args: argparse.Namespace) -> list[Path]:
+    """Run the dump command of ``determinism run`` twice; the two output directories."""
+    import subprocess
+
+    from audioparity.guard import describe_exit
+
+    command = args.dump_command[1:] if args.dump_command[:1] == ["--"] else args.dump_command
+    if not any("{output_dir}" in arg for arg in command):
+        raise AudioparityError("determinism run: the command after -- must contain {output_dir}")
+    outputs = [args.work_dir / f"run_{i}" for i in (1, 2)]
+    for i, output in enumerate(outputs, 1):
+        argv = [arg.replace("{output_dir}", str(output)) for arg in command]
+        log.info("determinism: run %d of 2: %s", i, " ".join(argv))
+        returncode = subprocess.run(argv).returncode
+        if returncode != 0:
+            raise AudioparityError(
+                f"determinism run: run {i} of {argv[0]} failed ({describe_exit(returncode)})"
+            )
+    return outputs
+
+
+def _determinism(a: Path, b: Path) -> int:
+    """Print every difference between dumps ``a`` and ``b`` on stdout (one per line).
+
+    Raises:
+        AudioparityError: they differ (the count, in one line), or either is not a dump.
+    """
+    from audioparity.artifacts import dump_differences
+
+    differences = dump_differences(a, b)
+    for line in differences:
+        print(line)
+    if differences:
+        raise AudioparityError(f"{a} and {b} differ: {len(differences)} difference(s), listed "
+                               "on stdout")
+    files = sum(1 for p in Path(a).iterdir() if p.is_file())
+    print(f"identical: {a} and {b} ({files} files, manifests less seconds)")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -200,6 +253,9 @@ def _run(args: argparse.Namespace) -> int:
         if not command:
             raise AudioparityError("guard: no command given after --")
         return run_guarded(command, args.output_dir, _labels(args.field))
+    elif args.command == "determinism":
+        dumps = args.dumps if args.mode == "compare" else _run_twice(args)
+        return _determinism(*dumps)
     elif args.command == "doctor":
         from audioparity.ggml import doctor
 

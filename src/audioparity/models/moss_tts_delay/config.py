@@ -65,47 +65,73 @@ class MossTTSDelayConfig:
         return self.language_config.num_hidden_layers
 
 
-def _require(obj: dict[str, Any], key: str, where: str) -> Any:
-    if key not in obj:
+#: What a config value must be, by the type it is read as (bool is not an int here).
+_KINDS = {int: "an integer", float: "a number", dict: "an object"}
+
+
+def _value(obj: dict[str, Any], key: str, where: str, kind: type, default: Any = ...) -> Any:
+    """``obj[key]`` as ``kind`` (``int``, ``float`` or ``dict``); ``default`` when absent or
+    null, if one is given.
+
+    Raises:
+        AudioparityError: the key is missing (and has no default) or holds another type.
+    """
+    value = obj.get(key)
+    if value is None:
+        if default is not ...:
+            return default
         raise AudioparityError(f"{where}: missing key {key!r}")
-    return obj[key]
+    allowed = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise AudioparityError(f"{where}: {key!r} is {json.dumps(value)[:60]}; expected "
+                               f"{_KINDS[kind]}")
+    return kind(value) if kind is not dict else value
 
 
 def _rope_theta(lang: dict[str, Any], where: str) -> float:
-    params = lang.get("rope_parameters") or {}
-    scaling = lang.get("rope_scaling") or {}
+    params = _value(lang, "rope_parameters", where, dict, {})
+    scaling = _value(lang, "rope_scaling", where, dict, {})
     rope_type = params.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
     if rope_type != "default":
         raise AudioparityError(f"{where}: rope type {rope_type!r} is not supported (only default)")
     if "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(_require(lang, "rope_theta", where))
+        return _value(params, "rope_theta", f"{where} rope_parameters", float)
+    return _value(lang, "rope_theta", where, float)
 
 
 def parse_config(raw: dict[str, Any], where: str = CONFIG_FILE) -> MossTTSDelayConfig:
     """Build the config from the parsed ``config.json`` object.
 
     Raises:
-        AudioparityError: a required key is missing, or the backbone uses a feature the port
-            does not implement (attention bias, an activation other than SiLU, RoPE scaling).
+        AudioparityError: a required key is missing or of another type, a size is not
+            positive, or the backbone uses a feature the port does not implement (attention
+            bias, an activation other than SiLU, RoPE scaling).
     """
-    lang = _require(raw, "language_config", where)
+    if not isinstance(raw, dict):
+        raise AudioparityError(f"{where}: expected a JSON object")
+    lang = _value(raw, "language_config", where, dict)
     lwhere = f"{where} language_config"
-    heads = int(_require(lang, "num_attention_heads", lwhere))
-    hidden = int(_require(lang, "hidden_size", lwhere))
+    heads = _value(lang, "num_attention_heads", lwhere, int)
+    hidden = _value(lang, "hidden_size", lwhere, int)
     language = LanguageConfig(
-        vocab_size=int(_require(lang, "vocab_size", lwhere)),
+        vocab_size=_value(lang, "vocab_size", lwhere, int),
         hidden_size=hidden,
-        intermediate_size=int(_require(lang, "intermediate_size", lwhere)),
-        num_hidden_layers=int(_require(lang, "num_hidden_layers", lwhere)),
+        intermediate_size=_value(lang, "intermediate_size", lwhere, int),
+        num_hidden_layers=_value(lang, "num_hidden_layers", lwhere, int),
         num_attention_heads=heads,
-        num_key_value_heads=int(lang.get("num_key_value_heads") or heads),
-        head_dim=int(lang.get("head_dim") or hidden // heads),
-        rms_norm_eps=float(_require(lang, "rms_norm_eps", lwhere)),
+        num_key_value_heads=_value(lang, "num_key_value_heads", lwhere, int, heads),
+        head_dim=_value(lang, "head_dim", lwhere, int, hidden // heads if heads > 0 else 0),
+        rms_norm_eps=_value(lang, "rms_norm_eps", lwhere, float),
         rope_theta=_rope_theta(lang, lwhere),
         hidden_act=str(lang.get("hidden_act", "silu")),
         attention_bias=bool(lang.get("attention_bias", False)),
     )
+    sizes = {key: getattr(language, key) for key in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim")}
+    for key, size in sizes.items():
+        if size < 1:
+            raise AudioparityError(f"{lwhere}: {key!r} is {size}; expected a positive integer")
     if language.hidden_act != "silu":
         raise AudioparityError(f"{lwhere}: hidden_act {language.hidden_act!r}; expected silu")
     if language.attention_bias:
@@ -116,7 +142,7 @@ def parse_config(raw: dict[str, Any], where: str = CONFIG_FILE) -> MossTTSDelayC
             f"{language.num_key_value_heads} key/value heads"
         )
     ints = {
-        key: int(_require(raw, key, where))
+        key: _value(raw, key, where, int)
         for key in (
             "n_vq", "audio_vocab_size", "audio_pad_code", "pad_token_id", "im_start_token_id",
             "im_end_token_id", "audio_start_token_id", "audio_end_token_id",
@@ -124,18 +150,23 @@ def parse_config(raw: dict[str, Any], where: str = CONFIG_FILE) -> MossTTSDelayC
             "audio_assistant_delay_slot_token_id",
         )
     }
-    return MossTTSDelayConfig(**ints, language_config=language, auto_map=raw.get("auto_map"))
+    return MossTTSDelayConfig(**ints, language_config=language,
+                              auto_map=_value(raw, "auto_map", where, dict, None))
 
 
 def load_config(model_dir: Path) -> MossTTSDelayConfig:
     """Read ``<model_dir>/config.json``.
 
     Raises:
-        AudioparityError: the file is missing or unreadable, or see :func:`parse_config`.
+        AudioparityError: no such directory, the file is missing or unreadable, or see
+            :func:`parse_config`.
     """
+    if not Path(model_dir).is_dir():
+        raise AudioparityError(f"{model_dir}: no such checkpoint directory; expected "
+                               f"{CONFIG_FILE}, safetensors and tokenizer.json inside")
     path = Path(model_dir) / CONFIG_FILE
     try:
         raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise AudioparityError(f"{path}: unreadable checkpoint config ({err})") from err
     return parse_config(raw, str(path))

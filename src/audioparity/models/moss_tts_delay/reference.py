@@ -39,7 +39,7 @@ import numpy as np
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_tts_delay import text_processor
+from audioparity.models.moss_tts_delay import text_processor, weights
 from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig, load_config
 from audioparity.models.moss_tts_delay.delay_pattern import greedy_generate
 
@@ -208,15 +208,23 @@ def dump_reference(model: Path, prompt: Path, output_dir: Path, threads: int = 1
         threads: torch intra-op threads.
         generate_rows: rows of greedy generation.
 
-    Raises:
-        AudioparityError: unreadable config, prompt or weights; a prompt shorter than 3 rows.
-    """
-    import torch
-    import transformers
+    Before torch is imported, the inputs go through the checks of the ggml dump with its
+    messages: the config, the prompt (:func:`.text_processor.load_prompt`) and the weights
+    (:func:`.weights.check_weights`: present, shaped as the config says, finite; one more read
+    of the checkpoint, a tensor at a time).
 
+    Raises:
+        AudioparityError: unreadable config, prompt or weights; weights missing, misshapen or
+            not finite; a prompt shorter than 3 rows. Nothing is left at ``output_dir`` then.
+    """
     model, prompt = Path(model), Path(prompt)
     config = load_config(model)
     request = text_processor.load_prompt(prompt)
+    weights.check_weights(model, config)
+
+    import torch
+    import transformers
+
     torch.set_num_threads(threads)
     fields = {"family": FAMILY, "threads": threads, "n_layers": config.n_layers,
               "generate_rows": generate_rows,

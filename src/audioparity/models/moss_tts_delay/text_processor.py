@@ -79,27 +79,44 @@ class EncodedPrompt:
 
 
 def load_prompt(path: Path) -> Prompt:
-    """Read a prompt JSON file.
+    """Read a prompt JSON file (UTF-8).
 
     Raises:
-        AudioparityError: unreadable JSON, not an object, a missing or non-string ``text``, a
-            non-string ``instruction``/``language``, or an unknown key.
+        AudioparityError: unreadable or not UTF-8 JSON, not an object, an unknown key, a missing,
+            non-string or empty (blank) ``text``, a non-string ``instruction``/``language``, or
+            a string that is not valid Unicode (a lone surrogate escape).
     """
     path = Path(path)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise AudioparityError(f"{path}: unreadable prompt ({err})") from err
     if not isinstance(raw, dict):
-        raise AudioparityError(f"{path}: expected a JSON object with keys {PROMPT_KEYS}")
+        raise AudioparityError(
+            f"{path}: expected a JSON object with keys {', '.join(PROMPT_KEYS)}, got "
+            f"{type(raw).__name__}"
+        )
     unknown = sorted(set(raw) - set(PROMPT_KEYS))
     if unknown:
         raise AudioparityError(f"{path}: unknown keys {unknown}; valid: {list(PROMPT_KEYS)}")
-    if not isinstance(raw.get("text"), str):
-        raise AudioparityError(f"{path}: 'text' must be a string")
+    if "text" not in raw:
+        raise AudioparityError(f"{path}: 'text' must be a string, the text to speak; missing")
+    if not isinstance(raw["text"], str):
+        raise AudioparityError(f"{path}: 'text' must be a string, got "
+                               f"{type(raw['text']).__name__}")
+    if not raw["text"].strip():
+        raise AudioparityError(f"{path}: 'text' must not be empty or blank; expected the text "
+                               "to speak")
     for key in ("instruction", "language"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise AudioparityError(f"{path}: {key!r} must be a string or null")
+            raise AudioparityError(f"{path}: {key!r} must be a string or null, got "
+                                   f"{type(raw[key]).__name__}")
+    for key in PROMPT_KEYS:
+        try:
+            (raw.get(key) or "").encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise AudioparityError(f"{path}: {key!r} is not valid Unicode ({err.reason} at "
+                                   f"character {err.start})") from None
     return Prompt(text=raw["text"], instruction=raw.get("instruction"),
                   language=raw.get("language"))
 

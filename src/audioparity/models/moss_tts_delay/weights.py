@@ -10,7 +10,10 @@ checkpoint's own (``MossTTSDelayModel`` state dict): ``language_model.embed_toke
 from __future__ import annotations
 
 import json
+import math
 import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,42 +69,116 @@ def _shards(model_dir: Path) -> list[Path]:
     index = model_dir / INDEX_FILE
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, json.JSONDecodeError, KeyError) as err:
-            raise AudioparityError(f"{index}: unreadable shard index ({err})") from err
-        return [model_dir / name for name in sorted(set(weight_map.values()))]
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            files = sorted(set(weight_map.values()))
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError) as err:
+            raise AudioparityError(f"{index}: unreadable shard index ({err!r})") from err
+        if not all(isinstance(name, str) and Path(name).name == name for name in files):
+            raise AudioparityError(f"{index}: weight_map values must be file names")
+        return [model_dir / name for name in files]
     single = model_dir / SINGLE_FILE
     if not single.is_file():
         raise AudioparityError(f"{model_dir}: neither {SINGLE_FILE} nor {INDEX_FILE}")
     return [single]
 
 
-def _read_shard(path: Path, names: set[str]) -> dict[str, tuple[np.ndarray, str]]:
-    """The tensors of one safetensors file whose names are in ``names``, as float32 arrays
-    with their stored dtype (``F32``, ``F16``, ``BF16``)."""
-    out = {}
+@dataclass(frozen=True)
+class _Entry:
+    """Where one tensor lies: its shard, the byte range of its data in the file, its
+    safetensors dtype and its shape."""
+
+    shard: Path
+    begin: int
+    end: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def _entries(shard: Path, names: set[str]) -> dict[str, _Entry]:
+    """Header entries of one safetensors file for the tensors named in ``names``.
+
+    Raises:
+        AudioparityError: not a safetensors file, or an entry that is malformed, of an
+            unsupported dtype, of a byte size other than its shape needs, or past the file end.
+    """
     try:
-        with open(path, "rb") as handle:
+        size = shard.stat().st_size
+        with open(shard, "rb") as handle:
             (header_size,) = struct.unpack("<Q", handle.read(8))
+            if 8 + header_size > size:
+                raise ValueError(f"header of {header_size} bytes in a file of {size}")
             header = json.loads(handle.read(header_size))
-    except (OSError, struct.error, json.JSONDecodeError) as err:
-        raise AudioparityError(f"{path}: not a safetensors file ({err})") from err
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size)
-    for name, entry in header.items():
-        if name not in names:
-            continue
-        dtype = entry["dtype"]
+    except (OSError, struct.error, ValueError, RecursionError) as err:
+        raise AudioparityError(f"{shard}: not a safetensors file ({err})") from err
+    if not isinstance(header, dict):
+        raise AudioparityError(f"{shard}: not a safetensors file (header is not an object)")
+    out = {}
+    for name in names & set(header):
+        entry = header[name]
+        try:
+            dtype, shape = entry["dtype"], tuple(entry["shape"])
+            begin, end = entry["data_offsets"]
+            if not all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
+                raise ValueError("negative or non-integer shape or offsets")
+        except (TypeError, KeyError, ValueError) as err:
+            raise AudioparityError(f"{shard}: malformed entry for {name!r} ({err})") from err
         if dtype not in DTYPES:
-            raise AudioparityError(f"{path}: tensor {name!r} has dtype {dtype}; "
+            raise AudioparityError(f"{shard}: tensor {name!r} has dtype {dtype}; "
                                    f"expected one of {', '.join(DTYPES)}")
-        begin, end = entry["data_offsets"]
-        raw = np.frombuffer(data[begin:end], dtype=DTYPES[dtype][0]).reshape(entry["shape"])
-        if dtype == "BF16":
-            array = (raw.astype(np.uint32) << 16).view(np.float32)
-        else:
-            array = raw.astype(np.float32)
-        out[name] = (array, dtype)
+        nbytes = math.prod(shape) * np.dtype(DTYPES[dtype][0]).itemsize
+        if end - begin != nbytes or 8 + header_size + end > size:
+            raise AudioparityError(f"{shard}: tensor {name!r} {list(shape)} {dtype} has data "
+                                   f"bytes {begin}..{end} of {size - 8 - header_size}; expected "
+                                   f"{nbytes} inside the file (truncated?)")
+        out[name] = _Entry(shard, 8 + header_size + begin, 8 + header_size + end, dtype, shape)
     return out
+
+
+def _read(entry: _Entry) -> np.ndarray:
+    """One tensor as float32 (bf16 widened exactly: its bits are a float32's top half)."""
+    with open(entry.shard, "rb") as handle:
+        handle.seek(entry.begin)
+        raw = np.frombuffer(handle.read(entry.end - entry.begin), dtype=DTYPES[entry.dtype][0])
+    raw = raw.reshape(entry.shape)
+    if entry.dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32)
+
+
+def _checked_tensors(model_dir: Path,
+                     config: MossTTSDelayConfig) -> Iterator[tuple[str, np.ndarray, str]]:
+    """``(name, float32 array, safetensors dtype)`` of every weight the backbone reads, one at
+    a time, after the headers showed all present with the config's shapes; each checked
+    finite.
+
+    Raises:
+        AudioparityError: a missing file or weight, a shape other than the config implies, an
+            unsupported dtype, a truncated file, or a weight holding NaN or infinity.
+    """
+    model_dir = Path(model_dir)
+    shapes = expected_shapes(config)
+    entries: dict[str, _Entry] = {}
+    for shard in _shards(model_dir):
+        entries.update(_entries(shard, set(shapes)))
+    missing = sorted(set(shapes) - set(entries))
+    if missing:
+        raise AudioparityError(f"{model_dir}: missing weights {missing[:5]}"
+                               f"{' ...' if len(missing) > 5 else ''}")
+    for name, shape in shapes.items():
+        if entries[name].shape != shape:
+            raise AudioparityError(f"{model_dir}: weight {name!r} has shape "
+                                   f"{list(entries[name].shape)}, expected {list(shape)}")
+    for name in shapes:
+        array = _read(entries[name])
+        finite = np.isfinite(array)
+        if not finite.all():
+            nan = int(np.isnan(array).sum())
+            raise AudioparityError(
+                f"{model_dir}: weight {name!r} {list(array.shape)} holds {nan} NaN and "
+                f"{finite.size - int(finite.sum()) - nan} infinite values; expected finite "
+                "weights"
+            )
+        yield name, array, entries[name].dtype
 
 
 def load_weights(model_dir: Path,
@@ -109,24 +186,26 @@ def load_weights(model_dir: Path,
     """The backbone's weights as float32 arrays and their stored safetensors dtypes.
 
     Raises:
-        AudioparityError: a missing file or weight, a shape other than the config implies, or an
-            unsupported dtype.
+        AudioparityError: see :func:`check_weights`.
     """
-    model_dir = Path(model_dir)
-    shapes = expected_shapes(config)
-    found: dict[str, tuple[np.ndarray, str]] = {}
-    for shard in _shards(model_dir):
-        found.update(_read_shard(shard, set(shapes)))
-    missing = sorted(set(shapes) - set(found))
-    if missing:
-        raise AudioparityError(f"{model_dir}: missing weights {missing[:5]}"
-                               f"{' ...' if len(missing) > 5 else ''}")
-    for name, shape in shapes.items():
-        if found[name][0].shape != shape:
-            raise AudioparityError(f"{model_dir}: weight {name!r} has shape "
-                                   f"{list(found[name][0].shape)}, expected {list(shape)}")
-    return ({name: array for name, (array, _) in found.items()},
-            {name: dtype for name, (_, dtype) in found.items()})
+    arrays, stored = {}, {}
+    for name, array, dtype in _checked_tensors(model_dir, config):
+        arrays[name], stored[name] = array, dtype
+    return arrays, stored
+
+
+def check_weights(model_dir: Path, config: MossTTSDelayConfig) -> None:
+    """The checks of :func:`load_weights`, reading one tensor at a time and keeping none: the
+    reference dump runs them before transformers loads the checkpoint, so both sides refuse a
+    bad one with the same message.
+
+    Raises:
+        AudioparityError: a missing file or weight, a shape other than the config implies, an
+            unsupported dtype, a truncated file, or a weight holding NaN or infinity (named,
+            with the counts).
+    """
+    for _ in _checked_tensors(model_dir, config):
+        pass
 
 
 def storage_types(arrays: dict[str, np.ndarray], stored: dict[str, str],

@@ -106,6 +106,21 @@ class EncoderConfig:
         """``sqrt(d_model)`` if ``xscaling`` else None (NeMo ``RelPositionalEncoding.xscale``)."""
         return math.sqrt(self.d_model) if self.xscaling else None
 
+    def position_table_note(self, n_frames: int) -> str | None:
+        """What happens to ``n_frames`` encoder frames beyond ``pos_emb_max_len``, or None.
+
+        There is no hard limit on either side: NeMo's ``ConformerEncoder.forward`` calls
+        ``update_max_seq_length``, which rebuilds the ``RelPositionalEncoding`` table for the
+        longer input (``set_max_audio_length``), and the port computes the table for the
+        frames it is given (:func:`~audioparity.models.parakeet_tdt.encoder.rel_pos_encoding`).
+        Both dumps record this note; the cost is attention's ``T'^2`` memory.
+        """
+        if n_frames <= self.pos_emb_max_len:
+            return None
+        return (f"T'={n_frames} encoder frames exceed pos_emb_max_len={self.pos_emb_max_len}: "
+                "NeMo extends its position table (update_max_seq_length), the port computes "
+                "positions for any length")
+
 
 @dataclass(frozen=True)
 class DecoderConfig:
@@ -145,6 +160,16 @@ class ParakeetTDTConfig:
     def blank_id(self) -> int:
         """Index of the blank class (the last token class, ``vocab_size``)."""
         return self.decoder.vocab_size
+
+    @property
+    def min_samples(self) -> int:
+        """Fewest audio samples that give one encoder frame: one hop (``hop_length``).
+
+        NeMo's featurizer gives ``T = L // hop_length`` mel frames and ConvSubsampling's
+        ``calc_length`` maps ``T >= 1`` to ``T' >= 1`` encoder frames; ``T = 0`` leaves the
+        encoder nothing (and NeMo's relative positions an empty table).
+        """
+        return self.preprocessor.hop_length
 
     @property
     def n_joint_outputs(self) -> int:
@@ -299,13 +324,25 @@ def copy_nemo_member(path: Path, suffix: str, out: BinaryIO) -> None:
         AudioparityError: not a tar file, or no such member.
     """
     try:
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar.getmembers():
+        tar = tarfile.open(path, "r:*")
+    except tarfile.ReadError:
+        raise AudioparityError(
+            f"{path}: not a tar archive; a .nemo is a tar holding model_config.yaml and "
+            "model_weights.ckpt"
+        ) from None
+    except OSError as err:
+        raise AudioparityError(f"{path}: cannot read the .nemo ({err.strerror or err})") from None
+    try:
+        with tar:
+            for member in tar:
                 if member.isfile() and Path(member.name).name.endswith(suffix):
                     shutil.copyfileobj(tar.extractfile(member), out, 1 << 24)
                     return
-    except (tarfile.TarError, OSError) as err:
-        raise AudioparityError(f"{path}: not a readable .nemo archive ({err})") from None
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise AudioparityError(
+            f"{path}: truncated or corrupt .nemo archive ({str(err).splitlines()[0]}) while "
+            f"looking for {suffix}"
+        ) from None
     raise AudioparityError(f"{path}: no {suffix} inside the .nemo archive")
 
 
@@ -330,13 +367,38 @@ def load_config(model: Path) -> ParakeetTDTConfig:
     if model.is_dir():
         config_json = model / "config.json"
         if not config_json.is_file():
-            raise AudioparityError(f"{model}: a model directory needs config.json")
+            raise AudioparityError(f"{model}: a model directory needs config.json (Hugging Face "
+                                   "Parakeet); expected that or a .nemo file")
         pre_json = model / "preprocessor_config.json"
-        pre = json.loads(pre_json.read_text()) if pre_json.is_file() else None
-        return from_hf_config(json.loads(config_json.read_text()), pre, where=str(config_json))
-    if not model.is_file():
+        pre = read_json(pre_json) if pre_json.is_file() else None
+        return from_hf_config(read_json(config_json), pre, where=str(config_json))
+    if not model.exists():
         raise AudioparityError(f"{model}: no such .nemo file or model directory")
+    if not model.is_file():
+        raise AudioparityError(f"{model}: not a regular file; expected a .nemo file or a model "
+                               "directory")
     import yaml
 
-    cfg = yaml.safe_load(read_nemo_member(model, "model_config.yaml"))
-    return from_nemo_config(cfg, where=f"{model}:model_config.yaml")
+    where = f"{model}:model_config.yaml"
+    try:
+        cfg = yaml.safe_load(read_nemo_member(model, "model_config.yaml"))
+    except yaml.YAMLError as err:
+        raise AudioparityError(f"{where}: not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(cfg, dict):
+        raise AudioparityError(f"{where}: expected a mapping, got {type(cfg).__name__}")
+    return from_nemo_config(cfg, where=where)
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``.
+
+    Raises:
+        AudioparityError: unreadable, not JSON, or not an object.
+    """
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise AudioparityError(f"{path}: unreadable JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise AudioparityError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value

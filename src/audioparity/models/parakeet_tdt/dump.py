@@ -88,16 +88,22 @@ def dump_ggml(
         threads: CPU threads.
 
     Raises:
-        AudioparityError: unreadable model, audio or reference dump, a reference dump lacking a
-            stage, or a reference path that its own ``joint_logits`` do not reproduce. Nothing is
-            left at ``output_dir`` then.
+        AudioparityError: unreadable model, audio (see :func:`~audioparity.audio.load_audio`;
+            fewer samples than one encoder frame needs) or reference dump, a reference dump
+            lacking a stage, a checkpoint whose tensors are missing, misshapen or not finite
+            (:func:`~.weights.read_checked_state`), or a reference path that its own
+            ``joint_logits`` do not reproduce. Checked in that order, so the reference dump
+            refuses the same bad model or audio with the same message. Nothing is left at
+            ``output_dir`` then.
     """
     model, audio = Path(model), Path(audio)
     reference_dir, output_dir = Path(reference_dir), Path(output_dir)
     start = time.perf_counter()
     label = f"ggml parakeet-tdt [{model.name} | {audio.stem} | {backend} {matmul_weight_type}]"
-    reference = Dump(reference_dir)
     config = load_config(model)
+    sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
+                       min_samples=config.min_samples, purpose="one encoder frame")
+    reference = Dump(reference_dir)
     n_layers = config.encoder.n_layers
     fields = {
         "family": "parakeet_tdt", "backend": backend, "device": device,
@@ -105,10 +111,13 @@ def dump_ggml(
         "threads": threads, "flash_attention": bool(flash_attention), "n_layers": n_layers,
         "decoding": {"strategy": STRATEGY, "durations": list(config.durations),
                      "max_symbols": config.max_symbols},
+        "audio": sound.source,
     }
     with DumpWriter(output_dir, producer="ggml", model=model,
                     inputs={"audio": audio, "reference": reference_dir}, fields=fields,
                     versions=("ggml-python",)) as writer:
+        for note in sound.notes:
+            writer.note(note)
         try:
             runtime = Runtime(backend, device=device, threads=threads)
         except BackendUnavailable as err:
@@ -117,23 +126,19 @@ def dump_ggml(
             return
         with runtime:
             writer.manifest["device_description"] = runtime.device_description
-            _dump_stages(writer, runtime, reference, model, audio, config, label,
+            _dump_stages(writer, runtime, reference, model, sound.samples, config, label,
                          matmul_weight_type, conv_weight_type, bool(flash_attention))
     log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)
 
 
 def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: Path,
-                 audio: Path, config, label: str, matmul_weight_type: str,
+                 samples: np.ndarray, config, label: str, matmul_weight_type: str,
                  conv_weight_type: str, flash_attention: bool) -> None:
-    """Every stage of the module docstring, into ``writer``."""
+    """Every stage of the module docstring, into ``writer``; ``samples`` ``[L]`` float32 at the
+    model's rate."""
     seconds = writer.manifest["seconds"]
     n_layers = config.encoder.n_layers
     _reference_inputs(reference, n_layers)
-
-    with writer.timed("audio"):
-        sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate)
-    for note in sound.notes:
-        writer.note(note)
 
     with writer.timed("load"):
         host = load_weights(model, config, matmul_weight_type, conv_weight_type)
@@ -147,7 +152,7 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
              runtime.backend_name, seconds["load"])
 
     with writer.timed("mel"):
-        mel = mel_features(sound.samples, config.preprocessor,
+        mel = mel_features(samples, config.preprocessor,
                            filterbank=host.preprocessor.get(FB),
                            window=host.preprocessor.get(WINDOW))
     writer.add_tensor("mel_features", mel, "[T, n_mels]")
@@ -161,6 +166,10 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
     for i in range(n_layers):
         writer.add_tensor(f"layer_{i}", taps[f"layer_{i}"], "[T, D]")
     writer.add_tensor("enc_out", taps["enc_out"], "[T, D]")
+    position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
+    if position_note:
+        writer.note(position_note)
+        log.info("%s: %s", label, position_note)
     log.info("%s: encoder (%d layers, T'=%d) in %.2f s", label, n_layers,
              taps["enc_out"].shape[0], seconds["encoder"])
 

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import DumpWriter
-from audioparity.audio import load_audio
+from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.models.parakeet_tdt.decoder import GreedyPath, greedy_tdt
+from audioparity.models.parakeet_tdt.weights import read_checked_state
 
 log = logging.getLogger("audioparity")
 
@@ -270,42 +272,57 @@ def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1)
     ``layer_{i} [T', D]``, ``enc_out [T', D]``, ``joint_logits [steps, V+1+n_durations]`` (raw,
     one row per joint evaluation of the greedy decode), ``lstm_state_0 [layers, 2, H]`` (h then
     c after the blank/SOS step) and ``decode.json``. Manifest fields: family, threads, n_layers,
-    decoding (strategy, durations, max_symbols), versions of torch and nemo_toolkit.
+    decoding (strategy, durations, max_symbols), audio (the file's format, see
+    :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
+
+    Before NeMo is imported, the inputs go through the checks of the ggml dump, in its order and
+    with its messages: the config (:func:`~.config.load_config`), the audio
+    (:func:`~audioparity.audio.load_audio`, at least one encoder frame), and the checkpoint's
+    tensors (:func:`~.weights.read_checked_state`: present, shaped as the config says, finite;
+    this reads the weights once more, a few seconds for a 0.6B model).
 
     Args:
         model: ``.nemo`` file (``EncDecRNNTBPEModel`` with TDT decoding).
-        audio: audio file, read by :func:`audioparity.audio.load_audio` at 16 kHz.
+        audio: audio file, read at the model's sample rate.
         output_dir: the dump directory (written atomically).
         threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
             count is restored afterwards.
 
     Raises:
-        AudioparityError: a missing or unreadable model or audio file, a model that is not
-            Parakeet-TDT shaped, or a decode the joint rows do not reproduce. Nothing is left at
-            ``output_dir`` then.
+        AudioparityError: a missing or unreadable model or audio file, a Hugging Face directory
+            (NeMo restores ``.nemo`` files only), a model that is not Parakeet-TDT shaped or
+            whose tensors are missing, misshapen or not finite, too little audio, or a decode
+            the joint rows do not reproduce. Nothing is left at ``output_dir`` then.
     """
+    model, audio, output_dir = Path(model), Path(audio), Path(output_dir)
+    if model.is_dir():
+        raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
+    config = load_config(model)
+    sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
+                       min_samples=config.min_samples, purpose="one encoder frame")
+    read_checked_state(model, config)
+
     import torch
 
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _dump(Path(model), Path(audio), Path(output_dir), threads)
+        _dump(model, audio, sound, config, output_dir, threads)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _dump(model: Path, audio: Path, output_dir: Path, threads: int) -> None:
+def _dump(model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig, output_dir: Path,
+          threads: int) -> None:
     start = time.perf_counter()
     with DumpWriter(
         output_dir,
         producer="nemo",
         model=model,
         inputs={"audio": audio},
-        fields={"family": "parakeet_tdt", "threads": threads},
+        fields={"family": "parakeet_tdt", "threads": threads, "audio": sound.source},
         versions=("torch", "nemo_toolkit"),
     ) as writer:
-        with writer.timed("audio"):
-            sound = load_audio(audio, sample_rate=16000)
         for note in sound.notes:
             writer.note(note)
         log.info("reference parakeet-tdt: %s (%.2f s of audio)", audio, sound.seconds)
@@ -327,6 +344,10 @@ def _dump(model: Path, audio: Path, output_dir: Path, threads: int) -> None:
 
         with writer.timed("encoder"):
             taps = encoder(asr_model, features, length)
+        position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
+        if position_note:
+            writer.note(position_note)
+            log.info("reference parakeet-tdt: %s", position_note)
         writer.add_tensor("pre_encode", taps.pop("pre_encode"), "[T, D]")
         writer.add_tensor("pos_emb", taps.pop("pos_emb"), "[2T-1, D]")
         for name, array in taps.items():

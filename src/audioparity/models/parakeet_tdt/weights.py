@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import pickle
 import re
 import struct
@@ -51,7 +52,11 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights, storage_supported
-from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, copy_nemo_member
+from audioparity.models.parakeet_tdt.config import (
+    ParakeetTDTConfig,
+    copy_nemo_member,
+    read_json,
+)
 
 MATMUL_WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
 CONV_WEIGHT_TYPES = ("f32", "f16")
@@ -326,32 +331,56 @@ def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
     """Float tensors of one ``.safetensors`` file as float32 arrays, and their stored dtypes.
 
     Format: 8-byte little-endian header size, a JSON header ``{name: {dtype, shape,
-    data_offsets}}``, then the data. bf16 is widened to float32 exactly (bits << 16).
+    data_offsets}}``, then the data. bf16 is widened to float32 exactly (bits << 16). Tensors
+    of other dtypes (integers, f64) are left out.
 
     Raises:
-        AudioparityError: a truncated or malformed file.
+        AudioparityError: a truncated or malformed file (the message names the tensor).
     """
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-    if data.size < 8:
+    if not path.is_file():
+        raise AudioparityError(f"{path}: no such safetensors file")
+    if path.stat().st_size < 8:
         raise AudioparityError(f"{path}: too short for a safetensors file")
+    try:
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+    except OSError as err:
+        raise AudioparityError(f"{path}: cannot read ({err.strerror or err})") from None
     (header_size,) = struct.unpack("<Q", data[:8].tobytes())
+    if 8 + header_size > data.size:
+        raise AudioparityError(f"{path}: header of {header_size} bytes runs past the end of the "
+                               f"file ({data.size} bytes)")
     try:
         header = json.loads(data[8 : 8 + header_size].tobytes())
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise AudioparityError(f"{path}: bad safetensors header ({err})") from None
+    if not isinstance(header, dict):
+        raise AudioparityError(f"{path}: safetensors header is not a JSON object")
     base = 8 + header_size
     arrays, native = {}, {}
     for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] not in _SAFETENSORS_DTYPES:
+        if name == "__metadata__" or not isinstance(info, dict) or \
+                info.get("dtype") not in _SAFETENSORS_DTYPES:
             continue
         kind, np_dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-        start, end = info["data_offsets"]
+        shape, offsets = info.get("shape"), info.get("data_offsets")
+        if not (_int_list(shape) and _int_list(offsets) and len(offsets) == 2):
+            raise AudioparityError(f"{path}: tensor {name!r} has a malformed header entry "
+                                   f"{info}; expected shape and data_offsets as integer lists")
+        start, end = offsets
         if base + end > data.size:
             raise AudioparityError(f"{path}: tensor {name!r} runs past the end of the file")
+        if end - start != math.prod(shape) * np.dtype(np_dtype).itemsize or start < 0:
+            raise AudioparityError(f"{path}: tensor {name!r} has data_offsets {offsets} for "
+                                   f"shape {shape} of {info['dtype']}")
         raw = np.frombuffer(data[base + start : base + end], dtype=np_dtype)
-        arrays[name] = _to_float32(raw, kind).reshape(info["shape"])
+        arrays[name] = _to_float32(raw, kind).reshape(shape)
         native[name] = kind
     return arrays, native
+
+
+def _int_list(value: object) -> bool:
+    """Whether ``value`` is a list of non-negative ints (a shape, data offsets)."""
+    return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
 
 
 def hf_to_nemo_name(name: str) -> str:
@@ -364,7 +393,11 @@ def hf_to_nemo_name(name: str) -> str:
 def _read_hf_state(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(file, str) for file in weight_map.values()):
+            raise AudioparityError(f"{index}: expected a 'weight_map' of tensor -> file name")
+        files = sorted(set(weight_map.values()))
     elif (directory / "model.safetensors").is_file():
         files = ["model.safetensors"]
     else:
@@ -396,6 +429,36 @@ def _check_shapes(state: dict[str, np.ndarray], expected: dict[str, tuple[int, .
         if tuple(state[name].shape) != shape:
             raise AudioparityError(f"{model}: tensor {name!r} has shape "
                                    f"{list(state[name].shape)}, expected {list(shape)}")
+
+
+def _check_finite(state: dict[str, np.ndarray], model: Path) -> None:
+    """Raise on the first tensor holding a NaN or an infinity (weights are not compared)."""
+    for name, array in state.items():
+        finite = np.isfinite(array)
+        if not finite.all():
+            nan = int(np.isnan(array).sum())
+            raise AudioparityError(
+                f"{model}: tensor {name!r} {list(array.shape)} holds {nan} NaN and "
+                f"{finite.size - int(finite.sum()) - nan} infinite values; expected finite "
+                "weights"
+            )
+
+
+def read_checked_state(model: Path, config: ParakeetTDTConfig) -> tuple[dict[str, np.ndarray],
+                                                                         dict[str, str]]:
+    """:func:`read_state`, checked: every tensor of :func:`expected_shapes` present with its
+    shape, and every float tensor finite. The reference dump runs the same check before NeMo
+    loads the checkpoint, so both sides refuse a bad one with the same message.
+
+    Raises:
+        AudioparityError: an unreadable checkpoint, a missing tensor, a shape that differs from
+            the config's (naming the key and both shapes), or a tensor holding NaN or infinity
+            (naming it and the counts).
+    """
+    state, native = read_state(model)
+    _check_shapes(state, expected_shapes(config), Path(model))
+    _check_finite(state, Path(model))
+    return state, native
 
 
 def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarray,
@@ -505,13 +568,11 @@ def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str
         conv_weight_type: ``f32|f16``.
 
     Raises:
-        AudioparityError: unknown types, a missing tensor, or a shape that differs from the
-            config's (the message names the key and both shapes).
+        AudioparityError: unknown types, or see :func:`read_checked_state`.
     """
     _check_types(matmul_weight_type, conv_weight_type)
-    state, native_all = read_state(model)
+    state, native_all = read_checked_state(model, config)
     expected = expected_shapes(config)
-    _check_shapes(state, expected, Path(model))
     arrays = to_graph_layout({name: state[name] for name in expected},
                              config.encoder.batch_norm_eps)
     native = {name: native_all.get(name, "f32") for name in arrays}
