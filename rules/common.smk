@@ -1,4 +1,5 @@
 # Input functions, wildcard constraints and the code each rule depends on.
+import ast
 import json
 import os
 import re
@@ -31,67 +32,76 @@ wildcard_constraints:
     weight_type=_alternatives(WEIGHT_TYPES),
 
 
+PACKAGE = Path(workflow.basedir) / "src" / "audioparity"
+
+
+def _module_file(name):
+    """The file of module `name` ("audioparity.x.y"), or None when `name` is no module of ours."""
+    base = PACKAGE.joinpath(*name.split(".")[1:])
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_modules(path, package):
+    """Names of the audioparity modules `path` imports, at any depth of its code (lazy imports
+    inside functions included)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
 def src_files(*modules):
-    """Source files of the package a rule runs, relative to the working directory.
+    """Source files a job runs: `modules` ("models.parakeet_tdt.dump") and every audioparity
+    module they import, transitively, with the packages' __init__ files on the way; plus
+    cli.py, the entry point (whose per-command imports are not followed: it dispatches).
 
-    `src_files("models/parakeet_tdt/encoder")` -> ["src/audioparity/models/parakeet_tdt/encoder.py"]
-    when the workflow runs from the repository; from another --directory the paths lead back to
-    this checkout. Listing them as inputs makes an edit rerun exactly the dependent jobs.
+    Paths are relative to the working directory, so they read src/audioparity/... from the
+    repository and lead back to this checkout from another --directory. Listed as inputs, they
+    make an edit rerun exactly the jobs that run the edited code.
     """
-    package = Path(workflow.basedir) / "src" / "audioparity"
-    return [os.path.relpath(package / f"{module}.py") for module in modules]
+    todo = [f"audioparity.{module}" for module in modules]
+    files = {PACKAGE / "cli.py"}
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):
+            path = _module_file(".".join(parts[:depth]))
+            if path is None or path in files:
+                continue
+            files.add(path)
+            package = ".".join(parts[:depth]) if path.name == "__init__.py" else ".".join(
+                parts[: depth - 1]
+            )
+            todo.extend(n for n in _imported_modules(path, package) if n.startswith("audioparity"))
+    return sorted(os.path.relpath(path) for path in files)
 
 
-#: Code behind each stage; editing one of these files reruns the jobs of that stage and after.
-CODE = {
-    "common": ["__init__", "cli", "errors", "artifacts"],
-    "parakeet_tdt_fixture": ["models/parakeet_tdt/fixture"],
-    "parakeet_tdt_reference": ["audio", "models/parakeet_tdt/reference"],
-    "parakeet_tdt_ggml": [
-        "audio",
-        "guard",
-        "ggml/__init__",
-        "ggml/runtime",
-        "ggml/ops",
-        "models/parakeet_tdt/config",
-        "models/parakeet_tdt/weights",
-        "models/parakeet_tdt/frontend",
-        "models/parakeet_tdt/encoder",
-        "models/parakeet_tdt/decoder",
-        "models/parakeet_tdt/dump",
-        "models/parakeet_tdt/reference",
-    ],
-    "moss_voicegen_fixture": ["models/moss_tts_delay/fixture"],
-    "moss_voicegen_reference": [
-        "models/moss_tts_delay/config",
-        "models/moss_tts_delay/text_processor",
-        "models/moss_tts_delay/delay_pattern",
-        "models/moss_tts_delay/reference",
-        "models/moss_tts_delay/remote_code/configuration_moss_tts",
-        "models/moss_tts_delay/remote_code/modeling_moss_tts",
-    ],
-    "moss_voicegen_ggml": [
-        "guard",
-        "ggml/__init__",
-        "ggml/runtime",
-        "ggml/ops",
-        "models/moss_tts_delay/config",
-        "models/moss_tts_delay/weights",
-        "models/moss_tts_delay/text_processor",
-        "models/moss_tts_delay/backbone",
-        "models/moss_tts_delay/delay_pattern",
-        "models/moss_tts_delay/reference",
-        "models/moss_tts_delay/dump",
-    ],
-    "compare": ["compare/__init__", "compare/metrics", "compare/gates", "compare/cell"],
-    "report_summary": ["report/__init__", "report/summary"],
-    "report_html": ["report/__init__", "report/html"],
+#: The modules each stage runs; src_files() adds what they import.
+ENTRY_POINTS = {
+    "parakeet_tdt_fixture": ["models.parakeet_tdt.fixture"],
+    "parakeet_tdt_reference": ["models.parakeet_tdt.reference"],
+    "parakeet_tdt_ggml": ["guard", "models.parakeet_tdt.dump"],
+    "moss_voicegen_fixture": ["models.moss_tts_delay.fixture"],
+    "moss_voicegen_reference": ["models.moss_tts_delay.reference"],
+    "moss_voicegen_ggml": ["guard", "models.moss_tts_delay.dump"],
+    "compare": ["compare"],
+    "report_summary": ["report.summary"],
+    "report_html": ["report.html"],
 }
 
 
 def code(stage):
-    """`src_files` of the common modules plus those of `stage` (a key of CODE)."""
-    return src_files(*CODE["common"], *CODE[stage])
+    """`src_files` of the stage's entry points (a key of ENTRY_POINTS)."""
+    return src_files(*ENTRY_POINTS[stage])
 
 
 def get_model(wildcards):

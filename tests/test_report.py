@@ -12,7 +12,8 @@ import pytest
 
 from audioparity.compare import COLUMNS
 from audioparity.errors import AudioparityError
-from audioparity.report import write_html, write_summary
+from audioparity.report.html import write_html
+from audioparity.report.summary import write_summary
 
 
 def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",

@@ -18,6 +18,9 @@ log = logging.getLogger("audioparity")
 #: Sample rates accepted, in Hz: from telephone-band audio far below 8 kHz to 768 kHz studio
 #: audio. A header outside is corrupt, and resampling it could ask for gigabytes.
 MIN_RATE, MAX_RATE = 1000, 768_000
+#: Largest sample magnitude accepted: a quarter of float32's range, so the downmix, soxr's
+#: filter overshoot and the float32 rounding cannot overflow. Real float PCM sits near [-1, 1].
+MAX_MAGNITUDE = float(np.finfo(np.float32).max) / 4
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,12 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000, min_samples: i
         raise AudioparityError(
             f"{path}: {int(bad.sum())} NaN or infinite samples (first at frame {first}); "
             "expected finite PCM"
+        )
+    peak = float(np.abs(data).max())
+    if peak > MAX_MAGNITUDE:
+        raise AudioparityError(
+            f"{path}: a sample of magnitude {peak:.3g}; expected at most {MAX_MAGNITUDE:.3g} "
+            "(float32 range; a corrupt float file?)"
         )
     notes = [f"read {source['format']} {source['subtype']} ({kind}), {data.shape[1]} "
              f"channel(s) at {rate} Hz, {data.shape[0]} frames"]

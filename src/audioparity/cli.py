@@ -240,11 +240,13 @@ def _run(args: argparse.Namespace) -> int:
         compare_cell(args.reference, args.candidate, _load_gates(args.gates),
                      _labels(args.label), args.output)
     elif args.command == "report":
-        from audioparity.report import write_html, write_summary
-
         if args.what == "summary":
+            from audioparity.report.summary import write_summary
+
             write_summary(args.cells, args.output)
         else:
+            from audioparity.report.html import write_html
+
             write_html(args.summary, args.output)
     elif args.command == "guard":
         from audioparity.guard import run_guarded

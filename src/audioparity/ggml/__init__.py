@@ -1,31 +1,9 @@
-"""The ggml runtime layer: backends, weights, graphs (see :mod:`audioparity.ggml.runtime`)."""
+"""The ggml runtime layer: backends, weights, graphs (see :mod:`audioparity.ggml.runtime`).
 
-from audioparity.ggml.runtime import (
-    BACKENDS,
-    STORAGE_TYPES,
-    BackendUnavailable,
-    Graph,
-    MissingWeight,
-    Runtime,
-    State,
-    Weights,
-    doctor,
-    numpy_shape,
-    storage_supported,
-    tensor_name,
-)
+The package exports exactly :data:`audioparity.ggml.runtime.__all__`, the one list of its names.
+"""
 
-__all__ = [
-    "BACKENDS",
-    "STORAGE_TYPES",
-    "BackendUnavailable",
-    "Graph",
-    "MissingWeight",
-    "Runtime",
-    "State",
-    "Weights",
-    "doctor",
-    "numpy_shape",
-    "storage_supported",
-    "tensor_name",
-]
+from audioparity.ggml import runtime
+from audioparity.ggml.runtime import *  # noqa: F403  (the names of runtime.__all__)
+
+__all__ = runtime.__all__

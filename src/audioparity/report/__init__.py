@@ -1,6 +1,2 @@
-"""summary.csv from the cells' results, and the self-contained index.html built from it."""
-
-from audioparity.report.html import write_html
-from audioparity.report.summary import write_summary
-
-__all__ = ["write_html", "write_summary"]
+"""summary.csv from the cells' results (:mod:`.summary`), and the self-contained index.html
+built from it (:mod:`.html`). The two are imported separately, so each rule runs only its own."""

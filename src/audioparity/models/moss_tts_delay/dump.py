@@ -37,8 +37,7 @@ from audioparity.ggml import BackendUnavailable, Runtime
 from audioparity.models.moss_tts_delay import text_processor, weights
 from audioparity.models.moss_tts_delay.backbone import Backbone
 from audioparity.models.moss_tts_delay.config import load_config
-from audioparity.models.moss_tts_delay.delay_pattern import greedy_generate
-from audioparity.models.moss_tts_delay.reference import FAMILY, probe_rows
+from audioparity.models.moss_tts_delay.reference import FAMILY, write_generation, write_prefill
 
 log = logging.getLogger("audioparity")
 
@@ -103,22 +102,13 @@ def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
                    max_context=n_rows + generate_rows)
     with writer.timed("prefill"):
         full = net.prefill(encoded.rows)
-    writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
-    writer.add_tensor("probe_hidden", full.hidden[probe_rows(n_rows)], "[3, H]")
-    for i, layer in enumerate(full.layers):
-        writer.add_tensor(f"layer_{i}", layer, "[H]")
-    writer.add_tensor("text_logits", full.text_logits, "[V_text]")
-    writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+    write_prefill(writer, full)
 
     def step(row: list[int]):
         result = net.step(row)
         return result.text_logits, result.audio_logits
 
-    with writer.timed("generation"):
-        document, margins = greedy_generate(config, encoded.rows, full.text_logits,
-                                            full.audio_logits, step, generate_rows)
-    writer.add_json("generation", document)
-    writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+    document = write_generation(writer, config, encoded.rows, full, step, generate_rows)
     with writer.timed("step"):
         net.prefill(encoded.rows[:-1])
         last = net.step(encoded.rows[-1])

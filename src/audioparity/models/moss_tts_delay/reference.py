@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,51 @@ PROCESSOR_DECLARATIONS = ("processor_config.json", "config.json", "tokenizer_con
 def probe_rows(n_rows: int) -> list[int]:
     """Rows of ``probe_hidden``: the first two and the middle one, ``[0, 1, S//2]``."""
     return [0, 1, n_rows // 2]
+
+
+def write_prefill(writer: DumpWriter, full) -> None:
+    """The tensors of the full prefill, as both sides write them: ``last_hidden`` ``[H]``,
+    ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`), ``layer_{i}`` ``[H]``,
+    ``text_logits`` ``[V_text]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``.
+
+    Args:
+        writer: the dump being written.
+        full: the forward over all ``S`` prompt rows, with numpy ``hidden`` ``[S, H]``,
+            ``layers`` ``[n_layers, H]``, ``text_logits`` and ``audio_logits`` (:class:`Forward`
+            here, :class:`.backbone.Forward` on the ggml side).
+    """
+    writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
+    writer.add_tensor("probe_hidden", full.hidden[probe_rows(len(full.hidden))], "[3, H]")
+    for i, layer in enumerate(full.layers):
+        writer.add_tensor(f"layer_{i}", layer, "[H]")
+    writer.add_tensor("text_logits", full.text_logits, "[V_text]")
+    writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+
+
+def write_generation(writer: DumpWriter, config: MossTTSDelayConfig, prompt_rows: np.ndarray,
+                     full, step: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
+                     generate_rows: int) -> dict:
+    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, timed
+    as stage ``generation``), written as document ``generation`` and tensor
+    ``generation_margins`` ``[rows, 1+n_vq]`` by both sides.
+
+    Args:
+        writer: the dump being written.
+        config: the checkpoint config.
+        prompt_rows: the prompt rows ``[S, 1+n_vq]``.
+        full: the forward over them (its ``text_logits``, ``audio_logits``; :func:`write_prefill`).
+        step: feeds one row through the side's KV cache and returns its heads.
+        generate_rows: rows to generate at most.
+
+    Returns:
+        The ``generation`` document.
+    """
+    with writer.timed("generation"):
+        document, margins = greedy_generate(config, prompt_rows, full.text_logits,
+                                            full.audio_logits, step, generate_rows)
+    writer.add_json("generation", document)
+    writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+    return document
 
 
 def load_model(model_dir: Path, config: MossTTSDelayConfig):
@@ -139,12 +185,12 @@ def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
 
 @dataclass(frozen=True)
 class Forward:
-    """One reference forward: final hidden ``[n, H]`` and each layer's output at the last row
-    ``[n_layers, H]`` (float32 tensors), the heads at the last row (text ``[V]``, audio
-    ``[n_vq, A+1]``, numpy), and the KV cache after it."""
+    """One reference forward (float32 numpy): final hidden ``[n, H]``, each layer's output at
+    the last row ``[n_layers, H]``, the heads at the last row (text ``[V]``, audio
+    ``[n_vq, A+1]``), and the KV cache after it (transformers')."""
 
-    hidden: object
-    layers: list
+    hidden: np.ndarray
+    layers: np.ndarray
     text_logits: np.ndarray
     audio_logits: np.ndarray
     cache: object
@@ -189,8 +235,8 @@ def forward(net, rows, cache=None) -> Forward:
     audio = torch.stack(heads[1:])
     audio[:, -1] = float("-inf")
     return Forward(
-        hidden=hidden,
-        layers=[taps[i] for i in range(len(net.language_model.layers))],
+        hidden=hidden.numpy(),
+        layers=np.stack([taps[i].numpy() for i in range(len(net.language_model.layers))]),
         text_logits=heads[0].numpy(),
         audio_logits=audio.numpy(),
         cache=out.cache if hasattr(out, "cache") else out.past_key_values,
@@ -243,17 +289,12 @@ def dump_reference(model: Path, prompt: Path, output_dir: Path, threads: int = 1
         with torch.inference_mode():
             with writer.timed("prefill"):
                 full = forward(net, rows)
-            writer.add_tensor("last_hidden", full.hidden[-1].numpy(), "[H]")
-            writer.add_tensor("probe_hidden", full.hidden[probe_rows(n_rows)].numpy(), "[3, H]")
-            for i, layer in enumerate(full.layers):
-                writer.add_tensor(f"layer_{i}", layer.numpy(), "[H]")
-            writer.add_tensor("text_logits", full.text_logits, "[V_text]")
-            writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+            write_prefill(writer, full)
 
             with writer.timed("step"):
                 head = forward(net, rows[:, :-1])
                 last = forward(net, rows[:, -1:], head.cache)
-            writer.add_tensor("step_last_hidden", last.hidden[-1].numpy(), "[H]")
+            writer.add_tensor("step_last_hidden", last.hidden[-1], "[H]")
 
             cache = full.cache
 
@@ -263,11 +304,7 @@ def dump_reference(model: Path, prompt: Path, output_dir: Path, threads: int = 1
                 cache = result.cache
                 return result.text_logits, result.audio_logits
 
-            with writer.timed("generation"):
-                document, margins = greedy_generate(config, encoded.rows, full.text_logits,
-                                                    full.audio_logits, step, generate_rows)
-        writer.add_json("generation", document)
-        writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+            document = write_generation(writer, config, encoded.rows, full, step, generate_rows)
         writer.note(f"transformers {transformers.__version__}, float32, eager attention, "
                     f"{fields['modeling']} modeling code")
     log.info("moss reference %s: %d prompt rows, %d generated", output_dir, n_rows,

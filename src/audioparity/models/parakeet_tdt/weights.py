@@ -9,8 +9,8 @@ Sources:
   ``torch._utils._rebuild_tensor_v2``, storage classes) and maps each tensor onto its storage
   record of the zip with numpy; anything else is an error (NeMo itself is not needed either).
 - Hugging Face directory: ``config.json`` + ``model.safetensors`` (or a sharded
-  ``model.safetensors.index.json``), read with a small safetensors parser (numpy has no bfloat16,
-  so the ``safetensors`` numpy loader cannot read bf16 checkpoints). Keys are mapped back to NeMo's
+  ``model.safetensors.index.json``), read by :mod:`audioparity.checkpoint` (memory-mapped, bf16
+  widened exactly, no torch). Keys are mapped back to NeMo's
   by inverting transformers' ``convert_nemo_to_hf.py`` (``relative_k_proj`` -> ``linear_pos``,
   ``bias_u`` -> ``pos_bias_u``, ``q_proj`` -> ``linear_q``, ``encoder_projector`` -> ``joint.enc``,
   ...).
@@ -38,11 +38,8 @@ f16 for that tensor, and :attr:`ParakeetWeights.notes` says so.
 from __future__ import annotations
 
 import collections
-import json
-import math
 import pickle
 import re
-import struct
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -50,13 +47,10 @@ from pathlib import Path
 
 import numpy as np
 
+from audioparity.checkpoint import DTYPES, check_finite, checkpoint_entries, to_float32
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights, storage_supported
-from audioparity.models.parakeet_tdt.config import (
-    ParakeetTDTConfig,
-    copy_nemo_member,
-    read_json,
-)
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, copy_nemo_member
 
 MATMUL_WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
 CONV_WEIGHT_TYPES = ("f32", "f16")
@@ -80,7 +74,6 @@ HF_TO_NEMO = (
     (r"^joint\.head\.", "joint.joint_net.2."),
 )
 
-_SAFETENSORS_DTYPES = {"F32": ("f32", "<f4"), "F16": ("f16", "<f2"), "BF16": ("bf16", "<u2")}
 #: torch storage class (``torch.<name>``) -> (stored dtype, numpy dtype of its bytes).
 _TORCH_STORAGES = {"FloatStorage": ("f32", "<f4"), "HalfStorage": ("f16", "<f2"),
                    "BFloat16Storage": ("bf16", "<u2")}
@@ -188,14 +181,6 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _to_float32(raw: np.ndarray, kind: str) -> np.ndarray:
-    """Stored values as float32: bf16 (raw ``uint16``) widened exactly (bits << 16), f16 cast
-    (exact), f32 as is (no copy)."""
-    if kind == "bf16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32, copy=False)
-
-
 @dataclass(frozen=True)
 class _StorageRef:
     """A storage of a torch zip checkpoint: record ``data/<key>`` holding ``numel`` values of
@@ -268,7 +253,7 @@ class _StateDictUnpickler(pickle.Unpickler):
             data[offset:], shape=size, strides=[s * data.itemsize for s in stride],
             writeable=False)
         kind = _TORCH_STORAGES[storage.kind][0]
-        return _to_float32(np.ascontiguousarray(view), kind), kind
+        return to_float32(np.ascontiguousarray(view), kind), kind
 
 
 def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[str, np.ndarray],
@@ -327,62 +312,6 @@ def _read_nemo_state(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
         return read_torch_state_dict(ckpt, where=f"{path}: model_weights.ckpt")
 
 
-def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Float tensors of one ``.safetensors`` file as float32 arrays, and their stored dtypes.
-
-    Format: 8-byte little-endian header size, a JSON header ``{name: {dtype, shape,
-    data_offsets}}``, then the data. bf16 is widened to float32 exactly (bits << 16). Tensors
-    of other dtypes (integers, f64) are left out.
-
-    Raises:
-        AudioparityError: a truncated or malformed file (the message names the tensor).
-    """
-    if not path.is_file():
-        raise AudioparityError(f"{path}: no such safetensors file")
-    if path.stat().st_size < 8:
-        raise AudioparityError(f"{path}: too short for a safetensors file")
-    try:
-        data = np.memmap(path, dtype=np.uint8, mode="r")
-    except OSError as err:
-        raise AudioparityError(f"{path}: cannot read ({err.strerror or err})") from None
-    (header_size,) = struct.unpack("<Q", data[:8].tobytes())
-    if 8 + header_size > data.size:
-        raise AudioparityError(f"{path}: header of {header_size} bytes runs past the end of the "
-                               f"file ({data.size} bytes)")
-    try:
-        header = json.loads(data[8 : 8 + header_size].tobytes())
-    except (ValueError, RecursionError) as err:
-        raise AudioparityError(f"{path}: bad safetensors header ({err})") from None
-    if not isinstance(header, dict):
-        raise AudioparityError(f"{path}: safetensors header is not a JSON object")
-    base = 8 + header_size
-    arrays, native = {}, {}
-    for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict) or \
-                info.get("dtype") not in _SAFETENSORS_DTYPES:
-            continue
-        kind, np_dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-        shape, offsets = info.get("shape"), info.get("data_offsets")
-        if not (_int_list(shape) and _int_list(offsets) and len(offsets) == 2):
-            raise AudioparityError(f"{path}: tensor {name!r} has a malformed header entry "
-                                   f"{info}; expected shape and data_offsets as integer lists")
-        start, end = offsets
-        if base + end > data.size:
-            raise AudioparityError(f"{path}: tensor {name!r} runs past the end of the file")
-        if end - start != math.prod(shape) * np.dtype(np_dtype).itemsize or start < 0:
-            raise AudioparityError(f"{path}: tensor {name!r} has data_offsets {offsets} for "
-                                   f"shape {shape} of {info['dtype']}")
-        raw = np.frombuffer(data[base + start : base + end], dtype=np_dtype)
-        arrays[name] = _to_float32(raw, kind).reshape(shape)
-        native[name] = kind
-    return arrays, native
-
-
-def _int_list(value: object) -> bool:
-    """Whether ``value`` is a list of non-negative ints (a shape, data offsets)."""
-    return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
-
-
 def hf_to_nemo_name(name: str) -> str:
     """NeMo name of a Hugging Face Parakeet key (:data:`HF_TO_NEMO`)."""
     for pattern, replacement in HF_TO_NEMO:
@@ -391,23 +320,13 @@ def hf_to_nemo_name(name: str) -> str:
 
 
 def _read_hf_state(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not all(
-                isinstance(file, str) for file in weight_map.values()):
-            raise AudioparityError(f"{index}: expected a 'weight_map' of tensor -> file name")
-        files = sorted(set(weight_map.values()))
-    elif (directory / "model.safetensors").is_file():
-        files = ["model.safetensors"]
-    else:
-        raise AudioparityError(f"{directory}: no model.safetensors (or its index.json)")
+    """The F32/F16/BF16 tensors of a Hugging Face directory's safetensors files, NeMo-named;
+    tensors of other dtypes (integers, f64) are left out."""
     arrays, native = {}, {}
-    for file in files:
-        file_arrays, file_native = read_safetensors(directory / file)
-        for name, array in file_arrays.items():
-            arrays[hf_to_nemo_name(name)] = array
-            native[hf_to_nemo_name(name)] = file_native[name]
+    for name, entry in checkpoint_entries(directory).items():
+        if entry.dtype in DTYPES:
+            arrays[hf_to_nemo_name(name)] = entry.read()
+            native[hf_to_nemo_name(name)] = entry.kind
     return arrays, native
 
 
@@ -431,19 +350,6 @@ def _check_shapes(state: dict[str, np.ndarray], expected: dict[str, tuple[int, .
                                    f"{list(state[name].shape)}, expected {list(shape)}")
 
 
-def _check_finite(state: dict[str, np.ndarray], model: Path) -> None:
-    """Raise on the first tensor holding a NaN or an infinity (weights are not compared)."""
-    for name, array in state.items():
-        finite = np.isfinite(array)
-        if not finite.all():
-            nan = int(np.isnan(array).sum())
-            raise AudioparityError(
-                f"{model}: tensor {name!r} {list(array.shape)} holds {nan} NaN and "
-                f"{finite.size - int(finite.sum()) - nan} infinite values; expected finite "
-                "weights"
-            )
-
-
 def read_checked_state(model: Path, config: ParakeetTDTConfig) -> tuple[dict[str, np.ndarray],
                                                                          dict[str, str]]:
     """:func:`read_state`, checked: every tensor of :func:`expected_shapes` present with its
@@ -457,7 +363,8 @@ def read_checked_state(model: Path, config: ParakeetTDTConfig) -> tuple[dict[str
     """
     state, native = read_state(model)
     _check_shapes(state, expected_shapes(config), Path(model))
-    _check_finite(state, Path(model))
+    for name, array in state.items():
+        check_finite(name, array, Path(model))
     return state, native
 
 
