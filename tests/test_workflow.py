@@ -100,7 +100,9 @@ def test_editing_the_report_code_reruns_only_the_html(sweep):
 
 
 def test_lint_is_clean(sweep):
-    assert "Congratulations" in snakemake(sweep, "--lint").stdout
+    result = snakemake(sweep, "--lint")
+    assert "Congratulations" in result.stdout + result.stderr
+    assert "Lints for" not in result.stdout + result.stderr
 
 
 def test_snakemake_report_bundles_the_summary_and_the_html(sweep):

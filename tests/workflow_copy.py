@@ -14,13 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def make_workdir(root: Path, config: dict) -> Path:
-    """Copy the Snakefile, rules, config, docs and src into `root`; write `config` as sweep.yaml.
+    """Copy the Snakefile, rules, config, envs, docs and src into `root`; write sweep.yaml.
 
     Editing src/ in the copy changes the code inputs of the rules, never this checkout; the jobs
     themselves run the installed package.
     """
     root.mkdir()
-    for item in ("Snakefile", "rules", "config", "src", "docs"):
+    for item in ("Snakefile", "rules", "config", "envs", "src", "docs"):
         copy = shutil.copytree if (REPO / item).is_dir() else shutil.copy
         copy(REPO / item, root / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                           if (REPO / item).is_dir() else {}))
