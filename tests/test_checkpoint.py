@@ -43,7 +43,7 @@ def test_float_tensors_equal_torch_float32(tmp_path: Path):
         np.testing.assert_array_equal(array, tensors[name].float().numpy(), err_msg=name)
     assert {name: entries[name].kind for name in ("w32", "w16", "wbf")} == {
         "w32": "f32", "w16": "f16", "wbf": "bf16"}
-    # float32 is a view of the memory map, not a copy
+    # a fresh read-only array per read (no long-lived memory map)
     assert not entries["w32"].read().flags.writeable
 
 
@@ -123,3 +123,17 @@ def test_non_finite_weight_is_named_with_the_counts():
     assert str(err.value) == ("ckpt: weight 'layer.w' [2, 3] holds 1 NaN and 1 infinite values; "
                               "expected finite weights")
     check_finite("layer.w", np.ones(3, np.float32), "ckpt")
+
+
+def test_blocks_cover_the_tensor_and_count_non_finite_over_all_of_them(tmp_path: Path):
+    values = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    values[1, 2], values[7, 0], values[8, 3] = float("nan"), float("inf"), float("nan")
+    save_file({"w": values.bfloat16()}, tmp_path / SINGLE_FILE)
+    entry = file_entries(tmp_path / SINGLE_FILE)["w"]
+    seen = []
+    with pytest.raises(AudioparityError, match=r"m: tensor 'w' \[10, 4\] holds 2 NaN and 1 "
+                                               r"infinite values; expected finite weights"):
+        for first, block in entry.blocks("m", max_bytes=3 * 16):  # 3 rows of 4 float32
+            seen.append((first, block.copy()))
+    assert [first for first, _ in seen] == [0, 3, 6, 9]
+    np.testing.assert_array_equal(np.concatenate([b for _, b in seen]), values.float().numpy())

@@ -213,3 +213,22 @@ def test_doctor_reports_versions_and_the_cpu():
     assert report["ggml_python"] == ggml.__version__
     assert report["backends"]["cpu"] is True
     assert any(device["registry"] == "CPU" for device in report["devices"])
+
+
+@pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "q8_0"])
+def test_weights_streamed_in_row_blocks_equal_one_upload(runtime, storage):
+    whole = runtime.upload({"w": WEIGHT}, {"w": storage})
+    blocks = [("w", 0, WEIGHT[:40]), ("w", 40, WEIGHT[40:41]), ("w", 41, WEIGHT[41:])]
+    streamed = runtime.load({"w": WEIGHT.shape}, {"w": storage}, iter(blocks))
+    np.testing.assert_array_equal(streamed.read("w"), whole.read("w"))
+
+
+@pytest.mark.parametrize("blocks, message", [
+    ([("w", 0, WEIGHT[:40])], r"'w' \[96, 64\]: 40 of 96 rows uploaded"),
+    ([("w", 0, WEIGHT), ("w", 0, WEIGHT[:1])], r"block of rows 0\.\.1 after 96 of 96 rows"),
+    ([("w", 0, WEIGHT[:, :32])], r"block of shape \[96, 32\]; expected rows of 64 values"),
+    ([("v", 0, WEIGHT)], r"weight 'v' was not allocated"),
+])
+def test_streamed_blocks_must_cover_each_weight_once(runtime, blocks, message):
+    with pytest.raises(AudioparityError, match=message):
+        runtime.load({"w": WEIGHT.shape}, {"w": "f32"}, iter(blocks))

@@ -3,10 +3,13 @@ float64 numpy formulas; the greedy-path walker against hand-made joint rows; ato
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
+import yaml
 
 from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
@@ -209,3 +212,33 @@ def test_failed_dump_leaves_no_directory(tiny_nemo: Path, tmp_path: Path) -> Non
     with pytest.raises(AudioparityError, match="cannot read audio"):
         dump_reference(tiny_nemo, not_audio, output)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_audio.wav"]
+
+
+def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
+    tiny_nemo: Path, clip_wav: Path, tmp_path: Path
+) -> None:
+    """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
+    subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
+    from audioparity.compare import compare_cell, resolve_gates
+    from audioparity.models.parakeet_tdt.dump import dump_ggml
+    from audioparity.models.parakeet_tdt.encoder import rel_pos_encoding
+
+    samples, rate = sf.read(clip_wav, dtype="int16")
+    audio = tmp_path / "two_seconds.wav"
+    sf.write(audio, samples[: 2 * rate], rate, subtype="PCM_16")
+    reference = tmp_path / "reference"
+    dump_reference(tiny_nemo, audio, reference, threads=1)
+    pos_emb = Dump(reference).tensor("pos_emb")
+    assert pos_emb.shape[0] == 2 * 25 - 1
+    np.testing.assert_allclose(pos_emb, rel_pos_encoding(25, pos_emb.shape[1]), atol=1e-5)
+
+    candidate = tmp_path / "ggml"
+    dump_ggml(tiny_nemo, audio, reference, candidate, matmul_weight_type="f32",
+              conv_weight_type="f32", backend="cpu", device=0, flash_attention=False, threads=1)
+    config = yaml.safe_load((Path(__file__).parents[1] / "config/config.yaml").read_text())
+    gates = resolve_gates(config["parakeet_tdt"], model="tiny", backend="cpu", weight_type="f32")
+    cell = tmp_path / "cell.json"
+    compare_cell(reference, candidate, gates, {"case": "two_seconds"}, cell)
+    failing = {row["stage"]: row["reason"] for row in json.loads(cell.read_text())
+               if row["status"] != "pass"}
+    assert failing == {}

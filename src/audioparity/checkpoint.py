@@ -8,9 +8,12 @@ the data, offsets counted from the end of the header. A sharded checkpoint lists
 
 Not the ``safetensors`` package: its numpy loader knows bfloat16 only once ``ml_dtypes`` has been
 imported (not a dependency of this project; without it, ``data type 'bfloat16' not
-understood``), and it copies every tensor out of its map. Here the file is memory-mapped, a
-float32 tensor is a read-only view of it, and bfloat16 is widened exactly (its bits are the top
-half of a float32). The per-family parts (key names, expected shapes, storage types) stay in each
+understood``). Here the headers are read first (nothing else), and each tensor, or a range of its
+rows (:meth:`Entry.blocks`), is read on demand with a plain file read into its own array, and
+bfloat16 widened exactly (its bits are the top half of a float32). No long-lived memory map: the
+pages of a mapped file count in a process's resident set for as long as the map lives, so a map
+of the checkpoint would double the peak memory of a process that keeps the weights elsewhere
+(in a ggml buffer). The per-family parts (key names, expected shapes, storage types) stay in each
 family's ``weights.py``.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +44,10 @@ def to_float32(raw: np.ndarray, kind: str) -> np.ndarray:
     return raw.astype(np.float32, copy=False)
 
 
+#: Largest block :meth:`Entry.blocks` reads at once (float32 bytes).
+BLOCK_BYTES = 64 << 20
+
+
 @dataclass(frozen=True, eq=False)
 class Entry:
     """One tensor of a safetensors file, as its header describes it.
@@ -49,14 +57,15 @@ class Entry:
         name: the tensor's name in the file.
         dtype: its safetensors dtype (``F32``, ``BF16``, ``I64``, ...).
         shape: its numpy shape.
-        data: its bytes, a ``uint8`` slice of the file's memory map (nothing read yet).
+        offset: where its bytes start in the file; nbytes: how many there are.
     """
 
     path: Path
     name: str
     dtype: str
     shape: tuple[int, ...]
-    data: np.ndarray
+    offset: int
+    nbytes: int
 
     @property
     def kind(self) -> str:
@@ -70,16 +79,52 @@ class Entry:
                                    f"expected one of {', '.join(DTYPES)}")
         return DTYPES[self.dtype][0]
 
-    def read(self) -> np.ndarray:
-        """The tensor as float32 ``[shape]`` (:func:`to_float32`; an F32 tensor is a read-only
-        view of the memory map).
+    def read(self, first: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``first:stop`` of the tensor (all by default; rows = the first axis) as a new
+        read-only float32 array ``[stop - first, *shape[1:]]`` (:func:`to_float32`), read from
+        the file.
 
         Raises:
-            AudioparityError: a dtype other than F32, F16, BF16.
+            AudioparityError: a dtype other than F32, F16, BF16, or a short read.
         """
         kind = self.kind
-        raw = np.frombuffer(self.data, dtype=DTYPES[self.dtype][1]).reshape(self.shape)
-        return to_float32(raw, kind)
+        dtype = np.dtype(DTYPES[self.dtype][1])
+        rows = self.shape[0] if self.shape else 1
+        stop = rows if stop is None else stop
+        per_row = math.prod(self.shape[1:]) if self.shape else 1
+        raw = np.empty((stop - first) * per_row, dtype=dtype)
+        with open(self.path, "rb") as file:
+            file.seek(self.offset + first * per_row * dtype.itemsize)
+            read = file.readinto(memoryview(raw).cast("B"))
+        if read != raw.nbytes:
+            raise AudioparityError(f"{self.path}: tensor {self.name!r}: read {read} of "
+                                   f"{raw.nbytes} bytes (file changed?)")
+        shape = (stop - first, *self.shape[1:]) if self.shape else ()
+        array = to_float32(raw.reshape(shape), kind)
+        array.flags.writeable = False
+        return array
+
+    def blocks(self, where: Path | str, noun: str = "tensor",
+               max_bytes: int = BLOCK_BYTES) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, float32 rows)`` of the whole tensor in blocks of at most ``max_bytes``
+        (at least one row each), each checked finite as in :func:`check_finite`; the counts
+        add up over the blocks and the error comes after the last one, naming the tensor and
+        its whole shape.
+
+        Raises:
+            AudioparityError: see :meth:`read` and :func:`check_finite`.
+        """
+        rows = self.shape[0] if self.shape else 1
+        row_bytes = 4 * (math.prod(self.shape[1:]) if self.shape else 1)
+        step = max(1, max_bytes // max(row_bytes, 1))
+        nan = infinite = 0
+        for first in range(0, rows, step):
+            block = self.read(first, min(first + step, rows))
+            counts = non_finite(block)
+            nan, infinite = nan + counts[0], infinite + counts[1]
+            yield first, block
+            del block
+        _raise_non_finite(self.name, self.shape, nan, infinite, where, noun)
 
 
 def file_entries(path: Path) -> dict[str, Entry]:
@@ -100,15 +145,16 @@ def file_entries(path: Path) -> dict[str, Entry]:
     if size < 8:
         raise AudioparityError(f"{path}: not a safetensors file ({size} bytes)")
     try:
-        data = np.memmap(path, dtype=np.uint8, mode="r")
+        with open(path, "rb") as file:
+            (header_size,) = struct.unpack("<Q", file.read(8))
+            if 8 + header_size > size:
+                raise AudioparityError(f"{path}: not a safetensors file (header of "
+                                       f"{header_size} bytes in a file of {size})")
+            text = file.read(header_size)
     except OSError as err:
         raise AudioparityError(f"{path}: cannot read ({err.strerror or err})") from None
-    (header_size,) = struct.unpack("<Q", data[:8].tobytes())
-    if 8 + header_size > size:
-        raise AudioparityError(f"{path}: not a safetensors file (header of {header_size} bytes "
-                               f"in a file of {size})")
     try:
-        header = json.loads(data[8 : 8 + header_size].tobytes())
+        header = json.loads(text)
     except (ValueError, RecursionError) as err:
         raise AudioparityError(f"{path}: not a safetensors file (bad JSON header: {err})") from None
     if not isinstance(header, dict):
@@ -135,7 +181,7 @@ def file_entries(path: Path) -> dict[str, Entry]:
             if end - begin != nbytes:
                 raise AudioparityError(f"{path}: tensor {name!r} {list(shape)} {dtype} has "
                                        f"{end - begin} data bytes; expected {nbytes}")
-        entries[name] = Entry(path, name, dtype, shape, data[base + begin : base + end])
+        entries[name] = Entry(path, name, dtype, shape, base + begin, end - begin)
     return entries
 
 
@@ -176,6 +222,15 @@ def checkpoint_entries(directory: Path) -> dict[str, Entry]:
     return entries
 
 
+def non_finite(array: np.ndarray) -> tuple[int, int]:
+    """``(NaN count, infinity count)`` of ``array``."""
+    finite = np.isfinite(array)
+    if finite.all():
+        return 0, 0
+    nan = int(np.isnan(array).sum())
+    return nan, finite.size - int(finite.sum()) - nan
+
+
 def check_finite(name: str, array: np.ndarray, where: Path | str, noun: str = "tensor") -> None:
     """Refuse a weight holding NaN or infinity (weights are not compared, so a bad one would
     show only as a far-off activation).
@@ -189,10 +244,13 @@ def check_finite(name: str, array: np.ndarray, where: Path | str, noun: str = "t
         AudioparityError: ``"<where>: <noun> '<name>' [shape] holds <n> NaN and <m> infinite
             values; expected finite weights"``.
     """
-    finite = np.isfinite(array)
-    if not finite.all():
-        nan = int(np.isnan(array).sum())
+    _raise_non_finite(name, array.shape, *non_finite(array), where, noun)
+
+
+def _raise_non_finite(name: str, shape: tuple[int, ...], nan: int, infinite: int,
+                      where: Path | str, noun: str) -> None:
+    if nan or infinite:
         raise AudioparityError(
-            f"{where}: {noun} {name!r} {list(array.shape)} holds {nan} NaN and "
-            f"{finite.size - int(finite.sum()) - nan} infinite values; expected finite weights"
+            f"{where}: {noun} {name!r} {list(shape)} holds {nan} NaN and {infinite} infinite "
+            "values; expected finite weights"
         )

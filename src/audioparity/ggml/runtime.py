@@ -15,11 +15,13 @@ Design (MODELS.md, "ggml-python"):
   ``ggml_backend_sched`` over ``[backend, cpu]``: an op the accelerator does not support falls
   back to the CPU, as in a C++ ggml runtime. A backend that is not built into this ggml-python
   raises :class:`BackendUnavailable`.
-- :class:`Weights` (from :meth:`Runtime.upload`) holds a dict of numpy arrays uploaded once into
-  one backend buffer (usage ``WEIGHTS``), each with its storage type ``f32|f16|bf16|q8_0``.
-  Conversion uses ggml's own ``ggml_quantize_chunk`` (which also does the f16/bf16 rounding), so
-  the bytes are what a C++ converter would write. The storage type is a property of the tensor;
-  graph code is the same for every type.
+- :class:`Weights` (from :meth:`Runtime.load`, or :meth:`Runtime.upload` for a dict of arrays)
+  is one backend buffer (usage ``WEIGHTS``) allocated from the weights' shapes and storage types
+  ``f32|f16|bf16|q8_0`` before any value is read, then filled one block (a tensor, or a range of
+  its rows) at a time, each host copy dropped before the next: a process holds its weights once,
+  in their storage type. Conversion uses ggml's own ``ggml_quantize_chunk`` (which also does the
+  f16/bf16 rounding), so the bytes are what a C++ converter would write. The storage type is a
+  property of the tensor; graph code is the same for every type.
 - :class:`State` (from :meth:`Runtime.state`) holds persistent mutable tensors (a KV cache): one
   zero-filled backend buffer that outlives graphs and is not marked as weights. Graphs write into
   it with ``ggml_cpy`` nodes added by :meth:`Graph.expand`.
@@ -65,7 +67,7 @@ from __future__ import annotations
 import ctypes
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -300,8 +302,16 @@ class Runtime:
         return ggml.ggml_backend_dev_description(dev).decode()
 
     def upload(self, arrays: Mapping[str, np.ndarray], storage: Mapping[str, str]) -> Weights:
-        """Upload named arrays once into one backend buffer (see :class:`Weights`)."""
-        return Weights(self, arrays, storage)
+        """Upload named arrays once into one backend buffer (see :class:`Weights`): each array
+        is one block starting at row 0."""
+        return self.load({name: array.shape for name, array in arrays.items()}, storage,
+                         ((name, 0, array) for name, array in arrays.items()))
+
+    def load(self, shapes: Mapping[str, tuple[int, ...]], storage: Mapping[str, str],
+             blocks: Iterable[tuple[str, int, np.ndarray]]) -> Weights:
+        """Allocate weights from their numpy ``shapes`` and ``storage`` types, then fill them
+        from ``blocks`` streamed one at a time (see :class:`Weights`)."""
+        return Weights(self, shapes, storage, blocks)
 
     def state(self, specs: Mapping[str, tuple[tuple[int, ...], str]]) -> State:
         """Allocate zero-filled persistent tensors, ``name -> (numpy shape, storage type)``
@@ -441,38 +451,77 @@ class _Tensors(Mapping):
 
 class Weights(_Tensors):
     """Named weight tensors in one backend buffer (usage ``WEIGHTS``), each in its own storage
-    type.
+    type, filled by streaming.
 
-    ``weights[name]`` is the ggml tensor (``ne`` = numpy shape reversed) to use in graphs.
-    Arrays are converted from float32 on the host with ggml's quantize functions, then copied
-    once; nothing is re-uploaded per graph.
+    ``weights[name]`` is the ggml tensor (``ne`` = numpy shape reversed) to use in graphs. The
+    buffer is allocated from ``shapes`` and ``storage`` before any value is read; then each
+    block of ``blocks`` is converted from float32 on the host with ggml's quantize functions
+    (rows = last numpy axis; a block type's blocks never cross a row) and copied to its byte
+    offset, and the host copy is dropped before the next block is drawn. So the host holds one
+    block at a time beside the buffer; nothing is re-uploaded per graph.
 
     Args:
         runtime: the runtime whose compute backend holds the buffer.
-        arrays: name -> numpy array (any float dtype; converted to float32 first, which is exact
-            for f16/bf16/f32 sources).
-        storage: name -> ``f32|f16|bf16|q8_0`` for every name in ``arrays``.
+        shapes: name -> numpy shape of every weight.
+        storage: name -> ``f32|f16|bf16|q8_0`` for every name in ``shapes``.
+        blocks: ``(name, first row, array)``: ``array`` holds rows ``first row ...`` of the
+            weight viewed as ``[rows, shape[-1]]`` (any float dtype, converted to float32 first,
+            which is exact for f16/bf16/f32 sources; shape ``[n, *shape[1:]]`` or ``[n,
+            shape[-1]]``). A whole weight is one block at row 0; together the blocks must cover
+            every row of every weight exactly once.
 
     Raises:
         AudioparityError: a name without a storage type, an unknown type, or a shape the type
-            cannot hold (q8_0 needs the last axis to be a multiple of 32).
+            cannot hold (q8_0 needs the last axis to be a multiple of 32); a block of an unknown
+            name, of the wrong row length, outside its weight or overlapping another; or a
+            weight whose rows the blocks do not all cover.
     """
 
     _what = "weight"
 
-    def __init__(self, runtime: Runtime, arrays: Mapping[str, np.ndarray],
-                 storage: Mapping[str, str]) -> None:
-        super().__init__(runtime, {name: array.shape for name, array in arrays.items()}, storage)
+    def __init__(self, runtime: Runtime, shapes: Mapping[str, tuple[int, ...]],
+                 storage: Mapping[str, str],
+                 blocks: Iterable[tuple[str, int, np.ndarray]]) -> None:
+        super().__init__(runtime, shapes, storage)
         if self._buffer:
             ggml.ggml_backend_buffer_set_usage(self._buffer,
                                                ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-        for name, array in arrays.items():
-            data = _to_storage(array, STORAGE_TYPES[self._storage[name]])
-            tensor = self._tensors[name]
-            if data.nbytes != ggml.ggml_nbytes(tensor):
-                raise AudioparityError(f"weight {name!r}: {data.nbytes} bytes for a "
-                                       f"{ggml.ggml_nbytes(tensor)}-byte tensor")
-            ggml.ggml_backend_tensor_set(tensor, _ptr(data), 0, data.nbytes)
+        filled = dict.fromkeys(self._shapes, 0)
+        for name, first, array in blocks:
+            self._set_rows(name, first, array, filled)
+            del array  # the host copy goes before the next block is read
+        missing = [name for name, shape in self._shapes.items()
+                   if filled[name] != _n_rows(shape)]
+        if missing:
+            raise AudioparityError(
+                f"weight {missing[0]!r} {list(self._shapes[missing[0]])}: "
+                f"{filled[missing[0]]} of {_n_rows(self._shapes[missing[0]])} rows uploaded")
+
+    def _set_rows(self, name: str, first: int, array: np.ndarray, filled: dict[str, int]) -> None:
+        """Convert one block and copy it to its rows of weight ``name``."""
+        if name not in self._shapes:
+            raise AudioparityError(f"weight {name!r} was not allocated")
+        shape = self._shapes[name]
+        rows = array.size // shape[-1] if array.ndim else 0
+        if array.shape[-1:] != shape[-1:] or array.size != rows * shape[-1]:
+            raise AudioparityError(f"weight {name!r}: block of shape {list(array.shape)}; "
+                                   f"expected rows of {shape[-1]} values")
+        if first != filled[name] or first + rows > _n_rows(shape):
+            raise AudioparityError(f"weight {name!r}: block of rows {first}..{first + rows} "
+                                   f"after {filled[name]} of {_n_rows(shape)} rows")
+        tensor = self._tensors[name]
+        data = _to_storage(array, tensor.contents.type)
+        row_bytes = ggml.ggml_row_size(tensor.contents.type, shape[-1])
+        if data.nbytes != rows * row_bytes:
+            raise AudioparityError(f"weight {name!r}: {data.nbytes} bytes for {rows} rows of "
+                                   f"{row_bytes} bytes")
+        ggml.ggml_backend_tensor_set(tensor, _ptr(data), first * row_bytes, data.nbytes)
+        filled[name] = first + rows
+
+
+def _n_rows(shape: tuple[int, ...]) -> int:
+    """Rows of a weight of numpy ``shape`` (all axes but the last)."""
+    return int(np.prod(shape[:-1], dtype=np.int64))
 
 
 class State(_Tensors):

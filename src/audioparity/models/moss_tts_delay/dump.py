@@ -88,17 +88,15 @@ def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
     if n_rows < 3:
         raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
     with writer.timed("load"):
-        arrays, stored = weights.load_weights(model, config)
-        nonzero = weights.nonzero_pad_rows(arrays, config)
-        storage = weights.storage_types(arrays, stored, weight_type)
-        uploaded = runtime.upload(arrays, storage)
+        loaded = weights.upload_weights(runtime, model, config, weight_type)
+        nonzero, storage, stored = loaded.nonzero_pad_rows, loaded.storage, loaded.stored
     writer.note("codebook pad rows: " + (
         f"all {config.n_vq} zero (checked)" if not nonzero
         else f"NOT zero in {', '.join(nonzero)} (pad codes contribute to the embedding)"))
     writer.note("storage: " + ", ".join(f"{count} x {kind}" for kind, count in
                                        sorted(Counter(storage.values()).items()))
                 + f" (checkpoint dtypes: {', '.join(sorted(set(stored.values())))})")
-    net = Backbone(runtime, uploaded, config, kv_cache_type=kv_cache_type,
+    net = Backbone(runtime, loaded.weights, config, kv_cache_type=kv_cache_type,
                    max_context=n_rows + generate_rows)
     with writer.timed("prefill"):
         full = net.prefill(encoded.rows)

@@ -1,21 +1,26 @@
 """Checkpoint weights for the ggml backbone: names, expected shapes, storage types, checks.
 
 Reads ``model.safetensors`` or the shards listed in ``model.safetensors.index.json`` without
-torch (:mod:`audioparity.checkpoint`; bfloat16 becomes float32 exactly). Names are the
-checkpoint's own (``MossTTSDelayModel`` state dict): ``language_model.embed_tokens.weight``
-``[vocab_size, H]``, ``language_model.layers.{i}.*``, ``language_model.norm.weight``,
+torch (:mod:`audioparity.checkpoint`; bfloat16 becomes float32 exactly). The dump streams them
+(:func:`upload_weights`): the ggml buffer is allocated from the headers, then filled a block of
+rows at a time, so a process never holds a float32 copy of the weights beside the ggml one.
+Names are the checkpoint's own (``MossTTSDelayModel`` state dict):
+``language_model.embed_tokens.weight`` ``[vocab_size, H]``, ``language_model.layers.{i}.*``,
+``language_model.norm.weight``,
 ``emb_ext.{k}.weight`` ``[audio_vocab_size+1, H]``, ``lm_heads.{j}.weight`` ``[out, H]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from audioparity.checkpoint import DTYPES, check_finite, checkpoint_entries
+from audioparity.checkpoint import DTYPES, Entry, checkpoint_entries
 from audioparity.errors import AudioparityError
+from audioparity.ggml import Runtime, Weights
 from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
 
 #: Weight types a dump may ask for; ``native`` keeps each matrix's checkpoint dtype.
@@ -51,15 +56,12 @@ def expected_shapes(config: MossTTSDelayConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _checked_tensors(model_dir: Path,
-                     config: MossTTSDelayConfig) -> Iterator[tuple[str, np.ndarray, str]]:
-    """``(name, float32 array, safetensors dtype)`` of every weight the backbone reads, one at
-    a time, after the headers showed all present with the config's shapes; each checked
-    finite.
+def _checked_entries(model_dir: Path, config: MossTTSDelayConfig) -> dict[str, Entry]:
+    """The checkpoint entry of every weight the backbone reads (:func:`expected_shapes` order),
+    after the headers showed all present with the config's shapes; nothing else read.
 
     Raises:
-        AudioparityError: a missing file or weight, a shape other than the config implies, an
-            unsupported dtype, a truncated file, or a weight holding NaN or infinity.
+        AudioparityError: a missing file or weight, or a shape other than the config implies.
     """
     model_dir = Path(model_dir)
     shapes = expected_shapes(config)
@@ -72,27 +74,41 @@ def _checked_tensors(model_dir: Path,
         if entries[name].shape != shape:
             raise AudioparityError(f"{model_dir}: weight {name!r} has shape "
                                    f"{list(entries[name].shape)}, expected {list(shape)}")
-    for name in shapes:
-        array = entries[name].read()
-        check_finite(name, array, model_dir, noun="weight")
-        yield name, array, entries[name].dtype
+    return {name: entries[name] for name in shapes}
+
+
+def _checked_blocks(model_dir: Path, entries: dict[str, Entry]
+                    ) -> Iterator[tuple[str, int, np.ndarray]]:
+    """``(name, first row, float32 rows)`` of every entry, a block at a time
+    (:meth:`~audioparity.checkpoint.Entry.blocks`), each weight checked finite.
+
+    Raises:
+        AudioparityError: an unsupported dtype, a short read, or a weight holding NaN or
+            infinity (named, with the counts).
+    """
+    for name, entry in entries.items():
+        for first, block in entry.blocks(Path(model_dir), noun="weight"):
+            yield name, first, block
+            del block
 
 
 def load_weights(model_dir: Path,
                  config: MossTTSDelayConfig) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The backbone's weights as float32 arrays and their stored safetensors dtypes.
+    """The backbone's weights as float32 host arrays and their stored safetensors dtypes (for
+    tests and analysis; the dump streams them into ggml with :func:`upload_weights`).
 
     Raises:
         AudioparityError: see :func:`check_weights`.
     """
-    arrays, stored = {}, {}
-    for name, array, dtype in _checked_tensors(model_dir, config):
-        arrays[name], stored[name] = array, dtype
-    return arrays, stored
+    entries = _checked_entries(model_dir, config)
+    arrays = {name: np.empty(entry.shape, np.float32) for name, entry in entries.items()}
+    for name, first, block in _checked_blocks(model_dir, entries):
+        arrays[name][first:first + len(block)] = block
+    return arrays, {name: entry.dtype for name, entry in entries.items()}
 
 
 def check_weights(model_dir: Path, config: MossTTSDelayConfig) -> None:
-    """The checks of :func:`load_weights`, reading one tensor at a time and keeping none: the
+    """The checks of :func:`upload_weights`, reading a block at a time and keeping none: the
     reference dump runs them before transformers loads the checkpoint, so both sides refuse a
     bad one with the same message.
 
@@ -101,15 +117,60 @@ def check_weights(model_dir: Path, config: MossTTSDelayConfig) -> None:
             unsupported dtype, a truncated file, or a weight holding NaN or infinity (named,
             with the counts).
     """
-    for _ in _checked_tensors(model_dir, config):
+    for _ in _checked_blocks(model_dir, _checked_entries(model_dir, config)):
         pass
 
 
-def storage_types(arrays: dict[str, np.ndarray], stored: dict[str, str],
+@dataclass
+class UploadedWeights:
+    """The backbone's weights in ggml, and what the dump notes about them.
+
+    Attributes:
+        weights: the ggml weights (checkpoint names).
+        storage: name -> ggml storage type; stored: name -> safetensors dtype.
+        nonzero_pad_rows: :func:`nonzero_pad_rows` of the checkpoint.
+    """
+
+    weights: Weights
+    storage: dict[str, str]
+    stored: dict[str, str]
+    nonzero_pad_rows: list[str]
+
+
+def upload_weights(runtime: Runtime, model_dir: Path, config: MossTTSDelayConfig,
+                   weight_type: str) -> UploadedWeights:
+    """Stream the checked weights into ``runtime`` in their storage types
+    (:func:`storage_types`): the buffer is allocated from the headers, then filled a block of
+    rows at a time (:meth:`Runtime.load`), the pad rows checked on the way.
+
+    Raises:
+        AudioparityError: an unknown weight type, or see :func:`check_weights` (a bad weight is
+            refused while the weights stream, before the dump computes anything).
+    """
+    entries = _checked_entries(model_dir, config)
+    storage = storage_types(entries, {name: entry.dtype for name, entry in entries.items()},
+                            weight_type)
+    nonzero: list[str] = []
+
+    def blocks() -> Iterator[tuple[str, int, np.ndarray]]:
+        for name, first, block in _checked_blocks(model_dir, entries):
+            pad = config.audio_pad_code - first
+            if name.startswith("emb_ext.") and 0 <= pad < len(block):
+                nonzero.extend(nonzero_pad_rows({name: block[pad:pad + 1]}, config, row=0))
+            yield name, first, block
+            del block
+
+    weights = runtime.load({name: entry.shape for name, entry in entries.items()}, storage,
+                           blocks())
+    return UploadedWeights(weights, storage, {n: e.dtype for n, e in entries.items()}, nonzero)
+
+
+def storage_types(tensors: Mapping[str, np.ndarray | Entry], stored: Mapping[str, str],
                   weight_type: str) -> dict[str, str]:
-    """ggml storage type of every weight: matrices (embeddings, projections, heads) in
-    ``weight_type`` (``native``: the checkpoint's dtype), 1-D norm weights always ``f32`` (as
-    llama.cpp's converters keep them).
+    """ggml storage type of every weight (``tensors``: arrays or checkpoint entries, only their
+    shapes are read): matrices (embeddings, projections, heads) in ``weight_type``
+    (``native``: the checkpoint's dtype), 1-D norm weights always ``f32`` (as llama.cpp's
+    converters keep them).
 
     Raises:
         AudioparityError: an unknown weight type.
@@ -118,8 +179,8 @@ def storage_types(arrays: dict[str, np.ndarray], stored: dict[str, str],
         raise AudioparityError(f"unknown weight type {weight_type!r}; "
                                f"valid: {', '.join(WEIGHT_TYPES)}")
     types = {}
-    for name, array in arrays.items():
-        if array.ndim == 1:
+    for name, tensor in tensors.items():
+        if len(tensor.shape) == 1:
             types[name] = "f32"
         elif weight_type == "native":
             types[name] = DTYPES[stored[name]][0]
@@ -128,11 +189,14 @@ def storage_types(arrays: dict[str, np.ndarray], stored: dict[str, str],
     return types
 
 
-def nonzero_pad_rows(arrays: dict[str, np.ndarray], config: MossTTSDelayConfig) -> list[str]:
-    """Names of the codebook embeddings whose pad row (``audio_pad_code``) is not all zero.
+def nonzero_pad_rows(arrays: Mapping[str, np.ndarray], config: MossTTSDelayConfig,
+                     row: int | None = None) -> list[str]:
+    """Names of the codebook embeddings (``emb_ext.{k}.weight`` among ``arrays``) whose pad row
+    (``audio_pad_code``, or ``row`` of the given arrays) is not all zero.
 
     Upstream's ``nn.Embedding(..., padding_idx=None)`` does not force it: the pad row is data,
     and a port that skips pad codes is right only when this list is empty.
     """
-    return [f"emb_ext.{k}.weight" for k in range(config.n_vq)
-            if np.any(arrays[f"emb_ext.{k}.weight"][config.audio_pad_code] != 0)]
+    pad = config.audio_pad_code if row is None else row
+    return [name for k in range(config.n_vq) if (name := f"emb_ext.{k}.weight") in arrays
+            and np.any(arrays[name][pad] != 0)]

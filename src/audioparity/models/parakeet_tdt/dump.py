@@ -91,7 +91,7 @@ def dump_ggml(
         AudioparityError: unreadable model, audio (see :func:`~audioparity.audio.load_audio`;
             fewer samples than one encoder frame needs) or reference dump, a reference dump
             lacking a stage, a checkpoint whose tensors are missing, misshapen or not finite
-            (:func:`~.weights.read_checked_state`), or a reference path that its own
+            (:func:`~.weights.check_weights`), or a reference path that its own
             ``joint_logits`` do not reproduce. Checked in that order, so the reference dump
             refuses the same bad model or audio with the same message. Nothing is left at
             ``output_dir`` then.

@@ -42,7 +42,9 @@ import pickle
 import re
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -84,27 +86,57 @@ _SKIPPED_TORCH_STORAGES = ("DoubleStorage", "LongStorage", "IntStorage", "ShortS
 
 @dataclass
 class ParakeetWeights:
-    """Host-side weights of a Parakeet-TDT checkpoint, ready to upload.
+    """Parakeet-TDT weights ready to stream into ggml: their graph shapes and storage types,
+    and the open checkpoint they are read from (:meth:`upload` reads them then, one at a time).
 
     Attributes:
-        arrays: canonical (NeMo) name -> float32 array, in the shapes the graphs use (module doc).
+        shapes: canonical (NeMo) name -> shape the graphs use (module doc).
         storage: name -> ``f32|f16|bf16|q8_0``.
         native: name -> the checkpoint's dtype (``f32|f16|bf16``).
         preprocessor: the checkpoint's frontend buffers (``preprocessor.featurizer.fb``
             ``[1, n_mels, n_fft/2+1]``, ``preprocessor.featurizer.window`` ``[win_length]``),
             when it has them (a ``.nemo`` does, a Hugging Face directory does not).
         notes: one line per storage fallback.
+        model: the checkpoint; sources: the checkpoint tensors (NeMo names, shapes) the graph
+            weights are made from (:func:`expected_shapes`); eps: the BatchNorm eps folded into
+            the depthwise convs.
     """
 
-    arrays: dict[str, np.ndarray]
+    shapes: dict[str, tuple[int, ...]]
     storage: dict[str, str]
     native: dict[str, str]
     preprocessor: dict[str, np.ndarray] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    model: Path = Path()
+    sources: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    eps: float = 1e-5
+    _checkpoint: Checkpoint | None = field(default=None, repr=False)
 
     def upload(self, runtime: Runtime) -> Weights:
-        """Upload every array once into ``runtime``'s backend, each in its storage type."""
-        return runtime.upload(self.arrays, self.storage)
+        """Stream every weight once into ``runtime``'s backend, each in its storage type: the
+        buffer is allocated from :attr:`shapes`, then each tensor is read, checked finite,
+        laid out (:func:`graph_layout`), converted and copied before the next is read
+        (:meth:`Runtime.load`); then the checkpoint's other float tensors are checked finite.
+        The checkpoint :func:`load_weights` opened is closed after (a second call opens it
+        again).
+
+        Raises:
+            AudioparityError: a tensor holding NaN or infinity (see :func:`check_weights`).
+        """
+        checkpoint, self._checkpoint = self._checkpoint or Checkpoint(self.model), None
+        with checkpoint:
+            layout = graph_layout(self.sources, checkpoint.read, self.eps)
+            weights = runtime.load(self.shapes, self.storage,
+                                   ((name, 0, make()) for name, (_, make) in layout.items()))
+            for name in checkpoint.entries.keys() - self.sources.keys() - self.preprocessor.keys():
+                checkpoint.read(name)
+        return weights
+
+    def close(self) -> None:
+        """Close the checkpoint :func:`load_weights` opened, if :meth:`upload` did not."""
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+            self._checkpoint = None
 
 
 def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
@@ -191,6 +223,41 @@ class _StorageRef:
     numel: int
 
 
+@dataclass(frozen=True)
+class TorchEntry:
+    """One float tensor of a torch zip checkpoint, as its ``data.pkl`` describes it; nothing
+    read yet.
+
+    Attributes:
+        path: the checkpoint file; where: how messages name it; record: its storage's zip
+            record (``<prefix>data/<key>``).
+        kind: the stored dtype ``f32|f16|bf16``; shape: numpy shape; offset, stride: in values
+            of the storage (``torch._utils._rebuild_tensor_v2``).
+    """
+
+    path: Path
+    where: str
+    record: str
+    kind: str
+    shape: tuple[int, ...]
+    offset: int
+    stride: tuple[int, ...]
+
+    def read(self) -> np.ndarray:
+        """The tensor as a new float32 array (f16/bf16 widened exactly), read from its storage
+        record alone (a zip member read; the other records stay on disk)."""
+        with zipfile.ZipFile(self.path) as archive:
+            data = np.frombuffer(archive.read(self.record), dtype=_NUMPY_DTYPES[self.kind])
+        view = np.lib.stride_tricks.as_strided(
+            data[self.offset:], shape=self.shape,
+            strides=[s * data.itemsize for s in self.stride], writeable=False)
+        return to_float32(np.ascontiguousarray(view), self.kind)
+
+
+#: stored dtype -> numpy dtype of its bytes.
+_NUMPY_DTYPES = dict(_TORCH_STORAGES.values())
+
+
 class _StateDictUnpickler(pickle.Unpickler):
     """Reads the ``data.pkl`` of a torch zip checkpoint holding a flat state dict.
 
@@ -198,13 +265,13 @@ class _StateDictUnpickler(pickle.Unpickler):
     ``_weights_only_unpickler`` allow-list): ``collections.OrderedDict``,
     ``torch._utils._rebuild_tensor_v2`` and the storage classes; storages are the persistent ids
     ``("storage", storage class, key, location, numel)`` (``torch.serialization._save``).
-    Float tensors become ``(float32 array, stored dtype)``, others None.
+    Float tensors become :class:`TorchEntry` (each storage record's size checked against the
+    zip directory; no data read), others None.
     """
 
-    def __init__(self, archive: zipfile.ZipFile, prefix: str, where: str) -> None:
+    def __init__(self, archive: zipfile.ZipFile, path: Path, prefix: str, where: str) -> None:
         super().__init__(archive.open(f"{prefix}data.pkl"))
-        self._archive, self._prefix, self._where = archive, prefix, where
-        self._storages: dict[str, np.ndarray] = {}
+        self._archive, self._path, self._prefix, self._where = archive, path, prefix, where
 
     def find_class(self, module: str, name: str):
         if (module, name) == ("collections", "OrderedDict"):
@@ -222,43 +289,39 @@ class _StateDictUnpickler(pickle.Unpickler):
             return _StorageRef(pid[1], str(pid[2]), pid[4])
         raise AudioparityError(f"{self._where}: unexpected persistent id {pid!r} in data.pkl")
 
-    def _storage(self, ref: _StorageRef) -> np.ndarray:
-        if ref.key not in self._storages:
-            dtype = np.dtype(_TORCH_STORAGES[ref.kind][1])
-            try:
-                data = self._archive.read(f"{self._prefix}data/{ref.key}")
-            except KeyError:
-                raise AudioparityError(f"{self._where}: no record data/{ref.key}") from None
-            if len(data) != ref.numel * dtype.itemsize:
-                raise AudioparityError(
-                    f"{self._where}: record data/{ref.key} holds {len(data)} bytes, expected "
-                    f"{ref.numel} x {ref.kind} ({ref.numel * dtype.itemsize} bytes)")
-            self._storages[ref.key] = np.frombuffer(data, dtype=dtype)
-        return self._storages[ref.key]
+    def _record(self, ref: _StorageRef) -> str:
+        record = f"{self._prefix}data/{ref.key}"
+        try:
+            size = self._archive.getinfo(record).file_size
+        except KeyError:
+            raise AudioparityError(f"{self._where}: no record data/{ref.key}") from None
+        itemsize = np.dtype(_TORCH_STORAGES[ref.kind][1]).itemsize
+        if size != ref.numel * itemsize:
+            raise AudioparityError(
+                f"{self._where}: record data/{ref.key} holds {size} bytes, expected "
+                f"{ref.numel} x {ref.kind} ({ref.numel * itemsize} bytes)")
+        return record
 
     def _rebuild_tensor_v2(self, storage: _StorageRef, offset: int, size: tuple, stride: tuple,
-                           *_: object) -> tuple[np.ndarray, str] | None:
+                           *_: object) -> TorchEntry | None:
         """``torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride,
         requires_grad, backward_hooks[, metadata])``: the strided view of the storage."""
         if storage.kind not in _TORCH_STORAGES:
             return None
-        data = self._storage(storage)
+        record = self._record(storage)
         last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
         if min(size, default=1) > 0 and (offset < 0 or min(stride, default=0) < 0
-                                         or last >= data.size):
+                                         or last >= storage.numel):
             raise AudioparityError(
                 f"{self._where}: a tensor of size {list(size)}, stride {list(stride)} at offset "
-                f"{offset} lies outside its storage data/{storage.key} ({data.size} values)")
-        view = np.lib.stride_tricks.as_strided(
-            data[offset:], shape=size, strides=[s * data.itemsize for s in stride],
-            writeable=False)
-        kind = _TORCH_STORAGES[storage.kind][0]
-        return to_float32(np.ascontiguousarray(view), kind), kind
+                f"{offset} lies outside its storage data/{storage.key} ({storage.numel} values)")
+        return TorchEntry(self._path, self._where, record, _TORCH_STORAGES[storage.kind][0],
+                          tuple(size), offset, tuple(stride))
 
 
-def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[str, np.ndarray],
-                                                                          dict[str, str]]:
-    """Float tensors of a state dict saved by ``torch.save`` (zip format), without torch.
+def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]:
+    """Float tensors of a state dict saved by ``torch.save`` (zip format), without torch and
+    without reading their data (only ``data.pkl`` and the zip directory).
 
     Records (``torch.serialization``): ``<prefix>/data.pkl`` (the pickle),
     ``<prefix>/data/<key>`` (raw little-endian storage bytes), ``<prefix>/byteorder``.
@@ -268,8 +331,7 @@ def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[st
         where: how messages name the file (default ``path``).
 
     Returns:
-        ``(arrays, native)``: name -> float32 array (f16/bf16 widened exactly; read-only), and
-        name -> stored dtype ``f32|f16|bf16``. Tensors of other types are left out.
+        name -> :class:`TorchEntry`; tensors of other types are left out.
 
     Raises:
         AudioparityError: not a torch zip checkpoint (e.g. the legacy pre-1.6 format), a
@@ -288,28 +350,32 @@ def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[st
                 archive.read(f"{prefix}byteorder") != b"little":
             raise AudioparityError(f"{where}: big-endian checkpoint; expected little-endian")
         try:
-            state = _StateDictUnpickler(archive, prefix, where).load()
+            state = _StateDictUnpickler(archive, Path(path), prefix, where).load()
         except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as err:
             raise AudioparityError(f"{where}: unreadable data.pkl ({err})") from None
     if not isinstance(state, dict):
         raise AudioparityError(f"{where}: holds a {type(state).__name__}, expected a state dict")
-    arrays, native = {}, {}
+    entries = {}
     for name, value in state.items():
         if value is None:
             continue
-        if not (isinstance(name, str) and isinstance(value, tuple)):
+        if not (isinstance(name, str) and isinstance(value, TorchEntry)):
             raise AudioparityError(f"{where}: entry {name!r} is not a tensor")
-        arrays[name], native[name] = value
-    return arrays, native
+        entries[name] = value
+    return entries
 
 
-def _read_nemo_state(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    # Extracted to a temporary file so the zip can be read by random access.
-    with tempfile.TemporaryDirectory(prefix="audioparity_ckpt_") as scratch:
-        ckpt = Path(scratch) / "model_weights.ckpt"
-        with open(ckpt, "wb") as out:
-            copy_nemo_member(path, "model_weights.ckpt", out)
-        return read_torch_state_dict(ckpt, where=f"{path}: model_weights.ckpt")
+def read_torch_state_dict(path: Path, where: str | None = None) -> tuple[dict[str, np.ndarray],
+                                                                          dict[str, str]]:
+    """Every float tensor of :func:`torch_entries`, read: ``(arrays, native)``, name -> float32
+    array (f16/bf16 widened exactly), and name -> stored dtype ``f32|f16|bf16``.
+
+    Raises:
+        AudioparityError: see :func:`torch_entries`.
+    """
+    entries = torch_entries(path, where)
+    return ({name: entry.read() for name, entry in entries.items()},
+            {name: entry.kind for name, entry in entries.items()})
 
 
 def hf_to_nemo_name(name: str) -> str:
@@ -319,53 +385,114 @@ def hf_to_nemo_name(name: str) -> str:
     return name
 
 
-def _read_hf_state(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The F32/F16/BF16 tensors of a Hugging Face directory's safetensors files, NeMo-named;
-    tensors of other dtypes (integers, f64) are left out."""
-    arrays, native = {}, {}
-    for name, entry in checkpoint_entries(directory).items():
-        if entry.dtype in DTYPES:
-            arrays[hf_to_nemo_name(name)] = entry.read()
-            native[hf_to_nemo_name(name)] = entry.kind
-    return arrays, native
+class Checkpoint:
+    """The float tensors of a ``.nemo`` file or Hugging Face directory, NeMo-named, from the
+    headers; each read on demand. A context manager: a ``.nemo``'s ``model_weights.ckpt`` is
+    extracted to a temporary file (so its zip can be read by random access) until
+    :meth:`close`.
+
+    Attributes:
+        model: the checkpoint.
+        entries: NeMo name -> entry (``.shape``, ``.kind`` ``f32|f16|bf16``, ``.read()``):
+            :class:`TorchEntry` of a ``.nemo``, :class:`~audioparity.checkpoint.Entry` of a
+            Hugging Face directory's F32/F16/BF16 tensors (others are left out).
+
+    Raises:
+        AudioparityError: an unreadable checkpoint (see :func:`torch_entries`,
+            :func:`~audioparity.checkpoint.checkpoint_entries`).
+    """
+
+    def __init__(self, model: Path) -> None:
+        self.model = Path(model)
+        self._scratch: tempfile.TemporaryDirectory | None = None
+        if self.model.is_dir():
+            self.entries = {hf_to_nemo_name(name): entry
+                            for name, entry in checkpoint_entries(self.model).items()
+                            if entry.dtype in DTYPES}
+            return
+        self._scratch = tempfile.TemporaryDirectory(prefix="audioparity_ckpt_")
+        try:
+            ckpt = Path(self._scratch.name) / "model_weights.ckpt"
+            with open(ckpt, "wb") as out:
+                copy_nemo_member(self.model, "model_weights.ckpt", out)
+            self.entries = torch_entries(ckpt, where=f"{self.model}: model_weights.ckpt")
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def native(self) -> dict[str, str]:
+        """Name -> stored dtype ``f32|f16|bf16``."""
+        return {name: entry.kind for name, entry in self.entries.items()}
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a new float32 array, checked finite.
+
+        Raises:
+            AudioparityError: the tensor holds NaN or infinity (named, with the counts).
+        """
+        array = self.entries[name].read()
+        check_finite(name, array, self.model)
+        return array
+
+    def check_shapes(self, expected: dict[str, tuple[int, ...]]) -> None:
+        """Every tensor of ``expected`` present with its shape (headers only).
+
+        Raises:
+            AudioparityError: a missing tensor, or a shape that differs (naming the key and
+                both shapes).
+        """
+        missing = [name for name in expected if name not in self.entries]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise AudioparityError(f"{self.model}: missing tensor {missing[0]!r}{more}; "
+                                   f"expected shape {list(expected[missing[0]])}")
+        for name, shape in expected.items():
+            if tuple(self.entries[name].shape) != shape:
+                raise AudioparityError(f"{self.model}: tensor {name!r} has shape "
+                                       f"{list(self.entries[name].shape)}, expected {list(shape)}")
+
+    def close(self) -> None:
+        """Remove the temporary copy of a ``.nemo``'s weights."""
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_state(model: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every float tensor of a ``.nemo`` file or Hugging Face directory, NeMo-named, as float32,
-    and each one's stored dtype (``f32|f16|bf16``)."""
-    model = Path(model)
-    return _read_hf_state(model) if model.is_dir() else _read_nemo_state(model)
+    and each one's stored dtype (``f32|f16|bf16``); not checked (for tests and analysis)."""
+    with Checkpoint(model) as checkpoint:
+        return ({name: entry.read() for name, entry in checkpoint.entries.items()},
+                checkpoint.native)
 
 
-def _check_shapes(state: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]],
-                  model: Path) -> None:
-    missing = [name for name in expected if name not in state]
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise AudioparityError(f"{model}: missing tensor {missing[0]!r}{more}; expected shape "
-                               f"{list(expected[missing[0]])}")
-    for name, shape in expected.items():
-        if tuple(state[name].shape) != shape:
-            raise AudioparityError(f"{model}: tensor {name!r} has shape "
-                                   f"{list(state[name].shape)}, expected {list(shape)}")
-
-
-def read_checked_state(model: Path, config: ParakeetTDTConfig) -> tuple[dict[str, np.ndarray],
-                                                                         dict[str, str]]:
-    """:func:`read_state`, checked: every tensor of :func:`expected_shapes` present with its
-    shape, and every float tensor finite. The reference dump runs the same check before NeMo
-    loads the checkpoint, so both sides refuse a bad one with the same message.
+def check_weights(model: Path, config: ParakeetTDTConfig) -> None:
+    """The checks of :func:`load_weights` and :meth:`ParakeetWeights.upload`, reading one
+    tensor at a time and keeping none: every tensor of :func:`expected_shapes` present with its
+    shape, and every float tensor finite. The reference dump runs them before NeMo loads the
+    checkpoint, so both sides refuse a bad one with the same message.
 
     Raises:
         AudioparityError: an unreadable checkpoint, a missing tensor, a shape that differs from
             the config's (naming the key and both shapes), or a tensor holding NaN or infinity
             (naming it and the counts).
     """
-    state, native = read_state(model)
-    _check_shapes(state, expected_shapes(config), Path(model))
-    for name, array in state.items():
-        check_finite(name, array, Path(model))
-    return state, native
+    with Checkpoint(model) as checkpoint:
+        checkpoint.check_shapes(expected_shapes(config))
+        for name in checkpoint.entries:
+            checkpoint.read(name)
+
+
+def read_checked_state(model: Path, config: ParakeetTDTConfig) -> None:
+    """:func:`check_weights` under the name the reference dump calls (kept for it)."""
+    check_weights(model, config)
 
 
 def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarray,
@@ -387,45 +514,70 @@ def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarr
 _CONV_KERNEL = re.compile(r"(pre_encode\.conv\.\d+|depthwise_conv)\.weight$")
 _POINTWISE = re.compile(r"(pre_encode\.conv\.\d+|pointwise_conv\d)\.weight$")
 _NORM_WEIGHT = re.compile(r"(norm_\w+|batch_norm)\.weight$")
+_BATCH_NORM = re.compile(r"^(.*\.conv\.)batch_norm\.(weight|bias|running_mean|running_var)$")
+_BN_KEYS = ("weight", "bias", "running_mean", "running_var")
 
 
-def _kind(name: str, array: np.ndarray) -> str:
+def _kind(name: str, shape: tuple[int, ...]) -> str:
     """``matmul``, ``conv`` (4-D 3x3 and depthwise kernels) or ``f32`` (norms, biases,
     ``pos_bias_u/v``) for a canonical name, after pointwise kernels were squeezed to 2-D."""
     if _NORM_WEIGHT.search(name) or not (name.endswith(".weight") or ".weight_" in name):
         return "f32"
-    if _CONV_KERNEL.search(name) and array.ndim == 4:
+    if _CONV_KERNEL.search(name) and len(shape) == 4:
         return "conv"
     return "matmul"
 
 
-_BATCH_NORM = re.compile(r"^(.*\.conv\.)batch_norm\.running_var$")
+Layout = dict[str, tuple[tuple[int, ...], Callable[[], np.ndarray]]]
 
 
-def to_graph_layout(state: dict[str, np.ndarray], eps: float) -> dict[str, np.ndarray]:
-    """The arrays the graphs use, from NeMo-named checkpoint arrays (any subset of a model).
+def _folded(read: Callable[[str], np.ndarray], p: str, has_bias: bool,
+            eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Conv module ``p``'s depthwise kernel ``[C, 1, 1, k]`` and bias ``[C]`` with its
+    BatchNorm folded in (:func:`fold_batch_norm`)."""
+    kernel = read(f"{p}depthwise_conv.weight")
+    bias = read(f"{p}depthwise_conv.bias") if has_bias else None
+    weight, folded_bias = fold_batch_norm(kernel, bias,
+                                          *(read(f"{p}batch_norm.{key}") for key in _BN_KEYS),
+                                          eps)
+    return weight.reshape(kernel.shape[0], 1, 1, -1), folded_bias
+
+
+def graph_layout(shapes: Mapping[str, tuple[int, ...]], read: Callable[[str], np.ndarray],
+                 eps: float) -> Layout:
+    """The graph weights made from NeMo-named checkpoint tensors (any subset of a model), as
+    ``name -> (graph shape, make)``: ``make()`` reads (``read(name)``) what the weight needs
+    and returns it, so a caller can allocate from the shapes and then make one at a time.
 
     1x1 conv kernels ``[out, in, 1(, 1)]`` become matrices ``[out, in]``; every conv module's
     ``batch_norm`` (``BatchNorm1d``, ``eps``) is folded into its ``depthwise_conv``, whose kernel
-    ``[C, 1, k]`` becomes a height-1 2-D kernel ``[C, 1, 1, k]`` with a ``[C]`` bias. Other
-    arrays pass through unchanged.
+    ``[C, 1, k]`` becomes a height-1 2-D kernel ``[C, 1, 1, k]`` with a ``[C]`` bias (the
+    ``batch_norm`` tensors are dropped). Other tensors pass through unchanged.
     """
-    arrays = dict(state)
-    for name, array in state.items():
-        if _POINTWISE.search(name) and array.ndim >= 3 and all(n == 1 for n in array.shape[2:]):
-            arrays[name] = array.reshape(array.shape[:2])
+    layout: Layout = {}
+    for name, shape in shapes.items():
         match = _BATCH_NORM.match(name)
-        if match:
-            p = match.group(1)
-            bn = {key: arrays.pop(f"{p}batch_norm.{key}")
-                  for key in ("weight", "bias", "running_mean", "running_var")}
-            kernel = state[f"{p}depthwise_conv.weight"]
-            weight, bias = fold_batch_norm(kernel, state.get(f"{p}depthwise_conv.bias"),
-                                           bn["weight"], bn["bias"], bn["running_mean"],
-                                           bn["running_var"], eps)
-            arrays[f"{p}depthwise_conv.weight"] = weight.reshape(kernel.shape[0], 1, 1, -1)
-            arrays[f"{p}depthwise_conv.bias"] = bias
-    return arrays
+        if match and f"{match.group(1)}batch_norm.running_var" in shapes:
+            if match.group(2) == "running_var":
+                p = match.group(1)
+                kernel = shapes[f"{p}depthwise_conv.weight"]
+                c, k = kernel[0], kernel[-1]
+                fold = partial(_folded, read, p, f"{p}depthwise_conv.bias" in shapes, eps)
+                layout[f"{p}depthwise_conv.weight"] = ((c, 1, 1, k), lambda f=fold: f()[0])
+                layout[f"{p}depthwise_conv.bias"] = ((c,), lambda f=fold: f()[1])
+        elif _POINTWISE.search(name) and len(shape) >= 3 and all(n == 1 for n in shape[2:]):
+            layout[name] = (tuple(shape[:2]),
+                            lambda n=name, s=tuple(shape[:2]): read(n).reshape(s))
+        elif name not in layout:
+            layout[name] = (tuple(shape), partial(read, name))
+    return layout
+
+
+def to_graph_layout(state: dict[str, np.ndarray], eps: float) -> dict[str, np.ndarray]:
+    """:func:`graph_layout` of arrays in memory: the arrays the graphs use."""
+    layout = graph_layout({name: array.shape for name, array in state.items()},
+                          state.__getitem__, eps)
+    return {name: make() for name, (_, make) in layout.items()}
 
 
 def _check_types(matmul_weight_type: str, conv_weight_type: str) -> None:
@@ -437,18 +589,19 @@ def _check_types(matmul_weight_type: str, conv_weight_type: str) -> None:
                                f"{', '.join(CONV_WEIGHT_TYPES)}")
 
 
-def storage_types(arrays: dict[str, np.ndarray], native: dict[str, str],
+def storage_types(shapes: Mapping[str, tuple[int, ...]], native: dict[str, str],
                   matmul_weight_type: str, conv_weight_type: str) -> tuple[dict[str, str],
                                                                            list[str]]:
-    """Storage type of every graph array (module docstring) and one note per fallback.
+    """Storage type of every graph weight, from its name and graph shape (module docstring),
+    and one note per fallback.
 
     Raises:
         AudioparityError: an unknown weight type.
     """
     _check_types(matmul_weight_type, conv_weight_type)
     storage, notes = {}, []
-    for name, array in arrays.items():
-        kind = _kind(name, array)
+    for name, shape in shapes.items():
+        kind = _kind(name, shape)
         if kind == "matmul":
             wanted = native.get(name, "f32") if matmul_weight_type == "native" \
                 else matmul_weight_type
@@ -456,8 +609,8 @@ def storage_types(arrays: dict[str, np.ndarray], native: dict[str, str],
             wanted = conv_weight_type
         else:
             wanted = "f32"
-        if not storage_supported(wanted, array.shape):
-            notes.append(f"{name} {list(array.shape)}: {wanted} needs rows of a multiple of its "
+        if not storage_supported(wanted, shape):
+            notes.append(f"{name} {list(shape)}: {wanted} needs rows of a multiple of its "
                          f"block size; stored as {FALLBACK_STORAGE}")
             wanted = FALLBACK_STORAGE
         storage[name] = wanted
@@ -466,7 +619,9 @@ def storage_types(arrays: dict[str, np.ndarray], native: dict[str, str],
 
 def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str = "native",
                  conv_weight_type: str = "f32") -> ParakeetWeights:
-    """Read, check, fold and type the weights of ``model`` (module docstring).
+    """Open ``model``, check its tensors' shapes from the headers, and plan the graph weights:
+    shapes, storage types, the preprocessor buffers (read); the weights themselves are read
+    by :meth:`ParakeetWeights.upload`, one at a time.
 
     Args:
         model: ``.nemo`` file or Hugging Face Parakeet directory.
@@ -475,16 +630,25 @@ def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str
         conv_weight_type: ``f32|f16``.
 
     Raises:
-        AudioparityError: unknown types, or see :func:`read_checked_state`.
+        AudioparityError: unknown types, an unreadable checkpoint, a missing tensor or a shape
+            that differs from the config's, or a preprocessor buffer holding NaN or infinity
+            (the weights are checked finite as they upload; see :func:`check_weights`).
     """
     _check_types(matmul_weight_type, conv_weight_type)
-    state, native_all = read_checked_state(model, config)
-    expected = expected_shapes(config)
-    arrays = to_graph_layout({name: state[name] for name in expected},
-                             config.encoder.batch_norm_eps)
-    native = {name: native_all.get(name, "f32") for name in arrays}
-    storage, notes = storage_types(arrays, native, matmul_weight_type, conv_weight_type)
-    preprocessor = {name: array for name, array in state.items()
-                    if name.startswith("preprocessor.featurizer.")}
-    return ParakeetWeights(arrays=arrays, storage=storage, native=native,
-                           preprocessor=preprocessor, notes=notes)
+    checkpoint = Checkpoint(model)
+    try:
+        sources = expected_shapes(config)
+        checkpoint.check_shapes(sources)
+        eps = config.encoder.batch_norm_eps
+        shapes = {name: shape for name, (shape, _) in
+                  graph_layout(sources, checkpoint.read, eps).items()}
+        native = {name: checkpoint.native.get(name, "f32") for name in shapes}
+        storage, notes = storage_types(shapes, native, matmul_weight_type, conv_weight_type)
+        preprocessor = {name: checkpoint.read(name) for name in checkpoint.entries
+                        if name.startswith("preprocessor.featurizer.")}
+    except BaseException:
+        checkpoint.close()
+        raise
+    return ParakeetWeights(shapes=shapes, storage=storage, native=native,
+                           preprocessor=preprocessor, notes=notes, model=Path(model),
+                           sources=sources, eps=eps, _checkpoint=checkpoint)
