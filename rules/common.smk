@@ -5,6 +5,7 @@ import os
 import re
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from audioparity.cli import BACKENDS, WEIGHT_TYPES
@@ -15,10 +16,28 @@ validate(config, "../config/schema.yaml")
 
 #: Families present in the config, by their config key (= the `family` column of summary.csv).
 FAMILIES = {name: config[name] for name in config["families"]}
+
+
+def _named_paths(family, key):
+    """{name: path} of config `family.key` (models or cases). Names must be unique; paths must
+    exist unless a fixtures rule builds them (results/fixtures/...)."""
+    paths = {}
+    for entry in FAMILIES[family][key]:
+        name, path = entry["name"], entry["path"]
+        if name in paths:
+            raise WorkflowError(f"config {family}.{key}: the name {name!r} is used twice")
+        if not path.startswith("results/fixtures/") and not os.path.exists(path):
+            raise WorkflowError(
+                f"config {family}.{key} {name!r}: {path} does not exist "
+                f"(relative paths are read from {os.getcwd()})"
+            )
+        paths[name] = path
+    return paths
+
+
 #: {family: {"models": {name: path}, "cases": {name: path}}}
 PATHS = {
-    family: {key: {entry["name"]: entry["path"] for entry in section[key]} for key in ("models", "cases")}
-    for family, section in FAMILIES.items()
+    family: {key: _named_paths(family, key) for key in ("models", "cases")} for family in FAMILIES
 }
 def _alternatives(values):
     return "|".join(re.escape(str(v)) for v in sorted(set(values))) or "(?!)"
@@ -141,6 +160,17 @@ def family_setting(key):
 
     get.__name__ = f"get_{key}"
     return get
+
+
+def print_outcome(summary, report):
+    """After a successful run: the stages per status, and where the report is."""
+    if not os.path.exists(summary):
+        return
+    import pandas as pd
+
+    counts = pd.read_csv(summary)["status"].value_counts()
+    line = ", ".join(f"{count} {status}" for status, count in counts.items())
+    print(f"audioparity: {line}; report: {os.path.abspath(report)}")
 
 
 def all_cells():

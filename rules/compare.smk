@@ -17,7 +17,7 @@ rule compare_cell:
     benchmark:
         "results/benchmarks/compare_cell/{family}/{model}/{backend}/{weight_type}/{case}.tsv"
     shell:
-        "audioparity compare --reference {input.reference} --candidate {input.candidate}"
+        "audioparity compare --reference {input.reference:q} --candidate {input.candidate:q}"
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
         " --label case={wildcards.case} --label backend={wildcards.backend}"
-        " --label weight_type={wildcards.weight_type} --output {output} 2> {log}"
+        " --label weight_type={wildcards.weight_type} --output {output:q} 2> {log}"

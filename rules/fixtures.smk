@@ -17,7 +17,7 @@ rule parakeet_fixture_build:
     benchmark:
         "results/benchmarks/parakeet_fixture_build/{family}/{name}.tsv"
     shell:
-        "audioparity fixture parakeet-tdt --output {output} {params.options} 2> {log}"
+        "audioparity fixture parakeet-tdt --output {output:q} {params.options} 2> {log}"
 
 
 rule moss_fixture_build:
@@ -36,4 +36,4 @@ rule moss_fixture_build:
     benchmark:
         "results/benchmarks/moss_fixture_build/{family}/{name}.tsv"
     shell:
-        "audioparity fixture moss-voicegen --output {output} {params.options} 2> {log}"
+        "audioparity fixture moss-voicegen --output {output:q} {params.options} 2> {log}"

@@ -27,7 +27,7 @@ rule parakeet_ggml_dump:
     resources:
         mem_mb=4000,
     shell:
-        "audioparity guard --output-dir {output} --field backend={wildcards.backend}"
+        "audioparity guard --output-dir {output:q} --field backend={wildcards.backend}"
         " --field weight_type={wildcards.weight_type} -- "
         + config["parakeet_tdt"]["ggml_command"]
         + " 2> {log}"
@@ -55,7 +55,7 @@ rule moss_ggml_dump:
     resources:
         mem_mb=4000,
     shell:
-        "audioparity guard --output-dir {output} --field backend={wildcards.backend}"
+        "audioparity guard --output-dir {output:q} --field backend={wildcards.backend}"
         " --field weight_type={wildcards.weight_type} -- "
         + config["moss_voicegen"]["ggml_command"]
         + " 2> {log}"

@@ -20,8 +20,8 @@ rule parakeet_reference_dump:
     resources:
         mem_mb=4000,
     shell:
-        "audioparity reference parakeet-tdt --model {input.model} --audio {input.audio}"
-        " --output-dir {output} --threads {threads} 2> {log}"
+        "audioparity reference parakeet-tdt --model {input.model:q} --audio {input.audio:q}"
+        " --output-dir {output:q} --threads {threads} 2> {log}"
 
 
 rule moss_reference_dump:
@@ -45,5 +45,5 @@ rule moss_reference_dump:
     resources:
         mem_mb=4000,
     shell:
-        "audioparity reference moss-voicegen --model {input.model} --prompt {input.prompt}"
-        " --output-dir {output} --threads {threads} --generate-rows {params.generate_rows} 2> {log}"
+        "audioparity reference moss-voicegen --model {input.model:q} --prompt {input.prompt:q}"
+        " --output-dir {output:q} --threads {threads} --generate-rows {params.generate_rows} 2> {log}"

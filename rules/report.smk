@@ -1,6 +1,10 @@
 # summary.csv from every cell, then the self-contained HTML report from summary.csv alone.
 
 
+onsuccess:
+    print_outcome("results/report/summary.csv", "results/report/index.html")
+
+
 rule report_summary:
     input:
         cells=all_cells(),
@@ -18,7 +22,7 @@ rule report_summary:
     benchmark:
         "results/benchmarks/report_summary/summary.tsv"
     shell:
-        "audioparity report summary {input.cells} --output {output} 2> {log}"
+        "audioparity report summary {input.cells:q} --output {output:q} 2> {log}"
 
 
 rule report_html:
@@ -38,4 +42,4 @@ rule report_html:
     benchmark:
         "results/benchmarks/report_html/index.tsv"
     shell:
-        "audioparity report html --summary {input.summary} --output {output} 2> {log}"
+        "audioparity report html --summary {input.summary:q} --output {output:q} 2> {log}"

@@ -91,7 +91,7 @@ def test_f32_matmul_matches_float64(runtime):
 
 @pytest.mark.parametrize("storage, rounding", [("f16", round_f16), ("bf16", round_bf16)])
 def test_half_precision_matmul_rounds_activations_to_the_weight_type(runtime, storage, rounding):
-    """ggml's CPU mul_mat converts the activations to the weight's dot type (MODELS.md)."""
+    """ggml's CPU mul_mat converts the activations to the weight's dot type."""
     expected = rounding(ACTIVATION).astype(np.float64) @ rounding(WEIGHT).astype(np.float64).T
     np.testing.assert_allclose(_matmul(runtime, storage), expected, rtol=0, atol=1e-4)
 

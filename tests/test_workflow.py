@@ -7,11 +7,14 @@ workflow, so editing a source file in the copy never touches this checkout.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from workflow_copy import REPO, make_workdir, parakeet_config, snakemake
 
 pytestmark = pytest.mark.slow
@@ -111,3 +114,20 @@ def test_snakemake_report_bundles_the_summary_and_the_html(sweep):
         names = bundle.namelist()
     assert any(name.endswith("summary.csv") for name in names)
     assert any(name.endswith("index.html") for name in names)
+
+
+@pytest.mark.parametrize(
+    ("cases", "message"),
+    [
+        ([{"name": "a", "path": "resources/speech/clip.wav"}] * 2, "the name 'a' is used twice"),
+        ([{"name": "a", "path": "no/such.wav"}], "'a': no/such.wav does not exist"),
+    ],
+)
+def test_config_naming_a_case_twice_or_a_missing_file_is_refused(tmp_path, cases, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump({"families": ["parakeet_tdt"],
+                                      "parakeet_tdt": {"cases": cases}}))
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(config)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr

@@ -17,7 +17,7 @@ into rows ``start..start+n-1`` (``ggml_cpy``, converting to the cache type) and 
 ``0..start+n-1`` read from the cache, so every read sees what the cache holds, as in llama.cpp.
 The read is a view of the cache, with no data dependency on the copy: the copy is added to the
 graph (:meth:`~audioparity.ggml.Graph.expand`) before the attention that reads it, and ggml runs
-nodes in graph order (MODELS.md).
+nodes in graph order.
 """
 
 from __future__ import annotations

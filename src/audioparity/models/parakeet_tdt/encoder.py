@@ -10,7 +10,7 @@ matrices, BatchNorm folded into the depthwise conv).
 Shapes in docstrings are NeMo's, batch dropped: ``[T, D]`` is time-major. ggml's ``ne`` is the
 reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; 4-D conv activations
 ``[C, H=T, W=F]`` are ``ne = [F, T, C]``. Only the valid frames are computed: with zero-padded
-convolutions this equals NeMo's masked convolutions on those frames (MODELS.md), and there is no
+convolutions this equals NeMo's masked convolutions on those frames, and there is no
 attention mask (batch size 1, full context).
 
 Every weight's storage type (f32/f16/bf16/q8_0) is carried by the tensor itself: the same graph
