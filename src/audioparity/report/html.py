@@ -317,10 +317,14 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
                     part = rows[chosen].sort_values("layer")
                     if part.empty:
                         continue
+                    # native is drawn thin and on top: it often equals the type the
+                    # checkpoint stores (f32 or bf16), which would otherwise hide it
+                    native = weight_type == "native"
                     _log_series(
                         ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
                         floor, color=colours[weight_type], linestyle="--" if isolated else "-",
-                        marker="s" if isolated else "o", markersize=3.5, linewidth=1.4,
+                        marker="s" if isolated else "o", markersize=2.5 if native else 3.5,
+                        linewidth=0.8 if native else 1.4, zorder=3 if native else 2,
                     )
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor * 0.8)
@@ -330,10 +334,13 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
             ax.xaxis.get_major_locator().set_params(integer=True)
         handles = [Line2D([], [], color=c, linewidth=2, label=w) for w, c in colours.items()
                    if w in set(rows["weight_type"])]
-        handles += [
-            Line2D([], [], color="#52525b", linestyle="-", marker="o", label="end-to-end"),
-            Line2D([], [], color="#52525b", linestyle="--", marker="s", label="isolated"),
-        ]
+        handles.append(
+            Line2D([], [], color="#52525b", linestyle="-", marker="o", label="end-to-end")
+        )
+        if rows["isolated"].any():
+            handles.append(
+                Line2D([], [], color="#52525b", linestyle="--", marker="s", label="isolated")
+            )
         axes[1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8.5,
                        frameon=False)
         figure.suptitle(f"{family} · {model} · {case} · {backend}", fontsize=11)
