@@ -31,7 +31,7 @@ from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.models.parakeet_tdt.decoder import GreedyPath, greedy_tdt
-from audioparity.models.parakeet_tdt.weights import read_checked_state
+from audioparity.models.parakeet_tdt.weights import check_weights
 
 log = logging.getLogger("audioparity")
 
@@ -299,7 +299,7 @@ def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1)
     Before NeMo is imported, the inputs go through the checks of the ggml dump, in its order and
     with its messages: the config (:func:`~.config.load_config`), the audio
     (:func:`~audioparity.audio.load_audio`, at least one encoder frame), and the checkpoint's
-    tensors (:func:`~.weights.read_checked_state`: present, shaped as the config says, finite;
+    tensors (:func:`~.weights.check_weights`: present, shaped as the config says, finite;
     this reads the weights once more, a few seconds for a 0.6B model).
 
     Args:
@@ -321,7 +321,7 @@ def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1)
     config = load_config(model)
     sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
                        min_samples=config.min_samples, purpose="one encoder frame")
-    read_checked_state(model, config)
+    check_weights(model, config)
 
     import torch
 

@@ -490,11 +490,6 @@ def check_weights(model: Path, config: ParakeetTDTConfig) -> None:
             checkpoint.read(name)
 
 
-def read_checked_state(model: Path, config: ParakeetTDTConfig) -> None:
-    """:func:`check_weights` under the name the reference dump calls (kept for it)."""
-    check_weights(model, config)
-
-
 def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarray,
                     beta: np.ndarray, mean: np.ndarray, var: np.ndarray,
                     eps: float) -> tuple[np.ndarray, np.ndarray]:
