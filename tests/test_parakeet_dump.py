@@ -79,3 +79,16 @@ def test_backend_not_built_in_is_unavailable(backend, tiny_nemo, clip_wav, refer
     assert dump.status == "unavailable"
     assert backend in dump.manifest["message"]
     assert dump.tensor_names == [] and dump.manifest["documents"] == {}
+
+
+def test_manifest_records_which_ggml_build_computed(tmp_path: Path, tiny_nemo: Path,
+                                                    clip_wav: Path, reference_dump: Path) -> None:
+    """llamafile and BLAS builds change the matmul kernels: a dump says which one it ran."""
+    from audioparity.models.parakeet_tdt.dump import dump_ggml
+
+    out = tmp_path / "dump"
+    dump_ggml(tiny_nemo, clip_wav, reference_dump, out, matmul_weight_type="f32",
+              conv_weight_type="f32", backend="cpu", device=0, flash_attention=False, threads=1)
+    build = Dump(out).manifest["ggml_build"]
+    assert build["ggml_python"] == ggml.__version__
+    assert ("llamafile" in build["cpu_features"]) == bool(ggml.ggml_cpu_has_llamafile())

@@ -86,6 +86,7 @@ __all__ = [
     "Runtime",
     "State",
     "Weights",
+    "build_info",
     "doctor",
     "numpy_shape",
     "storage_supported",
@@ -235,11 +236,6 @@ def doctor() -> dict:
         })
     registries = {ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode()
                   for i in range(ggml.ggml_backend_reg_count())}
-    features = sorted(
-        name.removeprefix("ggml_cpu_has_")
-        for name in dir(ggml)
-        if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))
-    )
     return {
         "ggml_python": ggml.__version__,
         "ggml": ggml.GGML_VERSION,
@@ -249,8 +245,20 @@ def doctor() -> dict:
         },
         "registries": sorted(registries),
         "devices": devices,
-        "cpu_features": features,
+        **build_info(),
     }
+
+
+def build_info() -> dict:
+    """Which ggml build computes: versions and the ``ggml_cpu_has_*`` features that are set
+    (``llamafile`` and ``blas`` change the f16/f32 matmul kernels, hence the numerics). Every
+    ggml dump records it in its manifest (``ggml_build``)."""
+    features = sorted(
+        name.removeprefix("ggml_cpu_has_")
+        for name in dir(ggml)
+        if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))
+    )
+    return {"ggml_python": ggml.__version__, "ggml": ggml.GGML_VERSION, "cpu_features": features}
 
 
 def _safe_flag(func) -> bool:

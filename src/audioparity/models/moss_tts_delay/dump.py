@@ -33,7 +33,7 @@ from pathlib import Path
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
-from audioparity.ggml import BackendUnavailable, Runtime
+from audioparity.ggml import BackendUnavailable, Runtime, build_info
 from audioparity.models.moss_tts_delay import text_processor, weights
 from audioparity.models.moss_tts_delay.backbone import Backbone
 from audioparity.models.moss_tts_delay.config import load_config
@@ -65,7 +65,8 @@ def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, 
     request = text_processor.load_prompt(prompt)
     fields = {"family": FAMILY, "weight_type": weight_type, "backend": backend,
               "device": device, "kv_cache_type": kv_cache_type, "threads": threads,
-              "n_layers": config.n_layers, "generate_rows": generate_rows}
+              "n_layers": config.n_layers, "generate_rows": generate_rows,
+              "ggml_build": build_info()}
     with DumpWriter(output_dir, producer="ggml", model=model, inputs={"prompt": prompt},
                     fields=fields, versions=("ggml_python", "tokenizers")) as writer:
         try:

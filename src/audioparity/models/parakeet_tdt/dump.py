@@ -32,7 +32,7 @@ import numpy as np
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
-from audioparity.ggml import BackendUnavailable, Runtime
+from audioparity.ggml import BackendUnavailable, Runtime, build_info
 from audioparity.models.parakeet_tdt.config import load_config
 from audioparity.models.parakeet_tdt.decoder import TdtDecoder, decode_document, load_tokenizer
 from audioparity.models.parakeet_tdt.encoder import Encoder
@@ -112,6 +112,7 @@ def dump_ggml(
         "decoding": {"strategy": STRATEGY, "durations": list(config.durations),
                      "max_symbols": config.max_symbols},
         "audio": sound.source,
+        "ggml_build": build_info(),
     }
     with DumpWriter(output_dir, producer="ggml", model=model,
                     inputs={"audio": audio, "reference": reference_dir}, fields=fields,
