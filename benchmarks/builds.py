@@ -1,0 +1,326 @@
+"""ggml-python build variants against each other: speed, and parity with the reference.
+
+Each variant is ggml-python 0.0.45 compiled from its source package with its own ``CMAKE_ARGS``
+(``pip wheel --no-deps --no-cache-dir``: pip's wheel cache would otherwise hand back a wheel
+built with other flags), installed with ``pip install --no-deps --target`` into its own folder,
+and put first on ``PYTHONPATH`` of the measurement processes, so the project's venv is never
+touched. ``default`` is the venv's own ggml-python (what ``make setup`` installs).
+
+Variants (:data:`VARIANTS`): ``default``; ``llamafile`` (``-DGGML_LLAMAFILE=ON``: the CPU
+backend's matmuls go through llamafile's tinyBLAS kernels where they apply); ``blas``
+(``-DGGML_BLAS=ON`` with OpenBLAS, ``apt-get install libopenblas-dev``: ggml's BLAS backend,
+which the measurement adds to the scheduler in front of the CPU backend as llama.cpp does,
+taking the matmuls with >= 32 rows of f32 activations); ``llamafile-blas`` (both).
+
+Measured at ``--threads`` (default 2): Parakeet encoder and decoder, MOSS prefill and step, at
+f32 and q8_0 (``--types``), with the parity figures (``enc_out`` cosine vs NeMo, MOSS last hidden
+max_rel vs torch) and the build flags each process found. The torch baselines run once, with the
+venv. Writes ``builds.{json,csv,md}`` next to ``bench.*`` in ``--out``.
+
+Usage::
+
+    python benchmarks/builds.py                       # all variants, full shapes
+    python benchmarks/builds.py --variants default,llamafile --size small
+    python benchmarks/builds.py --tests               # also run the parity tests per variant
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from checkpoints import SIZES  # noqa: E402
+from run import (  # noqa: E402
+    ROOT,
+    Plan,
+    ensure_checkpoint,
+    header,
+    machine_info,
+    prepare_inputs,
+    run_model,
+    write_raw,
+)
+
+log = logging.getLogger("audioparity.bench")
+
+GGML_PYTHON = "ggml-python==0.0.45"
+BLAS = "-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS"
+#: Variant name -> CMAKE_ARGS (None: the venv's own build).
+VARIANTS = {
+    "default": None,
+    "llamafile": "-DGGML_LLAMAFILE=ON",
+    "blas": BLAS,
+    "llamafile-blas": f"-DGGML_LLAMAFILE=ON {BLAS}",
+}
+#: Parity tests run per variant with ``--tests``.
+PARITY_TESTS = ("tests/test_parakeet_encoder.py", "tests/test_parakeet_decoder.py",
+                "tests/test_moss_parity.py", "tests/test_ggml_runtime.py")
+#: What a copy of the workflow needs (``--sweep``), as tests/workflow_copy.py copies it.
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "src", "docs", "resources")
+
+
+def install_variant(name: str, cache: Path, log_dir: Path) -> str:
+    """The ``PYTHONPATH`` folder holding variant ``name`` (``""`` for the venv's build), built
+    and installed on first use."""
+    cmake_args = VARIANTS[name]
+    if cmake_args is None:
+        return ""
+    target = cache / "ggml" / name
+    if (target / "ggml").is_dir():
+        return str(target)
+    wheels = cache / "wheels" / name
+    if not glob.glob(str(wheels / "ggml_python-*.whl")):
+        log.info("building %s (CMAKE_ARGS=%s)", name, cmake_args)
+        start = time.perf_counter()
+        env = dict(os.environ, CMAKE_ARGS=cmake_args,
+                   CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2"))
+        with open(log_dir / f"build_{name}.log", "w") as out:
+            subprocess.run([sys.executable, "-m", "pip", "wheel", GGML_PYTHON, "--no-deps",
+                            "--no-cache-dir", "-w", str(wheels)], env=env, stdout=out,
+                           stderr=subprocess.STDOUT, check=True)
+        log.info("built %s in %.0f s", name, time.perf_counter() - start)
+    wheel = glob.glob(str(wheels / "ggml_python-*.whl"))[0]
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                    str(target), wheel], check=True)
+    return str(target)
+
+
+def openblas_coretype(pythonpath: str, requested: str) -> str:
+    """``OPENBLAS_CORETYPE`` for a BLAS variant: ``requested`` unless ``auto``; with ``auto``,
+    ``COOPERLAKE`` (AVX-512 with bf16) or ``SKYLAKEX`` (AVX-512) when this CPU has AVX-512 but
+    OpenBLAS picked kernels without it (an OpenBLAS older than the CPU falls back to
+    ``Prescott``: Debian 12's 0.3.21 does on Sapphire/Emerald Rapids), else ``""``."""
+    if requested != "auto":
+        return requested
+    probe = ("import ctypes, ggml; b = ctypes.CDLL('libopenblas.so.0'); "
+             "b.openblas_get_corename.restype = ctypes.c_char_p; "
+             "print(b.openblas_get_corename().decode())")
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    core = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True).stdout.strip()
+    flags = Path("/proc/cpuinfo").read_text()
+    if "avx512f" not in flags or core.lower() in ("skylakex", "cooperlake", "sapphirerapids"):
+        return ""
+    log.info("OpenBLAS chose %s kernels on an AVX-512 CPU; setting OPENBLAS_CORETYPE", core)
+    return "COOPERLAKE" if "avx512_bf16" in flags else "SKYLAKEX"
+
+
+def parity_tests(pythonpath: str, log_dir: Path, name: str) -> str:
+    """``pytest`` of :data:`PARITY_TESTS` with the variant first on the path: its last line."""
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    with open(log_dir / f"tests_{name}.log", "w") as out:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               *PARITY_TESTS], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        out.write(done.stdout)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"rc {done.returncode}"
+
+
+def default_sweep(pythonpath: str, name: str, scratch: Path, log_dir: Path) -> dict:
+    """The default sweep (``config/config.yaml``, as ``make run``) on a copy of the workflow
+    with variant ``name`` first on ``PYTHONPATH``: wall time, status counts, and the status of
+    every cell (``family/model/case/backend/weight_type/stage``)."""
+    import csv
+    import shutil
+
+    work = scratch / f"sweep_{name}"
+    work.mkdir()
+    for item in WORKFLOW_FILES:
+        if (ROOT / item).is_dir():
+            shutil.copytree(ROOT / item, work / item,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(ROOT / item, work / item)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(work),
+           "GGML_NO_BACKTRACE": "1", "PYTHONPATH": pythonpath}
+    start = time.perf_counter()
+    with open(log_dir / f"sweep_{name}.log", "w") as out:
+        done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--directory",
+                               str(work), "--snakefile", str(work / "Snakefile")], env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - start
+    summary = work / "results" / "report" / "summary.csv"
+    cells = {}
+    if summary.exists():
+        with open(summary) as handle:
+            for row in csv.DictReader(handle):
+                key = "/".join(row[k] for k in ("family", "model", "case", "backend",
+                                                "weight_type", "stage"))
+                cells[key] = row["status"]
+    counts = {status: list(cells.values()).count(status) for status in sorted(set(cells.values()))}
+    log.info("sweep %s: rc %d, %.0f s, %s", name, done.returncode, seconds, counts)
+    return {"rc": done.returncode, "seconds": round(seconds), "counts": counts, "cells": cells}
+
+
+def sweep_lines(sweeps: dict[str, dict]) -> list[str]:
+    """Markdown: per variant the sweep's time and status counts, and every cell whose status
+    differs from the first variant's."""
+    lines = ["| variant | rc | seconds | statuses |", "|---|---|---|---|"]
+    lines += [f"| {n} | {r['rc']} | {r['seconds']} | {r['counts']} |" for n, r in sweeps.items()]
+    first = next(iter(sweeps.values()))["cells"]
+    for name, result in list(sweeps.items())[1:]:
+        changed = sorted(k for k in set(first) | set(result["cells"])
+                         if first.get(k) != result["cells"].get(k))
+        lines.append(f"\nCells whose status differs from {next(iter(sweeps))} under {name}: "
+                     + (", ".join(f"{k} ({first.get(k)} -> {result['cells'].get(k)})"
+                                  for k in changed) or "none") + ".")
+    return lines
+
+
+def comparison_table(records: list[dict], variants: list[str]) -> list[str]:
+    """Markdown: per part and weight type, each variant's median ms and ratio to torch."""
+    lines = ["| model | part | weights | torch ms | " + " | ".join(variants)
+             + " | other load (cores) |", "|---" * (5 + len(variants)) + "|"]
+    keys = sorted({(r["model"], r["part"], r["weight_type"], r["threads"]) for r in records
+                   if r["impl"] == "ggml"})
+    for model, part, weight_type, threads in keys:
+        torch_rec = next((r for r in records if r["impl"] == "torch" and r["model"] == model
+                          and r["part"] == part and r["threads"] == threads), None)
+        cells = [model, f"{part} ({threads} thr)", weight_type,
+                 f"{torch_rec['median_ms']:.0f}" if torch_rec else "–"]
+        others = [torch_rec["others_cores"] if torch_rec else 0.0]
+        for variant in variants:
+            g = next((r for r in records if r["impl"] == "ggml" and r["build"] == variant
+                      and r["model"] == model and r["part"] == part
+                      and r["weight_type"] == weight_type and r["threads"] == threads), None)
+            if g is None:
+                cells.append("–")
+                continue
+            ratio = f" ({g['median_ms'] / torch_rec['median_ms']:.2f}x)" if torch_rec else ""
+            cells.append(f"{g['median_ms']:.0f}{ratio}")
+            others.append(g["others_cores"])
+        lines.append("| " + " | ".join(cells) + f" | {max(others):.2f} |")
+    return lines
+
+
+def parity_table(results: list[dict], variants: list[str]) -> list[str]:
+    lines = ["| variant | flags found | weights | parity |", "|---|---|---|---|"]
+    for variant in variants:
+        for r in results:
+            spec = r.get("spec", {})
+            if spec.get("build") != variant or "parity" not in r:
+                continue
+            info = r.get("info", {})
+            flags = ", ".join(k for k in ("llamafile", "blas") if info.get(k)) or "none"
+            if info.get("openblas_core"):
+                flags += f" (OpenBLAS {info['openblas_core']})"
+            parity = ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
+                               for k, v in r["parity"].items())
+            lines.append(f"| {variant} | {flags} | {spec['kind']} {spec['weight_type']} | "
+                         f"{parity} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--threads", default="2")
+    parser.add_argument("--types", default="f32,q8_0")
+    parser.add_argument("--models", default="parakeet,moss",
+                        help="comma list; empty with --merge: only re-render merged results")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--tests", action="store_true", help="run the parity tests per variant")
+    parser.add_argument("--sweep", action="store_true",
+                        help="run the default sweep per variant and compare the cells' statuses")
+    parser.add_argument("--merge", type=Path, metavar="JSON", action="append", default=[],
+                        help="a previous builds.json (repeatable): its results for the models "
+                             "not measured now (nor in an earlier --merge) are kept")
+    parser.add_argument("--wait-quiet", type=float, default=30.0, metavar="S",
+                        help="wait up to S s for other processes to quieten before each run")
+    parser.add_argument("--openblas-coretype", default="auto",
+                        help="OPENBLAS_CORETYPE for BLAS variants ('auto': see openblas_coretype;"
+                             " '': OpenBLAS's own choice)")
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
+        "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    variants = args.variants.split(",")
+    start = time.perf_counter()
+    machine = machine_info()
+    log_dir = args.out / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    paths = {name: install_variant(name, args.cache, log_dir) for name in variants}
+    plan = Plan(size=args.size, threads=[int(t) for t in args.threads.split(",")],
+                weight_types=args.types.split(","),
+                models=[m for m in args.models.split(",") if m],
+                reps={"parakeet": args.reps, "moss": args.reps}, steps=args.steps, rows=128,
+                seconds=9.9, wait_quiet_s=args.wait_quiet)
+    shapes = dict(zip(("parakeet", "moss"), SIZES[args.size], strict=True))
+    models = {family: ensure_checkpoint(family, shapes[family], args.cache, log_dir)
+              for family in plan.models}
+    results: list[dict] = []
+    tests = {}
+    with tempfile.TemporaryDirectory(prefix="audioparity_builds_", dir=args.cache) as tmp:
+        work = Path(tmp)
+        prepare_inputs(work, plan, models.get("moss"))
+        for family, model in models.items():
+            for index, name in enumerate(variants):
+                plan.build, plan.pythonpath = name, paths[name]
+                plan.accel = "blas" if "blas" in name else ""
+                coretype = openblas_coretype(paths[name], args.openblas_coretype) \
+                    if plan.accel else ""
+                plan.env = {"OPENBLAS_CORETYPE": coretype} if coretype else {}
+                results += run_model(family, model, work, log_dir, plan, torch_side=index == 0)
+    if args.tests:
+        for name in variants:
+            tests[name] = parity_tests(paths[name], log_dir, name)
+            log.info("tests %s: %s", name, tests[name])
+    sweeps = {}
+    if args.sweep:
+        with tempfile.TemporaryDirectory(prefix="audioparity_sweeps_", dir=args.cache) as tmp:
+            for name in variants:
+                sweeps[name] = default_sweep(paths[name], name, Path(tmp), log_dir)
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["total_s"] = round(time.perf_counter() - start)
+    covered, merged = set(plan.models), []
+    for path in args.merge:
+        previous = json.loads(path.read_text())
+        kept = [r for r in previous["results"] if r["spec"]["kind"].split("_")[0] not in covered]
+        results += kept
+        families = sorted({r["spec"]["kind"].split("_")[0] for r in kept})
+        covered |= set(families)
+        merged.append(f"{', '.join(families) or 'nothing'} from {path.name} (load average "
+                      f"{previous['machine']['loadavg_start']} at its start, "
+                      f"{previous['machine'].get('total_s')} s)")
+    plan.build = "+".join(variants)
+    plan.extra = {"variants": {n: VARIANTS[n] for n in variants}, "tests": tests,
+                  "sweeps": {n: {k: v for k, v in r.items() if k != "cells"}
+                             for n, r in sweeps.items()}}
+    records = write_raw(args.out, "builds", machine, plan, results, [])
+    lines = [*header("ggml-python build variants", machine, plan),
+             "Variants: " + "; ".join(f"{n}: `{VARIANTS[n] or 'the venv build'}`"
+                                      for n in variants) + ".", "",
+             *([f"Timings merged: {'; '.join(merged)}.", ""] if merged else []),
+             "## Times (ms, ratio ggml / torch)", "", *comparison_table(records, variants), "",
+             "## Parity per build", "", *parity_table(results, variants), ""]
+    if tests:
+        lines += ["## Parity tests per build", "",
+                  f"`pytest {' '.join(PARITY_TESTS)}` with the build first on the path (the "
+                  "project's Runtime: CPU backend only, BLAS unused):", "",
+                  *[f"- {n}: `{t}`" for n, t in tests.items()], ""]
+    if sweeps:
+        lines += ["## Default sweep per build (gates of config/config.yaml)", "",
+                  *sweep_lines(sweeps), ""]
+    (args.out / "builds.md").write_text("\n".join(lines))
+    log.info("wrote %s (%.0f s)", args.out / "builds.md", machine["total_s"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Where the time goes: per-op profile of one benchmark part, ggml or torch.
+
+ggml: the scheduler's eval callback (``ggml_backend_sched_set_eval_callback``) asks to observe
+every node, so the scheduler computes the graph one node at a time; each node is timed from the
+callback's "ask" to its "observe" (compute only, with the thread pool's per-node start-up
+included: small nodes look slower than in a fused run). Nodes are grouped by op, by the type of
+their first source (the weight's storage type for ``MUL_MAT``) and, for matmuls, by shape
+``[rows x cols] . [cols x batch]``. torch: ``torch.profiler`` (CPU, self time by op).
+
+Usage (after ``make bench`` built the checkpoints, or any checkpoint of these families)::
+
+    python benchmarks/profile_ops.py parakeet ggml --model M.nemo --weight-type f32 --threads 2
+    python benchmarks/profile_ops.py parakeet torch --model M.nemo --threads 2
+    python benchmarks/profile_ops.py moss ggml --model DIR --weight-type q8_0 --part step
+    python benchmarks/profile_ops.py moss torch --model DIR --part prefill
+
+The input is the same as the benchmark's (``--seconds`` of the project's clip, ``--rows`` seeded
+rows). Prints a table of the top ops and writes it as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+
+class NodeTimer:
+    """Per-node compute times of ggml graphs through the scheduler's eval callback."""
+
+    def __init__(self, runtime) -> None:
+        import ggml
+
+        self.ggml = ggml
+        self.totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        self._started = 0.0
+        self._callback = ggml.ggml_backend_sched_eval_callback(self._observe)
+        ggml.ggml_backend_sched_set_eval_callback(runtime._sched, self._callback, None)
+
+    def _key(self, tensor) -> str:
+        ggml = self.ggml
+        t = tensor.contents
+        op = ggml.ggml_op_desc(tensor).decode()
+        src0 = t.src[0]
+        if not src0:
+            return op
+        s = src0.contents
+        kind = ggml.ggml_type_name(s.type).decode()
+        if op in ("MUL_MAT", "MUL_MAT_ID"):
+            src1 = t.src[1].contents
+            return f"{op} {kind} [{s.ne[1]}x{s.ne[0]}].[{src1.ne[0]}x{src1.ne[1] * src1.ne[2]}]"
+        return f"{op} {kind}"
+
+    def _observe(self, tensor, ask, _user) -> bool:
+        now = time.perf_counter()
+        if ask:
+            self._started = now
+            return True
+        entry = self.totals[self._key(tensor)]
+        entry[0] += (now - self._started) * 1e3
+        entry[1] += 1
+        return True
+
+    def table(self) -> list[dict]:
+        total = sum(ms for ms, _ in self.totals.values())
+        rows = [{"op": key, "ms": ms, "count": count, "share": ms / total}
+                for key, (ms, count) in self.totals.items()]
+        return sorted(rows, key=lambda r: -r["ms"])
+
+
+def _inputs(args, tmp: Path) -> Path:
+    from run import Plan, prepare_inputs
+
+    plan = Plan(size="", threads=[args.threads], weight_types=[], models=[], reps={},
+                steps=2, rows=args.rows, seconds=args.seconds)
+    prepare_inputs(tmp, plan, args.model if args.family == "moss" else None)
+    return tmp
+
+
+def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
+    from measure import _runtime, _upload_streamed
+
+    runtime = _runtime(args.threads, args.accel)
+    if args.family == "parakeet":
+        from audioparity.audio import load_audio
+        from audioparity.models.parakeet_tdt.config import load_config
+        from audioparity.models.parakeet_tdt.encoder import Encoder
+        from audioparity.models.parakeet_tdt.frontend import mel_features
+        from audioparity.models.parakeet_tdt.weights import load_weights
+
+        config = load_config(args.model)
+        host = load_weights(args.model, config, args.weight_type, "f32")
+        weights = host.upload(runtime)
+        mel = mel_features(load_audio(work / "audio.wav").samples, config.preprocessor,
+                           filterbank=host.preprocessor.get("preprocessor.featurizer.fb"),
+                           window=host.preprocessor.get("preprocessor.featurizer.window"))
+        del host
+        encoder = Encoder(weights, config, runtime)
+
+        def call():
+            return encoder.forward(mel)
+    else:
+        from checkpoints import MOSS_WEIGHTS, disk_tensors
+
+        from audioparity.models.moss_tts_delay import weights as moss_weights
+        from audioparity.models.moss_tts_delay.backbone import Backbone
+        from audioparity.models.moss_tts_delay.config import load_config
+
+        config = load_config(args.model)
+        on_disk = disk_tensors(args.model / MOSS_WEIGHTS)
+        arrays = {name: on_disk[name] for name in moss_weights.expected_shapes(config)}
+        storage = moss_weights.storage_types(arrays, {n: a.dtype for n, a in arrays.items()},
+                                             args.weight_type)
+        net = Backbone(runtime, _upload_streamed(runtime, arrays, storage), config,
+                       max_context=args.rows + 8)
+        rows, step_rows = np.load(work / "rows.npy"), np.load(work / "step_rows.npy")
+
+        def call():
+            if args.part == "prefill":
+                return net.prefill(rows)
+            net.n_past = args.rows  # the same cached position every time
+            return net.step(step_rows[0])
+
+        net.prefill(rows)
+    call()
+    start = time.perf_counter()
+    call()
+    plain_ms = (time.perf_counter() - start) * 1e3
+    timer = NodeTimer(runtime)
+    call()
+    return timer.table(), plain_ms
+
+
+def profile_torch(args, work: Path) -> tuple[list[dict], float]:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.family == "parakeet":
+        from audioparity.audio import load_audio
+        from audioparity.models.parakeet_tdt import reference
+
+        model = reference.restore_model(args.model)
+        features, length = reference.preprocessor(model, load_audio(work / "audio.wav").samples)
+
+        def call():
+            return model.encoder(audio_signal=features, length=length)
+    else:
+        from audioparity.models.moss_tts_delay import reference
+        from audioparity.models.moss_tts_delay.config import load_config
+
+        net = reference.load_model(args.model, load_config(args.model))
+        rows = torch.from_numpy(np.load(work / "rows.npy"))[None]
+        step = torch.from_numpy(np.load(work / "step_rows.npy")[:1])[None]
+        with torch.inference_mode():
+            cache = reference.forward(net, rows).cache
+
+        def call():
+            if args.part == "prefill":
+                return reference.forward(net, rows)
+            extra = cache.get_seq_length() - args.rows
+            if extra:  # back to the same cached position every time
+                cache.crop(-extra)
+            return reference.forward(net, step, cache)
+
+    with torch.inference_mode():
+        call()
+        start = time.perf_counter()
+        call()
+        plain_ms = (time.perf_counter() - start) * 1e3
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            call()
+    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e3
+    rows = [{"op": e.key, "ms": e.self_cpu_time_total / 1e3, "count": e.count,
+             "share": e.self_cpu_time_total / 1e3 / total} for e in prof.key_averages()]
+    return sorted(rows, key=lambda r: -r["ms"]), plain_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("family", choices=("parakeet", "moss"))
+    parser.add_argument("impl", choices=("ggml", "torch"))
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--weight-type", default="f32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--part", choices=("prefill", "step"), default="prefill",
+                        help="MOSS part (Parakeet: the encoder)")
+    parser.add_argument("--accel", default="", help="ggml: 'blas' adds the BLAS backend")
+    parser.add_argument("--seconds", type=float, default=9.9)
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = _inputs(args, Path(tmp))
+        table, plain_ms = (profile_ggml if args.impl == "ggml" else profile_torch)(args, work)
+    total = sum(r["ms"] for r in table)
+    print(f"{args.family} {args.impl} {args.weight_type if args.impl == 'ggml' else 'f32'} "
+          f"{args.part if args.family == 'moss' else 'encoder'}, {args.threads} threads: "
+          f"{plain_ms:.1f} ms unprofiled, {total:.1f} ms in ops when profiled")
+    for r in table[: args.top]:
+        print(f"{r['ms']:9.1f} ms {100 * r['share']:5.1f}% {r['count']:5d}x  {r['op']}")
+    if args.json:
+        args.json.write_text(json.dumps({"plain_ms": plain_ms, "ops": table}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
