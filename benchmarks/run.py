@@ -20,7 +20,7 @@ Usage::
     python benchmarks/run.py                 # full: Parakeet v3 shape, MOSS 1.7B shape
     python benchmarks/run.py --small         # MOSS with the Qwen3-0.6B shape (less memory)
     python benchmarks/run.py --quick         # 2 threads only, fewer repetitions
-    python benchmarks/run.py --size tiny --out /tmp/bench   # seconds: checks the scripts
+    python benchmarks/run.py --size tiny --out bench-tiny  # seconds: checks the scripts
 """
 
 from __future__ import annotations
