@@ -17,12 +17,12 @@ setup: $(STAMP)
 # ggml-python is compiled from source with llamafile's matmul kernels (-DGGML_LLAMAFILE=ON):
 # 2.2x faster f32 encoder and 3.5x faster f16 prefill than the default build, same parity
 # (BENCHMARKS.md). --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --no-cache-dir \
-		--no-binary ggml-python ggml-python==0.0.45
+		--no-binary ggml-python --force-reinstall --no-deps ggml-python==0.0.45
 	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
 	touch $@
 

@@ -4,24 +4,29 @@ Each variant is ggml-python 0.0.45 compiled from its source package with its own
 (``pip wheel --no-deps --no-cache-dir``: pip's wheel cache would otherwise hand back a wheel
 built with other flags), installed with ``pip install --no-deps --target`` into its own folder,
 and put first on ``PYTHONPATH`` of the measurement processes, so the project's venv is never
-touched. ``default`` is the venv's own ggml-python (what ``make setup`` installs).
+touched. ``venv`` is the venv's own ggml-python (what ``make setup`` installed).
 
-Variants (:data:`VARIANTS`): ``default``; ``llamafile`` (``-DGGML_LLAMAFILE=ON``: the CPU
-backend's matmuls go through llamafile's tinyBLAS kernels where they apply); ``blas``
+Variants (:data:`VARIANTS`): ``default`` (no CMake flags); ``llamafile``
+(``-DGGML_LLAMAFILE=ON``: the CPU backend's matmuls go through llamafile's tinyBLAS kernels where
+they apply); ``blas``
 (``-DGGML_BLAS=ON`` with OpenBLAS, ``apt-get install libopenblas-dev``: ggml's BLAS backend,
 which the measurement adds to the scheduler in front of the CPU backend as llama.cpp does,
 taking the matmuls with >= 32 rows of f32 activations); ``llamafile-blas`` (both).
 
 Measured at ``--threads`` (default 2): Parakeet encoder and decoder, MOSS prefill and step, at
 f32 and q8_0 (``--types``), with the parity figures (``enc_out`` cosine vs NeMo, MOSS last hidden
-max_rel vs torch) and the build flags each process found. The torch baselines run once, with the
-venv. Writes ``builds.{json,csv,md}`` next to ``bench.*`` in ``--out``.
+max_rel vs torch) and the build flags each process found (with BLAS, the OpenBLAS kernel set:
+:func:`openblas_coretype`). The torch baselines run once, with the venv. ``--tests`` runs the
+parity tests and ``--sweep`` the default sweep (``config/config.yaml``, on a copy of the
+workflow) per variant, and lists every cell whose status differs from the first variant's.
+Writes ``builds.{json,csv,md}`` next to ``bench.*`` in ``--out``.
 
 Usage::
 
     python benchmarks/builds.py                       # all variants, full shapes
     python benchmarks/builds.py --variants default,llamafile --size small
-    python benchmarks/builds.py --tests               # also run the parity tests per variant
+    python benchmarks/builds.py --models "" --tests --sweep --merge a.json --merge b.json
+                                                      # re-render two runs' timings, add checks
 """
 
 from __future__ import annotations
@@ -56,9 +61,10 @@ log = logging.getLogger("audioparity.bench")
 
 GGML_PYTHON = "ggml-python==0.0.45"
 BLAS = "-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS"
-#: Variant name -> CMAKE_ARGS (None: the venv's own build).
+#: Variant name -> CMAKE_ARGS (None: the venv's own build, whatever ``make setup`` built).
 VARIANTS = {
-    "default": None,
+    "venv": None,
+    "default": "",
     "llamafile": "-DGGML_LLAMAFILE=ON",
     "blas": BLAS,
     "llamafile-blas": f"-DGGML_LLAMAFILE=ON {BLAS}",
@@ -226,7 +232,8 @@ def parity_table(results: list[dict], variants: list[str]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="default,llamafile,blas,llamafile-blas",
+                        help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--threads", default="2")
     parser.add_argument("--types", default="f32,q8_0")
@@ -305,7 +312,8 @@ def main() -> None:
                              for n, r in sweeps.items()}}
     records = write_raw(args.out, "builds", machine, plan, results, [])
     lines = [*header("ggml-python build variants", machine, plan),
-             "Variants: " + "; ".join(f"{n}: `{VARIANTS[n] or 'the venv build'}`"
+             "Variants: " + "; ".join(f"{n}: `{VARIANTS[n] or 'no flags'}`"
+                                      if VARIANTS[n] is not None else f"{n}: the venv's build"
                                       for n in variants) + ".", "",
              *([f"Timings merged: {'; '.join(merged)}.", ""] if merged else []),
              "## Times (ms, ratio ggml / torch)", "", *comparison_table(records, variants), "",

@@ -11,9 +11,14 @@ Parts timed (median, min and max of ``--reps`` calls after one warm-up call): Pa
 ``encoder`` (mel -> enc_out, ~10 s of speech) and ``decoder`` (greedy TDT of enc_out); MOSS
 ``prefill`` (``--rows`` prompt rows) and ``step`` (one cached row after the prefill).
 
+Before each measurement the runner waits (at most ``--wait-quiet`` s) for other processes to go
+quiet, and it records the CPU they used meanwhile (``others_cores``), which the tables show: a
+2-thread timing on a 2-core machine is meaningless while another process holds a core.
+
 Outputs (``--out``, default ``benchmarks/results``): ``bench.json`` (every child's full result,
 the machine, the arguments), ``bench.csv`` (one row per measurement and part), ``bench.md`` (the
-tables: times, ratios ggml/torch, parity, memory, the acceptance targets of issue 5).
+tables: times, ratios ggml/torch, parity, memory, the acceptance targets of issue 5), and
+``logs/`` (each child's stderr).
 
 Usage::
 
@@ -21,6 +26,7 @@ Usage::
     python benchmarks/run.py --small         # MOSS with the Qwen3-0.6B shape (less memory)
     python benchmarks/run.py --quick         # 2 threads only, fewer repetitions
     python benchmarks/run.py --size tiny --out bench-tiny  # seconds: checks the scripts
+    python benchmarks/run.py --ggml-path DIR   # another ggml-python build (see builds.py)
 """
 
 from __future__ import annotations
@@ -157,12 +163,17 @@ def run_child(cmd: list[str], log_path: Path, threads: int, pythonpath: str = ""
 
 def machine_info() -> dict:
     """CPU model, cores, memory, load, library versions, git state."""
-    cpu = platform.processor()
+    cpu, features = platform.processor(), []
     try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines()
-                   if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
+        lscpu = dict(line.split(":", 1) for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+            if ":" in line)
+        cpu = (f"{lscpu['Model name'].strip()} (family {lscpu['CPU family'].strip()}, "
+               f"model {lscpu['Model'].strip()})")
+        features = [flag for flag in lscpu.get("Flags", "").split()
+                    if flag.startswith(("avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni",
+                                        "amx"))]
+    except (OSError, subprocess.CalledProcessError, KeyError):
         pass
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     versions = {}
@@ -174,7 +185,7 @@ def machine_info() -> dict:
     git = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                          capture_output=True, text=True).stdout.strip()
     return {
-        "cpu": cpu, "cores": os.cpu_count(),
+        "cpu": cpu, "cpu_features": features, "cores": os.cpu_count(),
         "memory_gib": round(int(meminfo["MemTotal"].split()[0]) / 2**20, 1),
         "memory_available_gib_at_start": round(
             int(meminfo["MemAvailable"].split()[0]) / 2**20, 1),
@@ -495,7 +506,8 @@ def header(title: str, machine: dict, plan: Plan) -> list[str]:
     v = machine["versions"]
     return [
         f"# {title}", "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; "
+        f"Machine: {machine['cpu']} [{' '.join(machine.get('cpu_features', []))}], "
+        f"{machine['cores']} cores, {machine['memory_gib']} GiB; "
         f"load average (1, 5, 15 min) at start {machine['loadavg_start']}, at end "
         f"{machine.get('loadavg_end')}; {machine.get('total_s')} s in all. torch {v['torch']}, "
         f"nemo_toolkit {v['nemo_toolkit']}, transformers {v['transformers']}, numpy "
