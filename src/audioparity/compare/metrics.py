@@ -150,32 +150,27 @@ def nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     return err / energy
 
 
-def _abs_diff(cand: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """``|a/s − b/s|`` and the scale ``s`` (:func:`_scale`), or None if non-finite remains."""
+def _abs_error(cand: np.ndarray, ref: np.ndarray, reduce) -> float:
+    """``reduce(|a − b|)`` computed as ``s · reduce(|a/s − b/s|)`` with the scale ``s`` of
+    :func:`_scale` (no overflow for huge values); 0 for empty arrays, NaN if a non-finite value
+    remains."""
     pair = _finite_pair(cand, ref)
     if pair is None:
-        return None
+        return float("nan")
     a, b = pair
     scale = _scale(a, b)
-    return np.abs(a / scale - b / scale), scale
+    values = np.abs(a / scale - b / scale)
+    return (float(reduce(values)) if values.size else 0.0) * scale
 
 
 def max_abs(cand: np.ndarray, ref: np.ndarray) -> float:
     """``max |a − b|`` (0 for empty arrays; NaN if a non-finite value remains)."""
-    diff = _abs_diff(cand, ref)
-    if diff is None:
-        return float("nan")
-    values, scale = diff
-    return (float(values.max()) if values.size else 0.0) * scale
+    return _abs_error(cand, ref, np.max)
 
 
 def mean_abs(cand: np.ndarray, ref: np.ndarray) -> float:
     """``mean |a − b|`` (0 for empty arrays; NaN if a non-finite value remains)."""
-    diff = _abs_diff(cand, ref)
-    if diff is None:
-        return float("nan")
-    values, scale = diff
-    return (float(values.mean()) if values.size else 0.0) * scale
+    return _abs_error(cand, ref, np.mean)
 
 
 def max_rel(cand: np.ndarray, ref: np.ndarray) -> float:
