@@ -3,6 +3,7 @@ import ast
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -131,6 +132,34 @@ def get_model(wildcards):
 def get_case(wildcards):
     """Input file (audio or prompt) of {family}/{case}."""
     return PATHS[wildcards.family]["cases"][wildcards.case]
+
+
+def family_model(family):
+    """Input function: the path of model {model} of `family`."""
+    return lambda wildcards: PATHS[family]["models"][wildcards.model]
+
+
+def family_cases(family):
+    """The input files (audio or prompts) of every case of `family`, in config order."""
+    return list(PATHS[family]["cases"].values())
+
+
+def reference_dirs(family):
+    """Output of a reference job: one dump directory per case of `family`, same order."""
+    return [directory(f"results/reference/{family}/{{model}}/{case}") for case in PATHS[family]["cases"]]
+
+
+def case_options(option):
+    """Params function: `option FILE --output-dir DIR` for each case of the job, shell-quoted."""
+
+    def get(wildcards, input, output):
+        return " ".join(
+            f"{option} {shlex.quote(path)} --output-dir {shlex.quote(directory)}"
+            for path, directory in zip(input.cases, output)
+        )
+
+    get.__name__ = "get_case_options"
+    return get
 
 
 def get_fixture_options(wildcards):

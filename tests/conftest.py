@@ -44,5 +44,5 @@ def reference_dump(
     from audioparity.models.parakeet_tdt.reference import dump_reference
 
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
-    dump_reference(tiny_nemo, clip_wav, output, threads=1)
+    dump_reference(tiny_nemo, [(clip_wav, output)], threads=1)
     return output

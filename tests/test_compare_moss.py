@@ -225,7 +225,7 @@ def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path:
     request = Path(__file__).resolve().parent.parent / "resources" / "moss" / "en_instruction.json"
     model = tmp_path / "tiny-massive"
     build_fixture(model, seed=0, massive_activation=True)
-    dump_reference(model, request, tmp_path / "ref", generate_rows=4)
+    dump_reference(model, [(request, tmp_path / "ref")], generate_rows=4)
     for weight_type in ("f32", "f16"):
         dump_ggml(model, request, tmp_path / weight_type, weight_type=weight_type, backend="cpu",
                   device=0, kv_cache_type="f32", threads=1, generate_rows=4)

@@ -68,7 +68,7 @@ def test_nemo_reference_dump_twice_is_byte_identical(tiny_nemo, clip_wav, refere
                                                      tmp_path):
     from audioparity.models.parakeet_tdt.reference import dump_reference
 
-    dump_reference(tiny_nemo, clip_wav, tmp_path / "again", threads=1)
+    dump_reference(tiny_nemo, [(clip_wav, tmp_path / "again")], threads=1)
     assert_byte_identical(reference_dump, tmp_path / "again")
     assert dump_differences(reference_dump, tmp_path / "again") == []
     assert_records_threads_and_versions(Dump(reference_dump), 1, "torch", "nemo_toolkit")
@@ -90,7 +90,7 @@ def test_torch_moss_reference_dump_twice_is_byte_identical(moss_checkpoint, tmp_
     from audioparity.models.moss_tts_delay.reference import dump_reference
 
     for run in ("run_1", "run_2"):
-        dump_reference(moss_checkpoint, PROMPT, tmp_path / run, threads=2)
+        dump_reference(moss_checkpoint, [(PROMPT, tmp_path / run)], threads=2)
     assert_byte_identical(tmp_path / "run_1", tmp_path / "run_2")
     assert dump_differences(tmp_path / "run_1", tmp_path / "run_2") == []
     assert_records_threads_and_versions(Dump(tmp_path / "run_1"), 2, "torch", "transformers",

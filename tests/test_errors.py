@@ -318,6 +318,9 @@ CASES = (
     Case("unknown_moss_weight_type", "usage", "unknown MOSS weight type",
          ("audioparity ggml moss-voicegen --model moss --prompt prompt.json --output-dir out "
           "--weight-type int4",), exit_code=2),
+    Case("reference_outputs_unpaired", "usage", "reference given two audio files but one "
+         "output directory", ("audioparity reference parakeet-tdt --model tiny.nemo --audio "
+                              "clip.wav --audio clip.wav --output-dir out",)),
     # dumps read by the ggml dump (teacher forcing) and by compare
     Case("reference_dir_missing", "dumps", "reference dump directory that does not exist",
          ("audioparity ggml parakeet-tdt --model tiny.nemo --audio clip.wav --reference-dir none "
@@ -697,7 +700,7 @@ def main() -> None:
         base = Path(scratch)
         clip = REPO / "resources" / "speech" / "clip.wav"
         build_fixture(base / "tiny.nemo", seed=0)
-        dump_reference(base / "tiny.nemo", clip, base / "ref")
+        dump_reference(base / "tiny.nemo", [(clip, base / "ref")])
         build_moss(base / "moss", seed=0)
         fx = Fixtures(base / "tiny.nemo", base / "ref", clip, base / "moss",
                       REPO / "resources" / "moss" / "en_instruction.json")

@@ -49,11 +49,8 @@ def checkpoint(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def references(root: Path, checkpoint: Path) -> dict[str, Dump]:
-    dumps = {}
-    for prompt in PROMPTS:
-        dump_reference(checkpoint, prompt, root / f"reference_{prompt.stem}")
-        dumps[prompt.stem] = Dump(root / f"reference_{prompt.stem}")
-    return dumps
+    dump_reference(checkpoint, [(prompt, root / f"reference_{prompt.stem}") for prompt in PROMPTS])
+    return {prompt.stem: Dump(root / f"reference_{prompt.stem}") for prompt in PROMPTS}
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: p.stem)
@@ -91,7 +88,7 @@ def test_generation_exercises_the_delay_pattern(checkpoint: Path,
 def test_remote_code_reference_equals_the_built_in_one(root: Path,
                                                        references: dict[str, Dump]) -> None:
     build_fixture(root / "remote", seed=0, remote_code=True)
-    dump_reference(root / "remote", PROMPT, root / "reference_remote")
+    dump_reference(root / "remote", [(PROMPT, root / "reference_remote")])
     remote, built_in = Dump(root / "reference_remote"), references[PROMPT.stem]
     assert remote.manifest["modeling"] == "trust_remote_code"
     assert built_in.manifest["modeling"] == "built-in"
@@ -103,7 +100,7 @@ def test_remote_code_reference_equals_the_built_in_one(root: Path,
 
 def test_massive_activation_gives_non_finite_values_at_f16(root: Path) -> None:
     build_fixture(root / "massive", seed=0, massive_activation=True)
-    dump_reference(root / "massive", PROMPT, root / "reference_massive")
+    dump_reference(root / "massive", [(PROMPT, root / "reference_massive")])
     ref = Dump(root / "reference_massive")
     f16 = ggml_dump(root / "massive", PROMPT, root / "ggml_massive_f16", weight_type="f16")
     f32 = ggml_dump(root / "massive", PROMPT, root / "ggml_massive_f32", weight_type="f32")

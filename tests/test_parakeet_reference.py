@@ -206,11 +206,11 @@ def test_lstm_state_0_is_the_float64_lstm_step_from_zero_input_and_state(
 def test_failed_dump_leaves_no_directory(tiny_nemo: Path, tmp_path: Path) -> None:
     output = tmp_path / "dump"
     with pytest.raises(AudioparityError, match="no such file"):
-        dump_reference(tiny_nemo, tmp_path / "missing.wav", output)
+        dump_reference(tiny_nemo, [(tmp_path / "missing.wav", output)])
     not_audio = tmp_path / "not_audio.wav"
     not_audio.write_bytes(b"RIFF0000WAVEjunk")
     with pytest.raises(AudioparityError, match="cannot read audio"):
-        dump_reference(tiny_nemo, not_audio, output)
+        dump_reference(tiny_nemo, [(not_audio, output)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_audio.wav"]
 
 
@@ -227,7 +227,7 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     audio = tmp_path / "two_seconds.wav"
     sf.write(audio, samples[: 2 * rate], rate, subtype="PCM_16")
     reference = tmp_path / "reference"
-    dump_reference(tiny_nemo, audio, reference, threads=1)
+    dump_reference(tiny_nemo, [(audio, reference)], threads=1)
     pos_emb = Dump(reference).tensor("pos_emb")
     assert pos_emb.shape[0] == 2 * 25 - 1
     np.testing.assert_allclose(pos_emb, rel_pos_encoding(25, pos_emb.shape[1]), atol=1e-5)
@@ -242,3 +242,23 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     failing = {row["stage"]: row["reason"] for row in json.loads(cell.read_text())
                if row["status"] != "pass"}
     assert failing == {}
+
+
+def test_one_model_load_dumps_every_case_as_separate_jobs_would(
+    tiny_nemo: Path, clip_wav: Path, reference_dump: Path, tmp_path: Path
+) -> None:
+    """Several cases share one NeMo import and restore (the workflow's one job per model): the
+    clip's tensors after another case are byte-identical to its own job's (reference_dump)."""
+    samples, rate = sf.read(clip_wav, dtype="int16")
+    short = tmp_path / "short.wav"
+    sf.write(short, samples[: rate], rate, subtype="PCM_16")
+    dump_reference(tiny_nemo, [(short, tmp_path / "short"), (clip_wav, tmp_path / "clip")])
+
+    alone, shared = Dump(reference_dump), Dump(tmp_path / "clip")
+    assert shared.manifest["cases_per_load"] == 2
+    assert alone.manifest["cases_per_load"] == 1
+    assert sorted(shared.manifest["tensors"]) == sorted(alone.manifest["tensors"])
+    for name in alone.manifest["tensors"]:
+        assert shared.tensor(name).tobytes() == alone.tensor(name).tobytes(), name
+    assert shared.json("decode") == alone.json("decode")
+    assert Dump(tmp_path / "short").tensor("enc_out").shape[0] < shared.tensor("enc_out").shape[0]

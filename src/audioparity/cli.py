@@ -53,14 +53,20 @@ def _parser() -> argparse.ArgumentParser:
     reference_sub = reference.add_subparsers(dest="family", required=True)
     p = reference_sub.add_parser("parakeet-tdt", help="NeMo EncDecRNNTBPEModel, CPU, eval")
     p.add_argument("--model", required=True, type=Path, help=".nemo file")
-    p.add_argument("--audio", required=True, type=Path, help="audio file (resampled to 16 kHz)")
-    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--audio", required=True, type=Path, action="append",
+                   help="audio file (resampled to 16 kHz); repeat it, with --output-dir, to "
+                   "dump several files from one model load")
+    p.add_argument("--output-dir", required=True, type=Path, action="append",
+                   help="dump directory, one per --audio, in the same order")
     p.add_argument("--threads", type=int, default=1)
 
     p = reference_sub.add_parser("moss-voicegen", help="MossTTSDelay model in PyTorch (float32)")
     p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
-    p.add_argument("--prompt", required=True, type=Path, help="JSON: text, instruction, language")
-    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--prompt", required=True, type=Path, action="append",
+                   help="JSON: text, instruction, language; repeat it, with --output-dir, to "
+                   "dump several prompts from one model load")
+    p.add_argument("--output-dir", required=True, type=Path, action="append",
+                   help="dump directory, one per --prompt, in the same order")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--generate-rows", type=int, default=16, help="rows of greedy generation")
 
@@ -198,6 +204,14 @@ def _determinism(a: Path, b: Path) -> int:
     return 0
 
 
+def _cases(inputs: list[Path], output_dirs: list[Path], option: str) -> list[tuple[Path, Path]]:
+    """Pair each repeated ``option`` with its ``--output-dir``; the counts must match."""
+    if len(inputs) != len(output_dirs):
+        raise AudioparityError(f"reference: {len(inputs)} {option} but {len(output_dirs)} "
+                               f"--output-dir; give one --output-dir per {option}, in order")
+    return list(zip(inputs, output_dirs))
+
+
 def _run(args: argparse.Namespace) -> int:
     moss = getattr(args, "family", None) == "moss-voicegen"
     if args.command == "fixture" and moss:
@@ -211,12 +225,13 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "reference" and moss:
         from audioparity.models.moss_tts_delay.reference import dump_reference
 
-        dump_reference(args.model, args.prompt, args.output_dir, threads=args.threads,
-                       generate_rows=args.generate_rows)
+        dump_reference(args.model, _cases(args.prompt, args.output_dir, "--prompt"),
+                       threads=args.threads, generate_rows=args.generate_rows)
     elif args.command == "reference":
         from audioparity.models.parakeet_tdt.reference import dump_reference
 
-        dump_reference(args.model, args.audio, args.output_dir, threads=args.threads)
+        dump_reference(args.model, _cases(args.audio, args.output_dir, "--audio"),
+                       threads=args.threads)
     elif args.command == "ggml" and moss:
         from audioparity.models.moss_tts_delay.dump import dump_ggml
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,42 +244,61 @@ def forward(net, rows, cache=None) -> Forward:
     )
 
 
-def dump_reference(model: Path, prompt: Path, output_dir: Path, threads: int = 1,
+def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
                    generate_rows: int = 16) -> None:
-    """Write the reference dump directory (contents in the module docstring).
+    """Write one reference dump (contents in the module docstring) per ``(prompt, output_dir)``
+    pair of ``cases``, importing torch and transformers and loading the model once for all of
+    them (the imports alone take most of a tiny-fixture job).
 
     Args:
         model: checkpoint directory (``config.json``, safetensors, tokenizer).
-        prompt: prompt JSON (:func:`.text_processor.load_prompt`).
-        output_dir: dump directory to write (atomically).
+        cases: ``(prompt JSON, dump directory)`` pairs (:func:`.text_processor.load_prompt`);
+            each directory is written atomically.
         threads: torch intra-op threads.
         generate_rows: rows of greedy generation.
 
-    Before torch is imported, the inputs go through the checks of the ggml dump with its
-    messages: the config, the prompt (:func:`.text_processor.load_prompt`) and the weights
+    Before torch is imported, every input goes through the checks of the ggml dump with its
+    messages: the config, each prompt (:func:`.text_processor.load_prompt`) and the weights
     (:func:`.weights.check_weights`: present, shaped as the config says, finite; one more read
     of the checkpoint, a tensor at a time).
 
     Raises:
-        AudioparityError: unreadable config, prompt or weights; weights missing, misshapen or
-            not finite; a prompt shorter than 3 rows. Nothing is left at ``output_dir`` then.
+        AudioparityError: no cases; unreadable config, prompt or weights; weights missing,
+            misshapen or not finite; a prompt shorter than 3 rows. The failing case's directory
+            is not left behind; an input error leaves none at all.
     """
-    model, prompt = Path(model), Path(prompt)
+    model = Path(model)
+    cases = [(Path(prompt), Path(output_dir)) for prompt, output_dir in cases]
+    if not cases:
+        raise AudioparityError("reference moss-voicegen: no prompt file given")
     config = load_config(model)
-    request = text_processor.load_prompt(prompt)
+    requests = [text_processor.load_prompt(prompt) for prompt, _ in cases]
     weights.check_weights(model, config)
 
     import torch
-    import transformers
 
     torch.set_num_threads(threads)
-    fields = {"family": FAMILY, "threads": threads, "n_layers": config.n_layers,
-              "generate_rows": generate_rows,
+    start = time.perf_counter()
+    net = load_model(model, config)
+    seconds = {"load": round(time.perf_counter() - start, 4)}
+    log.info("moss reference: loaded %s in %.1f s, for %d case(s)", model, seconds["load"],
+             len(cases))
+    fields = {"family": FAMILY, "threads": threads, "cases_per_load": len(cases),
+              "n_layers": config.n_layers, "generate_rows": generate_rows,
               "modeling": "trust_remote_code" if config.auto_map else "built-in"}
+    for (prompt, output_dir), request in zip(cases, requests):
+        _dump(net, model, config, prompt, request, output_dir, fields, seconds)
+
+
+def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,
+          request: text_processor.Prompt, output_dir: Path, fields: dict, seconds: dict) -> None:
+    import torch
+    import transformers
+
+    generate_rows = fields["generate_rows"]
     with DumpWriter(output_dir, producer="torch", model=model, inputs={"prompt": prompt},
                     fields=fields, versions=("torch", "transformers", "tokenizers")) as writer:
-        with writer.timed("load"):
-            net = load_model(model, config)
+        writer.manifest["seconds"].update(seconds)
         with writer.timed("prompt"):
             encoded = reference_prompt(model, config, request)
         writer.add_json("prompt", encoded.document())

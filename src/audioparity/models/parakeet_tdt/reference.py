@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -286,41 +287,50 @@ def _int_list(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
-def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1) -> None:
-    """Dump NeMo's activations for one audio file into ``output_dir`` (artifact contract).
+def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1) -> None:
+    """Dump NeMo's activations for each ``(audio, output_dir)`` pair of ``cases`` (artifact
+    contract), importing NeMo and restoring the model once for all of them: for
+    parakeet-tdt-0.6b-v3 on 2 cores the import takes about 7 s and the restore 20 s, a case
+    about 1 s per 10 s of audio (``BENCHMARKS.md``).
 
-    Writes ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
+    Each dump holds ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
     ``layer_{i} [T', D]``, ``enc_out [T', D]``, ``joint_logits [steps, V+1+n_durations]`` (raw,
     one row per joint evaluation of the greedy decode), ``lstm_state_0 [layers, 2, H]`` (h then
-    c after the blank/SOS step) and ``decode.json``. Manifest fields: family, threads, n_layers,
-    decoding (strategy, durations, max_symbols), audio (the file's format, see
+    c after the blank/SOS step) and ``decode.json``. Manifest fields: family, threads,
+    cases_per_load (how many dumps shared the import and load whose ``seconds`` it records),
+    n_layers, decoding (strategy, durations, max_symbols), audio (the file's format, see
     :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
 
-    Before NeMo is imported, the inputs go through the checks of the ggml dump, in its order and
-    with its messages: the config (:func:`~.config.load_config`), the audio
+    Before NeMo is imported, every input goes through the checks of the ggml dump, in its order
+    and with its messages: the config (:func:`~.config.load_config`), each audio file
     (:func:`~audioparity.audio.load_audio`, at least one encoder frame), and the checkpoint's
     tensors (:func:`~.weights.check_weights`: present, shaped as the config says, finite;
     this reads the weights once more, a few seconds for a 0.6B model).
 
     Args:
         model: ``.nemo`` file (``EncDecRNNTBPEModel`` with TDT decoding).
-        audio: audio file, read at the model's sample rate.
-        output_dir: the dump directory (written atomically).
+        cases: ``(audio file, dump directory)`` pairs; audio is read at the model's sample rate,
+            each directory is written atomically.
         threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
             count is restored afterwards.
 
     Raises:
-        AudioparityError: a missing or unreadable model or audio file, a Hugging Face directory
-            (NeMo restores ``.nemo`` files only), a model that is not Parakeet-TDT shaped or
-            whose tensors are missing, misshapen or not finite, too little audio, or a decode
-            the joint rows do not reproduce. Nothing is left at ``output_dir`` then.
+        AudioparityError: no cases; a missing or unreadable model or audio file, a Hugging Face
+            directory (NeMo restores ``.nemo`` files only), a model that is not Parakeet-TDT
+            shaped or whose tensors are missing, misshapen or not finite, too little audio, or a
+            decode the joint rows do not reproduce. The failing case's directory is not left
+            behind; an input error leaves none at all.
     """
-    model, audio, output_dir = Path(model), Path(audio), Path(output_dir)
+    model = Path(model)
+    cases = [(Path(audio), Path(output_dir)) for audio, output_dir in cases]
+    if not cases:
+        raise AudioparityError("reference parakeet-tdt: no audio file given")
     if model.is_dir():
         raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
     config = load_config(model)
-    sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
-                       min_samples=config.min_samples, purpose="one encoder frame")
+    sounds = [load_audio(audio, sample_rate=config.preprocessor.sample_rate,
+                         min_samples=config.min_samples, purpose="one encoder frame")
+              for audio, _ in cases]
     check_weights(model, config)
 
     import torch
@@ -328,34 +338,38 @@ def dump_reference(model: Path, audio: Path, output_dir: Path, threads: int = 1)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _dump(model, audio, sound, config, output_dir, threads)
+        start = time.perf_counter()
+        import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
+
+        imported = time.perf_counter()
+        asr_model = restore_model(model)
+        seconds = {"import": round(imported - start, 4),
+                   "load": round(time.perf_counter() - imported, 4)}
+        log.info("reference parakeet-tdt: imported NeMo in %.1f s, loaded %s in %.1f s, for %d "
+                 "case(s)", seconds["import"], model, seconds["load"], len(cases))
+        for (audio, output_dir), sound in zip(cases, sounds):
+            _dump(asr_model, model, audio, sound, config, output_dir,
+                  {"threads": threads, "cases_per_load": len(cases)}, seconds)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _dump(model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig, output_dir: Path,
-          threads: int) -> None:
+def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig,
+          output_dir: Path, fields: dict[str, int], seconds: dict[str, float]) -> None:
     start = time.perf_counter()
     with DumpWriter(
         output_dir,
         producer="nemo",
         model=model,
         inputs={"audio": audio},
-        fields={"family": "parakeet_tdt", "threads": threads, "audio": sound.source},
+        fields={"family": "parakeet_tdt", **fields, "audio": sound.source},
         versions=("torch", "nemo_toolkit"),
     ) as writer:
         for note in sound.notes:
             writer.note(note)
         log.info("reference parakeet-tdt: %s (%.2f s of audio)", audio, sound.seconds)
-
-        with writer.timed("import"):
-            import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
-        with writer.timed("load"):
-            asr_model = restore_model(model)
+        writer.manifest["seconds"].update(seconds)
         writer.manifest["n_layers"] = len(asr_model.encoder.layers)
-        log.info(
-            "reference parakeet-tdt: loaded %s in %.1f s", model, writer.manifest["seconds"]["load"]
-        )
 
         with writer.timed("preprocessor"):
             features, length = preprocessor(asr_model, sound.samples)
