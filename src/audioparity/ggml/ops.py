@@ -1,4 +1,4 @@
-"""ggml operators whose choice depends on a tensor's storage type, kept out of model code.
+"""ggml operators whose arrangement depends on a tensor's storage type, kept out of model code.
 
 Model code calls these like any ggml operator; the dispatch on the weight's type lives here, once,
 so graph builders stay the same for every weight type (STYLE.md).
@@ -40,3 +40,43 @@ def depthwise_conv_2d(ctx, kernel, x, stride: tuple[int, int], padding: tuple[in
     raise AudioparityError(
         f"depthwise conv kernel {tensor_name(kernel)!r} has ggml type {kind}; expected f32 or f16"
     )
+
+
+#: Inner length (values per dot product) llamafile's f32 sgemm needs a multiple of (AVX-512).
+SGEMM_INNER_MULTIPLE = 16
+
+
+def conv_2d(ctx, kernel, x, stride: tuple[int, int], padding: tuple[int, int]):
+    """``Conv2d`` (``groups = 1``, no bias, dilation 1) in NCHW layout, computed as
+    ``ggml_conv_2d`` computes it (im2col, then one matmul).
+
+    Args:
+        kernel: ``[OC, IC, KH, KW]`` (ggml ne ``[KW, KH, IC, OC]``), f32 or f16.
+        x: ``[N, IC, H, W]`` (ne ``[W, H, IC, N]``), f32.
+        stride, padding: ``(height, width)``, as torch orders them.
+
+    Returns:
+        ``[N, OC, OH, OW]`` (ne ``[OW, OH, OC, N]``), f32.
+
+    For f32 kernels the im2col rows and the kernel rows (``IC * KH * KW`` values) are
+    zero-padded to a multiple of :data:`SGEMM_INNER_MULTIPLE`, so the matmul runs in llamafile's
+    sgemm instead of one dot product at a time; the zeros add nothing to the sums. Parakeet's
+    first subsampling conv (one input channel, 3x3: 9 values) took 30-44 ms of the v3 encoder
+    without it. f16 kernels give an f16 im2col, which ``ggml_pad`` does not take: they run
+    ``ggml_conv_2d`` unchanged.
+    """
+    (s_h, s_w), (p_h, p_w) = stride, padding
+    if kernel.contents.type != ggml.GGML_TYPE_F32:
+        return ggml.ggml_conv_2d(ctx, kernel, x, s_w, s_h, p_w, p_h, 1, 1)
+    kw, kh, ic, oc = (kernel.contents.ne[i] for i in range(4))
+    columns = ggml.ggml_im2col(ctx, kernel, x, s_w, s_h, p_w, p_h, 1, 1, True,
+                               ggml.GGML_TYPE_F32)  # ne [IC*KH*KW, OW, OH, N]
+    ow, oh, n = (columns.contents.ne[i] for i in (1, 2, 3))
+    inner = ic * kh * kw
+    pad = -inner % SGEMM_INNER_MULTIPLE
+    columns = ggml.ggml_pad(ctx, ggml.ggml_reshape_2d(ctx, columns, inner, ow * oh * n),
+                            pad, 0, 0, 0)
+    weights = ggml.ggml_pad(ctx, ggml.ggml_reshape_2d(ctx, kernel, inner, oc), pad, 0, 0, 0)
+    out = ggml.ggml_mul_mat(ctx, columns, weights)  # ne [OW*OH*N, OC]
+    out = ggml.ggml_reshape_4d(ctx, out, ow, oh, n, oc)
+    return ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 1, 3, 2))  # ne [OW, OH, OC, N]
