@@ -146,7 +146,9 @@ def family_cases(family):
 
 def reference_dirs(family):
     """Output of a reference job: one dump directory per case of `family`, same order."""
-    return [directory(f"results/reference/{family}/{{model}}/{case}") for case in PATHS[family]["cases"]]
+    return [
+        directory(f"results/reference/{family}/{{model}}/{case}") for case in PATHS[family]["cases"]
+    ]
 
 
 def case_options(option):
@@ -154,8 +156,8 @@ def case_options(option):
 
     def get(wildcards, input, output):
         return " ".join(
-            f"{option} {shlex.quote(path)} --output-dir {shlex.quote(directory)}"
-            for path, directory in zip(input.cases, output)
+            f"{option} {shlex.quote(path)} --output-dir {shlex.quote(folder)}"
+            for path, folder in zip(input.cases, output, strict=True)
         )
 
     get.__name__ = "get_case_options"

@@ -209,7 +209,7 @@ def _cases(inputs: list[Path], output_dirs: list[Path], option: str) -> list[tup
     if len(inputs) != len(output_dirs):
         raise AudioparityError(f"reference: {len(inputs)} {option} but {len(output_dirs)} "
                                f"--output-dir; give one --output-dir per {option}, in order")
-    return list(zip(inputs, output_dirs))
+    return list(zip(inputs, output_dirs, strict=True))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -173,7 +173,8 @@ def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, c
     values = ggml.ggml_cont(ctx, ggml.ggml_permute(
         ctx, ggml.ggml_reshape_3d(ctx, values, hd, kv_heads, total), 1, 2, 0, 3))
     # a contiguous q keeps q k^T in llamafile's sgemm (a strided one runs a dot product at a time)
-    scores = ggml.ggml_mul_mat(ctx, keys, ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, q, 0, 2, 1, 3)))
+    queries = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, q, 0, 2, 1, 3))
+    scores = ggml.ggml_mul_mat(ctx, keys, queries)
     probs = ggml.ggml_soft_max_ext(ctx, scores, mask, hd**-0.5, 0.0)
     out = ggml.ggml_permute(ctx, ggml.ggml_mul_mat(ctx, values, probs), 0, 2, 1, 3)
     out = ggml.ggml_reshape_2d(ctx, ggml.ggml_cont(ctx, out), hd * heads, n)

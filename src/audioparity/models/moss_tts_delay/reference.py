@@ -286,7 +286,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     fields = {"family": FAMILY, "threads": threads, "cases_per_load": len(cases),
               "n_layers": config.n_layers, "generate_rows": generate_rows,
               "modeling": "trust_remote_code" if config.auto_map else "built-in"}
-    for (prompt, output_dir), request in zip(cases, requests):
+    for (prompt, output_dir), request in zip(cases, requests, strict=True):
         _dump(net, model, config, prompt, request, output_dir, fields, seconds)
 
 

@@ -347,7 +347,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
                    "load": round(time.perf_counter() - imported, 4)}
         log.info("reference parakeet-tdt: imported NeMo in %.1f s, loaded %s in %.1f s, for %d "
                  "case(s)", seconds["import"], model, seconds["load"], len(cases))
-        for (audio, output_dir), sound in zip(cases, sounds):
+        for (audio, output_dir), sound in zip(cases, sounds, strict=True):
             _dump(asr_model, model, audio, sound, config, output_dir,
                   {"threads": threads, "cases_per_load": len(cases)}, seconds)
     finally:
