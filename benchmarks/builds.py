@@ -11,7 +11,9 @@ Variants (:data:`VARIANTS`): ``default`` (no CMake flags); ``llamafile``
 they apply); ``blas``
 (``-DGGML_BLAS=ON`` with OpenBLAS, ``apt-get install libopenblas-dev``: ggml's BLAS backend,
 which the measurement adds to the scheduler in front of the CPU backend as llama.cpp does,
-taking the matmuls with >= 32 rows of f32 activations); ``llamafile-blas`` (both).
+taking the matmuls with >= 32 rows of f32 activations); ``llamafile-blas`` (both);
+``llamafile-mkl`` (llamafile, and the BLAS backend on Intel MKL from pip, the sgemm torch's
+CPU wheels use; :func:`mkl_prefix`, :data:`MKL_ENV`).
 
 Measured at ``--threads`` (default 2): Parakeet encoder and decoder, MOSS prefill and step, at
 f32 and q8_0 (``--types``), with the parity figures (``enc_out`` cosine vs NeMo, MOSS last hidden
@@ -61,6 +63,10 @@ log = logging.getLogger("audioparity.bench")
 
 GGML_PYTHON = "ggml-python==0.0.45"
 BLAS = "-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS"
+#: MKL's single dynamic library (mkl_rt), found through MKLROOT (:func:`mkl_prefix`); the
+#: runtime path to it is kept in the installed libraries.
+MKL = ("-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=Intel10_64_dyn "
+       "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON")
 #: Variant name -> CMAKE_ARGS (None: the venv's own build, whatever ``make setup`` built).
 VARIANTS = {
     "venv": None,
@@ -68,7 +74,11 @@ VARIANTS = {
     "llamafile": "-DGGML_LLAMAFILE=ON",
     "blas": BLAS,
     "llamafile-blas": f"-DGGML_LLAMAFILE=ON {BLAS}",
+    "llamafile-mkl": f"-DGGML_LLAMAFILE=ON {MKL}",
 }
+#: Environment of the measurements of MKL variants: MKL's threads on GNU OpenMP, the runtime
+#: ggml's CPU backend uses, so both share one thread pool instead of spinning against each other.
+MKL_ENV = {"MKL_THREADING_LAYER": "GNU"}
 #: Parity tests run per variant with ``--tests``.
 PARITY_TESTS = ("tests/test_parakeet_encoder.py", "tests/test_parakeet_decoder.py",
                 "tests/test_moss_parity.py", "tests/test_ggml_runtime.py")
@@ -91,6 +101,10 @@ def install_variant(name: str, cache: Path, log_dir: Path) -> str:
         start = time.perf_counter()
         env = dict(os.environ, CMAKE_ARGS=cmake_args,
                    CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2"))
+        if "mkl" in name:
+            prefix = mkl_prefix(cache, log_dir)
+            env.update(MKLROOT=str(prefix),
+                       CMAKE_ARGS=f"{cmake_args} -DBLAS_INCLUDE_DIRS={prefix / 'include'}")
         with open(log_dir / f"build_{name}.log", "w") as out:
             subprocess.run([sys.executable, "-m", "pip", "wheel", GGML_PYTHON, "--no-deps",
                             "--no-cache-dir", "-w", str(wheels)], env=env, stdout=out,
@@ -100,6 +114,25 @@ def install_variant(name: str, cache: Path, log_dir: Path) -> str:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
                     str(target), wheel], check=True)
     return str(target)
+
+
+def mkl_prefix(cache: Path, log_dir: Path) -> Path:
+    """MKL from pip (``mkl-devel``: libraries, headers) installed with ``--prefix`` into
+    ``cache/mkl``, plus the unversioned library names CMake's FindBLAS looks for (the wheels
+    ship ``libmkl_rt.so.N`` only)."""
+    prefix = cache / "mkl"
+    lib = prefix / "lib"
+    if not (lib / "libmkl_rt.so").exists():
+        with open(log_dir / "install_mkl.log", "w") as out:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--no-warn-script-location",
+                            "--prefix", str(prefix), "mkl-devel"], stdout=out,
+                           stderr=subprocess.STDOUT, check=True)
+        for versioned in lib.glob("libmkl_*.so.*"):
+            unversioned = lib / versioned.name.split(".so.")[0]
+            link = unversioned.with_name(unversioned.name + ".so")
+            if not link.exists():
+                link.symlink_to(versioned.name)
+    return prefix
 
 
 def openblas_coretype(pythonpath: str, requested: str) -> str:
@@ -220,7 +253,9 @@ def parity_table(results: list[dict], variants: list[str]) -> list[str]:
             if spec.get("build") != variant or "parity" not in r:
                 continue
             info = r.get("info", {})
-            flags = ", ".join(k for k in ("llamafile", "blas") if info.get(k)) or "none"
+            flags = ", ".join(filter(None, ("llamafile" if info.get("llamafile") else None,
+                                            info.get("blas") and f"BLAS {info['blas']}")))
+            flags = flags or "none"
             if info.get("openblas_core"):
                 flags += f" (OpenBLAS {info['openblas_core']})"
             parity = ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
@@ -280,10 +315,13 @@ def main() -> None:
         for family, model in models.items():
             for index, name in enumerate(variants):
                 plan.build, plan.pythonpath = name, paths[name]
-                plan.accel = "blas" if "blas" in name else ""
-                coretype = openblas_coretype(paths[name], args.openblas_coretype) \
-                    if plan.accel else ""
-                plan.env = {"OPENBLAS_CORETYPE": coretype} if coretype else {}
+                plan.accel = "blas" if "blas" in name or "mkl" in name else ""
+                if "mkl" in name:
+                    plan.env = dict(MKL_ENV)
+                else:
+                    coretype = openblas_coretype(paths[name], args.openblas_coretype) \
+                        if plan.accel else ""
+                    plan.env = {"OPENBLAS_CORETYPE": coretype} if coretype else {}
                 results += run_model(family, model, work, log_dir, plan, torch_side=index == 0)
     if args.tests:
         for name in variants:

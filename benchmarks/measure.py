@@ -164,14 +164,16 @@ def _compute_buffer_bytes(runtime) -> int:
 
 def _build_info() -> dict:
     """How this ggml-python was built (``doctor``: llamafile is a CPU feature, BLAS a backend
-    registry) and, with BLAS, the OpenBLAS kernel set in use."""
+    registry), with BLAS the library ggml's BLAS device names (``MKL``, ``OpenBLAS``, ...), and
+    with OpenBLAS the kernel set in use."""
     from audioparity.ggml import doctor
 
     info = doctor()
     build = {"ggml_python": info["ggml_python"], "registries": info["registries"],
              "llamafile": "llamafile" in info["cpu_features"],
-             "blas": "BLAS" in info["registries"]}
-    if build["blas"]:
+             "blas": next((d["description"] for d in info["devices"]
+                           if d["registry"] == "BLAS"), None)}
+    if build["blas"] == "OpenBLAS":
         try:
             openblas = ctypes.CDLL("libopenblas.so.0")
             openblas.openblas_get_corename.restype = ctypes.c_char_p

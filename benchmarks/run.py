@@ -488,15 +488,17 @@ def write_raw(out: Path, prefix: str, machine: dict, plan: Plan, results: list[d
     records."""
     records = flatten(results)
     out.mkdir(parents=True, exist_ok=True)
+    home = str(Path.home())  # paths under it are written from ~, as the results are shared
     (out / f"{prefix}.json").write_text(json.dumps(
         {"machine": machine, "plan": plan.__dict__, "results": results, "memory": memory},
-        indent=1) + "\n")
+        indent=1).replace(home, "~") + "\n")
     fields = list(dict.fromkeys(k for r in records for k in r))
     with open(out / f"{prefix}.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         for record in records:
-            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v)
+            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else
+                                 v.replace(home, "~") if isinstance(v, str) else v)
                              for k, v in record.items()})
     return records
 
