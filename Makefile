@@ -28,9 +28,10 @@ $(STAMP): pyproject.toml Makefile
 
 # A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock and incomplete markers:
 # unlock, and rerun what was incomplete. Do not start two runs in one checkout at once.
+# A failed job's log is printed, so its one error line shows without opening logs/.
 run: setup
-	$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

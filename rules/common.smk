@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -14,6 +15,11 @@ from audioparity.compare.gates import resolve_gates
 
 
 validate(config, "../config/schema.yaml")
+
+# Jobs find the `audioparity` command installed beside the Python that runs Snakemake (the
+# project's .venv) when PATH has none, so `.venv/bin/snakemake` works without activating the
+# venv; one earlier on PATH (an activated or conda environment) still comes first.
+shell.prefix(f'set -euo pipefail; export PATH="$PATH":{shlex.quote(os.path.dirname(sys.executable))}; ')
 
 #: Families present in the config, by their config key (= the `family` column of summary.csv).
 FAMILIES = {name: config[name] for name in config["families"]}

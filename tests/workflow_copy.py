@@ -46,9 +46,10 @@ def snakemake_command(workdir: Path, *args: str) -> list[str]:
 
 
 def environment(workdir: Path) -> dict[str, str]:
-    """The venv's executables first (the rules call `audioparity`), nothing else inherited."""
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
-            "GGML_NO_BACKTRACE": "1"}
+    """Nothing inherited, and no venv on PATH: the workflow must find the `audioparity`
+    command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run without
+    activating the venv does."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1"}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
