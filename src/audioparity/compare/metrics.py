@@ -76,6 +76,17 @@ def _scale(*arrays: np.ndarray) -> float:
     return math.ldexp(1.0, math.frexp(peak)[1] - 1) if peak > 0 else 1.0
 
 
+def _scaled_pair(cand: np.ndarray, ref: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """:func:`_finite_pair` divided by their common :func:`_scale` ``s``: ``(a/s, b/s, s)``,
+    or None if a non-finite value remains."""
+    pair = _finite_pair(cand, ref)
+    if pair is None:
+        return None
+    scale = _scale(*pair)
+    return pair[0] / scale, pair[1] / scale, scale
+
+
 def non_finite(cand: np.ndarray, ref: np.ndarray) -> int:
     """Count of NaN/Inf values in ``cand`` that are not agreed infinities.
 
@@ -115,13 +126,12 @@ def std_ratio(cand: np.ndarray, ref: np.ndarray) -> float:
     ``std(ref) == 0``: 1 if ``std(cand) == 0`` too, else ``inf``. NaN if a non-finite value
     remains.
     """
-    pair = _finite_pair(cand, ref)
-    if pair is None:
+    scaled = _scaled_pair(cand, ref)
+    if scaled is None:
         return float("nan")
-    a, b = pair
-    scale = _scale(a, b)
-    std_a = float(np.std(a / scale)) if a.size else 0.0
-    std_b = float(np.std(b / scale)) if b.size else 0.0
+    a, b, _ = scaled
+    std_a = float(np.std(a)) if a.size else 0.0
+    std_b = float(np.std(b)) if b.size else 0.0
     if std_b == 0.0:
         return 1.0 if std_a == 0.0 else float("inf")
     return std_a / std_b
@@ -136,12 +146,10 @@ def nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     attention). All-zero reference: 0 if the candidate is all-zero too, else ``inf``. NaN if a
     non-finite value remains.
     """
-    pair = _finite_pair(cand, ref)
-    if pair is None:
+    scaled = _scaled_pair(cand, ref)
+    if scaled is None:
         return float("nan")
-    a, b = pair
-    scale = _scale(a, b)
-    a, b = a / scale, b / scale
+    a, b, _ = scaled
     diff = a - b
     err = float(np.dot(diff, diff))
     energy = float(np.dot(b, b))
@@ -154,12 +162,11 @@ def _abs_error(cand: np.ndarray, ref: np.ndarray, reduce) -> float:
     """``reduce(|a − b|)`` computed as ``s · reduce(|a/s − b/s|)`` with the scale ``s`` of
     :func:`_scale` (no overflow for huge values); 0 for empty arrays, NaN if a non-finite value
     remains."""
-    pair = _finite_pair(cand, ref)
-    if pair is None:
+    scaled = _scaled_pair(cand, ref)
+    if scaled is None:
         return float("nan")
-    a, b = pair
-    scale = _scale(a, b)
-    values = np.abs(a / scale - b / scale)
+    a, b, scale = scaled
+    values = np.abs(a - b)
     return (float(reduce(values)) if values.size else 0.0) * scale
 
 
@@ -179,12 +186,10 @@ def max_rel(cand: np.ndarray, ref: np.ndarray) -> float:
     As the published MOSS C++ parity figures (3.5e-7 at f32). All-zero reference: 0 if the
     candidate is all-zero too, else ``inf``. NaN if a non-finite value remains.
     """
-    pair = _finite_pair(cand, ref)
-    if pair is None:
+    scaled = _scaled_pair(cand, ref)
+    if scaled is None:
         return float("nan")
-    a, b = pair
-    scale = _scale(a, b)
-    a, b = a / scale, b / scale
+    a, b, _ = scaled
     peak_ref = _peak(b)
     worst = float(np.max(np.abs(a - b))) if a.size else 0.0
     if peak_ref == 0.0:

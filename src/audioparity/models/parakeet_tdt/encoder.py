@@ -27,7 +27,7 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
-from audioparity.ggml.ops import conv_2d, depthwise_conv_2d
+from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, conv_2d, depthwise_conv_2d
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
@@ -186,9 +186,8 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     else:
         ac = ggml.ggml_mul_mat(ctx, per_head(k), q_u)  # [H, T_q, T_k] (ne [T_k, T_q, H])
         attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), None, scale, 0.0)
-        # T_k zero-padded to a multiple of 16, the inner length llamafile's sgemm takes (the
-        # padding adds exact zeros to each sum)
-        pad = -n_frames % 16
+        # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
+        pad = -n_frames % SGEMM_INNER_MULTIPLE
         v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
         attn = ggml.ggml_pad(ctx, attn, pad, 0, 0, 0)  # ne [T_k + pad, T_q, H]
         out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, T_q, d_k] (ne [d_k, T_q, H])
