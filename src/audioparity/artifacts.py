@@ -191,6 +191,21 @@ def _plain_file(value: Any, suffix: str) -> bool:
             and Path(value).name == value and "\\" not in value and value != suffix)
 
 
+def _dtype_name(value: Any) -> bool:
+    """Whether ``value`` is a numpy dtype's own name (``float32``, ``int64``), as ``.npy`` files
+    and :meth:`DumpWriter.add_tensor` spell it."""
+    try:
+        return isinstance(value, str) and str(np.dtype(value)) == value
+    except (TypeError, ValueError, SyntaxError):
+        return False
+
+
+def _one_line_text(value: Any) -> bool:
+    """Whether ``value`` is a string without line breaks or other control characters (it is
+    quoted in one-line messages)."""
+    return isinstance(value, str) and value.isprintable()
+
+
 def _check_manifest(manifest: Any, where: Path) -> None:
     """Raise unless ``manifest`` has the structure :class:`DumpWriter` writes (the keys a
     reader uses): ``tensors`` entries with a ``.npy`` file, an integer shape, a dtype and a
@@ -201,10 +216,10 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         if not (isinstance(entry, dict) and _plain_file(entry.get("file"), ".npy")
                 and isinstance(entry.get("shape"), list)
                 and all(type(n) is int and n >= 0 for n in entry["shape"])
-                and isinstance(entry.get("dtype"), str) and isinstance(entry.get("layout"), str)):
+                and _dtype_name(entry.get("dtype")) and _one_line_text(entry.get("layout"))):
             raise AudioparityError(
                 f"{where}: tensors[{name!r}] is {json.dumps(entry)[:120]}; expected {{file: "
-                "'<name>.npy', shape: [int, ...], dtype: str, layout: str}"
+                "'<name>.npy', shape: [int, ...], dtype: a numpy dtype name, layout: one line}"
             )
     documents = manifest.get("documents", {})
     if not isinstance(documents, dict) or not all(
