@@ -10,7 +10,7 @@
   ``model.safetensors`` in bfloat16, tokenizer) with a Qwen3 backbone of the 1.7B shape (hidden
   2048, 28 layers, 16 heads, 8 key/value heads, head_dim 128, SwiGLU 6144, 151936 text rows),
   ``n_vq`` 16 and 1024 audio codes; the tokenizer and special ids come from the project's
-  fixture builder (:func:`audioparity.models.moss_tts_delay.fixture.build_fixture`). The weights
+  fixture builder (:func:`audioparity.models.moss_voicegen.fixture.build_fixture`). The weights
   (2.1 B values) are drawn and written one tensor at a time, so building needs well under 1 GB.
 
 Shapes: ``full`` (the ones above), ``small`` (MOSS with Qwen3-0.6B's backbone, for machines with
@@ -176,9 +176,9 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
     """Write a MOSS checkpoint directory of ``shape`` at ``output``: the project's fixture (its
     tokenizer, chat template and special ids) with ``config.json`` resized and
     ``model.safetensors`` replaced by :func:`write_bf16_safetensors` weights."""
-    from audioparity.models.moss_tts_delay import fixture
-    from audioparity.models.moss_tts_delay.config import parse_config
-    from audioparity.models.moss_tts_delay.weights import expected_shapes
+    from audioparity.models.moss_voicegen import fixture
+    from audioparity.models.moss_voicegen.config import parse_config
+    from audioparity.models.moss_voicegen.weights import expected_shapes
 
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     fixture.build_fixture(partial, seed)

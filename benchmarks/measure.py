@@ -290,8 +290,8 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
     torch = _set_torch_threads(threads)
     import transformers
 
-    from audioparity.models.moss_tts_delay import reference
-    from audioparity.models.moss_tts_delay.config import load_config
+    from audioparity.models.moss_voicegen import reference
+    from audioparity.models.moss_voicegen.config import load_config
 
     seconds = {"import": time.perf_counter() - start}
     start = time.perf_counter()
@@ -343,9 +343,9 @@ def moss_ggml(spec: dict, stages: Stages) -> dict:
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
-    from audioparity.models.moss_tts_delay import weights
-    from audioparity.models.moss_tts_delay.backbone import Backbone
-    from audioparity.models.moss_tts_delay.config import load_config
+    from audioparity.models.moss_voicegen import weights
+    from audioparity.models.moss_voicegen.backbone import Backbone
+    from audioparity.models.moss_voicegen.config import load_config
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")

@@ -113,9 +113,9 @@ def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
     else:
         from checkpoints import MOSS_WEIGHTS, disk_tensors
 
-        from audioparity.models.moss_tts_delay import weights as moss_weights
-        from audioparity.models.moss_tts_delay.backbone import Backbone
-        from audioparity.models.moss_tts_delay.config import load_config
+        from audioparity.models.moss_voicegen import weights as moss_weights
+        from audioparity.models.moss_voicegen.backbone import Backbone
+        from audioparity.models.moss_voicegen.config import load_config
 
         config = load_config(args.model)
         on_disk = disk_tensors(args.model / MOSS_WEIGHTS)
@@ -156,8 +156,8 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
         def call():
             return model.encoder(audio_signal=features, length=length)
     else:
-        from audioparity.models.moss_tts_delay import reference
-        from audioparity.models.moss_tts_delay.config import load_config
+        from audioparity.models.moss_voicegen import reference
+        from audioparity.models.moss_voicegen.config import load_config
 
         net = reference.load_model(args.model, load_config(args.model))
         rows = torch.from_numpy(np.load(work / "rows.npy"))[None]

@@ -218,9 +218,9 @@ def test_margins_attach_to_any_document_by_name(tmp_path: Path):
 
 
 def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path: Path):
-    from audioparity.models.moss_tts_delay.dump import dump_ggml
-    from audioparity.models.moss_tts_delay.fixture import build_fixture
-    from audioparity.models.moss_tts_delay.reference import dump_reference
+    from audioparity.models.moss_voicegen.dump import dump_ggml
+    from audioparity.models.moss_voicegen.fixture import build_fixture
+    from audioparity.models.moss_voicegen.reference import dump_reference
 
     request = Path(__file__).resolve().parent.parent / "resources" / "moss" / "en_instruction.json"
     model = tmp_path / "tiny-massive"

@@ -43,7 +43,7 @@ def determinism_run(tmp_path: Path, command: list[str]) -> subprocess.CompletedP
 
 @pytest.fixture(scope="module")
 def moss_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from audioparity.models.moss_tts_delay.fixture import build_fixture
+    from audioparity.models.moss_voicegen.fixture import build_fixture
 
     path = tmp_path_factory.mktemp("moss") / "tiny"
     build_fixture(path, seed=0)
@@ -87,7 +87,7 @@ def test_ggml_moss_dump_twice_is_byte_identical(moss_checkpoint, weight_type, tm
 
 
 def test_torch_moss_reference_dump_twice_is_byte_identical(moss_checkpoint, tmp_path):
-    from audioparity.models.moss_tts_delay.reference import dump_reference
+    from audioparity.models.moss_voicegen.reference import dump_reference
 
     for run in ("run_1", "run_2"):
         dump_reference(moss_checkpoint, [(PROMPT, tmp_path / run)], threads=2)

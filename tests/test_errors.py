@@ -514,7 +514,7 @@ def run_compare(case: CompareCase, folder: Path) -> str:
 @pytest.fixture(scope="module")
 def fixtures(tiny_nemo: Path, reference_dump: Path, clip_wav: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
-    from audioparity.models.moss_tts_delay.fixture import build_fixture
+    from audioparity.models.moss_voicegen.fixture import build_fixture
 
     moss_dir = tmp_path_factory.mktemp("moss") / "tiny"
     build_fixture(moss_dir, seed=0)
@@ -692,7 +692,7 @@ def write_doc(rows: dict[str, list[str]]) -> str:
 
 def main() -> None:
     """Build the fixtures, run every case, and rewrite docs/errors.md."""
-    from audioparity.models.moss_tts_delay.fixture import build_fixture as build_moss
+    from audioparity.models.moss_voicegen.fixture import build_fixture as build_moss
     from audioparity.models.parakeet_tdt.fixture import build_fixture
     from audioparity.models.parakeet_tdt.reference import dump_reference
 

@@ -27,7 +27,7 @@ from audioparity.audio import Audio, load_audio
 from audioparity.compare import metrics as m
 from audioparity.compare.cell import compare_cell, document_metrics, tensor_metrics
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_tts_delay import text_processor
+from audioparity.models.moss_voicegen import text_processor
 
 #: A warning fails too: the readers and metrics promise clean errors, no overflow warnings.
 pytestmark = pytest.mark.filterwarnings("error")

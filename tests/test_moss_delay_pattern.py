@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from audioparity.models.moss_tts_delay.config import LanguageConfig, MossTTSDelayConfig
-from audioparity.models.moss_tts_delay.delay_pattern import DelayPatternState, greedy_generate
+from audioparity.models.moss_voicegen.config import LanguageConfig, MossTTSDelayConfig
+from audioparity.models.moss_voicegen.delay_pattern import DelayPatternState, greedy_generate
 
 PAD, IM_START, IM_END, A_START, A_END, USER, GEN, DELAY = 10, 11, 12, 13, 14, 15, 8, 9
 N_VQ, CODES = 3, 5  # pad code = 5

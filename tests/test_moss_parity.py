@@ -17,10 +17,10 @@ import audioparity
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import first_divergence, max_rel, non_finite
 from audioparity.ggml import doctor
-from audioparity.models.moss_tts_delay.config import load_config
-from audioparity.models.moss_tts_delay.dump import dump_ggml
-from audioparity.models.moss_tts_delay.fixture import build_fixture
-from audioparity.models.moss_tts_delay.reference import dump_reference
+from audioparity.models.moss_voicegen.config import load_config
+from audioparity.models.moss_voicegen.dump import dump_ggml
+from audioparity.models.moss_voicegen.fixture import build_fixture
+from audioparity.models.moss_voicegen.reference import dump_reference
 
 PROMPTS = sorted((Path(__file__).resolve().parent.parent / "resources" / "moss").glob("*.json"))
 PROMPT = PROMPTS[0]
@@ -144,7 +144,7 @@ def test_backend_not_built_in_is_unavailable(root: Path, checkpoint: Path) -> No
     assert not dump.has("generation")
 
 
-BACKBONE = "models/moss_tts_delay/backbone.py"
+BACKBONE = "models/moss_voicegen/backbone.py"
 #: Planted bug -> (text of backbone.py to replace, replacement).
 BUGS = {
     "rope_offset_in_step": ("positions=np.array([self.n_past])",
@@ -206,7 +206,7 @@ def test_checkpoint_code_forward_gives_the_dumped_heads(checkpoint: Path,
     agrees with the reference dump, which drives the same modules one by one."""
     import torch
 
-    from audioparity.models.moss_tts_delay.reference import load_model
+    from audioparity.models.moss_voicegen.reference import load_model
 
     ref = references[PROMPT.stem]
     net = load_model(checkpoint, load_config(checkpoint))

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_tts_delay import fixture as fx
-from audioparity.models.moss_tts_delay import text_processor as tp
-from audioparity.models.moss_tts_delay import weights as wt
-from audioparity.models.moss_tts_delay.config import load_config
-from audioparity.models.moss_tts_delay.reference import reference_prompt
+from audioparity.models.moss_voicegen import fixture as fx
+from audioparity.models.moss_voicegen import text_processor as tp
+from audioparity.models.moss_voicegen import weights as wt
+from audioparity.models.moss_voicegen.config import load_config
+from audioparity.models.moss_voicegen.reference import reference_prompt
 
 PROMPTS = sorted((Path(__file__).resolve().parent.parent / "resources" / "moss").glob("*.json"))
 

@@ -215,7 +215,7 @@ def _cases(inputs: list[Path], output_dirs: list[Path], option: str) -> list[tup
 def _run(args: argparse.Namespace) -> int:
     moss = getattr(args, "family", None) == "moss-voicegen"
     if args.command == "fixture" and moss:
-        from audioparity.models.moss_tts_delay.fixture import build_fixture
+        from audioparity.models.moss_voicegen.fixture import build_fixture
 
         build_fixture(args.output, seed=args.seed, massive_activation=args.massive_activation)
     elif args.command == "fixture":
@@ -223,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
 
         build_fixture(args.output, seed=args.seed)
     elif args.command == "reference" and moss:
-        from audioparity.models.moss_tts_delay.reference import dump_reference
+        from audioparity.models.moss_voicegen.reference import dump_reference
 
         dump_reference(args.model, _cases(args.prompt, args.output_dir, "--prompt"),
                        threads=args.threads, generate_rows=args.generate_rows)
@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
         dump_reference(args.model, _cases(args.audio, args.output_dir, "--audio"),
                        threads=args.threads)
     elif args.command == "ggml" and moss:
-        from audioparity.models.moss_tts_delay.dump import dump_ggml
+        from audioparity.models.moss_voicegen.dump import dump_ggml
 
         dump_ggml(
             args.model, args.prompt, args.output_dir, weight_type=args.weight_type,

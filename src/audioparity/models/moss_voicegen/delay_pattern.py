@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
 #: Margin of a value the rules force (no argmax decision).
 FORCED = float("inf")

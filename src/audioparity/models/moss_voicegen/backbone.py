@@ -29,7 +29,7 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
-from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
 F32_ROW = ggml.GGML_TYPE_F32
 I32 = ggml.GGML_TYPE_I32
@@ -215,7 +215,7 @@ class Backbone:
     Args:
         runtime: backend and threads.
         weights: the checkpoint's weights uploaded in their storage types (names as in
-            :func:`audioparity.models.moss_tts_delay.weights.expected_shapes`).
+            :func:`audioparity.models.moss_voicegen.weights.expected_shapes`).
         config: the checkpoint config.
         kv_cache_type: ``f32`` or ``f16``.
         max_context: rows the cache holds (prompt plus generated rows).

@@ -21,7 +21,7 @@ import numpy as np
 from audioparity.checkpoint import DTYPES, Entry, checkpoint_entries
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
-from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
 #: Weight types a dump may ask for; ``native`` keeps each matrix's checkpoint dtype.
 WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")

@@ -41,9 +41,9 @@ import numpy as np
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_tts_delay import text_processor, weights
-from audioparity.models.moss_tts_delay.config import MossTTSDelayConfig, load_config
-from audioparity.models.moss_tts_delay.delay_pattern import greedy_generate
+from audioparity.models.moss_voicegen import text_processor, weights
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
+from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
 
 log = logging.getLogger("audioparity")
 
@@ -115,7 +115,7 @@ def load_model(model_dir: Path, config: MossTTSDelayConfig):
 
         kwargs = {"trust_remote_code": True}
     else:
-        from audioparity.models.moss_tts_delay.remote_code.modeling_moss_tts import (
+        from audioparity.models.moss_voicegen.remote_code.modeling_moss_tts import (
             MossTTSDelayModel as loader,
         )
 

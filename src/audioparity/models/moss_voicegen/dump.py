@@ -1,7 +1,7 @@
 """The ggml dump of a MOSS-VoiceGenerator checkpoint (producer ``ggml``).
 
 Same tensor and document names and layouts as the reference dump
-(:mod:`audioparity.models.moss_tts_delay.reference`), computed by the ggml backbone
+(:mod:`audioparity.models.moss_voicegen.reference`), computed by the ggml backbone
 (:mod:`.backbone`) on the rows of our own text processor (:mod:`.text_processor`):
 
 - document ``prompt``: ``{"text", "rows"}`` from our text processor;
@@ -34,10 +34,10 @@ from pathlib import Path
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
 from audioparity.ggml import BackendUnavailable, Runtime, build_info
-from audioparity.models.moss_tts_delay import text_processor, weights
-from audioparity.models.moss_tts_delay.backbone import Backbone
-from audioparity.models.moss_tts_delay.config import load_config
-from audioparity.models.moss_tts_delay.reference import FAMILY, write_generation, write_prefill
+from audioparity.models.moss_voicegen import text_processor, weights
+from audioparity.models.moss_voicegen.backbone import Backbone
+from audioparity.models.moss_voicegen.config import load_config
+from audioparity.models.moss_voicegen.reference import FAMILY, write_generation, write_prefill
 
 log = logging.getLogger("audioparity")
 

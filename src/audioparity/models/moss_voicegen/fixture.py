@@ -327,7 +327,7 @@ def build_fixture(output: Path, seed: int = 0, massive_activation: bool = False,
             "model_max_length": 40960,
         })
         if remote_code:
-            from audioparity.models.moss_tts_delay import remote_code as code
+            from audioparity.models.moss_voicegen import remote_code as code
 
             for name in code.FILES:
                 shutil.copyfile(code.SOURCE_DIR / name, tmp / name)

@@ -3,7 +3,7 @@
 The three modules mirror the files a MOSS checkpoint ships for ``trust_remote_code``
 (``configuration_moss_tts.py``, ``modeling_moss_tts.py``, ``processing_moss_tts.py``): the
 built-in reference imports them directly when a checkpoint carries no code, and
-:func:`audioparity.models.moss_tts_delay.fixture.build_fixture` copies them into a fixture
+:func:`audioparity.models.moss_voicegen.fixture.build_fixture` copies them into a fixture
 (with ``auto_map``) to exercise the ``trust_remote_code`` path. They import only torch and
 transformers (never ``audioparity``), as checkpoint code must.
 """
