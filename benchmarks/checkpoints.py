@@ -177,8 +177,8 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
     tokenizer, chat template and special ids) with ``config.json`` resized and
     ``model.safetensors`` replaced by :func:`write_bf16_safetensors` weights."""
     from audioparity.models.moss_voicegen import fixture
+    from audioparity.models.moss_voicegen.checkpoint import expected_shapes
     from audioparity.models.moss_voicegen.config import parse_config
-    from audioparity.models.moss_voicegen.weights import expected_shapes
 
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     fixture.build_fixture(partial, seed)

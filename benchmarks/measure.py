@@ -318,12 +318,11 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
                                    warmup=0)
         stages("prefill_upstream")
         _save(work / f"last_hidden_t{threads}.npy", np.asarray(hidden[-1]))
-        cache, step_ms, first = full.cache, [], None
+        (_, cache), step_ms, first = full, [], None
         for index, row in enumerate(step_rows):
             start = time.perf_counter()
-            result = reference.forward(net, torch.from_numpy(row)[None, None], cache)
+            result, cache = reference.forward(net, torch.from_numpy(row)[None, None], cache)
             elapsed = (time.perf_counter() - start) * 1e3
-            cache = result.cache
             if index == 0:
                 first = np.asarray(result.hidden[-1])
             if index >= WARMUP:
@@ -343,7 +342,7 @@ def moss_ggml(spec: dict, stages: Stages) -> dict:
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
-    from audioparity.models.moss_voicegen import weights
+    from audioparity.models.moss_voicegen import checkpoint, weights
     from audioparity.models.moss_voicegen.backbone import Backbone
     from audioparity.models.moss_voicegen.config import load_config
 
@@ -351,7 +350,7 @@ def moss_ggml(spec: dict, stages: Stages) -> dict:
     stages("imported")
     start = time.perf_counter()
     config = load_config(model)
-    shapes = weights.expected_shapes(config)
+    shapes = checkpoint.expected_shapes(config)
     on_disk = disk_tensors(model / MOSS_WEIGHTS)
     arrays = {name: on_disk[name] for name in shapes}
     wrong = [name for name, shape in shapes.items() if arrays[name].shape != shape]

@@ -113,13 +113,14 @@ def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
     else:
         from checkpoints import MOSS_WEIGHTS, disk_tensors
 
+        from audioparity.models.moss_voicegen import checkpoint as moss_checkpoint
         from audioparity.models.moss_voicegen import weights as moss_weights
         from audioparity.models.moss_voicegen.backbone import Backbone
         from audioparity.models.moss_voicegen.config import load_config
 
         config = load_config(args.model)
         on_disk = disk_tensors(args.model / MOSS_WEIGHTS)
-        arrays = {name: on_disk[name] for name in moss_weights.expected_shapes(config)}
+        arrays = {name: on_disk[name] for name in moss_checkpoint.expected_shapes(config)}
         storage = moss_weights.storage_types(arrays, {n: a.dtype for n, a in arrays.items()},
                                              args.weight_type)
         net = Backbone(runtime, _upload_streamed(runtime, arrays, storage), config,
@@ -163,7 +164,7 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
         rows = torch.from_numpy(np.load(work / "rows.npy"))[None]
         step = torch.from_numpy(np.load(work / "step_rows.npy")[:1])[None]
         with torch.inference_mode():
-            cache = reference.forward(net, rows).cache
+            _, cache = reference.forward(net, rows)
 
         def call():
             if args.part == "prefill":

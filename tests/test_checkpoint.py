@@ -1,4 +1,4 @@
-"""The shared safetensors reader (:mod:`audioparity.checkpoint`) against what the
+"""The shared safetensors reader (:mod:`audioparity.checkpoints.safetensors`) against what the
 ``safetensors`` package writes and torch reads back: every float dtype equal to torch's
 float32, shards found through the index, and damaged files refused with one clean line."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.checkpoint import (
+from audioparity.checkpoints import check_finite
+from audioparity.checkpoints.safetensors import (
     INDEX_FILE,
     SINGLE_FILE,
-    check_finite,
     checkpoint_entries,
     file_entries,
     shard_files,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from audioparity.errors import AudioparityError
+from audioparity.models.moss_voicegen import checkpoint as wt
 from audioparity.models.moss_voicegen import fixture as fx
 from audioparity.models.moss_voicegen import text_processor as tp
-from audioparity.models.moss_voicegen import weights as wt
 from audioparity.models.moss_voicegen.config import load_config
 from audioparity.models.moss_voicegen.reference import reference_prompt
 

@@ -15,7 +15,8 @@ from audioparity.models.parakeet_tdt.config import (
     ParakeetTDTConfig,
     PreprocessorConfig,
 )
-from audioparity.models.parakeet_tdt.decoder import TdtDecoder, greedy_tdt, joint
+from audioparity.models.parakeet_tdt.decoder import TdtDecoder, joint
+from audioparity.models.parakeet_tdt.greedy import greedy_tdt
 
 # A hand-made vocabulary: tokens 0, 1, 2; blank 3; durations (0, 1, 2) at outputs 4, 5, 6.
 BLANK = 3
@@ -245,15 +246,15 @@ def test_fixture_replay_equals_reference_decode(tiny_nemo, reference_dump):
     from audioparity.artifacts import Dump
     from audioparity.ggml import Runtime
     from audioparity.models.parakeet_tdt.config import load_config
-    from audioparity.models.parakeet_tdt.decoder import decode_document, load_tokenizer
-    from audioparity.models.parakeet_tdt.reference import tdt_greedy_path
+    from audioparity.models.parakeet_tdt.greedy import replay_path
+    from audioparity.models.parakeet_tdt.tokenizer import decode_document, load_tokenizer
     from audioparity.models.parakeet_tdt.weights import load_weights
 
     reference = Dump(reference_dump)
     expected = reference.json("decode")
     enc_out = reference.tensor("enc_out")
     config = load_config(tiny_nemo)
-    path = tdt_greedy_path(reference.tensor("joint_logits"), enc_out.shape[0],
+    path = replay_path(reference.tensor("joint_logits"), enc_out.shape[0],
                            list(config.durations), config.max_symbols)
     with Runtime("cpu", threads=1) as runtime:
         weights = load_weights(tiny_nemo, config, "f32").upload(runtime)
@@ -269,7 +270,7 @@ def test_fixture_replay_equals_reference_decode(tiny_nemo, reference_dump):
 
 
 def test_tokenizer_strips_one_space_before_vocabulary_punctuation():
-    from audioparity.models.parakeet_tdt.decoder import Tokenizer
+    from audioparity.models.parakeet_tdt.tokenizer import Tokenizer
 
     # "." and "?" are plain pieces (punctuation); "\u2581!" starts with the word marker, so "!"
     # is not collected (NeMo's extract_punctuation_from_vocab), and "<unk>" is special.

@@ -14,18 +14,13 @@ from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
+from audioparity.models.parakeet_tdt.checkpoint import expected_shapes, read_state
 from audioparity.models.parakeet_tdt.config import (
     EncoderConfig,
     from_nemo_config,
     load_config,
 )
-from audioparity.models.parakeet_tdt.weights import (
-    expected_shapes,
-    fold_batch_norm,
-    load_weights,
-    read_state,
-    to_graph_layout,
-)
+from audioparity.models.parakeet_tdt.weights import fold_batch_norm, load_weights, to_graph_layout
 
 torch = pytest.importorskip("torch")
 
@@ -148,7 +143,7 @@ def test_conv_subsampling_matches_nemo(nemo):
         ref, length = module(torch.from_numpy(mel)[None], torch.tensor([101]))
     out = run_block(graph_arrays(module, "encoder.pre_encode."), {"mel": mel},
                     lambda ctx, w, x: enc.conv_subsampling(ctx, w, CFG, x))
-    assert out.shape[0] == enc.subsampled_length(101, CFG) == int(length[0]) == 13
+    assert out.shape[0] == CFG.subsampled_length(101) == int(length[0]) == 13
     assert_close_to_float64(out, ref[0].numpy())
 
 

@@ -14,7 +14,8 @@ import yaml
 from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
-from audioparity.models.parakeet_tdt.reference import dump_reference, tdt_greedy_path
+from audioparity.models.parakeet_tdt.greedy import replay_path
+from audioparity.models.parakeet_tdt.reference import dump_reference
 
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -31,30 +32,30 @@ def _row(token: int, duration_index: int, vocab: int = 3) -> np.ndarray:
 
 def test_walk_blank_of_duration_zero_advances_one_frame_without_emitting() -> None:
     rows = np.stack([_row(3, 0), _row(1, 2)])  # blank d=0 at t=0, token 1 d=2 at t=1
-    path = tdt_greedy_path(rows, n_frames=3, durations=DURATIONS, max_symbols=10)
+    path = replay_path(rows, n_frames=3, durations=DURATIONS, max_symbols=10)
     assert (path.ids, path.frames, path.durations) == ([1], [1], [2])
     assert (path.row_frames, path.row_history) == ([0, 1], [0, 0])
 
 
 def test_walk_forces_the_next_frame_after_max_symbols_zero_duration_tokens() -> None:
     rows = np.stack([_row(2, 0)] * 3 + [_row(0, 1)])
-    path = tdt_greedy_path(rows, n_frames=2, durations=DURATIONS, max_symbols=3)
+    path = replay_path(rows, n_frames=2, durations=DURATIONS, max_symbols=3)
     assert path.frames == [0, 0, 0, 1]
     assert path.row_history == [0, 1, 2, 3]
 
 
 def test_walk_does_not_force_when_the_last_symbol_moved_on() -> None:
     rows = np.stack([_row(2, 0), _row(2, 0), _row(1, 1), _row(0, 1)])
-    path = tdt_greedy_path(rows, n_frames=2, durations=DURATIONS, max_symbols=3)
+    path = replay_path(rows, n_frames=2, durations=DURATIONS, max_symbols=3)
     assert path.frames == [0, 0, 0, 1]
 
 
 def test_walk_refuses_rows_that_do_not_match_the_path() -> None:
     rows = np.stack([_row(3, 1), _row(3, 1)])
     with pytest.raises(AudioparityError, match="used 1 of 2 joint rows"):
-        tdt_greedy_path(rows, n_frames=1, durations=DURATIONS, max_symbols=10)
+        replay_path(rows, n_frames=1, durations=DURATIONS, max_symbols=10)
     with pytest.raises(AudioparityError, match="needs more than 2 joint rows"):
-        tdt_greedy_path(rows, n_frames=3, durations=DURATIONS, max_symbols=10)
+        replay_path(rows, n_frames=3, durations=DURATIONS, max_symbols=10)
 
 
 # --- the dump against NeMo -------------------------------------------------------------------
@@ -165,7 +166,7 @@ def test_joint_rows_equal_nemo_joint_along_the_path(reference_dump: Path, model)
     dump = Dump(reference_dump)
     rows, enc_out = dump.tensor("joint_logits"), dump.tensor("enc_out")
     decode = dump.json("decode")
-    path = tdt_greedy_path(rows, enc_out.shape[0], DURATIONS, max_symbols=10)
+    path = replay_path(rows, enc_out.shape[0], DURATIONS, max_symbols=10)
     history = [model.decoder.blank_idx, *decode["ids"]]
     with torch.inference_mode():
         # prediction net over the whole token history, SOS (blank) first: g[u] after u tokens

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from audioparity.checkpoints.nemo import read_nemo_member
+from audioparity.checkpoints.torch_zip import read_torch_state_dict
 from audioparity.errors import AudioparityError
-from audioparity.models.parakeet_tdt.config import read_nemo_member
-from audioparity.models.parakeet_tdt.weights import read_state, read_torch_state_dict
+from audioparity.models.parakeet_tdt.checkpoint import read_state
 
 torch = pytest.importorskip("torch")
 
@@ -62,7 +63,7 @@ def test_half_types_views_and_shared_storages_equal_torch_load(tmp_path: Path) -
 
 
 def test_reading_a_nemo_imports_no_torch(tiny_nemo: Path) -> None:
-    code = ("import sys; from audioparity.models.parakeet_tdt.weights import read_state; "
+    code = ("import sys; from audioparity.models.parakeet_tdt.checkpoint import read_state; "
             f"read_state({str(tiny_nemo)!r}); assert 'torch' not in sys.modules, 'torch'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)

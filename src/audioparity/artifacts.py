@@ -185,6 +185,19 @@ class DumpWriter:
         self.manifest["seconds"][stage] = round(time.perf_counter() - start, 4)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temp file in the same folder, then rename,
+    so a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _plain_file(value: Any, suffix: str) -> bool:
     """Whether ``value`` names a file directly inside the dump directory, ending ``suffix``."""
     return (isinstance(value, str) and value.endswith(suffix) and value != MANIFEST

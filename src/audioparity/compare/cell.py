@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump
+from audioparity.artifacts import Dump, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
@@ -275,19 +275,6 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     return value
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temp file in the same folder, then rename,
-    so a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def compare_cell(

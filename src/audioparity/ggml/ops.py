@@ -1,7 +1,8 @@
-"""ggml operators whose arrangement depends on a tensor's storage type, kept out of model code.
+"""Building blocks every ggml port here uses: ``torch.nn`` layers as ggml operators.
 
-Model code calls these like any ggml operator; the dispatch on the weight's type lives here, once,
-so graph builders stay the same for every weight type (STYLE.md).
+Model code calls these like any ggml operator. Where ggml's arrangement depends on a weight's
+storage type (convolutions), the dispatch lives here, once, so graph builders stay the same for
+every weight type (docs/design.md, "Model ports").
 """
 
 from __future__ import annotations
@@ -9,7 +10,21 @@ from __future__ import annotations
 import ggml
 
 from audioparity.errors import AudioparityError
-from audioparity.ggml.runtime import tensor_name
+from audioparity.ggml.runtime import Weights, tensor_name
+
+
+def linear(ctx, w: Weights, name: str, x):
+    """``torch.nn.Linear`` (or a 1x1 conv) named ``name``: ``x W^T + b``, the bias only if the
+    checkpoint has one. x ``[T, in]`` (ne ``[in, T]``; more leading axes broadcast),
+    ``{name}.weight`` ``[out, in]``, ``{name}.bias`` ``[out]``; returns ``[T, out]``."""
+    y = ggml.ggml_mul_mat(ctx, w[name + ".weight"], x)
+    bias = w.get(name + ".bias")
+    return y if bias is None else ggml.ggml_add(ctx, y, bias)
+
+
+def layer_norm(ctx, x, weight, bias, eps: float):
+    """``torch.nn.LayerNorm`` over the last axis of x ``[T, D]`` (ggml ``ne[0]``)."""
+    return ggml.ggml_add(ctx, ggml.ggml_mul(ctx, ggml.ggml_norm(ctx, x, eps), weight), bias)
 
 
 def depthwise_conv_2d(ctx, kernel, x, stride: tuple[int, int], padding: tuple[int, int]):

@@ -22,7 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS, write_text_atomic
+from audioparity.artifacts import write_text_atomic
+from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS
 from audioparity.compare.gates import NOT_COMPARED, STATUSES
 from audioparity.report.summary import (
     BACKEND_ORDER,

@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from audioparity.compare.cell import COLUMNS, ISOLATED, LABEL_COLUMNS, write_text_atomic
+from audioparity.artifacts import write_text_atomic
+from audioparity.compare.cell import COLUMNS, ISOLATED, LABEL_COLUMNS
 from audioparity.errors import AudioparityError
 
 BACKEND_ORDER = ("cpu", "cuda", "vulkan")

@@ -30,24 +30,10 @@ import numpy as np
 from audioparity.errors import AudioparityError
 from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.stages import Forward
 
 F32_ROW = ggml.GGML_TYPE_F32
 I32 = ggml.GGML_TYPE_I32
-
-
-@dataclass(frozen=True)
-class Forward:
-    """Outputs of one forward over ``n`` rows (float32).
-
-    ``hidden`` ``[n, H]``: final normed hidden states; ``layers`` ``[n_layers, H]``: each decoder
-    layer's output at the last row; ``text_logits`` ``[vocab_size]`` and ``audio_logits``
-    ``[n_vq, audio_vocab_size+1]`` (pad logit ``-inf``): the heads at the last row.
-    """
-
-    hidden: np.ndarray
-    layers: np.ndarray
-    text_logits: np.ndarray
-    audio_logits: np.ndarray
 
 
 def rope_tables(positions: np.ndarray, head_dim: int,
@@ -215,7 +201,7 @@ class Backbone:
     Args:
         runtime: backend and threads.
         weights: the checkpoint's weights uploaded in their storage types (names as in
-            :func:`audioparity.models.moss_voicegen.weights.expected_shapes`).
+            :func:`audioparity.models.moss_voicegen.checkpoint.expected_shapes`).
         config: the checkpoint config.
         kv_cache_type: ``f32`` or ``f16``.
         max_context: rows the cache holds (prompt plus generated rows).

@@ -37,7 +37,7 @@ from audioparity.ggml import BackendUnavailable, Runtime, build_info
 from audioparity.models.moss_voicegen import text_processor, weights
 from audioparity.models.moss_voicegen.backbone import Backbone
 from audioparity.models.moss_voicegen.config import load_config
-from audioparity.models.moss_voicegen.reference import FAMILY, write_generation, write_prefill
+from audioparity.models.moss_voicegen.stages import write_generation, write_prefill
 
 log = logging.getLogger("audioparity")
 
@@ -63,7 +63,7 @@ def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, 
     model, prompt = Path(model), Path(prompt)
     config = load_config(model)
     request = text_processor.load_prompt(prompt)
-    fields = {"family": FAMILY, "weight_type": weight_type, "backend": backend,
+    fields = {"family": "moss_voicegen", "weight_type": weight_type, "backend": backend,
               "device": device, "kv_cache_type": kv_cache_type, "threads": threads,
               "n_layers": config.n_layers, "generate_rows": generate_rows,
               "ggml_build": build_info()}

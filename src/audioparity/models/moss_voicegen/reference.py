@@ -33,73 +33,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_voicegen import text_processor, weights
+from audioparity.models.moss_voicegen import text_processor
+from audioparity.models.moss_voicegen.checkpoint import check_weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
-from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
+from audioparity.models.moss_voicegen.stages import Forward, write_generation, write_prefill
 
 log = logging.getLogger("audioparity")
 
-FAMILY = "moss_voicegen"
 #: Files that may declare the checkpoint's processor class under ``auto_map.AutoProcessor``.
 PROCESSOR_DECLARATIONS = ("processor_config.json", "config.json", "tokenizer_config.json")
-
-
-def probe_rows(n_rows: int) -> list[int]:
-    """Rows of ``probe_hidden``: the first two and the middle one, ``[0, 1, S//2]``."""
-    return [0, 1, n_rows // 2]
-
-
-def write_prefill(writer: DumpWriter, full) -> None:
-    """The tensors of the full prefill, as both sides write them: ``last_hidden`` ``[H]``,
-    ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`), ``layer_{i}`` ``[H]``,
-    ``text_logits`` ``[V_text]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``.
-
-    Args:
-        writer: the dump being written.
-        full: the forward over all ``S`` prompt rows, with numpy ``hidden`` ``[S, H]``,
-            ``layers`` ``[n_layers, H]``, ``text_logits`` and ``audio_logits`` (:class:`Forward`
-            here, :class:`.backbone.Forward` on the ggml side).
-    """
-    writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
-    writer.add_tensor("probe_hidden", full.hidden[probe_rows(len(full.hidden))], "[3, H]")
-    for i, layer in enumerate(full.layers):
-        writer.add_tensor(f"layer_{i}", layer, "[H]")
-    writer.add_tensor("text_logits", full.text_logits, "[V_text]")
-    writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
-
-
-def write_generation(writer: DumpWriter, config: MossTTSDelayConfig, prompt_rows: np.ndarray,
-                     full, step: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
-                     generate_rows: int) -> dict:
-    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, timed
-    as stage ``generation``), written as document ``generation`` and tensor
-    ``generation_margins`` ``[rows, 1+n_vq]`` by both sides.
-
-    Args:
-        writer: the dump being written.
-        config: the checkpoint config.
-        prompt_rows: the prompt rows ``[S, 1+n_vq]``.
-        full: the forward over them (its ``text_logits``, ``audio_logits``; :func:`write_prefill`).
-        step: feeds one row through the side's KV cache and returns its heads.
-        generate_rows: rows to generate at most.
-
-    Returns:
-        The ``generation`` document.
-    """
-    with writer.timed("generation"):
-        document, margins = greedy_generate(config, prompt_rows, full.text_logits,
-                                            full.audio_logits, step, generate_rows)
-    writer.add_json("generation", document)
-    writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
-    return document
 
 
 def load_model(model_dir: Path, config: MossTTSDelayConfig):
@@ -184,20 +133,7 @@ def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
     return text_processor.EncodedPrompt(text=text, rows=np.asarray(rows, dtype=np.int64))
 
 
-@dataclass(frozen=True)
-class Forward:
-    """One reference forward (float32 numpy): final hidden ``[n, H]``, each layer's output at
-    the last row ``[n_layers, H]``, the heads at the last row (text ``[V]``, audio
-    ``[n_vq, A+1]``), and the KV cache after it (transformers')."""
-
-    hidden: np.ndarray
-    layers: np.ndarray
-    text_logits: np.ndarray
-    audio_logits: np.ndarray
-    cache: object
-
-
-def forward(net, rows, cache=None) -> Forward:
+def forward(net, rows, cache=None) -> tuple[Forward, object]:
     """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
     modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
     logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``.
@@ -210,6 +146,9 @@ def forward(net, rows, cache=None) -> Forward:
         net: a loaded ``MossTTSDelayModel``.
         rows: ``[1, n, 1+n_vq]`` long tensor.
         cache: the transformers cache of the previous rows, or None.
+
+    Returns:
+        The :class:`~.stages.Forward` of the rows, and transformers' cache after them.
     """
     import torch
 
@@ -235,13 +174,13 @@ def forward(net, rows, cache=None) -> Forward:
     heads = [head(hidden)[-1] for head in net.lm_heads]  # all rows, as upstream (same GEMM)
     audio = torch.stack(heads[1:])
     audio[:, -1] = float("-inf")
-    return Forward(
+    result = Forward(
         hidden=hidden.numpy(),
         layers=np.stack([taps[i].numpy() for i in range(len(net.language_model.layers))]),
         text_logits=heads[0].numpy(),
         audio_logits=audio.numpy(),
-        cache=out.cache if hasattr(out, "cache") else out.past_key_values,
     )
+    return result, out.cache if hasattr(out, "cache") else out.past_key_values
 
 
 def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
@@ -259,7 +198,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
 
     Before torch is imported, every input goes through the checks of the ggml dump with its
     messages: the config, each prompt (:func:`.text_processor.load_prompt`) and the weights
-    (:func:`.weights.check_weights`: present, shaped as the config says, finite; one more read
+    (:func:`.checkpoint.check_weights`: present, shaped as the config says, finite; one more read
     of the checkpoint, a tensor at a time).
 
     Raises:
@@ -273,7 +212,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         raise AudioparityError("reference moss-voicegen: no prompt file given")
     config = load_config(model)
     requests = [text_processor.load_prompt(prompt) for prompt, _ in cases]
-    weights.check_weights(model, config)
+    check_weights(model, config)
 
     import torch
 
@@ -283,7 +222,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     seconds = {"load": round(time.perf_counter() - start, 4)}
     log.info("moss reference: loaded %s in %.1f s, for %d case(s)", model, seconds["load"],
              len(cases))
-    fields = {"family": FAMILY, "threads": threads, "cases_per_load": len(cases),
+    fields = {"family": "moss_voicegen", "threads": threads, "cases_per_load": len(cases),
               "n_layers": config.n_layers, "generate_rows": generate_rows,
               "modeling": "trust_remote_code" if config.auto_map else "built-in"}
     for (prompt, output_dir), request in zip(cases, requests, strict=True):
@@ -308,20 +247,19 @@ def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,
             raise AudioparityError(f"{prompt}: {n_rows} prompt rows; need at least 3")
         with torch.inference_mode():
             with writer.timed("prefill"):
-                full = forward(net, rows)
+                full, full_cache = forward(net, rows)
             write_prefill(writer, full)
 
             with writer.timed("step"):
-                head = forward(net, rows[:, :-1])
-                last = forward(net, rows[:, -1:], head.cache)
+                _, head_cache = forward(net, rows[:, :-1])
+                last, _ = forward(net, rows[:, -1:], head_cache)
             writer.add_tensor("step_last_hidden", last.hidden[-1], "[H]")
 
-            cache = full.cache
+            cache = full_cache
 
             def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
                 nonlocal cache
-                result = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
-                cache = result.cache
+                result, cache = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
                 return result.text_logits, result.audio_logits
 
             document = write_generation(writer, config, encoded.rows, full, step, generate_rows)

@@ -14,15 +14,12 @@ other setting raises :class:`AudioparityError` naming the key and the value foun
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import shutil
-import tarfile
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import BinaryIO
 
+from audioparity.checkpoints.nemo import read_nemo_member
 from audioparity.errors import AudioparityError
 
 #: ``torch.nn.LayerNorm`` / ``torch.nn.BatchNorm1d`` default eps (NeMo does not override it).
@@ -100,6 +97,15 @@ class EncoderConfig:
     def d_k(self) -> int:
         """Attention head size (``d_model // n_heads``)."""
         return self.d_model // self.n_heads
+
+    def subsampled_length(self, length: int) -> int:
+        """``calc_length`` of NeMo's ``ConvSubsampling`` (dw_striding): ``log2(factor)`` times
+        ``(length + 1 + 1 - 3) // 2 + 1`` (kernel 3, stride 2, padding 1 each side, floor). The
+        same for mel frames (``T -> T'``) and for mel bins (``n_mels -> F'``, the width the
+        ``out`` projection flattens)."""
+        for _ in range(int(math.log2(self.subsampling_factor))):
+            length = (length + 2 - 3) // 2 + 1
+        return length
 
     @property
     def xscale(self) -> float | None:
@@ -314,47 +320,6 @@ def from_hf_config(cfg: dict, preprocessor: dict | None = None,
         max_symbols=cfg.get("max_symbols_per_step", 10),
     )
     return _validate(config, where)
-
-
-def copy_nemo_member(path: Path, suffix: str, out: BinaryIO) -> None:
-    """Stream the one member of the ``.nemo`` tar at ``path`` whose name ends ``suffix`` into
-    ``out`` (a binary file object).
-
-    Raises:
-        AudioparityError: not a tar file, or no such member.
-    """
-    try:
-        tar = tarfile.open(path, "r:*")
-    except tarfile.ReadError:
-        raise AudioparityError(
-            f"{path}: not a tar archive; a .nemo is a tar holding model_config.yaml and "
-            "model_weights.ckpt"
-        ) from None
-    except OSError as err:
-        raise AudioparityError(f"{path}: cannot read the .nemo ({err.strerror or err})") from None
-    try:
-        with tar:
-            for member in tar:
-                if member.isfile() and Path(member.name).name.endswith(suffix):
-                    shutil.copyfileobj(tar.extractfile(member), out, 1 << 24)
-                    return
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise AudioparityError(
-            f"{path}: truncated or corrupt .nemo archive ({str(err).splitlines()[0]}) while "
-            f"looking for {suffix}"
-        ) from None
-    raise AudioparityError(f"{path}: no {suffix} inside the .nemo archive")
-
-
-def read_nemo_member(path: Path, suffix: str) -> bytes:
-    """The bytes of the one member of the ``.nemo`` tar at ``path`` whose name ends ``suffix``.
-
-    Raises:
-        AudioparityError: not a tar file, or no such member.
-    """
-    buffer = io.BytesIO()
-    copy_nemo_member(path, suffix, buffer)
-    return buffer.getvalue()
 
 
 def load_config(model: Path) -> ParakeetTDTConfig:

@@ -1,4 +1,4 @@
-"""The Parakeet-TDT decoder: prediction network and joint in ggml, greedy TDT on the host.
+"""The Parakeet-TDT decoder in ggml: prediction network and joint, driven from the host.
 
 Blocks, named like NeMo's and in its order (``nemo/collections/asr/modules/rnnt.py``):
 
@@ -10,16 +10,8 @@ Blocks, named like NeMo's and in its order (``nemo/collections/asr/modules/rnnt.
   ``RNNTJoint``'s methods of those names; :func:`joint` is ``RNNTJoint.joint``:
   ``act(enc(f) + pred(g)) @ W_out^T + b_out`` with ``W_out`` = ``joint_net.2``.
 
-Greedy decoding (:func:`greedy_tdt`) mirrors NeMo's label-looping greedy TDT decoder
-(``GreedyBatchedTDTInfer``, strategy ``greedy_batch``, ``TDTLabelLoopingComputer.torch_impl`` in
-``nemo/collections/asr/parts/submodules/transducer_decoding/tdt_label_looping.py``) at batch size
-1, the decoder the reference dump uses: start from the blank/SOS label (its embedding row, zero)
-and a zero LSTM state; at frame ``t`` evaluate the joint; token = argmax of the first V+1 outputs,
-duration = ``durations[argmax of the rest]``. Blank: ``t += max(d, 1)``, prediction state
-unchanged. Token: emit at ``t``, step the prediction network, ``t += d``; after ``max_symbols``
-consecutive tokens on one frame with ``d == 0``, ``t += 1``. (NeMo's older frame-looping
-``GreedyTDTInfer``, strategy ``greedy``, differs in corner cases: it re-evaluates a zero-duration
-blank on the same frame and counts blanks towards ``max_symbols``.)
+:class:`TdtDecoder` runs them for the greedy rules of :mod:`.greedy` (free running) or along a
+given path (teacher forced).
 
 ggml layout: ``ne`` is the numpy shape reversed; a numpy ``[N, H]`` array is a ggml tensor with
 ``ne = [H, N]``. The host side (:class:`TdtDecoder`) speaks numpy shapes only.
@@ -27,19 +19,16 @@ ggml layout: ``ne`` is the numpy shape reversed; a numpy ``[N, H]`` array is a g
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import ggml
 import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Graph, Runtime, Weights
-from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, read_nemo_member
+from audioparity.ggml.ops import linear
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.models.parakeet_tdt.greedy import GreedyPath, greedy_tdt
 
 EMBED = "decoder.prediction.embed.weight"
 JOINT_ENC = "joint.enc"
@@ -53,90 +42,6 @@ def _lstm(kind: str, layer: int) -> str:
     """NeMo name of an LSTM parameter, e.g. ``weight_ih`` of layer 0."""
     return f"decoder.prediction.dec_rnn.lstm.{kind}_l{layer}"
 
-
-# --------------------------------------------------------------------------------------------
-# Greedy TDT on the host
-
-
-@dataclass(frozen=True)
-class GreedyPath:
-    """A greedy TDT path: what was emitted, and where the joint was evaluated.
-
-    Attributes:
-        ids: emitted token ids.
-        frames: encoder frame of each emitted token.
-        durations: predicted duration value (not index) of each emitted token.
-        row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
-        row_history: number of tokens emitted before each joint evaluation; the prediction-net
-            input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
-    """
-
-    ids: list[int]
-    frames: list[int]
-    durations: list[int]
-    row_frames: list[int]
-    row_history: list[int]
-
-
-def greedy_tdt(
-    n_frames: int,
-    joint: Callable[[int, Any], np.ndarray],
-    predict: Callable[[int, Any], tuple[Any, Any]],
-    *,
-    blank_id: int,
-    durations: tuple[int, ...] | list[int],
-    max_symbols: int | None,
-) -> GreedyPath:
-    """Greedy TDT decoding of one utterance (NeMo label looping, batch size 1; module doc).
-
-    Args:
-        n_frames: number of valid encoder frames T'.
-        joint: ``joint(t, g) -> [V+1+n_durations]`` logits (raw or log-softmaxed) at encoder
-            frame ``t`` for prediction-network output ``g``.
-        predict: ``predict(label, state) -> (g, state)``, one prediction-network step;
-            ``state`` None is the zero state. Called first with the blank (SOS) label.
-        blank_id: the blank class V (also the SOS label).
-        durations: duration values, e.g. ``(0, 1, 2, 3, 4)``.
-        max_symbols: NeMo's ``max_symbols`` (None: no limit).
-
-    Returns:
-        The path: emitted ``ids``, their ``frames`` and duration values, and per joint evaluation
-        its frame (``row_frames``) and the number of tokens emitted before it (``row_history``).
-
-    Raises:
-        AudioparityError: ``joint`` returned a row of the wrong width.
-    """
-    width = blank_id + 1 + len(durations)
-    path = GreedyPath([], [], [], [], [])
-    g, state = predict(blank_id, None)
-    t = run = 0
-    while t < n_frames:
-        logits = np.asarray(joint(t, g))
-        if logits.shape != (width,):
-            raise AudioparityError(
-                f"joint output at frame {t} has shape {list(logits.shape)}, expected [{width}] "
-                f"(V+1={blank_id + 1} tokens + {len(durations)} durations)"
-            )
-        path.row_frames.append(t)
-        path.row_history.append(len(path.ids))
-        token = int(np.argmax(logits[: blank_id + 1]))
-        duration = int(durations[int(np.argmax(logits[blank_id + 1 :]))])
-        if token == blank_id:
-            t += max(duration, 1)
-            continue
-        run = run + 1 if path.frames and path.frames[-1] == t else 1
-        path.ids.append(token)
-        path.frames.append(t)
-        path.durations.append(duration)
-        g, state = predict(token, state)
-        t += duration
-        if max_symbols is not None and run >= max_symbols and duration == 0:
-            t += 1
-    return path
-
-
-# --------------------------------------------------------------------------------------------
-# ggml blocks
 
 
 def lstm_cell(ctx, x, h, c, w_ih, w_hh, b_ih, b_hh, hidden: int):
@@ -195,21 +100,15 @@ def prediction_network(ctx, weights: Weights, config: ParakeetTDTConfig, label, 
     return x, h_new, c_new
 
 
-def _linear(ctx, weights: Weights, prefix: str, x):
-    """``torch.nn.Linear``: ``x @ W^T + b``; ``x`` ``ne [in, N]`` -> ``ne [out, N]``."""
-    return ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, weights[f"{prefix}.weight"], x),
-                         weights[f"{prefix}.bias"])
-
-
 def project_encoder(ctx, weights: Weights, enc):
     """``RNNTJoint.project_encoder``: ``joint.enc`` Linear, ``[N, D]`` -> ``[N, J]``
     (ggml ``ne [D, N]`` -> ``ne [J, N]``)."""
-    return _linear(ctx, weights, JOINT_ENC, enc)
+    return linear(ctx, weights, JOINT_ENC, enc)
 
 
 def project_prednet(ctx, weights: Weights, pred):
     """``RNNTJoint.project_prednet``: ``joint.pred`` Linear, ``[N, H]`` -> ``[N, J]``."""
-    return _linear(ctx, weights, JOINT_PRED, pred)
+    return linear(ctx, weights, JOINT_PRED, pred)
 
 
 def joint_after_projection(ctx, weights: Weights, config: ParakeetTDTConfig, f, g):
@@ -226,7 +125,7 @@ def joint_after_projection(ctx, weights: Weights, config: ParakeetTDTConfig, f, 
     if activation is None:
         raise AudioparityError(f"joint activation {config.joint.activation!r}: expected one of "
                                f"{', '.join(_ACTIVATIONS)}")
-    return _linear(ctx, weights, JOINT_OUT, activation(ctx, ggml.ggml_add(ctx, f, g)))
+    return linear(ctx, weights, JOINT_OUT, activation(ctx, ggml.ggml_add(ctx, f, g)))
 
 
 def joint(ctx, weights: Weights, config: ParakeetTDTConfig, enc, pred):
@@ -413,76 +312,3 @@ class TdtDecoder:
                         graph.input("pred", pred_rows))
             graph.output("logits", out, ndim=2)
             return graph.compute()["logits"], lstm_state_0
-
-
-# --------------------------------------------------------------------------------------------
-# Text
-
-
-class Tokenizer:
-    """Token ids -> text as NeMo's ``RNNTBPEDecoding`` produces ``hypothesis.text``.
-
-    ``ids_to_tokens`` then ``tokens_to_text`` (SentencePiece ``decode_pieces``), then one
-    whitespace before a punctuation mark of the vocabulary is removed
-    (``decode_tokens_to_str_with_strip_punctuation``; the marks are
-    ``extract_punctuation_from_vocab``'s: Unicode ``P*`` characters of pieces that are not
-    special, i.e. not ``<..>``, ``[..]``, ``##..``, ``\u2581..`` or blank).
-
-    Args:
-        pieces: the vocabulary, piece ``i`` for id ``i``.
-        decode: token ids -> text (SentencePiece ``decode_pieces`` of their pieces, or the
-            Hugging Face tokenizer's ``decode``).
-    """
-
-    _SPECIAL = re.compile(r"^\[.*\]$|^<.*>$|^##|^\u2581|^\s*$")
-
-    def __init__(self, pieces: list[str], decode: Callable[[list[int]], str]) -> None:
-        self.pieces = pieces
-        self._decode = decode
-        marks = sorted({char for piece in pieces if not self._SPECIAL.match(piece)
-                        for char in piece if unicodedata.category(char).startswith("P")})
-        self._space_before_punct = (
-            re.compile(r"(\s)(" + "|".join(re.escape(m) for m in marks) + ")") if marks else None
-        )
-
-    def ids_to_text(self, ids: list[int]) -> str:
-        """Text of token ids (ids outside the vocabulary, e.g. the blank, are dropped)."""
-        text = self._decode([i for i in ids if 0 <= i < len(self.pieces)])
-        if self._space_before_punct is not None:
-            text = self._space_before_punct.sub(r"\2", text)
-        return text
-
-
-def load_tokenizer(model: Path) -> Tokenizer:
-    """The tokenizer of a ``.nemo`` (its SentencePiece ``tokenizer.model``) or of a Hugging Face
-    Parakeet directory (``tokenizer.json``).
-
-    Raises:
-        AudioparityError: the model carries no tokenizer, or it cannot be read.
-    """
-    model = Path(model)
-    if model.is_dir():
-        path = model / "tokenizer.json"
-        if not path.is_file():
-            raise AudioparityError(f"{model}: no tokenizer.json")
-        from tokenizers import Tokenizer as HFTokenizer
-
-        hf = HFTokenizer.from_file(str(path))
-        pieces = [hf.id_to_token(i) or "" for i in range(hf.get_vocab_size())]
-        return Tokenizer(pieces, hf.decode)
-    import sentencepiece
-
-    try:
-        sp = sentencepiece.SentencePieceProcessor(
-            model_proto=read_nemo_member(model, "tokenizer.model"))
-    except RuntimeError as err:
-        raise AudioparityError(f"{model}: unreadable tokenizer.model ({err})") from None
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    return Tokenizer(pieces, lambda ids: sp.decode_pieces([pieces[i] for i in ids]))
-
-
-def decode_document(path: GreedyPath, tokenizer: Tokenizer) -> dict:
-    """The ``decode.json`` / ``decoder_replay.json`` document of a path:
-    ``{"ids", "frames", "durations", "text"}``."""
-    return {"ids": list(path.ids), "frames": list(path.frames),
-            "durations": list(path.durations), "text": tokenizer.ids_to_text(path.ids)}

@@ -34,10 +34,11 @@ from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
 from audioparity.ggml import BackendUnavailable, Runtime, build_info
 from audioparity.models.parakeet_tdt.config import load_config
-from audioparity.models.parakeet_tdt.decoder import TdtDecoder, decode_document, load_tokenizer
+from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 from audioparity.models.parakeet_tdt.encoder import Encoder
 from audioparity.models.parakeet_tdt.frontend import mel_features
-from audioparity.models.parakeet_tdt.reference import STRATEGY, tdt_greedy_path
+from audioparity.models.parakeet_tdt.greedy import STRATEGY, replay_path
+from audioparity.models.parakeet_tdt.tokenizer import decode_document, load_tokenizer
 from audioparity.models.parakeet_tdt.weights import load_weights
 
 log = logging.getLogger("audioparity")
@@ -213,7 +214,7 @@ def _reference_path(reference: Dump, n_frames: int, config):
     Raises:
         AudioparityError: the rows do not reproduce the reference decode.
     """
-    path = tdt_greedy_path(reference.tensor("joint_logits"), n_frames, list(config.durations),
+    path = replay_path(reference.tensor("joint_logits"), n_frames, list(config.durations),
                            config.max_symbols)
     decode = reference.json("decode")
     if [path.ids, path.frames, path.durations] != [decode["ids"], decode["frames"],

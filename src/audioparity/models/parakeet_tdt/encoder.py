@@ -27,25 +27,17 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
-from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, conv_2d, depthwise_conv_2d
+from audioparity.ggml.ops import (
+    SGEMM_INNER_MULTIPLE,
+    conv_2d,
+    depthwise_conv_2d,
+    layer_norm,
+    linear,
+)
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
 POSITION_BASE = 10000.0
-
-
-def linear(ctx, w: Weights, name: str, x):
-    """``torch.nn.Linear`` (or a 1x1 conv) named ``name``: ``x W^T + b``, the bias only if the
-    checkpoint has one. x ``[T, in]`` (ne ``[in, T]``; more leading axes broadcast),
-    ``{name}.weight`` ``[out, in]``, ``{name}.bias`` ``[out]``; returns ``[T, out]``."""
-    y = ggml.ggml_mul_mat(ctx, w[name + ".weight"], x)
-    bias = w.get(name + ".bias")
-    return y if bias is None else ggml.ggml_add(ctx, y, bias)
-
-
-def layer_norm(ctx, x, weight, bias, eps: float):
-    """``torch.nn.LayerNorm`` over the last axis of x ``[T, D]`` (ggml ``ne[0]``)."""
-    return ggml.ggml_add(ctx, ggml.ggml_mul(ctx, ggml.ggml_norm(ctx, x, eps), weight), bias)
 
 
 def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
@@ -85,13 +77,6 @@ def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
 def _add_channel_bias(ctx, x, bias):
     """x ne ``[W, H, C]`` + a per-channel bias ``[C]`` (NCHW conv bias)."""
     return ggml.ggml_add(ctx, x, ggml.ggml_reshape_3d(ctx, bias, 1, 1, bias.contents.ne[0]))
-
-
-def subsampled_length(n_frames: int, cfg: EncoderConfig) -> int:
-    """``calc_length`` of NeMo's ConvSubsampling (kernel 3, stride 2, padding 1+1, floor)."""
-    for _ in range(int(math.log2(cfg.subsampling_factor))):
-        n_frames = (n_frames + 2 - 3) // 2 + 1
-    return n_frames
 
 
 def rel_pos_encoding(n_frames: int, d_model: int) -> np.ndarray:
@@ -299,7 +284,7 @@ class Encoder:
         if mel.ndim != 2 or mel.shape[1] != cfg.feat_in:
             raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
                                    f"[T, {cfg.feat_in}]")
-        n_out = subsampled_length(mel.shape[0], cfg)
+        n_out = cfg.subsampled_length(mel.shape[0])
         if n_out < 1:
             raise AudioparityError(f"{mel.shape[0]} mel frames give no encoder frame")
         pos_emb = rel_pos_encoding(n_out, cfg.d_model)

@@ -10,7 +10,7 @@ Decoding is NeMo's label-looping greedy TDT decoder (``GreedyBatchedTDTInfer``, 
 ``greedy_batch``, the strategy v3 ships with) run on one utterance, with the model's own durations
 and ``max_symbols``. The recorded joint rows are checked by replaying them through the project's
 one implementation of its rules, :func:`audioparity.models.parakeet_tdt.decoder.greedy_tdt`
-(:func:`tdt_greedy_path`).
+(:func:`~.greedy.replay_path`).
 
 Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
 fixture. Importing this module does not import torch or NeMo (it imports ggml, through the
@@ -30,53 +30,11 @@ import numpy as np
 from audioparity.artifacts import DumpWriter
 from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
-from audioparity.models.parakeet_tdt.decoder import GreedyPath, greedy_tdt
-from audioparity.models.parakeet_tdt.weights import check_weights
+from audioparity.models.parakeet_tdt.greedy import STRATEGY, replay_path
 
 log = logging.getLogger("audioparity")
-
-#: Decoding strategy of the reference: NeMo's label-looping greedy TDT decoder.
-STRATEGY = "greedy_batch"
-
-
-def tdt_greedy_path(
-    joint_logits: np.ndarray, n_frames: int, durations: list[int], max_symbols: int | None
-) -> GreedyPath:
-    """The greedy TDT path of recorded joint outputs: :func:`~.decoder.greedy_tdt` (NeMo's
-    label-looping rules, batch size 1) with a joint that replays the rows in order, one per
-    joint evaluation, and a prediction network that does nothing (the rows already hold its
-    effect).
-
-    Args:
-        joint_logits: ``[steps, V+1+n_durations]`` joint outputs (raw or log-softmaxed: only
-            argmaxes are used); the blank is class V.
-        n_frames: number of valid encoder frames T'.
-        durations: duration values, e.g. ``[0, 1, 2, 3, 4]``.
-        max_symbols: NeMo's ``max_symbols`` (None: no limit).
-
-    Raises:
-        AudioparityError: the path asks for more rows than were recorded, or leaves rows over.
-    """
-    used = 0
-
-    def replay(t: int, _g: Any) -> np.ndarray:
-        nonlocal used
-        if used == len(joint_logits):
-            raise AudioparityError(
-                f"greedy TDT path needs more than {used} joint rows "
-                f"(asked for one at frame {t} of {n_frames})"
-            )
-        used += 1
-        return joint_logits[used - 1]
-
-    path = greedy_tdt(n_frames, replay, lambda label, state: (None, None),
-                      blank_id=joint_logits.shape[1] - len(durations) - 1,
-                      durations=durations, max_symbols=max_symbols)
-    if used != len(joint_logits):
-        raise AudioparityError(f"greedy TDT path used {used} of {len(joint_logits)} joint rows")
-    return path
-
 
 def restore_model(path: Path) -> Any:
     """``EncDecRNNTBPEModel.restore_from(path, map_location="cpu")`` in eval mode, dither off.
@@ -216,7 +174,7 @@ def greedy_tdt_decoding(
 
     Raises:
         AudioparityError: the model is not a TDT transducer, or the joint rows do not reproduce
-            NeMo's hypothesis under :func:`tdt_greedy_path`.
+            NeMo's hypothesis under :func:`~.greedy.replay_path`.
     """
     import torch
     from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import GreedyBatchedTDTInfer
@@ -268,7 +226,7 @@ def greedy_tdt_decoding(
         "text": hypothesis.text,
     }
     joint_logits = torch.cat(rows).numpy()
-    path = tdt_greedy_path(joint_logits, enc_out.shape[0], durations, infer.max_symbols)
+    path = replay_path(joint_logits, enc_out.shape[0], durations, infer.max_symbols)
     replay = {"ids": path.ids, "frames": path.frames, "durations": path.durations}
     for key, values in replay.items():
         if values != decode[key]:

@@ -1,5 +1,5 @@
 """Safetensors checkpoints read without torch, for every model family: one file or the shards
-of an index, each tensor as float32 beside its stored dtype, and the finite check of weights.
+of an index, each tensor as float32 beside its stored dtype.
 
 Format (huggingface/safetensors): an 8-byte little-endian header size ``N``, an ``N``-byte JSON
 header ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, then
@@ -28,20 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from audioparity.checkpoints import non_finite, raise_non_finite, to_float32
 from audioparity.errors import AudioparityError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 #: safetensors dtype -> (stored dtype as the ggml storage types name it, numpy dtype of its bytes).
 DTYPES = {"F32": ("f32", "<f4"), "F16": ("f16", "<f2"), "BF16": ("bf16", "<u2")}
-
-
-def to_float32(raw: np.ndarray, kind: str) -> np.ndarray:
-    """Stored values as float32: ``bf16`` (raw ``uint16`` bits) widened exactly (bits << 16),
-    ``f16`` cast (exact), ``f32`` as is (no copy). Same shape as ``raw``."""
-    if kind == "bf16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32, copy=False)
 
 
 #: Largest block :meth:`Entry.blocks` reads at once (float32 bytes).
@@ -124,7 +117,7 @@ class Entry:
             nan, infinite = nan + counts[0], infinite + counts[1]
             yield first, block
             del block
-        _raise_non_finite(self.name, self.shape, nan, infinite, where, noun)
+        raise_non_finite(self.name, self.shape, nan, infinite, where, noun)
 
 
 def file_entries(path: Path) -> dict[str, Entry]:
@@ -220,37 +213,3 @@ def checkpoint_entries(directory: Path) -> dict[str, Entry]:
     for path in shard_files(directory):
         entries.update(file_entries(path))
     return entries
-
-
-def non_finite(array: np.ndarray) -> tuple[int, int]:
-    """``(NaN count, infinity count)`` of ``array``."""
-    finite = np.isfinite(array)
-    if finite.all():
-        return 0, 0
-    nan = int(np.isnan(array).sum())
-    return nan, finite.size - int(finite.sum()) - nan
-
-
-def check_finite(name: str, array: np.ndarray, where: Path | str, noun: str = "tensor") -> None:
-    """Refuse a weight holding NaN or infinity (weights are not compared, so a bad one would
-    show only as a far-off activation).
-
-    Args:
-        name: the weight's name; ``array`` its values (any shape).
-        where: the checkpoint, as the message names it.
-        noun: what the family's messages call a weight (``tensor``, ``weight``).
-
-    Raises:
-        AudioparityError: ``"<where>: <noun> '<name>' [shape] holds <n> NaN and <m> infinite
-            values; expected finite weights"``.
-    """
-    _raise_non_finite(name, array.shape, *non_finite(array), where, noun)
-
-
-def _raise_non_finite(name: str, shape: tuple[int, ...], nan: int, infinite: int,
-                      where: Path | str, noun: str) -> None:
-    if nan or infinite:
-        raise AudioparityError(
-            f"{where}: {noun} {name!r} {list(shape)} holds {nan} NaN and {infinite} infinite "
-            "values; expected finite weights"
-        )

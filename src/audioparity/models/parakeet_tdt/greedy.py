@@ -1,0 +1,146 @@
+"""Greedy TDT decoding of one utterance, NeMo's rules at batch size 1, on the host; pure
+Python and numpy (the NeMo reference and the ggml decoder both use it).
+
+:func:`greedy_tdt` mirrors NeMo's label-looping greedy TDT decoder (``GreedyBatchedTDTInfer``,
+strategy ``greedy_batch``, ``TDTLabelLoopingComputer.torch_impl`` in
+``nemo/collections/asr/parts/submodules/transducer_decoding/tdt_label_looping.py``) at batch size
+1, the decoder the reference dump uses: start from the blank/SOS label (its embedding row, zero)
+and a zero LSTM state; at frame ``t`` evaluate the joint; token = argmax of the first V+1 outputs,
+duration = ``durations[argmax of the rest]``. Blank: ``t += max(d, 1)``, prediction state
+unchanged. Token: emit at ``t``, step the prediction network, ``t += d``; after ``max_symbols``
+consecutive tokens on one frame with ``d == 0``, ``t += 1``. (NeMo's older frame-looping
+``GreedyTDTInfer``, strategy ``greedy``, differs in corner cases: it re-evaluates a zero-duration
+blank on the same frame and counts blanks towards ``max_symbols``.)
+
+:func:`replay_path` runs the same rules over recorded joint rows: the reference checks NeMo's
+hypothesis with it, and the ggml dump reads the reference's path (where to evaluate the joint
+teacher-forced) off the reference's ``joint_logits``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+
+#: Decoding strategy of the reference: NeMo's label-looping greedy TDT decoder.
+STRATEGY = "greedy_batch"
+
+
+def replay_path(
+    joint_logits: np.ndarray, n_frames: int, durations: list[int], max_symbols: int | None
+) -> GreedyPath:
+    """The greedy TDT path of recorded joint outputs: :func:`greedy_tdt` (NeMo's
+    label-looping rules, batch size 1) with a joint that replays the rows in order, one per
+    joint evaluation, and a prediction network that does nothing (the rows already hold its
+    effect).
+
+    Args:
+        joint_logits: ``[steps, V+1+n_durations]`` joint outputs (raw or log-softmaxed: only
+            argmaxes are used); the blank is class V.
+        n_frames: number of valid encoder frames T'.
+        durations: duration values, e.g. ``[0, 1, 2, 3, 4]``.
+        max_symbols: NeMo's ``max_symbols`` (None: no limit).
+
+    Raises:
+        AudioparityError: the path asks for more rows than were recorded, or leaves rows over.
+    """
+    used = 0
+
+    def replay(t: int, _g: Any) -> np.ndarray:
+        nonlocal used
+        if used == len(joint_logits):
+            raise AudioparityError(
+                f"greedy TDT path needs more than {used} joint rows "
+                f"(asked for one at frame {t} of {n_frames})"
+            )
+        used += 1
+        return joint_logits[used - 1]
+
+    path = greedy_tdt(n_frames, replay, lambda label, state: (None, None),
+                      blank_id=joint_logits.shape[1] - len(durations) - 1,
+                      durations=durations, max_symbols=max_symbols)
+    if used != len(joint_logits):
+        raise AudioparityError(f"greedy TDT path used {used} of {len(joint_logits)} joint rows")
+    return path
+
+
+@dataclass(frozen=True)
+class GreedyPath:
+    """A greedy TDT path: what was emitted, and where the joint was evaluated.
+
+    Attributes:
+        ids: emitted token ids.
+        frames: encoder frame of each emitted token.
+        durations: predicted duration value (not index) of each emitted token.
+        row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
+        row_history: number of tokens emitted before each joint evaluation; the prediction-net
+            input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
+    """
+
+    ids: list[int]
+    frames: list[int]
+    durations: list[int]
+    row_frames: list[int]
+    row_history: list[int]
+
+
+def greedy_tdt(
+    n_frames: int,
+    joint: Callable[[int, Any], np.ndarray],
+    predict: Callable[[int, Any], tuple[Any, Any]],
+    *,
+    blank_id: int,
+    durations: tuple[int, ...] | list[int],
+    max_symbols: int | None,
+) -> GreedyPath:
+    """Greedy TDT decoding of one utterance (NeMo label looping, batch size 1; module doc).
+
+    Args:
+        n_frames: number of valid encoder frames T'.
+        joint: ``joint(t, g) -> [V+1+n_durations]`` logits (raw or log-softmaxed) at encoder
+            frame ``t`` for prediction-network output ``g``.
+        predict: ``predict(label, state) -> (g, state)``, one prediction-network step;
+            ``state`` None is the zero state. Called first with the blank (SOS) label.
+        blank_id: the blank class V (also the SOS label).
+        durations: duration values, e.g. ``(0, 1, 2, 3, 4)``.
+        max_symbols: NeMo's ``max_symbols`` (None: no limit).
+
+    Returns:
+        The path: emitted ``ids``, their ``frames`` and duration values, and per joint evaluation
+        its frame (``row_frames``) and the number of tokens emitted before it (``row_history``).
+
+    Raises:
+        AudioparityError: ``joint`` returned a row of the wrong width.
+    """
+    width = blank_id + 1 + len(durations)
+    path = GreedyPath([], [], [], [], [])
+    g, state = predict(blank_id, None)
+    t = run = 0
+    while t < n_frames:
+        logits = np.asarray(joint(t, g))
+        if logits.shape != (width,):
+            raise AudioparityError(
+                f"joint output at frame {t} has shape {list(logits.shape)}, expected [{width}] "
+                f"(V+1={blank_id + 1} tokens + {len(durations)} durations)"
+            )
+        path.row_frames.append(t)
+        path.row_history.append(len(path.ids))
+        token = int(np.argmax(logits[: blank_id + 1]))
+        duration = int(durations[int(np.argmax(logits[blank_id + 1 :]))])
+        if token == blank_id:
+            t += max(duration, 1)
+            continue
+        run = run + 1 if path.frames and path.frames[-1] == t else 1
+        path.ids.append(token)
+        path.frames.append(t)
+        path.durations.append(duration)
+        g, state = predict(token, state)
+        t += duration
+        if max_symbols is not None and run >= max_symbols and duration == 0:
+            t += 1
+    return path
