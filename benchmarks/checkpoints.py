@@ -116,9 +116,12 @@ def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
         cfg["joint"]["jointnet"]["joint_hidden"] = shape.joint_hidden
         return cfg
 
+    folder = output.with_name(f".{output.name}.{os.getpid()}.fixture")
     with mock.patch.object(fixture, "train_tokenizer", train_tokenizer), \
             mock.patch.object(fixture, "fixture_config", fixture_config):
-        fixture.build_fixture(output, seed)
+        fixture.build_fixture(folder, seed)
+    os.replace(folder / fixture.SPEC.fixture_model, output)
+    shutil.rmtree(folder)
 
 
 def _bf16_bits(values: np.ndarray) -> np.ndarray:

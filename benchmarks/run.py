@@ -314,7 +314,7 @@ def memory_check(plan: Plan, cache: Path, work: Path, log_dir: Path,
         for weight_type in ("f32", "q8_0"):
             child = dump([exe, "ggml", "parakeet-tdt", "--model", str(parakeet), "--audio",
                           str(audio), "--reference-dir", str(ref), "--output-dir",
-                          str(scratch / f"parakeet_{weight_type}"), "--matmul-weight-type",
+                          str(scratch / f"parakeet_{weight_type}"), "--weight-type",
                           weight_type, "--threads", str(threads)], f"parakeet_{weight_type}")
             rows.append(_memory_row(f"parakeet {PARAKEET_SHAPES_NAME[plan.size]}", weight_type,
                                     child, bytes_of("parakeet_ggml", weight_type, results)))

@@ -1,5 +1,8 @@
-# Input functions, wildcard constraints and the code each rule depends on.
+# The config checked against the families' specs, wildcard constraints, input functions, and the
+# code each rule depends on. One rule per stage serves every family; what differs between
+# families is data, read from their specs (src/audioparity/models/<family>/__init__.py).
 import ast
+import functools
 import json
 import os
 import re
@@ -10,10 +13,27 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from audioparity.cli import BACKENDS, WEIGHT_TYPES
 from audioparity.compare.gates import resolve_gates
+from audioparity.errors import AudioparityError
+from audioparity.families import registered
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 
+SETTINGS = ("families", "fixtures")
+FIXTURES = "results/fixtures"
+
+
+def _known_keys():
+    """Refuse a top-level config key that is neither a setting nor a registered family (a
+    misspelt family section), before the schema would read it as one."""
+    known = registered()
+    for key in config:
+        if key not in SETTINGS and key not in known:
+            raise WorkflowError(f"config: {key!r} is neither {' nor '.join(SETTINGS)} nor a "
+                                f"registered family ({', '.join(known)})")
+
+
+_known_keys()
 validate(config, "../config/schema.yaml")
 
 # Jobs find the `audioparity` command installed beside the Python that runs Snakemake (the
@@ -21,19 +41,69 @@ validate(config, "../config/schema.yaml")
 # venv; one earlier on PATH (an activated or conda environment) still comes first.
 shell.prefix(f'set -euo pipefail; export PATH="$PATH":{shlex.quote(os.path.dirname(sys.executable))}; ')
 
-#: Families present in the config, by their config key (= the `family` column of summary.csv).
-FAMILIES = {name: config[name] for name in config["families"]}
+def _specs():
+    """{family: spec} of the families the config sweeps, after checking that each has its
+    section, and the family options and fixture entries against the specs (defaults filled
+    in)."""
+    known = registered()
+    specs = {}
+    for name in config["families"]:
+        if name not in known:
+            raise WorkflowError(f"config families: unknown family {name!r}; registered: "
+                                f"{', '.join(known)}")
+        if name not in config:
+            raise WorkflowError(f"config families: {name!r} is listed but has no {name}: section")
+        specs[name] = known[name]
+    try:
+        for name, spec in specs.items():
+            config[name]["options"] = spec.check_options(config[name]["options"],
+                                                         f"config {name}.options")
+        for name, entries in config["fixtures"].items():
+            if name not in known:
+                raise WorkflowError(f"config fixtures: unknown family {name!r}; registered: "
+                                    f"{', '.join(known)}")
+            for fixture, entry in entries.items():
+                entries[fixture] = known[name].check_options(
+                    entry, f"config fixtures.{name}.{fixture}", fixture=True)
+    except AudioparityError as err:
+        raise WorkflowError(str(err)) from None
+    return specs
+
+
+#: {family: spec} of the swept families, and {family: config section}.
+SPECS = _specs()
+FAMILIES = {name: config[name] for name in SPECS}
+
+
+def fixture_dir(family, path):
+    """The fixture directory `path` lies in (results/fixtures/<family>/<name>), or None when it
+    is no fixture's. A fixture must be declared in the config, and the path must name its model
+    (the spec's `fixture_model` inside the directory).
+    """
+    parts = Path(path).parts
+    if Path(path).is_absolute() or parts[:2] != tuple(FIXTURES.split("/")):
+        return None
+    if len(parts) < 4 or parts[2] != family or parts[3] not in config["fixtures"].get(family, {}):
+        raise WorkflowError(f"config {family}: {path} is under {FIXTURES}/ but names no fixture "
+                            f"the config declares (fixtures: {family}: <name>)")
+    folder = "/".join(parts[:4])
+    model = SPECS[family].fixture_model
+    if Path(path) != Path(folder, model):
+        raise WorkflowError(f"config {family}: {path} is not the model of fixture {folder}; "
+                            f"expected {os.path.join(folder, model) if model else folder}")
+    return folder
 
 
 def _named_paths(family, key):
     """{name: path} of config `family.key` (models or cases). Names must be unique; paths must
-    exist unless a fixtures rule builds them (results/fixtures/...)."""
+    exist unless a fixture rule builds them."""
     paths = {}
     for entry in FAMILIES[family][key]:
         name, path = entry["name"], entry["path"]
         if name in paths:
             raise WorkflowError(f"config {family}.{key}: the name {name!r} is used twice")
-        if not path.startswith("results/fixtures/") and not os.path.exists(path):
+        built = key == "models" and fixture_dir(family, path)
+        if not built and not os.path.exists(path):
             raise WorkflowError(
                 f"config {family}.{key} {name!r}: {path} does not exist "
                 f"(relative paths are read from {os.getcwd()})"
@@ -46,6 +116,23 @@ def _named_paths(family, key):
 PATHS = {
     family: {key: _named_paths(family, key) for key in ("models", "cases")} for family in FAMILIES
 }
+
+
+def _candidates(family):
+    """{name: entry} of the family's candidates; names must be unique."""
+    entries = {}
+    for entry in FAMILIES[family]["candidates"]:
+        if entry["name"] in entries:
+            raise WorkflowError(f"config {family}.candidates: the name {entry['name']!r} is "
+                                "used twice")
+        entries[entry["name"]] = entry
+    return entries
+
+
+#: {family: {candidate name: entry}}
+CANDIDATES = {family: _candidates(family) for family in FAMILIES}
+
+
 def _alternatives(values):
     return "|".join(re.escape(str(v)) for v in sorted(set(values))) or "(?!)"
 
@@ -54,8 +141,10 @@ wildcard_constraints:
     family=_alternatives(FAMILIES),
     model=_alternatives(m for f in PATHS.values() for m in f["models"]),
     case=_alternatives(c for f in PATHS.values() for c in f["cases"]),
+    candidate=_alternatives(c for f in CANDIDATES.values() for c in f),
     backend=_alternatives(BACKENDS),
     weight_type=_alternatives(WEIGHT_TYPES),
+    name="[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 
 PACKAGE = Path(workflow.basedir) / "src" / "audioparity"
@@ -85,6 +174,11 @@ def _imported_modules(path, package):
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
+@functools.cache
+def _src_files(modules):
+    return tuple(_walk_imports(modules))
+
+
 def src_files(*modules):
     """Source files a job runs: `modules` ("models.parakeet_tdt.dump") and every audioparity
     module they import, transitively, with the packages' __init__ files on the way; plus
@@ -94,6 +188,10 @@ def src_files(*modules):
     repository and lead back to this checkout from another --directory. Listed as inputs, they
     make an edit rerun exactly the jobs that run the edited code.
     """
+    return list(_src_files(modules))
+
+
+def _walk_imports(modules):
     todo = [f"audioparity.{module}" for module in modules]
     files = {PACKAGE / "cli.py"}
     while todo:
@@ -111,71 +209,143 @@ def src_files(*modules):
     return sorted(os.path.relpath(path) for path in files)
 
 
-#: The modules each stage runs; src_files() adds what they import.
-ENTRY_POINTS = {
-    "parakeet_tdt_fixture": ["models.parakeet_tdt.fixture"],
-    "parakeet_tdt_reference": ["models.parakeet_tdt.reference"],
-    "parakeet_tdt_ggml": ["guard", "models.parakeet_tdt.dump"],
-    "moss_voicegen_fixture": ["models.moss_voicegen.fixture"],
-    "moss_voicegen_reference": ["models.moss_voicegen.reference"],
-    "moss_voicegen_ggml": ["guard", "models.moss_voicegen.dump"],
-    "compare": ["compare"],
-    "report_summary": ["report.summary"],
-    "report_html": ["report.html"],
-}
+def family_code(side):
+    """Input function: the source files of the job's family on `side` (fixture, reference or
+    ggml: the module of the spec's entry point, and the crash guard around a ggml dump)."""
 
+    def get(wildcards):
+        entry = SPECS[wildcards.family].entry_points[side].partition(":")[0]
+        extra = ("guard",) if side == "ggml" else ()
+        return src_files(entry.removeprefix("audioparity."), *extra)
 
-def code(stage):
-    """`src_files` of the stage's entry points (a key of ENTRY_POINTS)."""
-    return src_files(*ENTRY_POINTS[stage])
-
-
-def get_model(wildcards):
-    """Model path (a .nemo file or a checkpoint directory) of {family}/{model}."""
-    return PATHS[wildcards.family]["models"][wildcards.model]
-
-
-def get_case(wildcards):
-    """Input file (audio or prompt) of {family}/{case}."""
-    return PATHS[wildcards.family]["cases"][wildcards.case]
-
-
-def family_model(family):
-    """Input function: the path of model {model} of `family`."""
-    return lambda wildcards: PATHS[family]["models"][wildcards.model]
-
-
-def family_cases(family):
-    """The input files (audio or prompts) of every case of `family`, in config order."""
-    return list(PATHS[family]["cases"].values())
-
-
-def reference_dirs(family):
-    """Output of a reference job: one dump directory per case of `family`, same order."""
-    return [
-        directory(f"results/reference/{family}/{{model}}/{case}") for case in PATHS[family]["cases"]
-    ]
-
-
-def case_options(option):
-    """Params function: `option FILE --output-dir DIR` for each case of the job, shell-quoted."""
-
-    def get(wildcards, input, output):
-        return " ".join(
-            f"{option} {shlex.quote(path)} --output-dir {shlex.quote(folder)}"
-            for path, folder in zip(input.cases, output, strict=True)
-        )
-
-    get.__name__ = "get_case_options"
+    get.__name__ = f"get_{side}_code"
     return get
 
 
-def get_fixture_options(wildcards):
-    """Command-line options of fixture {family}/{name} (config `fixtures`): `--seed N` and the
-    flags set true, e.g. `--massive-activation`."""
-    options = dict(config["fixtures"][wildcards.family][wildcards.name])
-    flags = [f"--{key.replace('_', '-')}" for key, on in options.items() if on is True]
-    return " ".join([f"--seed {options.pop('seed')}", *flags])
+def compare_code(wildcards):
+    """The compare's source files and the job's family spec (isolated forms and their stages)."""
+    return src_files("compare", f"models.{wildcards.family}")
+
+
+def report_code(entry):
+    """The source files of a report module and every swept family's spec (stage order)."""
+    return src_files(entry, *(f"models.{family}" for family in SPECS))
+
+
+def model_path(wildcards):
+    """Path of model {model} of {family} (a file or a checkpoint directory)."""
+    return PATHS[wildcards.family]["models"][wildcards.model]
+
+
+def model_input(wildcards):
+    """What a job on model {model} waits for: its fixture's directory when a rule builds it."""
+    path = model_path(wildcards)
+    return fixture_dir(wildcards.family, path) or path
+
+
+def case_path(wildcards):
+    """Input file (audio or prompt) of case {case} of {family}."""
+    return PATHS[wildcards.family]["cases"][wildcards.case]
+
+
+def case_paths(wildcards):
+    """The input files of every case of {family}, in config order."""
+    return list(PATHS[wildcards.family]["cases"].values())
+
+
+def reference_dir(wildcards):
+    """The reference job's directory of {family}/{model}: one dump per case."""
+    return f"results/reference/{wildcards.family}/{wildcards.model}"
+
+
+def reference_case(wildcards):
+    """The reference dump of case {case}."""
+    return f"{reference_dir(wildcards)}/{wildcards.case}"
+
+
+def reference_of(wildcards):
+    """Inputs that bring case {case}'s reference dump: the reference directory, whose time
+    stamp is ignored (ancient), and the case's content digest, which Snakemake compares by
+    checksum. So a reference job that runs again (its code changed) reruns a dependent only
+    where the dump it reads changed (docs/design.md, "Reruns")."""
+    checkpoints.reference_dump.get(family=wildcards.family, model=wildcards.model)
+    return {
+        "reference": ancient(reference_dir(wildcards)),
+        "reference_digest": f"{reference_case(wildcards)}.sha256",
+    }
+
+
+def ggml_inputs(wildcards):
+    """Inputs of a ggml dump: model, case, code, and the reference when the family's ggml dump
+    reads it (its teacher-forced stages)."""
+    inputs = {"model": model_input(wildcards), "case": case_path(wildcards),
+              "code": family_code("ggml")(wildcards)}
+    if SPECS[wildcards.family].ggml_reads_reference:
+        inputs.update(reference_of(wildcards))
+    return inputs
+
+
+def _quoted(values):
+    return " ".join(shlex.quote(str(value)) for value in values)
+
+
+def family_command(wildcards):
+    """The family's subcommand of `audioparity fixture|reference|ggml` (parakeet-tdt)."""
+    return SPECS[wildcards.family].command
+
+
+def fixture_options(wildcards):
+    """`--seed N` and the fixture options of config fixtures.{family}.{name}."""
+    entry = config["fixtures"][wildcards.family][wildcards.name]
+    spec = SPECS[wildcards.family]
+    return _quoted(["--seed", entry["seed"], *(
+        arg for option in spec.options_for("fixture") for arg in option.argv(entry[option.name]))])
+
+
+def family_options(side):
+    """Params function: the family options of `side` from its config section, as flags."""
+
+    def get(wildcards):
+        options = FAMILIES[wildcards.family]["options"]
+        spec = SPECS[wildcards.family]
+        return _quoted(arg for option in spec.options_for(side)
+                       for arg in option.argv(options[option.name]))
+
+    get.__name__ = f"get_{side}_options"
+    return get
+
+
+def reference_cases(wildcards, output):
+    """`--audio FILE --output-dir DIR` (or `--prompt`) for each case of the reference job."""
+    flag = SPECS[wildcards.family].input_flag
+    return _quoted(arg for name, path in PATHS[wildcards.family]["cases"].items()
+                   for arg in (flag, path, "--output-dir", f"{output[0]}/{name}"))
+
+
+def reference_dumps(wildcards, output):
+    """The dump directories the reference job writes, one per case."""
+    return _quoted(f"{output[0]}/{name}" for name in PATHS[wildcards.family]["cases"])
+
+
+def ggml_command(wildcards, output, threads):
+    """The candidate's dump command for one cell: its config `command` template, or this
+    project's port, `audioparity ggml <family> ...`, with the fields filled in and quoted."""
+    spec = SPECS[wildcards.family]
+    template = CANDIDATES[wildcards.family][wildcards.candidate].get("command") or " ".join([
+        "audioparity ggml", spec.command, "--model {model}", f"{spec.input_flag} {{case}}",
+        *(["--reference-dir {reference}"] if spec.ggml_reads_reference else []),
+        "--output-dir {output} --weight-type {weight_type} --backend {backend}",
+        "--threads {threads} {options}"])
+    fields = {"model": model_path(wildcards), "case": case_path(wildcards),
+              "reference": reference_case(wildcards), "output": output[0],
+              "weight_type": wildcards.weight_type, "backend": wildcards.backend,
+              "threads": threads}
+    quoted = {key: shlex.quote(str(value)) for key, value in fields.items()}
+    try:
+        return template.format(**quoted, options=family_options("ggml")(wildcards))
+    except (KeyError, IndexError, ValueError) as err:
+        raise WorkflowError(f"config {wildcards.family}.candidates {wildcards.candidate!r}: "
+                            f"command template {template!r}: {err!r}") from None
 
 
 def get_gates(wildcards):
@@ -189,16 +359,6 @@ def get_gates(wildcards):
     return json.dumps(gates, sort_keys=True)
 
 
-def family_setting(key):
-    """Input function returning the config value `key` of the job's {family}."""
-
-    def get(wildcards):
-        return FAMILIES[wildcards.family][key]
-
-    get.__name__ = f"get_{key}"
-    return get
-
-
 def print_outcome(summary, report):
     """After a successful run: the stages per status, and where the report is."""
     if not os.path.exists(summary):
@@ -210,13 +370,32 @@ def print_outcome(summary, report):
     print(f"audioparity: {line}; report: {os.path.abspath(report)}")
 
 
-def all_cells():
-    """Every compare result of the sweep: family x model x case x backend x weight type."""
+def _after_references():
+    """Return once every reference job is done (its checkpoint). An input function that calls
+    this is evaluated again after a reference job runs, as the compares are; so the report
+    rules rerun after a reference job only if a compare did (rather than because a compare was
+    planned before the reference digests were known)."""
+    for family in FAMILIES:
+        for model in PATHS[family]["models"]:
+            checkpoints.reference_dump.get(family=family, model=model)
+
+
+def summary_input(wildcards):
+    """summary.csv, once every reference job is done (:func:`_after_references`)."""
+    _after_references()
+    return "results/report/summary.csv"
+
+
+def all_cells(wildcards):
+    """Every compare result of the sweep: family x model x candidate x backend x weight type x
+    case, once every reference job is done (:func:`_after_references`)."""
+    _after_references()
     return [
-        f"results/compare/{family}/{model}/{backend}/{weight_type}/{case}.json"
+        f"results/compare/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json"
         for family, section in FAMILIES.items()
         for model in PATHS[family]["models"]
-        for case in PATHS[family]["cases"]
+        for candidate in CANDIDATES[family]
         for backend in section["backends"]
         for weight_type in section["weight_types"]
+        for case in PATHS[family]["cases"]
     ]

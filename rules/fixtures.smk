@@ -1,39 +1,20 @@
-# Tiny seeded models, built locally, so the default sweep needs no download.
+# Tiny seeded models, built locally, so the default sweep needs no download: one directory per
+# config `fixtures` entry, the model inside where the family's spec says (e.g. model.nemo).
 
 
-rule parakeet_fixture_build:
+rule fixture_build:
     input:
-        code=code("parakeet_tdt_fixture"),
-    output:
-        "results/fixtures/{family}/{name}.nemo",
-    wildcard_constraints:
-        family="parakeet_tdt",
-    params:
-        options=get_fixture_options,
-    conda:
-        "../envs/audioparity.yaml"
-    log:
-        "logs/parakeet_fixture_build/{family}/{name}.log",
-    benchmark:
-        "results/benchmarks/parakeet_fixture_build/{family}/{name}.tsv"
-    shell:
-        "audioparity fixture parakeet-tdt --output {output:q} {params.options} 2> {log}"
-
-
-rule moss_fixture_build:
-    input:
-        code=code("moss_voicegen_fixture"),
+        code=family_code("fixture"),
     output:
         directory("results/fixtures/{family}/{name}"),
-    wildcard_constraints:
-        family="moss_voicegen",
     params:
-        options=get_fixture_options,
+        family=family_command,
+        options=fixture_options,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/moss_fixture_build/{family}/{name}.log",
+        "logs/fixture_build/{family}/{name}.log",
     benchmark:
-        "results/benchmarks/moss_fixture_build/{family}/{name}.tsv"
+        "results/benchmarks/fixture_build/{family}/{name}.tsv"
     shell:
-        "audioparity fixture moss-voicegen --output {output:q} {params.options} 2> {log}"
+        "audioparity fixture {params.family} --output {output:q} {params.options} 2> {log}"

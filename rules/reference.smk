@@ -1,54 +1,33 @@
-# Reference activations from the PyTorch/NeMo model: one job per model writes every case's dump,
-# so the reference stack is imported and the model loaded once (NeMo takes ~30 s for a 0.6B
-# model). Adding or editing a case reruns that model's reference job for all of its cases.
+# Reference activations from the PyTorch/NeMo model: one job per model writes every case's dump
+# (results/reference/<family>/<model>/<case>/), so the reference stack is imported and the model
+# loaded once (NeMo takes ~30 s for a 0.6B model), then a content digest of each dump
+# (<case>.sha256). It is a checkpoint: after it runs, Snakemake looks again at what depends on
+# it and reruns only the jobs whose case digest changed (docs/design.md, "Reruns").
 
 
-if "parakeet_tdt" in FAMILIES:
-
-    rule parakeet_reference_dump:
-        input:
-            model=family_model("parakeet_tdt"),
-            cases=family_cases("parakeet_tdt"),
-            code=code("parakeet_tdt_reference"),
-        output:
-            reference_dirs("parakeet_tdt"),
-        params:
-            cases=case_options("--audio"),
-        conda:
-            "../envs/audioparity.yaml"
-        log:
-            "logs/parakeet_reference_dump/parakeet_tdt/{model}.log",
-        benchmark:
-            "results/benchmarks/parakeet_reference_dump/parakeet_tdt/{model}.tsv"
-        threads: 1
-        resources:
-            mem_mb=4000,
-        shell:
-            "audioparity reference parakeet-tdt --model {input.model:q} {params.cases}"
-            " --threads {threads} 2> {log}"
-
-
-if "moss_voicegen" in FAMILIES:
-
-    rule moss_reference_dump:
-        input:
-            model=family_model("moss_voicegen"),
-            cases=family_cases("moss_voicegen"),
-            code=code("moss_voicegen_reference"),
-        output:
-            reference_dirs("moss_voicegen"),
-        params:
-            cases=case_options("--prompt"),
-            generate_rows=FAMILIES["moss_voicegen"]["generate_rows"],
-        conda:
-            "../envs/audioparity.yaml"
-        log:
-            "logs/moss_reference_dump/moss_voicegen/{model}.log",
-        benchmark:
-            "results/benchmarks/moss_reference_dump/moss_voicegen/{model}.tsv"
-        threads: 1
-        resources:
-            mem_mb=4000,
-        shell:
-            "audioparity reference moss-voicegen --model {input.model:q} {params.cases}"
-            " --threads {threads} --generate-rows {params.generate_rows} 2> {log}"
+checkpoint reference_dump:
+    input:
+        model=model_input,
+        cases=case_paths,
+        code=family_code("reference"),
+    output:
+        directory("results/reference/{family}/{model}"),
+    params:
+        family=family_command,
+        model=model_path,
+        cases=reference_cases,
+        dumps=reference_dumps,
+        options=family_options("reference"),
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/reference_dump/{family}/{model}.log",
+    benchmark:
+        "results/benchmarks/reference_dump/{family}/{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity reference {params.family} --model {params.model:q} {params.cases}"
+        " --threads {threads} {params.options} 2> {log}"
+        " && audioparity digest {params.dumps} 2>> {log}"

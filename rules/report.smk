@@ -7,8 +7,8 @@ onsuccess:
 
 rule report_summary:
     input:
-        cells=all_cells(),
-        code=code("report_summary"),
+        cells=all_cells,
+        code=report_code("report.summary"),
     output:
         report(
             "results/report/summary.csv",
@@ -27,8 +27,8 @@ rule report_summary:
 
 rule report_html:
     input:
-        summary="results/report/summary.csv",
-        code=code("report_html"),
+        summary=summary_input,
+        code=report_code("report.html"),
     output:
         report(
             "results/report/index.html",

@@ -1,15 +1,18 @@
-"""Session-wide fixtures shared by the test files: the tiny Parakeet-TDT model, the project's
-speech clip, and one NeMo reference dump of that clip."""
+"""Session-wide fixtures shared by the test folders: the project's speech clip, each family's
+tiny fixture model (built once per session through the family's spec, as the workflow builds
+it), and the NeMo reference dump of the clip."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+from audioparity.families import family
+from tests import RESOURCES
 
 # Hypothesis: HYPOTHESIS_PROFILE=ci runs 2000 examples per property (tests/test_fuzz.py);
 # locally a few dozen. Tests that set max_examples themselves keep theirs.
@@ -27,22 +30,42 @@ def clip_wav() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_nemo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny v3-shaped Parakeet-TDT ``.nemo`` built once per session with seed 0."""
-    from audioparity.models.parakeet_tdt.fixture import build_fixture
+def fixture_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``fixture_model(family, seed=0, **options)``: the path of that family's fixture model
+    (its spec's ``fixture_model`` inside the fixture directory), built through the spec's
+    fixture entry point the first time it is asked for and shared by the session after."""
+    built: dict[tuple, Path] = {}
 
-    path = tmp_path_factory.mktemp("parakeet_fixture") / "tiny.nemo"
-    build_fixture(path, seed=0)
-    return path
+    def build(name: str, seed: int = 0, **options) -> Path:
+        key = (name, seed, tuple(sorted(options.items())))
+        if key not in built:
+            spec = family(name)
+            folder = tmp_path_factory.mktemp(f"{name}_fixture") / "model"
+            spec.entry_point("fixture")(folder, seed=seed, **options)
+            built[key] = folder / spec.fixture_model if spec.fixture_model else folder
+        return built[key]
+
+    return build
 
 
 @pytest.fixture(scope="session")
-def reference_dump(
-    tiny_nemo: Path, clip_wav: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The NeMo reference dump directory of ``clip_wav`` through ``tiny_nemo`` (1 thread)."""
+def parakeet_model(fixture_model) -> Path:
+    """The tiny v3-shaped Parakeet-TDT ``.nemo`` (seed 0)."""
+    return fixture_model("parakeet_tdt")
+
+
+@pytest.fixture(scope="session")
+def moss_model(fixture_model) -> Path:
+    """The tiny MOSS-VoiceGenerator checkpoint directory (seed 0)."""
+    return fixture_model("moss_voicegen")
+
+
+@pytest.fixture(scope="session")
+def parakeet_reference(parakeet_model: Path, clip_wav: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The NeMo reference dump directory of ``clip_wav`` through ``parakeet_model`` (1 thread)."""
     from audioparity.models.parakeet_tdt.reference import dump_reference
 
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
-    dump_reference(tiny_nemo, [(clip_wav, output)], threads=1)
+    dump_reference(parakeet_model, [(clip_wav, output)], threads=1)
     return output

@@ -83,3 +83,30 @@ def test_sha256_of_a_directory_depends_on_names_and_contents(tmp_path):
     (tmp_path / "a" / "x").write_text("2")
     assert sha256_of(tmp_path / "a") != first
     assert json.dumps(first)  # a plain hex string
+
+
+def write_small_dump(path, model_file, layout="[T, D]", scale=1.0, seconds=0.5, note="run 1"):
+    with DumpWriter(path, producer="test", model=model_file, fields={"threads": 1}) as writer:
+        writer.add_tensor("enc_out", np.arange(6, dtype=np.float32).reshape(2, 3) * scale, layout)
+        writer.add_json("decode", {"ids": [1, 2]})
+        writer.manifest["seconds"]["encoder"] = seconds
+        writer.note(note)
+
+
+def test_digest_covers_what_later_stages_read_and_ignores_how_the_run_went(tmp_path,
+                                                                         model_file):
+    """Run times and notes change nothing downstream; a value, a layout or a document does."""
+    from audioparity.artifacts import content_digest, write_digest
+
+    write_small_dump(tmp_path / "a", model_file)
+    write_small_dump(tmp_path / "b", model_file, seconds=9.0, note="run 2")
+    assert content_digest(tmp_path / "a") == content_digest(tmp_path / "b")
+    digest = write_digest(tmp_path / "a")
+    assert digest == tmp_path / "a.sha256"
+    assert digest.read_text() == content_digest(tmp_path / "a")
+    lines = digest.read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == [
+        "decode.json", "enc_out.npy", "manifest.json:status,message,tensors,documents"]
+    for changed in ({"scale": 2.0}, {"layout": "[T,D]"}):
+        write_small_dump(tmp_path / "c", model_file, **changed)
+        assert content_digest(tmp_path / "c") != content_digest(tmp_path / "a"), changed

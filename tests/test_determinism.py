@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import MANIFEST, Dump, DumpWriter, dump_differences
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PROMPT = REPO / "resources" / "moss" / "en_instruction.json"
 CLI = [sys.executable, "-m", "audioparity.cli"]
 
@@ -41,21 +41,12 @@ def determinism_run(tmp_path: Path, command: list[str]) -> subprocess.CompletedP
                            "--", *command], capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def moss_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from audioparity.models.moss_voicegen.fixture import build_fixture
-
-    path = tmp_path_factory.mktemp("moss") / "tiny"
-    build_fixture(path, seed=0)
-    return path
-
-
-def test_ggml_parakeet_dump_twice_is_byte_identical(tiny_nemo, clip_wav, reference_dump,
+def test_ggml_parakeet_dump_twice_is_byte_identical(parakeet_model, clip_wav, parakeet_reference,
                                                     tmp_path):
     result = determinism_run(tmp_path, [
-        *CLI, "ggml", "parakeet-tdt", "--model", str(tiny_nemo), "--audio", str(clip_wav),
-        "--reference-dir", str(reference_dump), "--output-dir", "{output_dir}",
-        "--matmul-weight-type", "q8_0", "--threads", "2",
+        *CLI, "ggml", "parakeet-tdt", "--model", str(parakeet_model), "--audio", str(clip_wav),
+        "--reference-dir", str(parakeet_reference), "--output-dir", "{output_dir}",
+        "--weight-type", "q8_0", "--threads", "2",
     ])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("identical: ")
@@ -64,20 +55,20 @@ def test_ggml_parakeet_dump_twice_is_byte_identical(tiny_nemo, clip_wav, referen
     assert_records_threads_and_versions(Dump(runs / "run_1"), 2, "ggml-python")
 
 
-def test_nemo_reference_dump_twice_is_byte_identical(tiny_nemo, clip_wav, reference_dump,
+def test_nemo_reference_dump_twice_is_byte_identical(parakeet_model, clip_wav, parakeet_reference,
                                                      tmp_path):
     from audioparity.models.parakeet_tdt.reference import dump_reference
 
-    dump_reference(tiny_nemo, [(clip_wav, tmp_path / "again")], threads=1)
-    assert_byte_identical(reference_dump, tmp_path / "again")
-    assert dump_differences(reference_dump, tmp_path / "again") == []
-    assert_records_threads_and_versions(Dump(reference_dump), 1, "torch", "nemo_toolkit")
+    dump_reference(parakeet_model, [(clip_wav, tmp_path / "again")], threads=1)
+    assert_byte_identical(parakeet_reference, tmp_path / "again")
+    assert dump_differences(parakeet_reference, tmp_path / "again") == []
+    assert_records_threads_and_versions(Dump(parakeet_reference), 1, "torch", "nemo_toolkit")
 
 
 @pytest.mark.parametrize("weight_type", ["f32", "q8_0"])
-def test_ggml_moss_dump_twice_is_byte_identical(moss_checkpoint, weight_type, tmp_path):
+def test_ggml_moss_dump_twice_is_byte_identical(moss_model, weight_type, tmp_path):
     result = determinism_run(tmp_path, [
-        *CLI, "ggml", "moss-voicegen", "--model", str(moss_checkpoint), "--prompt", str(PROMPT),
+        *CLI, "ggml", "moss-voicegen", "--model", str(moss_model), "--prompt", str(PROMPT),
         "--output-dir", "{output_dir}", "--weight-type", weight_type, "--threads", "2",
     ])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -86,11 +77,11 @@ def test_ggml_moss_dump_twice_is_byte_identical(moss_checkpoint, weight_type, tm
     assert_records_threads_and_versions(Dump(runs / "run_1"), 2, "ggml_python", "tokenizers")
 
 
-def test_torch_moss_reference_dump_twice_is_byte_identical(moss_checkpoint, tmp_path):
+def test_torch_moss_reference_dump_twice_is_byte_identical(moss_model, tmp_path):
     from audioparity.models.moss_voicegen.reference import dump_reference
 
     for run in ("run_1", "run_2"):
-        dump_reference(moss_checkpoint, [(PROMPT, tmp_path / run)], threads=2)
+        dump_reference(moss_model, [(PROMPT, tmp_path / run)], threads=2)
     assert_byte_identical(tmp_path / "run_1", tmp_path / "run_2")
     assert dump_differences(tmp_path / "run_1", tmp_path / "run_2") == []
     assert_records_threads_and_versions(Dump(tmp_path / "run_1"), 2, "torch", "transformers",

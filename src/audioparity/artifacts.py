@@ -1,6 +1,6 @@
 """Dump directories: one ``.npy`` per tensor, JSON documents, and ``manifest.json``.
 
-Layout of a dump directory (DESIGN.md, "Artifact contract")::
+Layout of a dump directory (docs/design.md, "Dump contract")::
 
     <dir>/manifest.json         producer, model + sha256, input + sha256, backend, weight type,
                                 threads, library versions, seconds per stage, status, tensors
@@ -30,11 +30,9 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
+from audioparity.vocabulary import DUMP_STATUSES
 
 MANIFEST = "manifest.json"
-#: Statuses a dump may carry. ``ok``: all tensors written; ``unavailable``: the requested
-#: backend is not built into this ggml; ``crashed``: the producing process died.
-DUMP_STATUSES = ("ok", "unavailable", "crashed")
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -353,6 +351,44 @@ class Dump:
 
 #: Manifest keys that legitimately differ between two runs of the same dump.
 VOLATILE_MANIFEST_KEYS = ("seconds",)
+#: The manifest keys later stages read: what a dump holds and how (:func:`content_digest`).
+CONTENT_MANIFEST_KEYS = ("status", "message", "tensors", "documents")
+#: Suffix of the file :func:`write_digest` writes beside a dump directory.
+DIGEST_SUFFIX = ".sha256"
+
+
+def content_digest(path: str | os.PathLike) -> str:
+    """What a later stage reads of a dump, hashed: one ``<sha256>  <file>`` line per file
+    but ``manifest.json``, sorted, and one for the manifest's :data:`CONTENT_MANIFEST_KEYS`.
+
+    Two dumps with the same digest give every later stage the same input, whatever their run
+    times, library versions or notes; the workflow compares digests, not time stamps, to decide
+    whether a dump that was made again changes anything downstream (docs/design.md, "Reruns").
+
+    Raises:
+        AudioparityError: not a readable dump.
+    """
+    dump = Dump(path)
+    lines = [f"{sha256_of(file)}  {file.name}" for file in sorted(dump.path.iterdir())
+             if file.is_file() and file.name != MANIFEST]
+    contract = {key: dump.manifest.get(key) for key in CONTENT_MANIFEST_KEYS}
+    text = json.dumps(contract, sort_keys=True, default=_json_default)
+    lines.append(f"{hashlib.sha256(text.encode()).hexdigest()}  {MANIFEST}:"
+                 f"{','.join(CONTENT_MANIFEST_KEYS)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_digest(path: str | os.PathLike) -> Path:
+    """Write :func:`content_digest` of the dump at ``path`` to ``<path>.sha256`` (atomic);
+    return that file.
+
+    Raises:
+        AudioparityError: not a readable dump.
+    """
+    path = Path(path)
+    digest = path.with_name(path.name + DIGEST_SUFFIX)
+    write_text_atomic(digest, content_digest(path))
+    return digest
 
 
 def dump_differences(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:

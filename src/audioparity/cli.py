@@ -1,7 +1,8 @@
-"""The ``audioparity`` command line (DESIGN.md, "CLI contract").
+"""The ``audioparity`` command line (docs/design.md, "Command line").
 
-Exit codes: 0 done, 1 failed (one line on stderr), 2 usage. The ggml dump's options mirror the
-C++ dump tools', so an external binary with the same command line can replace ours.
+``fixture``, ``reference`` and ``ggml`` have one subcommand per model family, built from the
+family's spec (:mod:`audioparity.families`): the same flags for every family, plus its own
+options. Exit codes: 0 done, 1 failed (one line on stderr), 2 usage.
 """
 
 from __future__ import annotations
@@ -14,23 +15,95 @@ import sys
 from pathlib import Path
 
 from audioparity.errors import AudioparityError
-
-WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
-CONV_WEIGHT_TYPES = ("f32", "f16")
-BACKENDS = ("cpu", "cuda", "vulkan")
+from audioparity.families import FamilySpec, registered
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 log = logging.getLogger("audioparity")
 
 
-def _choice(valid: tuple[str, ...], what: str):
-    def parse(value: str) -> str:
-        if value not in valid:
+def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None):
+    """An argparse type: the text as ``kind``, one of ``choices`` if given, at least
+    ``minimum`` if given; otherwise a usage error naming ``what``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected an integer") from None
+        if choices and value not in choices:
             raise argparse.ArgumentTypeError(
-                f"unknown {what} {value!r}; valid: {', '.join(valid)}"
-            )
+                f"unknown {what} {text!r}; valid: {', '.join(map(str, choices))}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} {value}: expected at least {minimum}")
         return value
 
     return parse
+
+
+def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -> None:
+    """The family's options the command of ``side`` takes (:meth:`FamilySpec.options_for`)."""
+    for option in spec.options_for(side):
+        if isinstance(option.default, bool):
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            kind = _value(option.name.replace("_", " "), type(option.default), option.choices,
+                          option.minimum)
+            parser.add_argument(option.flag, default=option.default, type=kind,
+                                help=f"{option.help} (default {option.default})")
+
+
+def _family_commands(sub) -> None:
+    """``fixture``, ``reference`` and ``ggml``, each with one subcommand per registered family."""
+    specs = registered().values()
+    fixture = sub.add_parser("fixture", help="build a tiny seeded model (tests, default run)")
+    reference = sub.add_parser("reference", help="dump reference activations (PyTorch/NeMo)")
+    ggml = sub.add_parser("ggml", help="dump activations from the built-in ggml port")
+    fixture_sub, reference_sub, ggml_sub = (
+        command.add_subparsers(dest="family", required=True, metavar="FAMILY")
+        for command in (fixture, reference, ggml))
+    for spec in specs:
+        p = fixture_sub.add_parser(spec.command, help=f"tiny seeded {spec.title}")
+        p.set_defaults(spec=spec)
+        where = f"; the model is {spec.fixture_model} inside" if spec.fixture_model else ""
+        p.add_argument("--output", required=True, type=Path,
+                       help=f"fixture directory to write{where}")
+        p.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
+        _add_options(p, spec, "fixture")
+
+        p = reference_sub.add_parser(spec.command, help=spec.title)
+        p.set_defaults(spec=spec)
+        p.add_argument("--model", required=True, type=Path, help=spec.model)
+        p.add_argument(spec.input_flag, dest="inputs", required=True, type=Path,
+                       action="append", metavar=spec.input.upper(),
+                       help=f"{spec.input} file; repeat it, with --output-dir, to dump several "
+                       "from one model load")
+        p.add_argument("--output-dir", required=True, type=Path, action="append",
+                       help=f"dump directory, one per {spec.input_flag}, in the same order")
+        p.add_argument("--threads", type=int, default=1)
+        _add_options(p, spec, "reference")
+
+        p = ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port")
+        p.set_defaults(spec=spec)
+        p.add_argument("--model", required=True, type=Path, help=spec.model)
+        p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
+                       metavar=spec.input.upper(), help=f"{spec.input} file")
+        if spec.ggml_reads_reference:
+            p.add_argument("--reference-dir", required=True, type=Path,
+                           help="reference dump of the same model and input: what the "
+                           "teacher-forced stages are fed")
+        p.add_argument("--output-dir", required=True, type=Path)
+        p.add_argument("--weight-type", default="native",
+                       type=_value("weight type", choices=WEIGHT_TYPES),
+                       help="storage type of the matmul weights; native: the checkpoint's")
+        p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+        p.add_argument("--device", type=int, default=0)
+        p.add_argument("--threads", type=int, default=1)
+        _add_options(p, spec, "ggml")
+
+
+def _options(args: argparse.Namespace, side: str) -> dict:
+    """The family options of ``side`` as parsed, by name."""
+    return {option.name: getattr(args, option.name) for option in args.spec.options_for(side)}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,65 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    fixture = sub.add_parser("fixture", help="build a tiny seeded model (tests, default run)")
-    fixture_sub = fixture.add_subparsers(dest="family", required=True)
-    p = fixture_sub.add_parser("parakeet-tdt", help="tiny v3-shaped Parakeet-TDT .nemo")
-    p.add_argument("--output", required=True, type=Path, help="path of the .nemo to write")
-    p.add_argument("--seed", type=int, default=0)
-    p = fixture_sub.add_parser("moss-voicegen", help="tiny MOSS checkpoint directory")
-    p.add_argument("--output", required=True, type=Path, help="checkpoint directory to write")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--massive-activation", action="store_true",
-                   help="one huge activation channel beyond the f16 range (attention sink)")
-
-    reference = sub.add_parser("reference", help="dump reference activations (PyTorch/NeMo)")
-    reference_sub = reference.add_subparsers(dest="family", required=True)
-    p = reference_sub.add_parser("parakeet-tdt", help="NeMo EncDecRNNTBPEModel, CPU, eval")
-    p.add_argument("--model", required=True, type=Path, help=".nemo file")
-    p.add_argument("--audio", required=True, type=Path, action="append",
-                   help="audio file (resampled to 16 kHz); repeat it, with --output-dir, to "
-                   "dump several files from one model load")
-    p.add_argument("--output-dir", required=True, type=Path, action="append",
-                   help="dump directory, one per --audio, in the same order")
-    p.add_argument("--threads", type=int, default=1)
-
-    p = reference_sub.add_parser("moss-voicegen", help="MossTTSDelay model in PyTorch (float32)")
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
-    p.add_argument("--prompt", required=True, type=Path, action="append",
-                   help="JSON: text, instruction, language; repeat it, with --output-dir, to "
-                   "dump several prompts from one model load")
-    p.add_argument("--output-dir", required=True, type=Path, action="append",
-                   help="dump directory, one per --prompt, in the same order")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--generate-rows", type=int, default=16, help="rows of greedy generation")
-
-    ggml = sub.add_parser("ggml", help="dump activations from the built-in ggml port")
-    ggml_sub = ggml.add_subparsers(dest="family", required=True)
-    p = ggml_sub.add_parser("parakeet-tdt", help="ggml Parakeet-TDT encoder and TDT decoder")
-    p.add_argument("--model", required=True, type=Path, help=".nemo file or HF Parakeet directory")
-    p.add_argument("--audio", required=True, type=Path)
-    p.add_argument("--reference-dir", required=True, type=Path,
-                   help="reference dump: inputs of the isolated layers and of decoder replay")
-    p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--matmul-weight-type", default="native",
-                   type=_choice(WEIGHT_TYPES, "weight type"))
-    p.add_argument("--conv-weight-type", default="f32",
-                   type=_choice(CONV_WEIGHT_TYPES, "conv weight type"))
-    p.add_argument("--backend", default="cpu", type=_choice(BACKENDS, "backend"))
-    p.add_argument("--device", type=int, default=0)
-    p.add_argument("--flash-attention", type=int, choices=(0, 1), default=0)
-    p.add_argument("--threads", type=int, default=1)
-
-    p = ggml_sub.add_parser("moss-voicegen", help="ggml MOSS backbone: prefill, cached step, heads")
-    p.add_argument("--model", required=True, type=Path, help="checkpoint directory")
-    p.add_argument("--prompt", required=True, type=Path)
-    p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--weight-type", default="native", type=_choice(WEIGHT_TYPES, "weight type"))
-    p.add_argument("--backend", default="cpu", type=_choice(BACKENDS, "backend"))
-    p.add_argument("--device", type=int, default=0)
-    p.add_argument("--kv-cache-type", default="f32", type=_choice(("f32", "f16"), "KV cache type"))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--generate-rows", type=int, default=16)
+    _family_commands(sub)
 
     compare = sub.add_parser("compare", help="compare a candidate dump with a reference dump")
     compare.add_argument("--reference", required=True, type=Path)
@@ -136,6 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", required=True, type=Path, help="holds run_1/ and run_2/")
     p.add_argument("dump_command", nargs=argparse.REMAINDER,
                    help="-- COMMAND ... {output_dir} ...")
+
+    digest = sub.add_parser(
+        "digest", help="write DUMP.sha256 beside each dump: the hash of what later stages read")
+    digest.add_argument("dumps", nargs="+", type=Path, metavar="DUMP")
 
     sub.add_parser("doctor", help="which backends are built in, library versions")
     return parser
@@ -213,42 +232,23 @@ def _cases(inputs: list[Path], output_dirs: list[Path], option: str) -> list[tup
 
 
 def _run(args: argparse.Namespace) -> int:
-    moss = getattr(args, "family", None) == "moss-voicegen"
-    if args.command == "fixture" and moss:
-        from audioparity.models.moss_voicegen.fixture import build_fixture
-
-        build_fixture(args.output, seed=args.seed, massive_activation=args.massive_activation)
-    elif args.command == "fixture":
-        from audioparity.models.parakeet_tdt.fixture import build_fixture
-
-        build_fixture(args.output, seed=args.seed)
-    elif args.command == "reference" and moss:
-        from audioparity.models.moss_voicegen.reference import dump_reference
-
-        dump_reference(args.model, _cases(args.prompt, args.output_dir, "--prompt"),
-                       threads=args.threads, generate_rows=args.generate_rows)
+    if args.command == "fixture":
+        args.spec.entry_point("fixture")(args.output, seed=args.seed, **_options(args, "fixture"))
     elif args.command == "reference":
-        from audioparity.models.parakeet_tdt.reference import dump_reference
-
-        dump_reference(args.model, _cases(args.audio, args.output_dir, "--audio"),
-                       threads=args.threads)
-    elif args.command == "ggml" and moss:
-        from audioparity.models.moss_voicegen.dump import dump_ggml
-
-        dump_ggml(
-            args.model, args.prompt, args.output_dir, weight_type=args.weight_type,
-            backend=args.backend, device=args.device, kv_cache_type=args.kv_cache_type,
-            threads=args.threads, generate_rows=args.generate_rows,
-        )
+        cases = _cases(args.inputs, args.output_dir, args.spec.input_flag)
+        args.spec.entry_point("reference")(args.model, cases, threads=args.threads,
+                                           **_options(args, "reference"))
     elif args.command == "ggml":
-        from audioparity.models.parakeet_tdt.dump import dump_ggml
+        reference = {"reference_dir": args.reference_dir} if args.spec.ggml_reads_reference else {}
+        args.spec.entry_point("ggml")(
+            args.model, args.input, args.output_dir, weight_type=args.weight_type,
+            backend=args.backend, device=args.device, threads=args.threads, **reference,
+            **_options(args, "ggml"))
+    elif args.command == "digest":
+        from audioparity.artifacts import write_digest
 
-        dump_ggml(
-            args.model, args.audio, args.reference_dir, args.output_dir,
-            matmul_weight_type=args.matmul_weight_type, conv_weight_type=args.conv_weight_type,
-            backend=args.backend, device=args.device,
-            flash_attention=bool(args.flash_attention), threads=args.threads,
-        )
+        for dump in args.dumps:
+            write_digest(dump)
     elif args.command == "compare":
         from audioparity.compare import compare_cell
 

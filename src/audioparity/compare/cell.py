@@ -33,10 +33,11 @@ from audioparity.artifacts import Dump, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
+from audioparity.families import reference_stage
 
 log = logging.getLogger(__name__)
 
-#: Cell labels, in summary order (DESIGN.md, "summary.csv").
+#: Cell labels, in summary order (docs/design.md, "summary.csv").
 LABEL_COLUMNS = ("family", "model", "case", "backend", "weight_type")
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
@@ -46,25 +47,8 @@ METRIC_COLUMNS = (
 #: Every column of a cell row and of summary.csv.
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds")
 
-#: Candidate documents that compare against a differently named reference document.
-DOCUMENT_ALIASES = {"decoder_replay": "decode"}
-#: Candidate tensors named ``<reference stage><ISOLATED>`` compare against the reference stage.
-ISOLATED = "_isolated"
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
-
-
-def reference_stage(candidate_stage: str) -> str:
-    """The reference stage a candidate stage compares against.
-
-    ``layer_3_isolated`` -> ``layer_3``; ``decoder_replay`` -> ``decode``; any other name is its
-    own reference (``enc_out`` -> ``enc_out``).
-    """
-    if candidate_stage in DOCUMENT_ALIASES:
-        return DOCUMENT_ALIASES[candidate_stage]
-    if candidate_stage.endswith(ISOLATED) and len(candidate_stage) > len(ISOLATED):
-        return candidate_stage[: -len(ISOLATED)]
-    return candidate_stage
 
 
 def _margins_name(dump: Dump, document: str) -> str | None:
@@ -250,19 +234,20 @@ def _compare_stage(
 
 
 def _plan(
-    reference: Dump, candidate: Dump | None
+    reference: Dump, candidate: Dump | None, family: str | None
 ) -> list[tuple[str, str | None, str, str | None]]:
     """(stage, reference stage or None, candidate kind or None, reference kind) per row.
 
     Every reference stage, then every candidate stage that is not a reference stage itself
-    (isolated layers, decoder replay, or a stage the reference lacks).
+    (an isolated form, compared with its stage as the family's spec says, or a stage the
+    reference lacks).
     """
     ref_kinds = _stages(reference)
     cand_kinds = _stages(candidate) if candidate is not None else {}
     plan = [(name, name, cand_kinds.get(name), kind) for name, kind in ref_kinds.items()]
     for name, kind in cand_kinds.items():
         if name not in ref_kinds:
-            target = reference_stage(name)
+            target = reference_stage(family, name)
             known = target if target in ref_kinds else None
             plan.append((name, known, kind, ref_kinds.get(target)))
     return plan
@@ -293,7 +278,8 @@ def compare_cell(
             status, with the manifest's message as the reason.
         gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``backend``,
-            ``weight_type``).
+            ``weight_type``); ``family`` also says which stage an isolated form compares
+            against (:func:`audioparity.families.reference_stage`).
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
@@ -308,7 +294,8 @@ def compare_cell(
     candidate = Dump(candidate_path) if candidate_path.exists() else None
     seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
     rows = []
-    for stage, ref_stage, kind, ref_kind in _plan(reference, candidate):
+    family = labels.get("family")
+    for stage, ref_stage, kind, ref_kind in _plan(reference, candidate, family):
         measured: dict[str, Any] | None = None
         problems: tuple[str, ...] = ()
         if candidate is None:
@@ -320,7 +307,8 @@ def compare_cell(
             availability, problems = "missing", (f"not in the candidate dump {candidate_path}",)
         elif ref_stage is None:
             availability = "missing"
-            problems = (f"no reference stage {reference_stage(stage)!r} in {reference.path}",)
+            problems = (f"no reference stage {reference_stage(family, stage)!r} in "
+                        f"{reference.path}",)
         else:
             availability = "ok"
             measured, problems = _compare_stage(

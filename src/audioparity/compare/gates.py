@@ -78,11 +78,7 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
-
-#: Every status a summary row can carry.
-STATUSES = ("pass", "fail", "xfail", "unavailable", "crashed", "missing")
-#: Statuses given without comparing (the candidate has nothing to compare).
-NOT_COMPARED = ("unavailable", "crashed", "missing")
+from audioparity.vocabulary import NOT_COMPARED
 
 #: Threshold key -> (metric it reads, comparison). ``std_ratio_tol`` and ``exact`` are special.
 _LIMITS = {

@@ -72,13 +72,14 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from audioparity.errors import AudioparityError
+from audioparity.vocabulary import BACKENDS
+from audioparity.vocabulary import STORAGE_TYPES as STORAGE_NAMES
 
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 import ggml  # noqa: E402  (after GGML_NO_BACKTRACE)
 
 __all__ = [
-    "BACKENDS",
     "STORAGE_TYPES",
     "BackendUnavailable",
     "Graph",
@@ -93,17 +94,12 @@ __all__ = [
     "tensor_name",
 ]
 
-BACKENDS = ("cpu", "cuda", "vulkan")
 # ggml backend registry names of the backends this project drives.
 _REGISTRY_NAMES = {"cpu": b"CPU", "cuda": b"CUDA", "vulkan": b"Vulkan"}
 _BUILT_IN_FLAGS = {"cuda": "GGML_USE_CUDA", "vulkan": "GGML_USE_VULKAN"}
 
-STORAGE_TYPES = {
-    "f32": ggml.GGML_TYPE_F32,
-    "f16": ggml.GGML_TYPE_F16,
-    "bf16": ggml.GGML_TYPE_BF16,
-    "q8_0": ggml.GGML_TYPE_Q8_0,
-}
+#: Storage type name -> ggml type (the names of :data:`audioparity.vocabulary.STORAGE_TYPES`).
+STORAGE_TYPES = {name: getattr(ggml, f"GGML_TYPE_{name.upper()}") for name in STORAGE_NAMES}
 _TYPE_NAMES = {v: k for k, v in STORAGE_TYPES.items()}
 _INPUT_TYPES = {
     np.dtype(np.float32): ggml.GGML_TYPE_F32,

@@ -24,15 +24,9 @@ from matplotlib.lines import Line2D
 
 from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS
-from audioparity.compare.gates import NOT_COMPARED, STATUSES
-from audioparity.report.summary import (
-    BACKEND_ORDER,
-    WEIGHT_TYPE_ORDER,
-    natural_key,
-    read_summary,
-    row_key,
-    stage_key,
-)
+from audioparity.families import natural_key, stage_key
+from audioparity.report.summary import read_summary, row_key
+from audioparity.vocabulary import BACKENDS, NOT_COMPARED, STATUSES, WEIGHT_TYPES
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
 STATUS_COLOURS = {
@@ -217,12 +211,12 @@ def _matrix(frame: pd.DataFrame) -> str:
         "document; hover a cell for the reason, the gate and every metric.</p>"
     ]
     for family, rows in frame.groupby("family", sort=False):
-        backends = _ordered(list(rows["backend"].unique()), BACKEND_ORDER)
+        backends = _ordered(list(rows["backend"].unique()), BACKENDS)
         columns = [
             (b, w)
             for b in backends
             for w in _ordered(list(rows.loc[rows["backend"] == b, "weight_type"].unique()),
-                              WEIGHT_TYPE_ORDER)
+                              WEIGHT_TYPES)
         ]
         # a heavier rule opens each backend's block of columns
         edge = [
@@ -242,7 +236,7 @@ def _matrix(frame: pd.DataFrame) -> str:
                 f"{_esc(model)} · {_esc(case)}</th></tr>"
             )
             cells = {(r["stage"], r["backend"], r["weight_type"]): r for _, r in group.iterrows()}
-            for stage in sorted(set(group["stage"]), key=stage_key):
+            for stage in sorted(set(group["stage"]), key=lambda s: stage_key(family, s)):
                 tds = []
                 for i, (backend, weight_type) in enumerate(columns):
                     row = cells.get((stage, backend, weight_type))
@@ -270,7 +264,7 @@ def _png(figure: Figure, alt: str) -> str:
 
 
 def _colours(weight_types: Sequence[str]) -> dict[str, str]:
-    ordered = _ordered(list(weight_types), WEIGHT_TYPE_ORDER)
+    ordered = _ordered(list(weight_types), WEIGHT_TYPES)
     return {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(ordered)}
 
 
@@ -312,7 +306,7 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
         for ax, (title, value) in zip(axes, LAYER_PANELS, strict=True):
             values = [value(r) for _, r in rows.iterrows()]
             floor = _floor(values)
-            for weight_type in _ordered(list(rows["weight_type"].unique()), WEIGHT_TYPE_ORDER):
+            for weight_type in _ordered(list(rows["weight_type"].unique()), WEIGHT_TYPES):
                 for isolated in (False, True):
                     chosen = (rows["weight_type"] == weight_type) & (rows["isolated"] == isolated)
                     part = rows[chosen].sort_values("layer")
@@ -363,14 +357,14 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
     stages = frame[~frame["stage"].str.match(LAYER.pattern) & (frame["nmse"] != "")]
     images = []
     for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
-        backends = _ordered(list(rows["backend"].unique()), BACKEND_ORDER)
+        backends = _ordered(list(rows["backend"].unique()), BACKENDS)
         figure = Figure(figsize=(3.6 * len(backends) + 2.2, 3.3), layout="constrained")
         axes = figure.subplots(1, len(backends), squeeze=False)[0]
-        names = sorted(set(rows["stage"]), key=stage_key)
+        names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
         floor = _floor([float(v) for v in rows["nmse"]])
         for ax, backend in zip(axes, backends, strict=True):
             part = rows[rows["backend"] == backend]
-            types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPE_ORDER)
+            types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPES)
             for i, stage in enumerate(names):
                 values = {r["weight_type"]: float(r["nmse"])
                           for _, r in part[part["stage"] == stage].iterrows()}

@@ -1,10 +1,11 @@
-"""summary.csv: the cells' rows merged into one table (DESIGN.md, "summary.csv").
+"""summary.csv: the cells' rows merged into one table (docs/design.md, "summary.csv").
 
 One row per (family, model, case, backend, weight_type, stage); columns exactly
 :data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family, model and
-case naturally (``clip2`` before ``clip10``), backends and weight types in the order the config
-lists them by convention (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural),
-stages in pipeline order with layer numbers numeric (:func:`stage_key`). Values are written as
+case naturally (``clip2`` before ``clip10``), backends and weight types in the vocabulary's
+order (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural), stages in the
+pipeline order of the family's spec, layer numbers numeric, a stage's isolated form after it
+(:func:`audioparity.families.stage_key`). Values are written as
 text: floats at full precision (``repr``), non-finite ones as ``nan``/``inf``/``-inf``, a metric
 that does not apply as an empty field.
 """
@@ -13,45 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, ISOLATED, LABEL_COLUMNS
+from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS
 from audioparity.errors import AudioparityError
+from audioparity.families import natural_key, stage_key
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
-BACKEND_ORDER = ("cpu", "cuda", "vulkan")
-WEIGHT_TYPE_ORDER = ("native", "f32", "f16", "bf16", "q8_0")
-#: Pipeline order of stage names (fnmatch patterns; first match gives the rank). Unknown stages
-#: sort after all of these.
-STAGE_ORDER = (
-    "prompt", "mel_features", "pre_encode", "pos_emb", "layer_*", "enc_out", "last_hidden",
-    "probe_hidden", "step_last_hidden", "*logits*", "lstm_state*", "decode", "decoder_replay",
-    "generation",
-)
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
-
-
-def natural_key(text: str) -> tuple:
-    """Sort key that orders digit runs numerically: ``layer_2`` < ``layer_10``."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _ranked(value: str, order: Sequence[str]) -> tuple:
     return (order.index(value), ()) if value in order else (len(order), natural_key(value))
-
-
-def stage_key(stage: str) -> tuple:
-    """Pipeline-order sort key; ``layer_3`` and ``layer_3_isolated`` sit next to each other."""
-    isolated = stage.endswith(ISOLATED) and stage != ISOLATED
-    base = stage[: -len(ISOLATED)] if isolated else stage
-    rank = next((i for i, p in enumerate(STAGE_ORDER) if fnmatchcase(base, p)), len(STAGE_ORDER))
-    return (rank, natural_key(base), isolated)
 
 
 def row_key(row: Mapping[str, Any]) -> tuple:
@@ -60,9 +39,9 @@ def row_key(row: Mapping[str, Any]) -> tuple:
         natural_key(row["family"]),
         natural_key(row["model"]),
         natural_key(row["case"]),
-        _ranked(row["backend"], BACKEND_ORDER),
-        _ranked(row["weight_type"], WEIGHT_TYPE_ORDER),
-        stage_key(row["stage"]),
+        _ranked(row["backend"], BACKENDS),
+        _ranked(row["weight_type"], WEIGHT_TYPES),
+        stage_key(row["family"], row["stage"]),
     )
 
 

@@ -31,6 +31,7 @@ from audioparity.errors import AudioparityError
 from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import Forward
+from audioparity.vocabulary import FLOAT_STORAGE_TYPES
 
 F32_ROW = ggml.GGML_TYPE_F32
 I32 = ggml.GGML_TYPE_I32
@@ -209,7 +210,7 @@ class Backbone:
 
     def __init__(self, runtime: Runtime, weights: Weights, config: MossTTSDelayConfig,
                  kv_cache_type: str = "f32", max_context: int = 4096) -> None:
-        if kv_cache_type not in ("f32", "f16"):
+        if kv_cache_type not in FLOAT_STORAGE_TYPES:
             raise AudioparityError(f"KV cache type {kv_cache_type!r}; expected f32 or f16")
         self.runtime = runtime
         self.weights = weights

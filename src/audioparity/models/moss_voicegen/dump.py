@@ -43,7 +43,8 @@ log = logging.getLogger("audioparity")
 
 
 def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, backend: str,
-              device: int, kv_cache_type: str, threads: int, generate_rows: int) -> None:
+              device: int = 0, threads: int = 1, kv_cache_type: str = "f32",
+              generate_rows: int = 16) -> None:
     """Write the ggml dump directory (contents in the module docstring).
 
     Args:

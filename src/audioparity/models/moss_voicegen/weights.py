@@ -20,9 +20,7 @@ from audioparity.models.moss_voicegen.checkpoint import (
     nonzero_pad_rows,
 )
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
-
-#: Weight types a dump may ask for; ``native`` keeps each matrix's checkpoint dtype.
-WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
+from audioparity.vocabulary import WEIGHT_TYPES
 
 
 @dataclass

@@ -1,1 +1,41 @@
 """Parakeet-TDT (NeMo ``EncDecRNNTBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
+
+from audioparity.families import FamilySpec, Option, Stage
+from audioparity.vocabulary import FLOAT_STORAGE_TYPES
+
+SPEC = FamilySpec(
+    name="parakeet_tdt",
+    command="parakeet-tdt",
+    title="Parakeet-TDT speech recogniser (NeMo EncDecRNNTBPEModel) against NeMo",
+    input="audio",
+    model="a .nemo file or a Hugging Face Parakeet directory (config.json + model.safetensors)",
+    stages=(
+        Stage("mel_features", "tensor", "[T, n_mels]",
+              "log-mel features, valid frames (NeMo AudioToMelSpectrogramPreprocessor)"),
+        Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames"),
+        Stage("pos_emb", "tensor", "[2T-1, D]",
+              "relative positional encoding fed to the layers (RelPositionalEncoding)"),
+        Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
+              isolated="layer_{i}_isolated"),
+        Stage("enc_out", "tensor", "[T, D]", "encoder output"),
+        Stage("joint_logits", "tensor", "[steps, V+1+n_durations]",
+              "raw joint outputs along the reference's greedy path, one row per evaluation"),
+        Stage("lstm_state_0", "tensor", "[layers, 2, H]",
+              "prediction network state (h, c) after the blank/SOS step"),
+        Stage("decode", "document", "{ids, frames, durations, text}",
+              "greedy TDT decode of the whole pipeline", isolated="decoder_replay"),
+    ),
+    entry_points={
+        "fixture": "audioparity.models.parakeet_tdt.fixture:build_fixture",
+        "reference": "audioparity.models.parakeet_tdt.reference:dump_reference",
+        "ggml": "audioparity.models.parakeet_tdt.dump:dump_ggml",
+    },
+    options=(
+        Option("conv_weight_type", "f32", "storage type of the convolution kernels "
+               "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES),
+        Option("flash_attention", 0, "1: attention through ggml_flash_attn_ext",
+               choices=(0, 1)),
+    ),
+    fixture_model="model.nemo",
+    ggml_reads_reference=True,
+)

@@ -65,28 +65,28 @@ def _reference_inputs(reference: Dump, n_layers: int) -> None:
 def dump_ggml(
     model: Path,
     audio: Path,
-    reference_dir: Path,
     output_dir: Path,
     *,
-    matmul_weight_type: str,
-    conv_weight_type: str,
+    reference_dir: Path,
+    weight_type: str,
     backend: str,
-    device: int,
-    flash_attention: bool,
-    threads: int,
+    device: int = 0,
+    threads: int = 1,
+    conv_weight_type: str = "f32",
+    flash_attention: int = 0,
 ) -> None:
     """Dump the ggml port's activations for one audio file into ``output_dir`` (module doc).
 
     Args:
         model: ``.nemo`` file or Hugging Face Parakeet directory.
         audio: audio file, read by :func:`audioparity.audio.load_audio` at 16 kHz.
-        reference_dir: the NeMo reference dump of the same model and audio.
         output_dir: the dump directory (written atomically).
-        matmul_weight_type: ``native|f32|f16|bf16|q8_0`` for linear/LSTM/joint/embedding weights.
-        conv_weight_type: ``f32|f16`` for the subsampling and depthwise conv kernels.
+        reference_dir: the NeMo reference dump of the same model and audio.
+        weight_type: ``native|f32|f16|bf16|q8_0`` for linear/LSTM/joint/embedding weights.
         backend: ``cpu|cuda|vulkan``; device: its device index.
-        flash_attention: attention through ``ggml_flash_attn_ext``.
         threads: CPU threads.
+        conv_weight_type: ``f32|f16`` for the subsampling and depthwise conv kernels.
+        flash_attention: 1: attention through ``ggml_flash_attn_ext``.
 
     Raises:
         AudioparityError: unreadable model, audio (see :func:`~audioparity.audio.load_audio`;
@@ -100,7 +100,7 @@ def dump_ggml(
     model, audio = Path(model), Path(audio)
     reference_dir, output_dir = Path(reference_dir), Path(output_dir)
     start = time.perf_counter()
-    label = f"ggml parakeet-tdt [{model.name} | {audio.stem} | {backend} {matmul_weight_type}]"
+    label = f"ggml parakeet-tdt [{model.name} | {audio.stem} | {backend} {weight_type}]"
     config = load_config(model)
     sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
                        min_samples=config.min_samples, purpose="one encoder frame")
@@ -108,7 +108,7 @@ def dump_ggml(
     n_layers = config.encoder.n_layers
     fields = {
         "family": "parakeet_tdt", "backend": backend, "device": device,
-        "weight_type": matmul_weight_type, "conv_weight_type": conv_weight_type,
+        "weight_type": weight_type, "conv_weight_type": conv_weight_type,
         "threads": threads, "flash_attention": bool(flash_attention), "n_layers": n_layers,
         "decoding": {"strategy": STRATEGY, "durations": list(config.durations),
                      "max_symbols": config.max_symbols},
@@ -129,12 +129,12 @@ def dump_ggml(
         with runtime:
             writer.manifest["device_description"] = runtime.device_description
             _dump_stages(writer, runtime, reference, model, sound.samples, config, label,
-                         matmul_weight_type, conv_weight_type, bool(flash_attention))
+                         weight_type, conv_weight_type, bool(flash_attention))
     log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)
 
 
 def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: Path,
-                 samples: np.ndarray, config, label: str, matmul_weight_type: str,
+                 samples: np.ndarray, config, label: str, weight_type: str,
                  conv_weight_type: str, flash_attention: bool) -> None:
     """Every stage of the module docstring, into ``writer``; ``samples`` ``[L]`` float32 at the
     model's rate."""
@@ -143,7 +143,7 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
     _reference_inputs(reference, n_layers)
 
     with writer.timed("load"):
-        host = load_weights(model, config, matmul_weight_type, conv_weight_type)
+        host = load_weights(model, config, weight_type, conv_weight_type)
         weights = host.upload(runtime)
         tokenizer = load_tokenizer(model)
     for note in host.notes:

@@ -22,11 +22,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt import SPEC
 
 log = logging.getLogger("audioparity")
 
@@ -257,37 +259,44 @@ def redraw_weights(model, seed: int) -> None:
 
 
 def build_fixture(output: Path, seed: int = 0) -> None:
-    """Build the tiny Parakeet-TDT model and save it as ``output`` (a ``.nemo`` archive).
+    """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
+    ``output/model.nemo`` (the family spec's ``fixture_model``).
 
-    Offline and deterministic: the same seed gives the same ``state_dict``. The archive is
-    written to a temporary name in the same directory and renamed, so ``output`` is either absent
-    or complete.
+    Offline and deterministic: the same seed gives the same ``state_dict``. The directory is
+    built under a temporary name beside ``output`` and renamed, so ``output`` is either absent
+    or complete (an existing one is replaced).
 
     Raises:
-        AudioparityError: the output directory does not exist.
+        AudioparityError: the parent directory cannot be written.
     """
     output = Path(output)
-    if not output.parent.is_dir():
-        raise AudioparityError(f"{output}: parent directory {output.parent} does not exist")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as err:
+        raise AudioparityError(f"{output}: cannot create the fixture directory ({err})") from err
     start = time.perf_counter()
-    import torch
-    from nemo.collections.asr.models import EncDecRNNTBPEModel
-    from omegaconf import OmegaConf
+    try:
+        import torch
+        from nemo.collections.asr.models import EncDecRNNTBPEModel
+        from omegaconf import OmegaConf
 
-    imported = time.perf_counter()
-    log.info("fixture parakeet-tdt: NeMo imported in %.1f s; building seed %d -> %s",
-             imported - start, seed, output)
-    partial = output.with_name(f".{output.stem}.{os.getpid()}.partial.nemo")
-    with tempfile.TemporaryDirectory(prefix="parakeet_fixture_") as work:
-        tokenizer_dir = train_tokenizer(Path(work) / "tokenizer")
+        imported = time.perf_counter()
+        log.info("fixture parakeet-tdt: NeMo imported in %.1f s; building seed %d -> %s",
+                 imported - start, seed, output)
+        tokenizer_dir = train_tokenizer(work / "tokenizer")
         torch.manual_seed(seed)
         model = EncDecRNNTBPEModel(cfg=OmegaConf.create(fixture_config(tokenizer_dir)))
         redraw_weights(model, seed)
         model.eval()
-        try:
-            model.save_to(str(partial))
-            os.replace(partial, output)
-        finally:
-            partial.unlink(missing_ok=True)
+        model.save_to(str(work / SPEC.fixture_model))
+        shutil.rmtree(tokenizer_dir)
+        work.chmod(0o755)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(work, output)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
              time.perf_counter() - imported)

@@ -35,9 +35,8 @@ from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights, storage_supported
 from audioparity.models.parakeet_tdt.checkpoint import Checkpoint, expected_shapes
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.vocabulary import FLOAT_STORAGE_TYPES, WEIGHT_TYPES
 
-MATMUL_WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
-CONV_WEIGHT_TYPES = ("f32", "f16")
 #: Storage used when the requested block type cannot hold a tensor's rows.
 FALLBACK_STORAGE = "f16"
 
@@ -182,17 +181,17 @@ def to_graph_layout(state: dict[str, np.ndarray], eps: float) -> dict[str, np.nd
     return {name: make() for name, (_, make) in layout.items()}
 
 
-def _check_types(matmul_weight_type: str, conv_weight_type: str) -> None:
-    if matmul_weight_type not in MATMUL_WEIGHT_TYPES:
-        raise AudioparityError(f"unknown matmul weight type {matmul_weight_type!r}; valid: "
-                               f"{', '.join(MATMUL_WEIGHT_TYPES)}")
-    if conv_weight_type not in CONV_WEIGHT_TYPES:
+def _check_types(weight_type: str, conv_weight_type: str) -> None:
+    if weight_type not in WEIGHT_TYPES:
+        raise AudioparityError(f"unknown weight type {weight_type!r}; valid: "
+                               f"{', '.join(WEIGHT_TYPES)}")
+    if conv_weight_type not in FLOAT_STORAGE_TYPES:
         raise AudioparityError(f"unknown conv weight type {conv_weight_type!r}; valid: "
-                               f"{', '.join(CONV_WEIGHT_TYPES)}")
+                               f"{', '.join(FLOAT_STORAGE_TYPES)}")
 
 
 def storage_types(shapes: Mapping[str, tuple[int, ...]], native: dict[str, str],
-                  matmul_weight_type: str, conv_weight_type: str) -> tuple[dict[str, str],
+                  weight_type: str, conv_weight_type: str) -> tuple[dict[str, str],
                                                                            list[str]]:
     """Storage type of every graph weight, from its name and graph shape (module docstring),
     and one note per fallback.
@@ -200,13 +199,13 @@ def storage_types(shapes: Mapping[str, tuple[int, ...]], native: dict[str, str],
     Raises:
         AudioparityError: an unknown weight type.
     """
-    _check_types(matmul_weight_type, conv_weight_type)
+    _check_types(weight_type, conv_weight_type)
     storage, notes = {}, []
     for name, shape in shapes.items():
         kind = _kind(name, shape)
         if kind == "matmul":
-            wanted = native.get(name, "f32") if matmul_weight_type == "native" \
-                else matmul_weight_type
+            wanted = native.get(name, "f32") if weight_type == "native" \
+                else weight_type
         elif kind == "conv":
             wanted = conv_weight_type
         else:
@@ -219,7 +218,7 @@ def storage_types(shapes: Mapping[str, tuple[int, ...]], native: dict[str, str],
     return storage, notes
 
 
-def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str = "native",
+def load_weights(model: Path, config: ParakeetTDTConfig, weight_type: str = "native",
                  conv_weight_type: str = "f32") -> ParakeetWeights:
     """Open ``model``, check its tensors' shapes from the headers, and plan the graph weights:
     shapes, storage types, the preprocessor buffers (read); the weights themselves are read
@@ -228,7 +227,7 @@ def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str
     Args:
         model: ``.nemo`` file or Hugging Face Parakeet directory.
         config: its :class:`ParakeetTDTConfig` (shapes are checked against it).
-        matmul_weight_type: ``native|f32|f16|bf16|q8_0``.
+        weight_type: ``native|f32|f16|bf16|q8_0``.
         conv_weight_type: ``f32|f16``.
 
     Raises:
@@ -236,7 +235,7 @@ def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str
             that differs from the config's, or a preprocessor buffer holding NaN or infinity
             (the weights are checked finite as they upload; see :func:`check_weights`).
     """
-    _check_types(matmul_weight_type, conv_weight_type)
+    _check_types(weight_type, conv_weight_type)
     checkpoint = Checkpoint(model)
     try:
         sources = expected_shapes(config)
@@ -245,7 +244,7 @@ def load_weights(model: Path, config: ParakeetTDTConfig, matmul_weight_type: str
         shapes = {name: shape for name, (shape, _) in
                   graph_layout(sources, checkpoint.read, eps).items()}
         native = {name: checkpoint.native.get(name, "f32") for name in shapes}
-        storage, notes = storage_types(shapes, native, matmul_weight_type, conv_weight_type)
+        storage, notes = storage_types(shapes, native, weight_type, conv_weight_type)
         preprocessor = {name: checkpoint.read(name) for name in checkpoint.entries
                         if name.startswith("preprocessor.featurizer.")}
     except BaseException:

@@ -1,8 +1,12 @@
 """A copy of the workflow in a temporary directory, run with `python -m snakemake` as `make run`
-would (Snakemake's Python API changes the working directory and ignores profiles)."""
+would (Snakemake's Python API changes the working directory and ignores profiles).
+
+The copy's src/ is what the rules list as code inputs and what the jobs run (PYTHONPATH), so an
+edit there reruns the jobs that run the edited code, and they run it."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests import REPO
 
 
 def make_workdir(root: Path, config: dict) -> Path:
@@ -33,7 +37,7 @@ def parakeet_config(**section) -> dict:
     return {
         "families": ["parakeet_tdt"],
         "parakeet_tdt": {
-            "models": [{"name": "tiny", "path": "results/fixtures/parakeet_tdt/tiny.nemo"}],
+            "models": [{"name": "tiny", "path": "results/fixtures/parakeet_tdt/tiny/model.nemo"}],
             "cases": [{"name": "clip", "path": str(REPO / "resources/speech/clip.wav")}],
             **section,
         },
@@ -48,8 +52,9 @@ def snakemake_command(workdir: Path, *args: str) -> list[str]:
 def environment(workdir: Path) -> dict[str, str]:
     """Nothing inherited, and no venv on PATH: the workflow must find the `audioparity`
     command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run without
-    activating the venv does."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1"}
+    activating the venv does. The copy's src/ comes first on the Python path."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1",
+            "PYTHONPATH": str(workdir / "src")}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -62,7 +67,15 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
-def run_to_completion(workdir: Path) -> None:
+def run_to_completion(workdir: Path) -> subprocess.CompletedProcess:
     """What `make run` does: unlock a lock left by a killed run, then finish the sweep."""
     snakemake(workdir, "--unlock")
-    snakemake(workdir, "--cores", "2", "--rerun-incomplete")
+    return snakemake(workdir, "--cores", "2", "--rerun-incomplete")
+
+
+def ran_rules(result: subprocess.CompletedProcess) -> list[str]:
+    """Names of the rules whose jobs a finished Snakemake run executed (from its log lines
+    ``rule X:``, ``checkpoint X:``, ``localrule X:``), less the target rule ``all``."""
+    found = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", result.stdout + result.stderr,
+                       flags=re.M)
+    return sorted(set(found) - {"all"})

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
-from workflow_copy import (
-    REPO,
+
+from audioparity.artifacts import Dump
+from tests.workflow.workdir import (
     environment,
     make_workdir,
     parakeet_config,
@@ -24,16 +24,15 @@ from workflow_copy import (
     snakemake_command,
 )
 
-from audioparity.artifacts import Dump
-
 pytestmark = pytest.mark.slow
 
-#: An "external dump tool": aborts like a failed GGML_ASSERT at f16, writes half a dump and exits
-#: 1 at bf16, and otherwise runs the built-in dump with the same command line.
+#: An "external dump tool" (a candidate with a command of its own): aborts like a failed
+#: GGML_ASSERT at f16, writes half a dump and exits 1 at bf16, and otherwise runs the built-in
+#: dump with the same command line.
 EXTERNAL_TOOL = """\
 import os, pathlib, sys
 args = sys.argv[1:]
-weight_type = args[args.index("--matmul-weight-type") + 1]
+weight_type = args[args.index("--weight-type") + 1]
 if weight_type == "f16":
     print("ggml.c:1234: GGML_ASSERT(ggml_nelements(a) == ne0) failed", file=sys.stderr, flush=True)
     os.abort()
@@ -54,10 +53,11 @@ def npy_bytes(workdir: Path) -> dict[str, bytes]:
 
 def test_crashing_cells_are_reported_and_the_sweep_finishes(tmp_path):
     (tmp_path / "tool.py").write_text(EXTERNAL_TOOL)
-    command = yaml.safe_load((REPO / "config/config.yaml").read_text())["parakeet_tdt"][
-        "ggml_command"].replace("audioparity ggml parakeet-tdt", f"python {tmp_path / 'tool.py'}")
+    command = (f"python {tmp_path / 'tool.py'} --model {{model}} --audio {{case}} "
+               "--reference-dir {reference} --output-dir {output} --weight-type {weight_type} "
+               "--backend {backend} --threads {threads} {options}")
     workdir = make_workdir(tmp_path / "run", parakeet_config(
-        weight_types=["f32", "f16", "bf16"], ggml_command=command))
+        weight_types=["f32", "f16", "bf16"], candidates=[{"name": "tool", "command": command}]))
     run_to_completion(workdir)
 
     summary = pd.read_csv(workdir / "results/report/summary.csv")
@@ -66,7 +66,7 @@ def test_crashing_cells_are_reported_and_the_sweep_finishes(tmp_path):
     assert by_type["f16"] == {"crashed"} and by_type["bf16"] == {"crashed"}
     f16 = summary[summary.weight_type == "f16"].iloc[0]
     assert "SIGABRT" in f16.reason and "GGML_ASSERT" in f16.reason
-    bf16 = Dump(workdir / "results/ggml/parakeet_tdt/tiny/cpu/bf16/clip")
+    bf16 = Dump(workdir / "results/ggml/parakeet_tdt/tiny/tool/cpu/bf16/clip")
     assert bf16.manifest["message"].startswith("exit code 1")
     assert not (bf16.path / "mel_features.npy").exists()  # the half-written file is gone
     html = (workdir / "results/report/index.html").read_text()

@@ -22,23 +22,24 @@ def _restore(path: Path):
 
 
 @pytest.fixture(scope="module")
-def model(tiny_nemo: Path):
-    return _restore(tiny_nemo)
+def model(parakeet_model: Path):
+    return _restore(parakeet_model)
 
 
 def test_same_seed_gives_identical_state_dict_and_another_seed_does_not(
     model, tmp_path: Path
 ) -> None:
-    build_fixture(tmp_path / "again.nemo", seed=0)
-    build_fixture(tmp_path / "other.nemo", seed=1)
+    build_fixture(tmp_path / "again", seed=0)
+    build_fixture(tmp_path / "other", seed=1)
     first = model.state_dict()
-    again = _restore(tmp_path / "again.nemo").state_dict()
-    other = _restore(tmp_path / "other.nemo").state_dict()
+    again = _restore(tmp_path / "again" / "model.nemo").state_dict()
+    other = _restore(tmp_path / "other" / "model.nemo").state_dict()
     assert list(first) == list(again)
     unequal = [key for key in first if not torch.equal(first[key], again[key])]
     assert unequal == []
     assert not torch.equal(first["joint.joint_net.2.weight"], other["joint.joint_net.2.weight"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.nemo", "other.nemo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "other"]
+    assert [p.name for p in (tmp_path / "again").iterdir()] == ["model.nemo"]
 
 
 def test_fixture_has_v3_structure(model) -> None:
@@ -61,11 +62,12 @@ def test_fixture_has_v3_structure(model) -> None:
     assert torch.count_nonzero(embed.weight[embed.padding_idx]) == 0
 
 
-def test_build_refuses_a_missing_directory_and_leaves_nothing_when_saving_fails(
+def test_build_refuses_an_unusable_directory_and_leaves_nothing_when_saving_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(AudioparityError, match="does not exist"):
-        build_fixture(tmp_path / "absent" / "tiny.nemo")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(AudioparityError, match="cannot create the fixture directory"):
+        build_fixture(tmp_path / "a_file" / "tiny")
 
     def broken_save(self, path, *args, **kwargs):
         Path(path).write_bytes(b"half an archive")
@@ -73,8 +75,8 @@ def test_build_refuses_a_missing_directory_and_leaves_nothing_when_saving_fails(
 
     monkeypatch.setattr(nemo_asr.models.EncDecRNNTBPEModel, "save_to", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        build_fixture(tmp_path / "tiny.nemo")
-    assert list(tmp_path.iterdir()) == []
+        build_fixture(tmp_path / "tiny")
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"]
 
 
 def nemo_greedy_decode(model, audio: Path):

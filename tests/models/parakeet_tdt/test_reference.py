@@ -16,6 +16,7 @@ from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.greedy import replay_path
 from audioparity.models.parakeet_tdt.reference import dump_reference
+from tests import REPO
 
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -65,9 +66,9 @@ nemo_asr = pytest.importorskip("nemo.collections.asr")
 
 
 @pytest.fixture(scope="module")
-def model(tiny_nemo: Path):
+def model(parakeet_model: Path):
     return nemo_asr.models.EncDecRNNTBPEModel.restore_from(
-        str(tiny_nemo), map_location="cpu"
+        str(parakeet_model), map_location="cpu"
     ).eval()
 
 
@@ -101,8 +102,10 @@ def nemo_run(model, clip_wav: Path) -> dict:
     }
 
 
-def test_manifest_names_family_threads_layers_decoding_and_versions(reference_dump: Path) -> None:
-    manifest = Dump(reference_dump).manifest
+def test_manifest_names_family_threads_layers_decoding_and_versions(
+    parakeet_reference: Path,
+) -> None:
+    manifest = Dump(parakeet_reference).manifest
     assert manifest["producer"] == "nemo" and manifest["status"] == "ok"
     assert manifest["family"] == "parakeet_tdt"
     assert manifest["threads"] == 1 and manifest["n_layers"] == 3
@@ -116,14 +119,16 @@ def test_manifest_names_family_threads_layers_decoding_and_versions(reference_du
     assert manifest["documents"] == {"decode": "decode.json"}
 
 
-def test_mel_is_nemo_preprocessor_output_on_valid_frames(reference_dump: Path, nemo_run) -> None:
-    mel = Dump(reference_dump).tensor("mel_features")
+def test_mel_is_nemo_preprocessor_output_on_valid_frames(parakeet_reference: Path,
+                                                          nemo_run) -> None:
+    mel = Dump(parakeet_reference).tensor("mel_features")
     assert mel.shape == (nemo_run["n_samples"] // 160, 128)
     np.testing.assert_array_equal(mel, nemo_run["mel"])
 
 
-def test_pre_encode_and_enc_out_are_nemo_encoder_outputs(reference_dump: Path, nemo_run) -> None:
-    dump = Dump(reference_dump)
+def test_pre_encode_and_enc_out_are_nemo_encoder_outputs(parakeet_reference: Path,
+                                                          nemo_run) -> None:
+    dump = Dump(parakeet_reference)
     np.testing.assert_array_equal(dump.tensor("pre_encode"), nemo_run["pre_encode"])
     np.testing.assert_array_equal(dump.tensor("enc_out"), nemo_run["enc_out"])
     # no output projection (feat_out -1): the last layer's output is the encoder output
@@ -132,9 +137,9 @@ def test_pre_encode_and_enc_out_are_nemo_encoder_outputs(reference_dump: Path, n
 
 
 def test_pos_emb_is_the_sinusoid_over_positions_t_minus_1_down_to_1_minus_t(
-    reference_dump: Path,
+    parakeet_reference: Path,
 ) -> None:
-    dump = Dump(reference_dump)
+    dump = Dump(parakeet_reference)
     n_frames, d_model = dump.tensor("enc_out").shape
     positions = np.arange(n_frames - 1, -n_frames, -1, dtype=np.float64)[:, None]
     inv_freq = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * -(np.log(10000.0) / d_model))
@@ -145,9 +150,9 @@ def test_pos_emb_is_the_sinusoid_over_positions_t_minus_1_down_to_1_minus_t(
 
 
 def test_decode_is_nemo_hypothesis_and_joint_rows_replay_it(
-    reference_dump: Path, nemo_run, model
+    parakeet_reference: Path, nemo_run, model
 ) -> None:
-    dump = Dump(reference_dump)
+    dump = Dump(parakeet_reference)
     decode = dump.json("decode")
     assert decode["ids"] == nemo_run["ids"] and decode["frames"] == nemo_run["frames"]
     assert decode["text"] == nemo_run["text"]
@@ -162,8 +167,8 @@ def test_decode_is_nemo_hypothesis_and_joint_rows_replay_it(
     assert np.all(np.abs(np.log(np.exp(rows.astype(np.float64)).sum(axis=1))) > 1e-3)
 
 
-def test_joint_rows_equal_nemo_joint_along_the_path(reference_dump: Path, model) -> None:
-    dump = Dump(reference_dump)
+def test_joint_rows_equal_nemo_joint_along_the_path(parakeet_reference: Path, model) -> None:
+    dump = Dump(parakeet_reference)
     rows, enc_out = dump.tensor("joint_logits"), dump.tensor("enc_out")
     decode = dump.json("decode")
     path = replay_path(rows, enc_out.shape[0], DURATIONS, max_symbols=10)
@@ -180,9 +185,9 @@ def test_joint_rows_equal_nemo_joint_along_the_path(reference_dump: Path, model)
 
 
 def test_lstm_state_0_is_the_float64_lstm_step_from_zero_input_and_state(
-    reference_dump: Path, model
+    parakeet_reference: Path, model
 ) -> None:
-    state = Dump(reference_dump).tensor("lstm_state_0")
+    state = Dump(parakeet_reference).tensor("lstm_state_0")
     lstm = model.decoder.prediction["dec_rnn"].lstm
     n_layers, hidden = lstm.num_layers, lstm.hidden_size
     assert state.shape == (n_layers, 2, hidden)
@@ -204,19 +209,19 @@ def test_lstm_state_0_is_the_float64_lstm_step_from_zero_input_and_state(
         x = h
 
 
-def test_failed_dump_leaves_no_directory(tiny_nemo: Path, tmp_path: Path) -> None:
+def test_failed_dump_leaves_no_directory(parakeet_model: Path, tmp_path: Path) -> None:
     output = tmp_path / "dump"
     with pytest.raises(AudioparityError, match="no such file"):
-        dump_reference(tiny_nemo, [(tmp_path / "missing.wav", output)])
+        dump_reference(parakeet_model, [(tmp_path / "missing.wav", output)])
     not_audio = tmp_path / "not_audio.wav"
     not_audio.write_bytes(b"RIFF0000WAVEjunk")
     with pytest.raises(AudioparityError, match="cannot read audio"):
-        dump_reference(tiny_nemo, [(not_audio, output)])
+        dump_reference(parakeet_model, [(not_audio, output)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_audio.wav"]
 
 
 def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
-    tiny_nemo: Path, clip_wav: Path, tmp_path: Path
+    parakeet_model: Path, clip_wav: Path, tmp_path: Path
 ) -> None:
     """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
     subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
@@ -228,34 +233,35 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     audio = tmp_path / "two_seconds.wav"
     sf.write(audio, samples[: 2 * rate], rate, subtype="PCM_16")
     reference = tmp_path / "reference"
-    dump_reference(tiny_nemo, [(audio, reference)], threads=1)
+    dump_reference(parakeet_model, [(audio, reference)], threads=1)
     pos_emb = Dump(reference).tensor("pos_emb")
     assert pos_emb.shape[0] == 2 * 25 - 1
     np.testing.assert_allclose(pos_emb, rel_pos_encoding(25, pos_emb.shape[1]), atol=1e-5)
 
     candidate = tmp_path / "ggml"
-    dump_ggml(tiny_nemo, audio, reference, candidate, matmul_weight_type="f32",
-              conv_weight_type="f32", backend="cpu", device=0, flash_attention=False, threads=1)
-    config = yaml.safe_load((Path(__file__).parents[1] / "config/config.yaml").read_text())
+    dump_ggml(parakeet_model, audio, candidate, reference_dir=reference, weight_type="f32",
+              backend="cpu")
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     gates = resolve_gates(config["parakeet_tdt"], model="tiny", backend="cpu", weight_type="f32")
     cell = tmp_path / "cell.json"
-    compare_cell(reference, candidate, gates, {"case": "two_seconds"}, cell)
+    compare_cell(reference, candidate, gates, {"family": "parakeet_tdt", "case": "two_seconds"},
+                 cell)
     failing = {row["stage"]: row["reason"] for row in json.loads(cell.read_text())
                if row["status"] != "pass"}
     assert failing == {}
 
 
 def test_one_model_load_dumps_every_case_as_separate_jobs_would(
-    tiny_nemo: Path, clip_wav: Path, reference_dump: Path, tmp_path: Path
+    parakeet_model: Path, clip_wav: Path, parakeet_reference: Path, tmp_path: Path
 ) -> None:
     """Several cases share one NeMo import and restore (the workflow's one job per model): the
-    clip's tensors after another case are byte-identical to its own job's (reference_dump)."""
+    clip's tensors after another case are byte-identical to its own job's (parakeet_reference)."""
     samples, rate = sf.read(clip_wav, dtype="int16")
     short = tmp_path / "short.wav"
     sf.write(short, samples[: rate], rate, subtype="PCM_16")
-    dump_reference(tiny_nemo, [(short, tmp_path / "short"), (clip_wav, tmp_path / "clip")])
+    dump_reference(parakeet_model, [(short, tmp_path / "short"), (clip_wav, tmp_path / "clip")])
 
-    alone, shared = Dump(reference_dump), Dump(tmp_path / "clip")
+    alone, shared = Dump(parakeet_reference), Dump(tmp_path / "clip")
     assert shared.manifest["cases_per_load"] == 2
     assert alone.manifest["cases_per_load"] == 1
     assert sorted(shared.manifest["tensors"]) == sorted(alone.manifest["tensors"])

@@ -242,7 +242,7 @@ def test_joint_step_after_projection_matches_nemo(nemo_modules, ggml_decoder):
 # The tiny fixture against its NeMo reference dump
 
 
-def test_fixture_replay_equals_reference_decode(tiny_nemo, reference_dump):
+def test_fixture_replay_equals_reference_decode(parakeet_model, parakeet_reference):
     from audioparity.artifacts import Dump
     from audioparity.ggml import Runtime
     from audioparity.models.parakeet_tdt.config import load_config
@@ -250,16 +250,16 @@ def test_fixture_replay_equals_reference_decode(tiny_nemo, reference_dump):
     from audioparity.models.parakeet_tdt.tokenizer import decode_document, load_tokenizer
     from audioparity.models.parakeet_tdt.weights import load_weights
 
-    reference = Dump(reference_dump)
+    reference = Dump(parakeet_reference)
     expected = reference.json("decode")
     enc_out = reference.tensor("enc_out")
-    config = load_config(tiny_nemo)
+    config = load_config(parakeet_model)
     path = replay_path(reference.tensor("joint_logits"), enc_out.shape[0],
                            list(config.durations), config.max_symbols)
     with Runtime("cpu", threads=1) as runtime:
-        weights = load_weights(tiny_nemo, config, "f32").upload(runtime)
+        weights = load_weights(parakeet_model, config, "f32").upload(runtime)
         with TdtDecoder(runtime, weights, config) as tdt:
-            replay = decode_document(tdt.greedy(enc_out), load_tokenizer(tiny_nemo))
+            replay = decode_document(tdt.greedy(enc_out), load_tokenizer(parakeet_model))
             joint_logits, lstm_state_0 = tdt.teacher_forced(enc_out, path)
     assert replay == expected
     ref_logits = reference.tensor("joint_logits")

@@ -34,11 +34,11 @@ def assert_equals_torch_load(path: Path) -> None:
         np.testing.assert_array_equal(arrays[name], tensor.float().numpy(), err_msg=name)
 
 
-def test_fixture_checkpoint_equals_torch_load(tiny_nemo: Path, tmp_path: Path) -> None:
+def test_fixture_checkpoint_equals_torch_load(parakeet_model: Path, tmp_path: Path) -> None:
     ckpt = tmp_path / "model_weights.ckpt"
-    ckpt.write_bytes(read_nemo_member(tiny_nemo, "model_weights.ckpt"))
+    ckpt.write_bytes(read_nemo_member(parakeet_model, "model_weights.ckpt"))
     assert_equals_torch_load(ckpt)
-    arrays, _ = read_state(tiny_nemo)  # through the .nemo tar
+    arrays, _ = read_state(parakeet_model)  # through the .nemo tar
     assert "encoder.layers.0.conv.batch_norm.num_batches_tracked" not in arrays  # int64
     assert len(arrays) > 100
 
@@ -62,9 +62,9 @@ def test_half_types_views_and_shared_storages_equal_torch_load(tmp_path: Path) -
     assert_equals_torch_load(path)
 
 
-def test_reading_a_nemo_imports_no_torch(tiny_nemo: Path) -> None:
+def test_reading_a_nemo_imports_no_torch(parakeet_model: Path) -> None:
     code = ("import sys; from audioparity.models.parakeet_tdt.checkpoint import read_state; "
-            f"read_state({str(tiny_nemo)!r}); assert 'torch' not in sys.modules, 'torch'")
+            f"read_state({str(parakeet_model)!r}); assert 'torch' not in sys.modules, 'torch'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -281,12 +281,12 @@ def test_fold_batch_norm_equals_conv_then_batch_norm():
     np.testing.assert_allclose(folded[0].numpy(), ref, rtol=1e-5, atol=1e-6)
 
 
-def test_config_rejects_architectures_the_port_does_not_implement(tiny_nemo):
+def test_config_rejects_architectures_the_port_does_not_implement(parakeet_model):
     import tarfile
 
     import yaml
 
-    with tarfile.open(tiny_nemo) as tar:
+    with tarfile.open(parakeet_model) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("model_config.yaml"))
         cfg = yaml.safe_load(tar.extractfile(member))
     assert from_nemo_config(cfg).encoder.subsampling == "dw_striding"
@@ -366,13 +366,13 @@ def test_damaged_checkpoint_names_the_tensor_and_shapes(hf_checkpoint, tmp_path,
 
 
 @pytest.fixture(scope="module")
-def reference(reference_dump) -> Dump:
-    return Dump(reference_dump)
+def reference(parakeet_reference) -> Dump:
+    return Dump(parakeet_reference)
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_nemo):
-    return tiny_nemo, load_config(tiny_nemo)
+def tiny(parakeet_model):
+    return parakeet_model, load_config(parakeet_model)
 
 
 def encoder_taps(tiny, reference, matmul: str, conv: str = "f32", flash: bool = False):

@@ -26,12 +26,12 @@ def run_dump(model: Path, audio: Path, reference: Path, output: Path, *options: 
     )
 
 
-def test_dump_lists_every_contract_tensor(tiny_nemo, clip_wav, reference_dump, tmp_path):
+def test_dump_lists_every_contract_tensor(parakeet_model, clip_wav, parakeet_reference, tmp_path):
     output = tmp_path / "ggml"
-    result = run_dump(tiny_nemo, clip_wav, reference_dump, output,
-                      "--matmul-weight-type", "f32", "--threads", "1")
+    result = run_dump(parakeet_model, clip_wav, parakeet_reference, output,
+                      "--weight-type", "f32", "--threads", "1")
     assert result.returncode == 0, result.stderr[-2000:]
-    dump, reference = Dump(output), Dump(reference_dump)
+    dump, reference = Dump(output), Dump(parakeet_reference)
     manifest = dump.manifest
     assert dump.status == "ok"
     assert manifest["producer"] == "ggml"
@@ -56,9 +56,10 @@ def test_dump_lists_every_contract_tensor(tiny_nemo, clip_wav, reference_dump, t
                                         "joint_logits", "decoder_replay", "decode"}
 
 
-def test_quantized_flash_attention_dump_runs(tiny_nemo, clip_wav, reference_dump, tmp_path):
+def test_quantized_flash_attention_dump_runs(parakeet_model, clip_wav, parakeet_reference,
+                                             tmp_path):
     output = tmp_path / "q8"
-    result = run_dump(tiny_nemo, clip_wav, reference_dump, output, "--matmul-weight-type",
+    result = run_dump(parakeet_model, clip_wav, parakeet_reference, output, "--weight-type",
                       "q8_0", "--conv-weight-type", "f16", "--flash-attention", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     dump = Dump(output)
@@ -68,12 +69,12 @@ def test_quantized_flash_attention_dump_runs(tiny_nemo, clip_wav, reference_dump
 
 
 @pytest.mark.parametrize("backend", ["vulkan", "cuda"])
-def test_backend_not_built_in_is_unavailable(backend, tiny_nemo, clip_wav, reference_dump,
+def test_backend_not_built_in_is_unavailable(backend, parakeet_model, clip_wav, parakeet_reference,
                                              tmp_path):
     if getattr(ggml, f"GGML_USE_{backend.upper()}", False):
         pytest.skip(f"{backend} is built into this ggml-python")
     output = tmp_path / backend
-    result = run_dump(tiny_nemo, clip_wav, reference_dump, output, "--backend", backend)
+    result = run_dump(parakeet_model, clip_wav, parakeet_reference, output, "--backend", backend)
     assert result.returncode == 0, result.stderr[-2000:]
     dump = Dump(output)
     assert dump.status == "unavailable"
@@ -81,14 +82,15 @@ def test_backend_not_built_in_is_unavailable(backend, tiny_nemo, clip_wav, refer
     assert dump.tensor_names == [] and dump.manifest["documents"] == {}
 
 
-def test_manifest_records_which_ggml_build_computed(tmp_path: Path, tiny_nemo: Path,
-                                                    clip_wav: Path, reference_dump: Path) -> None:
+def test_manifest_records_which_ggml_build_computed(tmp_path: Path, parakeet_model: Path,
+                                                    clip_wav: Path,
+                                                    parakeet_reference: Path) -> None:
     """llamafile and BLAS builds change the matmul kernels: a dump says which one it ran."""
     from audioparity.models.parakeet_tdt.dump import dump_ggml
 
     out = tmp_path / "dump"
-    dump_ggml(tiny_nemo, clip_wav, reference_dump, out, matmul_weight_type="f32",
-              conv_weight_type="f32", backend="cpu", device=0, flash_attention=False, threads=1)
+    dump_ggml(parakeet_model, clip_wav, out, reference_dir=parakeet_reference, weight_type="f32",
+              backend="cpu")
     build = Dump(out).manifest["ggml_build"]
     assert build["ggml_python"] == ggml.__version__
     assert ("llamafile" in build["cpu_features"]) == bool(ggml.ggml_cpu_has_llamafile())

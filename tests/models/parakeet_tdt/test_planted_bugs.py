@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from audioparity.compare import compare_cell, resolve_gates
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PORT = "models/parakeet_tdt"
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def f32_gates() -> dict:
 
 
 @pytest.fixture(scope="module")
-def statuses(tiny_nemo, clip_wav, reference_dump, f32_gates, tmp_path_factory):
+def statuses(parakeet_model, clip_wav, parakeet_reference, f32_gates, tmp_path_factory):
     """Run every planted copy once; {bug: {stage: status}}."""
     results = {}
     for bug in BUGS:
@@ -84,13 +84,14 @@ def statuses(tiny_nemo, clip_wav, reference_dump, f32_gates, tmp_path_factory):
         dump = root / "dump"
         subprocess.run(
             [sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt",
-             "--model", str(tiny_nemo), "--audio", str(clip_wav),
-             "--reference-dir", str(reference_dump), "--output-dir", str(dump),
-             "--matmul-weight-type", "f32", "--threads", "1"],
+             "--model", str(parakeet_model), "--audio", str(clip_wav),
+             "--reference-dir", str(parakeet_reference), "--output-dir", str(dump),
+             "--weight-type", "f32", "--threads", "1"],
             check=True, env=env, capture_output=True,
         )
         cell = root / "cell.json"
-        compare_cell(reference_dump, dump, f32_gates, {"bug": bug}, cell)
+        compare_cell(parakeet_reference, dump, f32_gates, {"family": "parakeet_tdt", "bug": bug},
+                     cell)
         rows = json.loads(cell.read_text())
         results[bug] = {row["stage"]: row["status"] for row in rows}
     return results

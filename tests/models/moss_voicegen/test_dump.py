@@ -1,0 +1,107 @@
+"""The ggml MOSS backbone against the PyTorch reference on the tiny moss_model: float32 parity
+on four prompts, the other weight types and the f16 KV cache, the massive-activation fixture at
+f16, and a backend that is not built in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audioparity.artifacts import Dump
+from audioparity.compare.metrics import max_rel, non_finite
+from audioparity.ggml import doctor
+from audioparity.models.moss_voicegen.config import load_config
+from audioparity.models.moss_voicegen.dump import dump_ggml
+from audioparity.models.moss_voicegen.reference import dump_reference
+from tests import MOSS_PROMPTS
+from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
+
+
+def ggml_dump(model: Path, prompt: Path, output: Path, weight_type: str = "f32",
+              kv_cache_type: str = "f32", backend: str = "cpu") -> Dump:
+    dump_ggml(model, prompt, output, weight_type=weight_type, backend=backend, device=0,
+              kv_cache_type=kv_cache_type, threads=1, generate_rows=16)
+    return Dump(output)
+
+
+@pytest.mark.parametrize("prompt", MOSS_PROMPTS, ids=lambda p: p.stem)
+def test_f32_port_matches_the_reference(tmp_path: Path, moss_model: Path,
+                                        moss_references: dict[str, Dump],
+                                        prompt: Path) -> None:
+    ref = moss_references[prompt.stem]
+    cand = ggml_dump(moss_model, prompt, tmp_path / f"ggml_f32_{prompt.stem}")
+    assert cand.manifest["producer"] == "ggml" and cand.manifest["weight_type"] == "f32"
+    assert cand.json("prompt") == ref.json("prompt")
+    assert sorted(cand.tensor_names) == sorted(ref.tensor_names)
+    for stage in (*HIDDEN_STAGES, "text_logits", "audio_logits"):
+        assert cand.layout(stage) == ref.layout(stage)
+        assert max_rel(cand.tensor(stage), ref.tensor(stage)) <= F32_GATE, stage
+    assert np.argmax(cand.tensor("text_logits")) == np.argmax(ref.tensor("text_logits"))
+    np.testing.assert_array_equal(np.argmax(cand.tensor("audio_logits"), axis=1),
+                                  np.argmax(ref.tensor("audio_logits"), axis=1))
+    assert np.isneginf(cand.tensor("audio_logits")[:, -1]).all()
+    assert cand.json("generation") == ref.json("generation")
+    assert max_rel(cand.tensor("generation_margins"), ref.tensor("generation_margins")) <= 1e-4
+
+
+def test_generation_exercises_the_delay_pattern(moss_model: Path,
+                                                moss_references: dict[str, Dump]) -> None:
+    config = load_config(moss_model)
+    for ref in moss_references.values():
+        rows = np.array(ref.json("generation")["rows"])
+        assert len(rows) == 16
+        texts = set(rows[:, 0].tolist())
+        assert {config.audio_start_token_id, config.audio_assistant_gen_slot_token_id,
+                config.audio_assistant_delay_slot_token_id,
+                config.audio_end_token_id} <= texts
+        assert (rows[:, 1:] != config.audio_pad_code).any(axis=0).all()  # every codebook used
+
+
+def test_massive_activation_gives_non_finite_values_at_f16(tmp_path: Path, fixture_model) -> None:
+    massive = fixture_model("moss_voicegen", massive_activation=True)
+    dump_reference(massive, [(PROMPT, tmp_path / "reference_massive")])
+    ref = Dump(tmp_path / "reference_massive")
+    f16 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f16", weight_type="f16")
+    f32 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f32", weight_type="f32")
+    for stage in ("last_hidden", "step_last_hidden", "probe_hidden"):
+        assert non_finite(ref.tensor(stage), ref.tensor(stage)) == 0
+        assert non_finite(f16.tensor(stage), ref.tensor(stage)) > 0, stage
+        assert max_rel(f32.tensor(stage), ref.tensor(stage)) <= F32_GATE, stage
+
+
+@pytest.mark.parametrize("weight_type", ["f16", "bf16", "q8_0"])
+def test_storage_types_round_the_weights(tmp_path: Path, moss_model: Path,
+                                         moss_references: dict[str, Dump],
+                                         weight_type: str) -> None:
+    ref = moss_references[PROMPT.stem]
+    cand = ggml_dump(moss_model, PROMPT, tmp_path / f"ggml_{weight_type}", weight_type=weight_type)
+    error = max_rel(cand.tensor("last_hidden"), ref.tensor("last_hidden"))
+    assert F32_GATE < error < 5e-2
+    assert any(f"x {weight_type}" in note for note in cand.manifest["notes"])
+
+
+def test_native_weights_are_the_checkpoints_bf16(tmp_path: Path, moss_model: Path) -> None:
+    native = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_native", weight_type="native")
+    bf16 = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_bf16_again", weight_type="bf16")
+    for name in native.tensor_names:
+        np.testing.assert_array_equal(native.tensor(name), bf16.tensor(name), err_msg=name)
+    assert any("pad rows: all 4 zero" in note for note in native.manifest["notes"])
+
+
+def test_f16_kv_cache_is_used(tmp_path: Path, moss_model: Path,
+                              moss_references: dict[str, Dump]) -> None:
+    ref = moss_references[PROMPT.stem]
+    cand = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_kv16", kv_cache_type="f16")
+    assert cand.manifest["kv_cache_type"] == "f16"
+    assert 1e-6 < max_rel(cand.tensor("step_last_hidden"), ref.tensor("step_last_hidden")) < 1e-2
+
+
+def test_backend_not_built_in_is_unavailable(tmp_path: Path, moss_model: Path) -> None:
+    missing = [b for b, built in doctor()["backends"].items() if not built]
+    if not missing:
+        pytest.skip("every backend is built into this ggml-python")
+    dump = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_unavailable", backend=missing[0])
+    assert dump.status == "unavailable" and dump.tensor_names == []
+    assert not dump.has("generation")

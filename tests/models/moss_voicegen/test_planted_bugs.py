@@ -1,0 +1,72 @@
+"""Bugs planted in a copy of the MOSS ggml backbone, each caught at the stage that should see it
+(the f32 dump of one prompt against the torch reference)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import audioparity
+from audioparity.artifacts import Dump
+from audioparity.compare.metrics import first_divergence, max_rel
+from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
+
+BACKBONE = "models/moss_voicegen/backbone.py"
+#: Planted bug -> (text of backbone.py to replace, replacement).
+BUGS = {
+    "rope_offset_in_step": ("positions=np.array([self.n_past])",
+                            "positions=np.array([self.n_past + 3])"),
+    "no_causal_mask": ("positions=np.arange(len(rows)), causal=True)",
+                       "positions=np.arange(len(rows)), causal=False)"),
+    "skipped_codebook": ("for k in range(config.n_vq):", "for k in range(config.n_vq - 1):"),
+    # the KV-cache copy built but never added to the graph: attention reads unwritten rows
+    "kv_write_not_in_graph": ("        g.expand(ggml.ggml_cpy(", "        (ggml.ggml_cpy("),
+    "no_qk_norm": ('    q = rms_norm(ctx, q, w[p + "q_norm.weight"], lang.rms_norm_eps)\n'
+                   '    k = rms_norm(ctx, k, w[p + "k_norm.weight"], lang.rms_norm_eps)\n', ""),
+}
+
+
+def planted_dump(tmp_path: Path, moss_model: Path, bug: str) -> Dump:
+    """The f32 ggml dump of :data:`PROMPT` by a patched copy of the package (CLI subprocess)."""
+    copy = tmp_path / f"planted_{bug}"
+    shutil.copytree(Path(audioparity.__file__).parent, copy / "audioparity",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    source = copy / "audioparity" / BACKBONE
+    old, new = BUGS[bug]
+    text = source.read_text()
+    assert text.count(old) == 1, f"{bug}: the text to patch is not in {BACKBONE} exactly once"
+    source.write_text(text.replace(old, new))
+    output = copy / "dump"
+    result = subprocess.run(
+        [sys.executable, "-m", "audioparity.cli", "ggml", "moss-voicegen", "--model",
+         str(moss_model), "--prompt", str(PROMPT), "--output-dir", str(output),
+         "--weight-type", "f32"],
+        env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return Dump(output)
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_planted_bug_is_caught_at_its_stage(tmp_path: Path, moss_model: Path,
+                                            moss_references: dict[str, Dump], bug: str) -> None:
+    ref = moss_references[PROMPT.stem]
+    cand = planted_dump(tmp_path, moss_model, bug)
+    err = {stage: max_rel(cand.tensor(stage), ref.tensor(stage)) for stage in HIDDEN_STAGES}
+    diverged = first_divergence(cand.json("generation")["rows"], ref.json("generation")["rows"])
+    if bug == "rope_offset_in_step":  # RoPE is relative: only the cached step sees the offset
+        assert err["step_last_hidden"] > 1e-2
+        assert max(err["last_hidden"], err["probe_hidden"]) <= F32_GATE
+    elif bug == "no_causal_mask":  # the last row attends to everything anyway
+        assert err["probe_hidden"] > 0.1 and err["layer_0"] <= F32_GATE
+        assert err["probe_hidden"] > 5 * err["last_hidden"]
+    elif bug == "skipped_codebook":  # prompt codes are all pad (zero rows): only generation
+        assert max(err.values()) <= F32_GATE
+        assert diverged is not None
+    else:
+        assert err["layer_0"] > 1e-2 and err["last_hidden"] > 1e-2

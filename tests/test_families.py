@@ -1,0 +1,164 @@
+"""Families declare themselves: every registered spec is well formed, its entry points take the
+uniform signatures, its dumps hold exactly the stages it declares, its reference side imports
+nothing of ggml, and the CLI and the config schema are built from the specs and the vocabulary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from audioparity.artifacts import Dump
+from audioparity.errors import AudioparityError
+from audioparity.families import FamilySpec, Option, Stage, family, registered, stage_key
+from audioparity.vocabulary import BACKENDS, SIDES, WEIGHT_TYPES
+from tests import MOSS_PROMPTS, REPO, RESOURCES
+
+SPECS = list(registered().values())
+#: One case input per input kind.
+CASE = {"audio": RESOURCES / "speech" / "clip.wav", "prompt": MOSS_PROMPTS[0]}
+
+
+def test_every_family_package_is_registered_under_its_own_name():
+    models = REPO / "src/audioparity/models"
+    packages = sorted(p.parent.name for p in models.glob("*/__init__.py"))
+    assert sorted(registered()) == packages
+    assert len({spec.command for spec in SPECS}) == len(SPECS)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_entry_points_import_and_the_reference_side_imports_no_ggml(spec: FamilySpec):
+    """Data flows one way: the fixture and the reference of a family import neither
+    ``ggml`` nor ``audioparity.ggml`` (so editing the ggml runtime reruns no reference job)."""
+    for side in SIDES:
+        module = spec.entry_points[side].partition(":")[0]
+        code = (f"import sys; from {module} import {spec.entry_points[side].partition(':')[2]}; "
+                "print([m for m in sys.modules if m == 'ggml' or m.startswith('audioparity.ggml')"
+                " or m == 'torch'])")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True)
+        loaded = json.loads(result.stdout.replace("'", '"'))
+        if side == "ggml":
+            assert "ggml" in loaded, "the ggml dump runs on ggml"
+        else:
+            assert not [m for m in loaded if "ggml" in m], (side, loaded)
+        assert "torch" not in loaded, f"{module} imports torch before it is called"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_entry_point_defaults_are_the_specs(spec: FamilySpec):
+    """Called from Python, an entry point's keyword defaults are the spec's option defaults."""
+    import inspect
+
+    for side in SIDES:
+        parameters = inspect.signature(spec.entry_point(side)).parameters
+        for option in spec.options_for(side):
+            assert parameters[option.name].default == option.default, (side, option.name)
+        expected = {"fixture": {"seed": 0}, "reference": {"threads": 1},
+                    "ggml": {"device": 0, "threads": 1}}[side]
+        assert {key: parameters[key].default for key in expected} == expected, side
+
+
+def test_stage_names_map_to_their_spec_stage_and_sort_in_pipeline_order():
+    parakeet = family("parakeet_tdt")
+    assert parakeet.reference_stage("layer_12_isolated") == "layer_12"
+    assert parakeet.reference_stage("decoder_replay") == "decode"
+    assert parakeet.reference_stage("enc_out") == "enc_out"
+    assert parakeet.reference_stage("unknown_isolated") == "unknown_isolated"
+    names = ["decoder_replay", "layer_10", "decode", "layer_2_isolated", "mel_features",
+             "zzz", "layer_2", "enc_out"]
+    assert sorted(names, key=lambda n: stage_key("parakeet_tdt", n)) == [
+        "mel_features", "layer_2", "layer_2_isolated", "layer_10", "enc_out", "decode",
+        "decoder_replay", "zzz"]
+    # a family this install does not know: natural order, <stage>_isolated after <stage>
+    assert sorted(["b_isolated", "a", "b"], key=lambda n: stage_key("other", n)) == [
+        "a", "b", "b_isolated"]
+
+
+def test_a_malformed_spec_is_refused_when_it_is_written():
+    with pytest.raises(ValueError, match="kind 'array'"):
+        Stage("x", "array", "[T]", "")
+    with pytest.raises(ValueError, match="sides"):
+        Option("x", 1, "", sides=("runtime",))
+    with pytest.raises(ValueError, match="input 'video'"):
+        FamilySpec("f", "f", "", "video", "", (), dict.fromkeys(SIDES, "m:f"))
+
+
+def test_options_are_checked_and_filled_with_their_defaults():
+    spec = family("parakeet_tdt")
+    assert spec.check_options({}, "x") == {"conv_weight_type": "f32", "flash_attention": 0}
+    with pytest.raises(AudioparityError, match=r"^x\['flash_attention'\]: 2 is not one of"):
+        spec.check_options({"flash_attention": 2}, "x")
+    moss = family("moss_voicegen")
+    assert moss.check_options({"massive_activation": True}, "x", fixture=True) == {
+        "seed": 0, "massive_activation": True, "remote_code": False}
+
+
+def test_the_cli_has_each_familys_commands_and_options():
+    for spec in SPECS:
+        for side in SIDES:
+            result = subprocess.run(
+                [sys.executable, "-m", "audioparity.cli", side, spec.command, "--help"],
+                capture_output=True, text=True, check=True)
+            flags = {option.flag for option in spec.options_for(side)}
+            assert all(flag in result.stdout for flag in flags), (side, flags)
+            if side != "fixture":
+                assert spec.input_flag in result.stdout
+        ggml = subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", spec.command,
+                               "--help"], capture_output=True, text=True, check=True).stdout
+        assert ("--reference-dir" in ggml) == spec.ggml_reads_reference
+
+
+def test_the_schema_enums_are_the_vocabulary():
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    definitions = schema["definitions"]
+    assert definitions["backends"]["items"]["enum"] == list(BACKENDS)
+    assert definitions["weight_types"]["items"]["enum"] == list(WEIGHT_TYPES)
+    assert definitions["gates"]["propertyNames"]["enum"] == ["default", *WEIGHT_TYPES]
+
+
+def test_the_default_config_sweeps_every_family():
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    assert sorted(config["families"]) == sorted(registered())
+
+
+def assert_follows_spec(dump: Dump, spec: FamilySpec, side: str) -> None:
+    """Every stage of ``spec`` in a reference dump, and in a ggml dump each with its isolated
+    form; nothing else but a document's ``<name>_margins``; kinds and layouts as declared."""
+    documents = set(dump.manifest["documents"])
+    tensors = {n for n in dump.tensor_names if not (n.endswith("_margins")
+                                                    and n.removesuffix("_margins") in documents)}
+    found = set()
+    for name in tensors | documents:
+        located = spec.locate(name)
+        assert located is not None, f"{side} dumps {name!r}, a stage {spec.name} lacks"
+        _, stage, _, isolated = located
+        assert (name in documents) == (stage.kind == "document"), name
+        assert side == "ggml" or not isolated, f"the reference dumps an isolated form {name!r}"
+        if name in tensors:
+            assert dump.layout(name) == stage.layout, (name, dump.layout(name))
+        found.add((stage.name, isolated))
+    expected = {(stage.name, False) for stage in spec.stages}
+    if side == "ggml":
+        expected |= {(stage.name, True) for stage in spec.stages if stage.isolated}
+    assert found == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_dumps_of_the_entry_points_hold_exactly_the_declared_stages(spec: FamilySpec,
+                                                                   fixture_model,
+                                                                   tmp_path: Path):
+    model, case = fixture_model(spec.name), CASE[spec.input]
+    spec.entry_point("reference")(model, [(case, tmp_path / "reference")], threads=1)
+    reference = {"reference_dir": tmp_path / "reference"} if spec.ggml_reads_reference else {}
+    spec.entry_point("ggml")(model, case, tmp_path / "ggml", weight_type="f32", backend="cpu",
+                             threads=1, **reference)
+    for side in ("reference", "ggml"):
+        dump = Dump(tmp_path / side)
+        assert dump.manifest["family"] == spec.name
+        assert_follows_spec(dump, spec, side)

@@ -1,0 +1,202 @@
+"""The whole workflow on a temporary directory: a sweep, a no-op rerun, and content-aware reruns.
+
+Runs Snakemake in a subprocess (`python -m snakemake --directory <tmp>`) on a copy of the
+workflow, so editing a source file in the copy never touches this checkout.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests import REPO
+from tests.workflow.workdir import make_workdir, parakeet_config, ran_rules, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def planned_rules(workdir: Path) -> list[str]:
+    """Names of the jobs a dry run would run (Snakemake's job-stats table)."""
+    out = snakemake(workdir, "-n", "--quiet", "rules").stdout
+    return sorted(set(re.findall(r"^(\w+)\s+\d+\s*$", out, flags=re.M)) - {"total", "all"})
+
+
+@contextmanager
+def edited(path: Path, text: str = "\n# an edit\n") -> Iterator[None]:
+    """`path` with `text` appended, restored afterwards."""
+    original = path.read_text()
+    path.write_text(original + text)
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """A finished sweep: the tiny Parakeet on the shipped clip (f32 and q8_0, cpu and vulkan)
+    and the tiny MOSS on one prompt (f32)."""
+    root = tmp_path_factory.mktemp("workflow")
+    config = parakeet_config(backends=["cpu", "vulkan"], weight_types=["f32", "q8_0"])
+    config["families"].append("moss_voicegen")
+    config["moss_voicegen"] = {
+        "models": [{"name": "tiny", "path": "results/fixtures/moss_voicegen/tiny"}],
+        "cases": [{"name": "en", "path": str(REPO / "resources/moss/en_instruction.json")}],
+        "weight_types": ["f32"],
+    }
+    workdir = make_workdir(root / "run", config)
+    snakemake(workdir, "--cores", "2")
+    return workdir
+
+
+def test_sweep_writes_summary_and_self_contained_report(sweep):
+    summary = pd.read_csv(sweep / "results/report/summary.csv")
+    assert set(summary["weight_type"]) == {"f32", "q8_0"}
+    cpu_f32 = summary[(summary.backend == "cpu") & (summary.weight_type == "f32")]
+    assert {"mel_features", "enc_out", "decoder_replay", "decode", "layer_0_isolated"} <= set(
+        cpu_f32.stage
+    )
+    assert (cpu_f32.status == "pass").all(), cpu_f32[cpu_f32.status != "pass"].to_string()
+    html = (sweep / "results/report/index.html").read_text()
+    assert "data:image/png;base64," in html
+    assert not re.search(r"""(src|href)=["']https?://""", html)
+
+
+def test_results_are_laid_out_by_family_model_and_candidate(sweep):
+    assert (sweep / "results/fixtures/parakeet_tdt/tiny/model.nemo").is_file()
+    assert (sweep / "results/reference/parakeet_tdt/tiny/clip/manifest.json").is_file()
+    assert (sweep / "results/reference/parakeet_tdt/tiny/clip.sha256").is_file()
+    assert (sweep / "results/ggml/parakeet_tdt/tiny/audioparity/cpu/q8_0/clip").is_dir()
+    assert (sweep / "results/compare/moss_voicegen/tiny/audioparity/cpu/f32/en.json").is_file()
+
+
+def test_moss_cell_passes_at_f32(sweep):
+    summary = pd.read_csv(sweep / "results/report/summary.csv")
+    moss = summary[summary.family == "moss_voicegen"]
+    assert {"prompt", "last_hidden", "step_last_hidden", "generation"} <= set(moss.stage)
+    assert (moss.status == "pass").all(), moss[moss.status != "pass"].to_string()
+
+
+def test_backend_not_built_in_is_unavailable_not_an_error(sweep):
+    import ggml
+
+    if ggml.GGML_USE_VULKAN:
+        pytest.skip("this ggml has Vulkan built in")
+    summary = pd.read_csv(sweep / "results/report/summary.csv")
+    assert (summary[summary.backend == "vulkan"].status == "unavailable").all()
+
+
+def test_finished_sweep_has_nothing_to_do(sweep):
+    assert planned_rules(sweep) == []
+
+
+def test_touching_a_source_file_reruns_nothing(sweep):
+    (sweep / "src/audioparity/models/parakeet_tdt/encoder.py").touch()
+    assert planned_rules(sweep) == []
+
+
+def test_editing_the_encoder_reruns_only_ggml_compare_and_report(sweep):
+    with edited(sweep / "src/audioparity/models/parakeet_tdt/encoder.py"):
+        assert planned_rules(sweep) == [
+            "compare_cell", "ggml_dump", "report_html", "report_summary"
+        ]
+
+
+def test_editing_the_ggml_runtime_reruns_no_reference_job(sweep):
+    """The reference side imports nothing of ggml: the slowest jobs stay done."""
+    with edited(sweep / "src/audioparity/ggml/runtime.py"):
+        assert planned_rules(sweep) == [
+            "compare_cell", "ggml_dump", "report_html", "report_summary"
+        ]
+
+
+def test_editing_the_report_code_reruns_only_the_html(sweep):
+    with edited(sweep / "src/audioparity/report/html.py"):
+        assert planned_rules(sweep) == ["report_html"]
+
+
+def test_editing_the_nemo_reference_reruns_it_and_nothing_its_unchanged_dumps_feed(sweep):
+    """The reference job runs again; its dumps are byte-identical (digests unchanged), so no
+    ggml dump or compare of that model runs again."""
+    digest = sweep / "results/reference/parakeet_tdt/tiny/clip.sha256"
+    before = digest.read_bytes()
+    with edited(sweep / "src/audioparity/models/parakeet_tdt/reference.py"):
+        ran = ran_rules(snakemake(sweep, "--cores", "2"))
+    assert ran == ["reference_dump"]
+    assert digest.read_bytes() == before
+    assert ran_rules(snakemake(sweep, "--cores", "2")) == ["reference_dump"]  # the edit undone
+
+
+def test_a_changed_reference_dump_reruns_what_reads_it(sweep):
+    """The control of the test above: an edit of the NeMo reference that changes what its dump
+    holds (a tensor's layout string, which the compare reads) reruns every ggml dump and compare
+    of that model, and nothing of MOSS."""
+    reference = sweep / "src/audioparity/models/parakeet_tdt/reference.py"
+    original = reference.read_text()
+    assert original.count('"[2T-1, D]"') == 1
+    reference.write_text(original.replace('"[2T-1, D]"', '"[2T-1,D]"'))
+    try:
+        result = snakemake(sweep, "--cores", "2")
+        assert ran_rules(result) == ["compare_cell", "ggml_dump", "reference_dump",
+                                     "report_html", "report_summary"]
+        log = result.stdout + result.stderr
+        assert "output: results/ggml/moss_voicegen" not in log
+        assert "output: results/compare/moss_voicegen" not in log
+        summary = pd.read_csv(sweep / "results/report/summary.csv")
+        pos_emb = summary[summary.stage == "pos_emb"]
+        assert (pos_emb[pos_emb.backend == "cpu"].status == "pass").all()
+    finally:
+        reference.write_text(original)
+        snakemake(sweep, "--cores", "2")
+
+
+def test_lint_is_clean(sweep):
+    result = snakemake(sweep, "--lint")
+    assert "Congratulations" in result.stdout + result.stderr
+    assert "Lints for" not in result.stdout + result.stderr
+
+
+def test_snakemake_report_bundles_the_summary_and_the_html(sweep):
+    snakemake(sweep, "--report", "report.zip")
+    with zipfile.ZipFile(sweep / "report.zip") as bundle:
+        names = bundle.namelist()
+    assert any(name.endswith("summary.csv") for name in names)
+    assert any(name.endswith("index.html") for name in names)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"parakeet_tdt": {"cases": [{"name": "a", "path": "resources/speech/clip.wav"}] * 2}},
+         "the name 'a' is used twice"),
+        ({"parakeet_tdt": {"cases": [{"name": "a", "path": "no/such.wav"}]}},
+         "'a': no/such.wav does not exist"),
+        ({"parakeet_tdt": {"options": {"flash_attention": 2}}},
+         "config parakeet_tdt.options['flash_attention']: 2 is not one of [0, 1]"),
+        ({"parakeet_tdt": {"options": {"kv_cache_type": "f16"}}},
+         "('kv_cache_type' was unexpected)"),
+        ({"families": ["parakeet_tdt", "wav2vec"]},
+         "config families: unknown family 'wav2vec'; registered: "),
+        ({"parakeet_tdd": {"cases": []}},
+         "config: 'parakeet_tdd' is neither families nor fixtures nor a registered family"),
+        ({"parakeet_tdt": {"models": [{"name": "tiny",
+                                       "path": "results/fixtures/parakeet_tdt/tiny.nemo"}]}},
+         "names no fixture the config declares"),
+    ],
+)
+def test_a_bad_config_is_refused_in_one_line(tmp_path, section, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump({"families": ["parakeet_tdt"], **section}))
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(config)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
