@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import shutil
+import tempfile
 import time
 import tokenize
 from collections.abc import Iterator
@@ -193,6 +194,32 @@ def write_text_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def built_directory(output: str | os.PathLike) -> Iterator[Path]:
+    """Build a directory (a fixture, a checkpoint) atomically: yield an empty temporary folder
+    beside ``output``; on a clean exit it replaces ``output`` (an existing one is removed), on
+    an exception it is removed and the exception propagates. Parent folders are created.
+
+    Raises:
+        AudioparityError: the parent folder cannot be created or written.
+    """
+    output = Path(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as err:
+        raise AudioparityError(f"{output}: cannot create the directory ({err})") from err
+    try:
+        yield work
+        work.chmod(0o755)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(work, output)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
         raise
 
 

@@ -65,6 +65,7 @@ functions, fixed at import (:func:`_fix_bindings`).
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import weakref
 from collections.abc import Iterable, Mapping
@@ -90,6 +91,7 @@ __all__ = [
     "build_info",
     "doctor",
     "numpy_shape",
+    "open_runtime",
     "storage_supported",
     "tensor_name",
 ]
@@ -335,6 +337,30 @@ class Runtime:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Runtime | None:
+    """The runtime a ggml dump computes on, what it is recorded in the dump's manifest
+    (``device_description`` and ``ggml_build``, :func:`build_info`).
+
+    Args:
+        writer: the dump being written (an :class:`audioparity.artifacts.DumpWriter`).
+        backend, device, threads: as :class:`Runtime` takes them.
+
+    Returns:
+        The runtime (use it as a context manager), or None when the backend is not built into
+        this ggml or has no such device: the dump is then marked ``unavailable`` with the
+        reason, and the caller writes nothing more (the dump is still a valid one).
+    """
+    writer.manifest["ggml_build"] = build_info()
+    try:
+        runtime = Runtime(backend, device=device, threads=threads)
+    except BackendUnavailable as err:
+        writer.set_status("unavailable", str(err))
+        logging.getLogger("audioparity").info("%s: unavailable (%s)", writer.output_dir, err)
+        return None
+    writer.manifest["device_description"] = runtime.device_description
+    return runtime
 
 
 def _free_runtime(sched, handles) -> None:

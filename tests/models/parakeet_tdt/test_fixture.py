@@ -66,7 +66,7 @@ def test_build_refuses_an_unusable_directory_and_leaves_nothing_when_saving_fail
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "a_file").write_text("")
-    with pytest.raises(AudioparityError, match="cannot create the fixture directory"):
+    with pytest.raises(AudioparityError, match="cannot create the directory"):
         build_fixture(tmp_path / "a_file" / "tiny")
 
     def broken_save(self, path, *args, **kwargs):

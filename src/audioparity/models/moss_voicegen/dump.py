@@ -20,7 +20,8 @@ Same tensor and document names and layouts as the reference dump
   where the logits were not finite.
 
 Manifest fields: ``family`` (``moss_voicegen``), ``weight_type``, ``backend``, ``device``,
-``kv_cache_type``, ``threads``, ``n_layers``, ``generate_rows``; notes record the storage type
+``kv_cache_type``, ``threads``, ``n_layers``, ``generate_rows``, ``ggml_build``,
+``device_description``; notes record the storage type
 of each weight group and whether every codebook's pad row is zero. A backend not built into
 this ggml gives a manifest with status ``unavailable`` and nothing else.
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
-from audioparity.ggml import BackendUnavailable, Runtime, build_info
+from audioparity.ggml import Runtime, open_runtime
 from audioparity.models.moss_voicegen import text_processor, weights
 from audioparity.models.moss_voicegen.backbone import Backbone
 from audioparity.models.moss_voicegen.config import load_config
@@ -66,15 +67,11 @@ def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, 
     request = text_processor.load_prompt(prompt)
     fields = {"family": "moss_voicegen", "weight_type": weight_type, "backend": backend,
               "device": device, "kv_cache_type": kv_cache_type, "threads": threads,
-              "n_layers": config.n_layers, "generate_rows": generate_rows,
-              "ggml_build": build_info()}
+              "n_layers": config.n_layers, "generate_rows": generate_rows}
     with DumpWriter(output_dir, producer="ggml", model=model, inputs={"prompt": prompt},
                     fields=fields, versions=("ggml_python", "tokenizers")) as writer:
-        try:
-            runtime = Runtime(backend, device=device, threads=threads)
-        except BackendUnavailable as err:
-            writer.set_status("unavailable", str(err))
-            log.info("moss ggml %s: %s", output_dir, err)
+        runtime = open_runtime(writer, backend, device, threads)
+        if runtime is None:
             return
         with runtime:
             _dump(writer, runtime, model, config, request, weight_type, kv_cache_type,
@@ -113,6 +110,5 @@ def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
         net.prefill(encoded.rows[:-1])
         last = net.step(encoded.rows[-1])
     writer.add_tensor("step_last_hidden", last.hidden[-1], "[H]")
-    writer.note(f"device: {runtime.device_description}")
     log.info("moss ggml %s: %s weights, %d prompt rows, %d generated", writer.output_dir,
              weight_type, n_rows, len(document["rows"]))

@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.artifacts import built_directory
 
 log = logging.getLogger("audioparity")
 
@@ -293,7 +291,8 @@ def _save_bf16(weights: dict[str, np.ndarray], path: Path) -> None:
 
 def build_fixture(output: Path, seed: int = 0, massive_activation: bool = False,
                   remote_code: bool = False) -> None:
-    """Write the tiny checkpoint directory ``output`` (atomically: temp dir, then rename).
+    """Write the tiny checkpoint directory ``output`` (atomically:
+    :func:`~audioparity.artifacts.built_directory`).
 
     The same arguments give the same bytes.
 
@@ -307,13 +306,7 @@ def build_fixture(output: Path, seed: int = 0, massive_activation: bool = False,
         AudioparityError: the parent directory cannot be written.
     """
     output = Path(output)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-        tmp.chmod(0o755)
-    except OSError as err:
-        raise AudioparityError(f"{output}: cannot create the fixture directory ({err})") from err
-    try:
+    with built_directory(output) as tmp:
         tokenizer = train_tokenizer()
         config = fixture_config(tokenizer)
         tokenizer.save(str(tmp / "tokenizer.json"))
@@ -338,12 +331,6 @@ def build_fixture(output: Path, seed: int = 0, massive_activation: bool = False,
             })
         _write_json(tmp / "config.json", config)
         _save_bf16(draw_weights(config, seed, massive_activation), tmp / "model.safetensors")
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("moss fixture %s (seed %d%s%s)", output, seed,
              ", massive activation" if massive_activation else "",
              ", remote code" if remote_code else "")

@@ -32,7 +32,7 @@ import numpy as np
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
-from audioparity.ggml import BackendUnavailable, Runtime, build_info
+from audioparity.ggml import Runtime, open_runtime
 from audioparity.models.parakeet_tdt.config import load_config
 from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 from audioparity.models.parakeet_tdt.encoder import Encoder
@@ -113,21 +113,16 @@ def dump_ggml(
         "decoding": {"strategy": STRATEGY, "durations": list(config.durations),
                      "max_symbols": config.max_symbols},
         "audio": sound.source,
-        "ggml_build": build_info(),
     }
     with DumpWriter(output_dir, producer="ggml", model=model,
                     inputs={"audio": audio, "reference": reference_dir}, fields=fields,
                     versions=("ggml-python",)) as writer:
         for note in sound.notes:
             writer.note(note)
-        try:
-            runtime = Runtime(backend, device=device, threads=threads)
-        except BackendUnavailable as err:
-            writer.set_status("unavailable", str(err))
-            log.info("%s: unavailable (%s)", label, err)
+        runtime = open_runtime(writer, backend, device, threads)
+        if runtime is None:
             return
         with runtime:
-            writer.manifest["device_description"] = runtime.device_description
             _dump_stages(writer, runtime, reference, model, sound.samples, config, label,
                          weight_type, conv_weight_type, bool(flash_attention))
     log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)

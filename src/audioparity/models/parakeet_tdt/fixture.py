@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from audioparity.errors import AudioparityError
+from audioparity.artifacts import built_directory
 from audioparity.models.parakeet_tdt import SPEC
 
 log = logging.getLogger("audioparity")
@@ -262,21 +260,15 @@ def build_fixture(output: Path, seed: int = 0) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
-    Offline and deterministic: the same seed gives the same ``state_dict``. The directory is
-    built under a temporary name beside ``output`` and renamed, so ``output`` is either absent
-    or complete (an existing one is replaced).
+    Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
+    (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
 
     Raises:
         AudioparityError: the parent directory cannot be written.
     """
     output = Path(output)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    except OSError as err:
-        raise AudioparityError(f"{output}: cannot create the fixture directory ({err})") from err
-    start = time.perf_counter()
-    try:
+    with built_directory(output) as work:
+        start = time.perf_counter()
         import torch
         from nemo.collections.asr.models import EncDecRNNTBPEModel
         from omegaconf import OmegaConf
@@ -291,12 +283,5 @@ def build_fixture(output: Path, seed: int = 0) -> None:
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))
         shutil.rmtree(tokenizer_dir)
-        work.chmod(0o755)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(work, output)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
              time.perf_counter() - imported)
