@@ -88,7 +88,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def max_rel(candidate: np.ndarray, reference: np.ndarray) -> float:
-    """max_abs / max|ref| (STYLE.md's max_rel), in float64."""
+    """max_abs / max|ref| (the max_rel of audioparity.compare.metrics), in float64."""
     diff = np.abs(candidate.astype(np.float64) - reference.astype(np.float64))
     return float(diff.max() / np.abs(reference.astype(np.float64)).max())
 

@@ -5,6 +5,7 @@ nothing of ggml, and the CLI and the config schema are built from the specs and 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,17 @@ def test_dumps_of_the_entry_points_hold_exactly_the_declared_stages(spec: Family
         dump = Dump(tmp_path / side)
         assert dump.manifest["family"] == spec.name
         assert_follows_spec(dump, spec, side)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilySpec):
+    """docs/design.md keeps a stage table per family: every stage with its kind and layout."""
+    doc = (REPO / "docs/design.md").read_text()
+    sections = {match.group(1): match.group(2) for match in re.finditer(
+        r"^### Stages of .*?\(`(\w+)`.*?\n(.*?)(?=^#|\Z)", doc, flags=re.M | re.S)}
+    assert spec.name in sections, f"docs/design.md has no '### Stages of ... (`{spec.name}`'"
+    rows = {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:4]]
+            for row in sections[spec.name].splitlines() if row.startswith("| `")}
+    for stage in spec.stages:
+        name = f"`{stage.name}`" + (f" (`{stage.isolated}`)" if stage.isolated else "")
+        assert rows.get(name) == [stage.kind, f"`{stage.layout}`"], (name, rows.get(name))

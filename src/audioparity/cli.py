@@ -107,7 +107,9 @@ def _options(args: argparse.Namespace, side: str) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="audioparity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="audioparity", description="Does a ggml port of an audio model compute what its "
+        "PyTorch/NeMo reference computes? Dumps, comparisons and reports (docs/design.md).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
