@@ -26,11 +26,13 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
 	touch $@
 
-# A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock and incomplete markers:
-# unlock, and rerun what was incomplete. Do not start two runs in one checkout at once.
-# A failed job's log is printed, so its one error line shows without opening logs/.
+# A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock (.snakemake/locks/) and
+# incomplete markers: unlock when a lock is there, and rerun what was incomplete. Do not start
+# two runs in one checkout at once. A failed job's log is printed, so its one error line shows
+# without opening logs/.
 run: setup
-	$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1
+	if ls .snakemake/locks/* >/dev/null 2>&1; then \
+		$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1; fi
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)
 
 test: setup
