@@ -92,6 +92,7 @@ __all__ = [
     "doctor",
     "numpy_shape",
     "open_runtime",
+    "storage_or_fallback",
     "storage_supported",
     "tensor_name",
 ]
@@ -185,6 +186,22 @@ def storage_supported(storage: str, shape: tuple[int, ...]) -> bool:
         )
     block = ggml.ggml_blck_size(STORAGE_TYPES[storage])
     return shape[-1] % block == 0
+
+
+#: Storage a weight falls back to when the block type asked for cannot hold its rows.
+FALLBACK_STORAGE = "f16"
+
+
+def storage_or_fallback(name: str, wanted: str, shape: tuple[int, ...],
+                        notes: list[str]) -> str:
+    """``wanted`` when it can hold weight ``name`` of numpy ``shape`` (:func:`storage_supported`),
+    else :data:`FALLBACK_STORAGE`, with a line saying so appended to ``notes`` (for the dump's
+    manifest): q8_0 needs rows of a multiple of 32 values."""
+    if storage_supported(wanted, shape):
+        return wanted
+    notes.append(f"{name} {list(shape)}: {wanted} needs rows of a multiple of its block size; "
+                 f"stored as {FALLBACK_STORAGE}")
+    return FALLBACK_STORAGE
 
 
 def _backend_built_in(backend: str) -> bool:

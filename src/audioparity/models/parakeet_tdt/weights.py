@@ -32,13 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.ggml import Runtime, Weights, storage_supported
+from audioparity.ggml import Runtime, Weights, storage_or_fallback
 from audioparity.models.parakeet_tdt.checkpoint import Checkpoint, expected_shapes
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES, WEIGHT_TYPES
-
-#: Storage used when the requested block type cannot hold a tensor's rows.
-FALLBACK_STORAGE = "f16"
 
 
 @dataclass
@@ -210,11 +207,7 @@ def storage_types(shapes: Mapping[str, tuple[int, ...]], native: dict[str, str],
             wanted = conv_weight_type
         else:
             wanted = "f32"
-        if not storage_supported(wanted, shape):
-            notes.append(f"{name} {list(shape)}: {wanted} needs rows of a multiple of its "
-                         f"block size; stored as {FALLBACK_STORAGE}")
-            wanted = FALLBACK_STORAGE
-        storage[name] = wanted
+        storage[name] = storage_or_fallback(name, wanted, shape, notes)
     return storage, notes
 
 
