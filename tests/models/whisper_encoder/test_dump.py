@@ -1,0 +1,95 @@
+"""``audioparity ggml whisper-encoder`` as a subprocess on the tiny fixture and its reference dump:
+the manifest lists every contract tensor with the reference's shapes and layouts, a backend that
+is not built in gives status ``unavailable`` with exit code 0, and bad inputs leave nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import ggml
+import pytest
+
+from audioparity.artifacts import Dump
+from audioparity.errors import AudioparityError
+from audioparity.models.whisper_encoder.dump import dump_ggml
+
+FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers")
+
+
+def run_dump(model: Path, audio: Path, reference: Path, output: Path, *options: str):
+    return subprocess.run(
+        [sys.executable, "-m", "audioparity.cli", "ggml", "whisper-encoder", "--model",
+         str(model), "--audio", str(audio), "--reference-dir", str(reference), "--output-dir",
+         str(output), *options],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_dump_writes_every_stage(whisper_model, clip_wav, whisper_reference, tmp_path):
+    output = tmp_path / "ggml"
+    result = run_dump(whisper_model, clip_wav, whisper_reference, output,
+                      "--weight-type", "f32", "--threads", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump, reference = Dump(output), Dump(whisper_reference)
+    manifest = dump.manifest
+    assert dump.status == "ok" and manifest["producer"] == "ggml"
+    assert {key: manifest[key] for key in FIELDS} == {
+        "family": "whisper_encoder", "backend": "cpu", "device": 0, "weight_type": "f32",
+        "threads": 2, "n_layers": reference.manifest["n_layers"]}
+    assert manifest["audio"] == reference.manifest["audio"]
+    assert manifest["ggml_build"]["ggml_python"] == ggml.__version__
+    assert manifest["device_description"]
+    expected = set(reference.tensor_names) | {"layer_0_isolated", "layer_1_isolated"}
+    assert set(dump.tensor_names) == expected
+    for name in dump.tensor_names:
+        ref_name = name.removesuffix("_isolated")
+        assert dump.tensor(name).shape == reference.tensor(ref_name).shape, name
+        assert dump.layout(name) == reference.layout(ref_name), name
+    assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated"}
+    assert any(note.startswith("storage: ") and "f32" in note for note in manifest["notes"])
+
+
+def test_q8_0_dump_stores_the_matmul_weights_in_q8_0(whisper_model, clip_wav, whisper_reference,
+                                                     tmp_path):
+    output = tmp_path / "q8"
+    result = run_dump(whisper_model, clip_wav, whisper_reference, output, "--weight-type", "q8_0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(output)
+    assert (dump.status, dump.manifest["weight_type"]) == ("ok", "q8_0")
+    assert "storage: 25 x f32, 12 x q8_0 (checkpoint dtypes: f32)" in dump.manifest["notes"]
+
+
+@pytest.mark.parametrize("backend", ["vulkan", "cuda"])
+def test_backend_not_built_in_is_unavailable(backend, whisper_model, clip_wav, whisper_reference,
+                                             tmp_path):
+    if getattr(ggml, f"GGML_USE_{backend.upper()}", False):
+        pytest.skip(f"{backend} is built into this ggml-python")
+    output = tmp_path / backend
+    result = run_dump(whisper_model, clip_wav, whisper_reference, output, "--backend", backend)
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(output)
+    assert dump.status == "unavailable"
+    assert backend in dump.manifest["message"]
+    assert dump.tensor_names == [] and dump.manifest["documents"] == {}
+
+
+def test_a_reference_lacking_a_stage_is_refused_and_nothing_is_left(whisper_model, clip_wav,
+                                                                   whisper_reference, tmp_path):
+    import shutil
+
+    reference = tmp_path / "reference"
+    shutil.copytree(whisper_reference, reference)
+    manifest = (reference / "manifest.json").read_text()
+    (reference / "manifest.json").write_text(manifest.replace('"conv_out": {', '"gone": {'))
+    output = tmp_path / "out"
+    with pytest.raises(AudioparityError, match="reference dump lacks conv_out"):
+        dump_ggml(whisper_model, clip_wav, output, reference_dir=reference, weight_type="f32",
+                  backend="cpu")
+    assert not output.exists() and not (tmp_path / "out.partial").exists()
+    result = run_dump(whisper_model, tmp_path / "missing.wav", whisper_reference, output)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "missing.wav: no such file; expected an audio file")
+    assert not output.exists()

@@ -1,0 +1,141 @@
+"""The harness catches real Whisper port bugs at the right stage, with the default config's f32
+gates.
+
+Each test plants one bug, of a kind port authors make, in a copy of the package (copied to a
+temporary directory, one source line replaced), runs the ggml dump from that copy against the
+reference dump of the shipped clip, compares, and checks which stages fail: the planted stage
+and those downstream of it, never those upstream, and the isolated layers only where the bug
+sits inside a layer. The clean copy passes everything, so a failure is the bug's doing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from audioparity.compare import compare_cell
+from tests import REPO
+from tests.models.whisper_encoder import config_gates
+
+PORT = "models/whisper_encoder"
+pytestmark = pytest.mark.slow
+
+#: (file, exact original text, replacement): each must match the source exactly once.
+BUGS = {
+    "clean": [],
+    # ggml_gelu is the tanh approximation (gelu_new), not nn.functional.gelu.
+    "tanh_gelu": [(
+        "encoder.py", "    return ggml.ggml_gelu_erf(ctx, x)", "    return ggml.ggml_gelu(ctx, x)",
+    )],
+    # ggml_conv_1d, as whisper.cpp runs the convs: its im2col is F16 (the kernel must be too),
+    # an f16 rounding of the activations and kernels inside the f32 path.
+    "f16_im2col": [(
+        "encoder.py",
+        '    kernel = w[name + ".weight"]\n',
+        '    kernel = w[name + ".weight"]\n'
+        "    f16 = ggml.ggml_cast(ctx, kernel, ggml.GGML_TYPE_F16)\n"
+        "    out = ggml.ggml_conv_1d(ctx, f16, x, stride, padding, 1)  # ne [T', out]\n"
+        "    out = ggml.ggml_cont(ctx, ggml.ggml_transpose(ctx, out))\n"
+        '    return ggml.ggml_add(ctx, out, w[name + ".bias"])\n',
+    )],
+    # The query is not scaled by head_dim ** -0.5.
+    "no_query_scaling": [("encoder.py", "head_dim**-0.5)", "1.0)")],
+    # The position table is not added before layer 0.
+    "no_positions": [("encoder.py", "    return ggml.ggml_add(ctx, x, rows)", "    return x")],
+    # A symmetric Hann window (torch.hann_window(n, periodic=False)) in the frontend.
+    "symmetric_hann": [(
+        "frontend.py", "np.float32(2.0 * np.pi / n_fft)", "np.float32(2.0 * np.pi / (n_fft - 1))",
+    )],
+    # A bias on the keys (the queries' bias reused): no bug in effect, see its test.
+    "key_bias": [(
+        "encoder.py",
+        '    k = linear(ctx, w, prefix + "k_proj", x)',
+        '    k = ggml.ggml_add(ctx, linear(ctx, w, prefix + "k_proj", x),'
+        ' w[prefix + "q_proj.bias"])',
+    )],
+}
+
+
+def planted_copy(root: Path, bug: str) -> Path:
+    """A copy of the package under `root`/src with `bug` planted; returns the src directory."""
+    src = root / "src"
+    shutil.copytree(REPO / "src" / "audioparity", src / "audioparity",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for file, old, new in BUGS[bug]:
+        path = src / "audioparity" / PORT / file
+        text = path.read_text()
+        assert text.count(old) == 1, f"{file}: the line to plant {bug!r} in has changed"
+        path.write_text(text.replace(old, new))
+    return src
+
+
+@pytest.fixture(scope="module")
+def statuses(whisper_model, clip_wav, whisper_reference, tmp_path_factory):
+    """Run every planted copy once; {bug: {stage: status}}."""
+    gates = config_gates("f32")
+    results = {}
+    for bug in BUGS:
+        root = tmp_path_factory.mktemp(bug)
+        env = {**os.environ, "PYTHONPATH": str(planted_copy(root, bug))}
+        dump = root / "dump"
+        subprocess.run(
+            [sys.executable, "-m", "audioparity.cli", "ggml", "whisper-encoder",
+             "--model", str(whisper_model), "--audio", str(clip_wav),
+             "--reference-dir", str(whisper_reference), "--output-dir", str(dump),
+             "--weight-type", "f32", "--threads", "1"],
+            check=True, env=env, capture_output=True,
+        )
+        cell = root / "cell.json"
+        compare_cell(whisper_reference, dump, gates, {"family": "whisper_encoder", "bug": bug},
+                     cell)
+        results[bug] = {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
+    return results
+
+
+def failing(statuses: dict[str, str]) -> set[str]:
+    return {stage for stage, status in statuses.items() if status != "pass"}
+
+
+ALL_STAGES = {"mel_features", "conv_out", "layer_0", "layer_0_isolated", "layer_1",
+              "layer_1_isolated", "enc_out"}
+
+
+def test_clean_copy_passes_every_stage(statuses):
+    assert set(statuses["clean"]) == ALL_STAGES
+    assert failing(statuses["clean"]) == set()
+
+
+def test_tanh_gelu_fails_at_conv_out_and_in_every_layer(statuses):
+    assert failing(statuses["tanh_gelu"]) == ALL_STAGES - {"mel_features"}
+
+
+def test_f16_rounding_in_the_convs_fails_at_conv_out_not_in_the_layers(statuses):
+    assert failing(statuses["f16_im2col"]) == {"conv_out", "layer_0", "layer_1", "enc_out"}
+
+
+def test_unscaled_queries_fail_every_layer_but_nothing_before(statuses):
+    assert failing(statuses["no_query_scaling"]) == ALL_STAGES - {"mel_features", "conv_out"}
+
+
+def test_missing_positions_fail_at_layer_0_not_at_conv_out(statuses):
+    got = statuses["no_positions"]
+    assert failing(got) == {"layer_0", "layer_0_isolated", "layer_1", "enc_out"}
+    assert got["layer_1_isolated"] == "pass"  # fed the reference's layer_0
+
+
+def test_symmetric_window_fails_at_mel_features_and_downstream_only(statuses):
+    assert failing(statuses["symmetric_hann"]) == {"mel_features", "conv_out", "layer_0",
+                                                   "layer_1", "enc_out"}
+
+
+def test_a_key_bias_is_invisible_to_softmax(statuses):
+    """A bias on the keys adds ``q . b`` to every score of a query, the same for all its keys:
+    softmax cancels it (that is why ``WhisperAttention`` has none). The harness cannot see it,
+    and need not: the outputs are the same to float32 rounding."""
+    assert failing(statuses["key_bias"]) == set()
