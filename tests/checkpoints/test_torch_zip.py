@@ -43,6 +43,24 @@ def test_fixture_checkpoint_equals_torch_load(parakeet_model: Path, tmp_path: Pa
     assert len(arrays) > 100
 
 
+def open_files(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if fd.is_symlink() and Path(fd.readlink()) == path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_reading_the_header_leaves_no_file_open(parakeet_model: Path, tmp_path: Path) -> None:
+    """The pickle stream is closed with the archive (a leaked one kept the checkpoint open until
+    the garbage collector ran, and warned then)."""
+    from audioparity.checkpoints.torch_zip import torch_entries
+
+    ckpt = tmp_path / "model_weights.ckpt"
+    ckpt.write_bytes(read_nemo_member(parakeet_model, "model_weights.ckpt"))
+    entries = torch_entries(ckpt)
+    assert entries and open_files(ckpt) == 0
+
+
 def test_half_types_views_and_shared_storages_equal_torch_load(tmp_path: Path) -> None:
     generator = torch.Generator().manual_seed(0)
     base = torch.randn(6, 10, generator=generator)

@@ -83,8 +83,9 @@ class _StateDictUnpickler(pickle.Unpickler):
     zip directory; no data read), others None.
     """
 
-    def __init__(self, archive: zipfile.ZipFile, path: Path, prefix: str, where: str) -> None:
-        super().__init__(archive.open(f"{prefix}data.pkl"))
+    def __init__(self, stream, archive: zipfile.ZipFile, path: Path, prefix: str,
+                 where: str) -> None:
+        super().__init__(stream)
         self._archive, self._path, self._prefix, self._where = archive, path, prefix, where
 
     def find_class(self, module: str, name: str):
@@ -164,7 +165,8 @@ def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]
                 archive.read(f"{prefix}byteorder") != b"little":
             raise AudioparityError(f"{where}: big-endian checkpoint; expected little-endian")
         try:
-            state = _StateDictUnpickler(archive, Path(path), prefix, where).load()
+            with archive.open(f"{prefix}data.pkl") as stream:
+                state = _StateDictUnpickler(stream, archive, Path(path), prefix, where).load()
         except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as err:
             raise AudioparityError(f"{where}: unreadable data.pkl ({err})") from None
     if not isinstance(state, dict):
