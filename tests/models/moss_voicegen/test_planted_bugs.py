@@ -3,22 +3,17 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import audioparity
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import first_divergence, max_rel
 from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
+from tests.planted import Patch, planted_dump
 
-BACKBONE = "models/moss_voicegen/backbone.py"
-#: Planted bug -> (text of backbone.py to replace, replacement).
-BUGS = {
+#: Planted bugs, all in backbone.py.
+BUGS: dict[str, list[Patch]] = {bug: [("backbone.py", old, new)] for bug, (old, new) in {
     "rope_offset_in_step": ("positions=np.array([self.n_past])",
                             "positions=np.array([self.n_past + 3])"),
     "no_causal_mask": ("positions=np.arange(len(rows)), causal=True)",
@@ -28,35 +23,14 @@ BUGS = {
     "kv_write_not_in_graph": ("        g.expand(ggml.ggml_cpy(", "        (ggml.ggml_cpy("),
     "no_qk_norm": ('    q = rms_norm(ctx, q, w[p + "q_norm.weight"], lang.rms_norm_eps)\n'
                    '    k = rms_norm(ctx, k, w[p + "k_norm.weight"], lang.rms_norm_eps)\n', ""),
-}
-
-
-def planted_dump(tmp_path: Path, moss_model: Path, bug: str) -> Dump:
-    """The f32 ggml dump of :data:`PROMPT` by a patched copy of the package (CLI subprocess)."""
-    copy = tmp_path / f"planted_{bug}"
-    shutil.copytree(Path(audioparity.__file__).parent, copy / "audioparity",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    source = copy / "audioparity" / BACKBONE
-    old, new = BUGS[bug]
-    text = source.read_text()
-    assert text.count(old) == 1, f"{bug}: the text to patch is not in {BACKBONE} exactly once"
-    source.write_text(text.replace(old, new))
-    output = copy / "dump"
-    result = subprocess.run(
-        [sys.executable, "-m", "audioparity.cli", "ggml", "moss-voicegen", "--model",
-         str(moss_model), "--prompt", str(PROMPT), "--output-dir", str(output),
-         "--weight-type", "f32"],
-        env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    return Dump(output)
+}.items()}
 
 
 @pytest.mark.parametrize("bug", BUGS)
 def test_planted_bug_is_caught_at_its_stage(tmp_path: Path, moss_model: Path,
                                             moss_references: dict[str, Dump], bug: str) -> None:
     ref = moss_references[PROMPT.stem]
-    cand = planted_dump(tmp_path, moss_model, bug)
+    cand = planted_dump(tmp_path, "moss_voicegen", BUGS[bug], moss_model, PROMPT)
     err = {stage: max_rel(cand.tensor(stage), ref.tensor(stage)) for stage in HIDDEN_STAGES}
     diverged = first_divergence(cand.json("generation")["rows"], ref.json("generation")["rows"])
     if bug == "rope_offset_in_step":  # RoPE is relative: only the cached step sees the offset

@@ -9,24 +9,13 @@ upstream. The clean copy passes everything, so a failure is the bug's doing.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-import yaml
 
-from audioparity.compare import compare_cell, resolve_gates
-from tests import REPO
+from tests.planted import Patch, failing, planted_statuses
 
-PORT = "models/parakeet_tdt"
 pytestmark = pytest.mark.slow
 
-#: (file, exact original text, replacement): each must match the source exactly once.
-BUGS = {
+BUGS: dict[str, list[Patch]] = {
     "clean": [],
     # LayerNorm of the conv module in layer 1 loses its bias (beta).
     "layer_1_norm_bias_dropped": [(
@@ -55,50 +44,12 @@ BUGS = {
 }
 
 
-def planted_copy(root: Path, bug: str) -> Path:
-    """A copy of the package under `root`/src with `bug` planted; returns the src directory."""
-    src = root / "src"
-    shutil.copytree(REPO / "src" / "audioparity", src / "audioparity",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for file, old, new in BUGS[bug]:
-        path = src / "audioparity" / PORT / file
-        text = path.read_text()
-        assert text.count(old) == 1, f"{file}: the line to plant {bug!r} in has changed"
-        path.write_text(text.replace(old, new))
-    return src
-
-
 @pytest.fixture(scope="module")
-def f32_gates() -> dict:
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    return resolve_gates(config["parakeet_tdt"], model="tiny", backend="cpu", weight_type="f32")
-
-
-@pytest.fixture(scope="module")
-def statuses(parakeet_model, clip_wav, parakeet_reference, f32_gates, tmp_path_factory):
-    """Run every planted copy once; {bug: {stage: status}}."""
-    results = {}
-    for bug in BUGS:
-        root = tmp_path_factory.mktemp(bug)
-        env = {**os.environ, "PYTHONPATH": str(planted_copy(root, bug))}
-        dump = root / "dump"
-        subprocess.run(
-            [sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt",
-             "--model", str(parakeet_model), "--audio", str(clip_wav),
-             "--reference-dir", str(parakeet_reference), "--output-dir", str(dump),
-             "--weight-type", "f32", "--threads", "1"],
-            check=True, env=env, capture_output=True,
-        )
-        cell = root / "cell.json"
-        compare_cell(parakeet_reference, dump, f32_gates, {"family": "parakeet_tdt", "bug": bug},
-                     cell)
-        rows = json.loads(cell.read_text())
-        results[bug] = {row["stage"]: row["status"] for row in rows}
-    return results
-
-
-def failing(statuses: dict[str, str]) -> set[str]:
-    return {stage for stage, status in statuses.items() if status != "pass"}
+def statuses(parakeet_model, clip_wav, parakeet_reference, tmp_path_factory):
+    """Run every planted copy once; {bug: {stage: status}} under the config's f32 gates."""
+    return {bug: planted_statuses(tmp_path_factory.mktemp(bug), "parakeet_tdt", patches,
+                                  parakeet_model, clip_wav, parakeet_reference)
+            for bug, patches in BUGS.items()}
 
 
 def test_clean_copy_passes_every_stage(statuses):

@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import yaml
 
 from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.greedy import replay_path
 from audioparity.models.parakeet_tdt.reference import dump_reference
-from tests import REPO
+from tests import config_gates
 
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -225,7 +224,7 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
 ) -> None:
     """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
     subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
-    from audioparity.compare import compare_cell, resolve_gates
+    from audioparity.compare import compare_cell
     from audioparity.models.parakeet_tdt.dump import dump_ggml
     from audioparity.models.parakeet_tdt.encoder import rel_pos_encoding
 
@@ -241,8 +240,7 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     candidate = tmp_path / "ggml"
     dump_ggml(parakeet_model, audio, candidate, reference_dir=reference, weight_type="f32",
               backend="cpu")
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    gates = resolve_gates(config["parakeet_tdt"], model="tiny", backend="cpu", weight_type="f32")
+    gates = config_gates("parakeet_tdt", "f32")
     cell = tmp_path / "cell.json"
     compare_cell(reference, candidate, gates, {"family": "parakeet_tdt", "case": "two_seconds"},
                  cell)

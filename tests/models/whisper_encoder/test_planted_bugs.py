@@ -10,24 +10,13 @@ sits inside a layer. The clean copy passes everything, so a failure is the bug's
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from audioparity.compare import compare_cell
-from tests import REPO
-from tests.models.whisper_encoder import config_gates
+from tests.planted import Patch, failing, planted_statuses
 
-PORT = "models/whisper_encoder"
 pytestmark = pytest.mark.slow
 
-#: (file, exact original text, replacement): each must match the source exactly once.
-BUGS = {
+BUGS: dict[str, list[Patch]] = {
     "clean": [],
     # ggml_gelu is the tanh approximation (gelu_new), not nn.functional.gelu.
     "tanh_gelu": [(
@@ -62,44 +51,12 @@ BUGS = {
 }
 
 
-def planted_copy(root: Path, bug: str) -> Path:
-    """A copy of the package under `root`/src with `bug` planted; returns the src directory."""
-    src = root / "src"
-    shutil.copytree(REPO / "src" / "audioparity", src / "audioparity",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for file, old, new in BUGS[bug]:
-        path = src / "audioparity" / PORT / file
-        text = path.read_text()
-        assert text.count(old) == 1, f"{file}: the line to plant {bug!r} in has changed"
-        path.write_text(text.replace(old, new))
-    return src
-
-
 @pytest.fixture(scope="module")
 def statuses(whisper_model, clip_wav, whisper_reference, tmp_path_factory):
-    """Run every planted copy once; {bug: {stage: status}}."""
-    gates = config_gates("f32")
-    results = {}
-    for bug in BUGS:
-        root = tmp_path_factory.mktemp(bug)
-        env = {**os.environ, "PYTHONPATH": str(planted_copy(root, bug))}
-        dump = root / "dump"
-        subprocess.run(
-            [sys.executable, "-m", "audioparity.cli", "ggml", "whisper-encoder",
-             "--model", str(whisper_model), "--audio", str(clip_wav),
-             "--reference-dir", str(whisper_reference), "--output-dir", str(dump),
-             "--weight-type", "f32", "--threads", "1"],
-            check=True, env=env, capture_output=True,
-        )
-        cell = root / "cell.json"
-        compare_cell(whisper_reference, dump, gates, {"family": "whisper_encoder", "bug": bug},
-                     cell)
-        results[bug] = {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
-    return results
-
-
-def failing(statuses: dict[str, str]) -> set[str]:
-    return {stage for stage, status in statuses.items() if status != "pass"}
+    """Run every planted copy once; {bug: {stage: status}} under the config's f32 gates."""
+    return {bug: planted_statuses(tmp_path_factory.mktemp(bug), "whisper_encoder", patches,
+                                  whisper_model, clip_wav, whisper_reference)
+            for bug, patches in BUGS.items()}
 
 
 ALL_STAGES = {"mel_features", "conv_out", "layer_0", "layer_0_isolated", "layer_1",
