@@ -221,8 +221,11 @@ def gate_for(stage: str, gates: Mapping[str, Any]) -> dict[str, Any]:
     for entry in gates["gates"]:
         if fnmatchcase(stage, entry["stage"]):
             return entry
-    tried = ", ".join(f"{e.get('from', '?')}/{e['stage']}" for e in gates["gates"]) or "none"
-    raise AudioparityError(f"gates: no entry matches stage {stage!r} (patterns tried: {tried})")
+    tried = ", ".join(("{from}/".format(**e) if "from" in e else "") + e["stage"]
+                      for e in gates["gates"]) or "none"
+    raise AudioparityError(f"gates: no entry matches stage {stage!r} (patterns tried: {tried}); "
+                           "every stage needs one (a pattern such as 'layer_*' also covers the "
+                           "isolated forms 'layer_3_isolated')")
 
 
 def gate_text(gate: Mapping[str, Any]) -> str:
