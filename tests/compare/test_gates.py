@@ -214,7 +214,8 @@ def reference_dir(tmp_path: Path) -> Path:
     return write_dump(tmp_path / "ref", tmp_path, REFERENCE, {"decode": DECODE})
 
 
-LABELS = {"family": "parakeet_tdt", "model": "tiny", "case": "clip", "backend": "cpu",
+LABELS = {"family": "parakeet_tdt", "model": "tiny", "case": "clip", "candidate": "audioparity",
+          "backend": "cpu",
           "weight_type": "f32"}
 
 

@@ -17,10 +17,11 @@ from audioparity.report.summary import write_summary
 
 
 def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",
-        status: str = "pass", **values) -> dict:
+        status: str = "pass", candidate: str = "audioparity", **values) -> dict:
     """A cell row as compare_cell writes it: every column, None where a metric does not apply."""
     base = {c: None for c in COLUMNS}
-    base.update(family="parakeet_tdt", model=model, case="clip", backend=backend,
+    base.update(family="parakeet_tdt", model=model, case="clip", candidate=candidate,
+                backend=backend,
                 weight_type=weight_type, stage=stage, status=status, gate=f"default/{stage}: x",
                 reason="")
     return {**base, **values}
@@ -52,31 +53,35 @@ def test_summary_columns_and_row_order(tmp_path: Path):
     ])
     f32 = write_cell(tmp_path / "f32.json", [row("enc_out"), row("enc_out", model="tiny10"),
                                              row("enc_out", model="tiny2")])
+    other = write_cell(tmp_path / "other.json", [row("enc_out", candidate="a-port")])
     output = tmp_path / "report" / "summary.csv"
-    write_summary([vulkan, cpu, f32], output)
+    write_summary([other, vulkan, cpu, f32], output)
 
     with open(output, newline="") as handle:
         header = next(csv.reader(handle))
     assert header == [
-        "family", "model", "case", "backend", "weight_type", "stage", "status",
+        "family", "model", "case", "candidate", "backend", "weight_type", "stage", "status",
         "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
         "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "gate", "reason",
         "seconds",
     ]
-    order = [(r["model"], r["backend"], r["weight_type"], r["stage"]) for r in read_csv(output)]
+    order = [(r["model"], r["candidate"], r["backend"], r["weight_type"], r["stage"])
+             for r in read_csv(output)]
+    ours = "audioparity"
     assert order == [
-        ("tiny", "cpu", "f32", "enc_out"),
-        ("tiny", "cpu", "q8_0", "mel_features"),
-        ("tiny", "cpu", "q8_0", "layer_2"),
-        ("tiny", "cpu", "q8_0", "layer_2_isolated"),
-        ("tiny", "cpu", "q8_0", "layer_10"),
-        ("tiny", "cpu", "q8_0", "enc_out"),
-        ("tiny", "cpu", "q8_0", "joint_logits"),
-        ("tiny", "cpu", "q8_0", "decode"),
-        ("tiny", "cpu", "q8_0", "decoder_replay"),
-        ("tiny", "vulkan", "q8_0", "layer_0"),
-        ("tiny2", "cpu", "f32", "enc_out"),
-        ("tiny10", "cpu", "f32", "enc_out"),
+        ("tiny", ours, "cpu", "f32", "enc_out"),
+        ("tiny", ours, "cpu", "q8_0", "mel_features"),
+        ("tiny", ours, "cpu", "q8_0", "layer_2"),
+        ("tiny", ours, "cpu", "q8_0", "layer_2_isolated"),
+        ("tiny", ours, "cpu", "q8_0", "layer_10"),
+        ("tiny", ours, "cpu", "q8_0", "enc_out"),
+        ("tiny", ours, "cpu", "q8_0", "joint_logits"),
+        ("tiny", ours, "cpu", "q8_0", "decode"),
+        ("tiny", ours, "cpu", "q8_0", "decoder_replay"),
+        ("tiny", ours, "vulkan", "q8_0", "layer_0"),
+        ("tiny", "a-port", "cpu", "f32", "enc_out"),  # this project's port first
+        ("tiny2", ours, "cpu", "f32", "enc_out"),
+        ("tiny10", ours, "cpu", "f32", "enc_out"),
     ]
     assert not list(output.parent.glob(".*tmp"))
 
@@ -174,3 +179,18 @@ def test_declared_failures_are_grouped_per_model_backend_and_weight_type(tmp_pat
     text = (tmp_path / "index.html").read_text()
     assert "Declared expected failures (4 stages)" in text
     assert text.count("last_hidden, generation") == 1 and "en, zh" in text
+
+
+def test_matrix_groups_columns_by_candidate_then_backend(tmp_path: Path):
+    rows = [row("enc_out"), row("enc_out", weight_type="q8_0"),
+            row("enc_out", candidate="a-port"), row("layer_0", candidate="a-port")]
+    write_summary([write_cell(tmp_path / "cell.json", rows)], tmp_path / "s.csv")
+    write_html(tmp_path / "s.csv", tmp_path / "index.html")
+    text = (tmp_path / "index.html").read_text()
+    head = text[text.index('<table class="matrix">'):text.index("</thead>")]
+    assert re.findall(r'colspan="(\d)">([\w-]+)</th>', head) == [
+        ("2", "audioparity"), ("1", "a-port"),  # candidates, ours first
+        ("2", "cpu"), ("1", "cpu"),  # backends of each
+        ("1", "f32"), ("1", "q8_0"), ("1", "f32"),  # weight types
+    ]
+    assert "1 candidate" not in text and "2 candidates" in text

@@ -38,7 +38,7 @@ from audioparity.families import reference_stage
 log = logging.getLogger(__name__)
 
 #: Cell labels, in summary order (docs/design.md, "summary.csv").
-LABEL_COLUMNS = ("family", "model", "case", "backend", "weight_type")
+LABEL_COLUMNS = ("family", "model", "case", "candidate", "backend", "weight_type")
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
     "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
@@ -277,9 +277,9 @@ def compare_cell(
             ``missing``. Manifest status ``unavailable`` / ``crashed``: every stage takes that
             status, with the manifest's message as the reason.
         gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
-        labels: copied into every row (``family``, ``model``, ``case``, ``backend``,
-            ``weight_type``); ``family`` also says which stage an isolated form compares
-            against (:func:`audioparity.families.reference_stage`).
+        labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
+            ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
+            compares against (:func:`audioparity.families.reference_stage`).
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.

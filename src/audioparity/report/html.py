@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import math
 import os
 import re
@@ -26,7 +27,7 @@ from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS
 from audioparity.families import natural_key, stage_key
 from audioparity.report.summary import read_summary, row_key
-from audioparity.vocabulary import BACKENDS, NOT_COMPARED, STATUSES, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
 STATUS_COLOURS = {
@@ -175,7 +176,8 @@ def _attention(frame: pd.DataFrame) -> str:
     rows = frame[frame["status"].isin(ATTENTION)]
     declared = frame[frame["status"] == "xfail"]
     parts = []
-    columns = ("model", "case", "backend", "weight_type", "stage", "status", "reason")
+    columns = ("model", "case", "candidate", "backend", "weight_type", "stage", "status",
+               "reason")
     if len(rows):
         parts.append(_row_table(rows, columns, "full"))
     else:
@@ -187,13 +189,15 @@ def _attention(frame: pd.DataFrame) -> str:
 
 
 #: Columns of the grouped expected-failure table.
-_GROUPED = ("model", "backend", "weight_type", "status", "cases", "stages", "reason")
+_GROUPED = ("model", "candidate", "backend", "weight_type", "status", "cases", "stages",
+            "reason")
 
 
 def _grouped(declared: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, backend, weight type): the cases and stages that failed as declared,
-    and the first reason (declarations are per stage pattern, so a group shares its cause)."""
-    groups = declared.groupby(["model", "backend", "weight_type"], sort=False)
+    """One row per (model, candidate, backend, weight type): the cases and stages that failed as
+    declared, and the first reason (declarations are per stage pattern, so a group shares its
+    cause)."""
+    groups = declared.groupby(["model", "candidate", "backend", "weight_type"], sort=False)
     return groups.agg(
         status=("status", "first"),
         cases=("case", lambda c: ", ".join(dict.fromkeys(c))),
@@ -202,8 +206,27 @@ def _grouped(declared: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
+    """The header rows of a matrix whose columns are label tuples (candidate, backend, weight
+    type): one row per level, a label spanning the columns it opens."""
+    rows = []
+    for level in range(len(columns[0])):
+        cells, i = [], 0
+        while i < len(columns):
+            span = 1
+            while (i + span < len(columns)
+                   and columns[i + span][: level + 1] == columns[i][: level + 1]):
+                span += 1
+            cells.append(f'<th class="{edge[i].strip()}" colspan="{span}">'
+                         f"{_esc(columns[i][level])}</th>")
+            i += span
+        rows.append("".join(cells))
+    return rows
+
+
 def _matrix(frame: pd.DataFrame) -> str:
-    """One status matrix per family: rows (model, case) groups of stages, columns backend x wt."""
+    """One status matrix per family: rows (model, case) groups of stages, columns candidate x
+    backend x weight type."""
     parts = [
         '<p class="note legend">'
         + "".join(f'<span class="{_status_class(s)}">{s}</span>' for s in STATUSES)
@@ -211,35 +234,30 @@ def _matrix(frame: pd.DataFrame) -> str:
         "document; hover a cell for the reason, the gate and every metric.</p>"
     ]
     for family, rows in frame.groupby("family", sort=False):
-        backends = _ordered(list(rows["backend"].unique()), BACKENDS)
         columns = [
-            (b, w)
-            for b in backends
-            for w in _ordered(list(rows.loc[rows["backend"] == b, "weight_type"].unique()),
-                              WEIGHT_TYPES)
+            (c, b, w)
+            for c in _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
+            for b in _ordered(list(rows.loc[rows["candidate"] == c, "backend"].unique()),
+                              BACKENDS)
+            for w in _ordered(list(rows.loc[(rows["candidate"] == c) & (rows["backend"] == b),
+                                            "weight_type"].unique()), WEIGHT_TYPES)
         ]
-        # a heavier rule opens each backend's block of columns
-        edge = [
-            " edge" if i == 0 or columns[i - 1][0] != b else "" for i, (b, _) in enumerate(columns)
-        ]
-        top = "".join(
-            f'<th class="edge" colspan="{sum(c[0] == b for c in columns)}">{_esc(b)}</th>'
-            for b in backends
-        )
-        second = "".join(
-            f'<th class="{edge[i]}">{_esc(w)}</th>' for i, (_, w) in enumerate(columns)
-        )
+        # a heavier rule opens each candidate's and each backend's block of columns
+        edge = [" edge" if i == 0 or columns[i - 1][:2] != column[:2] else ""
+                for i, column in enumerate(columns)]
+        header = _header_rows(columns, edge)
         body = []
         for (model, case), group in rows.groupby(["model", "case"], sort=False):
             body.append(
                 f'<tr class="group"><th colspan="{len(columns) + 1}">'
                 f"{_esc(model)} · {_esc(case)}</th></tr>"
             )
-            cells = {(r["stage"], r["backend"], r["weight_type"]): r for _, r in group.iterrows()}
+            cells = {(r["stage"], r["candidate"], r["backend"], r["weight_type"]): r
+                     for _, r in group.iterrows()}
             for stage in sorted(set(group["stage"]), key=lambda s: stage_key(family, s)):
                 tds = []
-                for i, (backend, weight_type) in enumerate(columns):
-                    row = cells.get((stage, backend, weight_type))
+                for i, column in enumerate(columns):
+                    row = cells.get((stage, *column))
                     if row is None:
                         tds.append(f'<td class="empty{edge[i]}"></td>')
                     else:
@@ -248,9 +266,11 @@ def _matrix(frame: pd.DataFrame) -> str:
                             f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}</td>'
                         )
                 body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
+        stage_th = f'<th rowspan="{len(header)}">stage</th>'
+        head = "".join(f"<tr>{stage_th if i == 0 else ''}{cells}</tr>"
+                       for i, cells in enumerate(header))
         parts.append(
-            f"<h3>{_esc(family)}</h3><table class=\"matrix\"><thead>"
-            f'<tr><th rowspan="2">stage</th>{top}</tr><tr>{second}</tr></thead>'
+            f"<h3>{_esc(family)}</h3><table class=\"matrix\"><thead>{head}</thead>"
             f"<tbody>{''.join(body)}</tbody></table>"
         )
     return "".join(parts)
@@ -292,8 +312,13 @@ LAYER_PANELS: tuple[tuple[str, Callable[[pd.Series], float]], ...] = (
 )
 
 
+#: Line style of each candidate's curves, in candidate order (our port's first).
+LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (5, 2, 1, 2)))
+
+
 def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
-    """Per (family, model, case, backend): error per layer, end-to-end solid, isolated dashed."""
+    """Per (family, model, case, backend): error per layer; a colour per weight type, a line
+    style per candidate; end to end thick with filled markers, isolated thin with hollow ones."""
     match = frame["stage"].str.extract(LAYER)
     layers = frame.assign(layer=pd.to_numeric(match[0]), isolated=match[1].notna())
     layers = layers[layers["layer"].notna() & (layers["cosine"] != "")]
@@ -301,26 +326,26 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     for (family, model, case, backend), rows in layers.groupby(
         ["family", "model", "case", "backend"], sort=False
     ):
+        candidates = _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
+        styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
         figure = Figure(figsize=(11, 3.3), layout="constrained")
         axes = figure.subplots(1, 2)
         for ax, (title, value) in zip(axes, LAYER_PANELS, strict=True):
             values = [value(r) for _, r in rows.iterrows()]
             floor = _floor(values)
-            for weight_type in _ordered(list(rows["weight_type"].unique()), WEIGHT_TYPES):
-                for isolated in (False, True):
-                    chosen = (rows["weight_type"] == weight_type) & (rows["isolated"] == isolated)
-                    part = rows[chosen].sort_values("layer")
-                    if part.empty:
-                        continue
-                    # native is drawn thin and on top: it often equals the type the
-                    # checkpoint stores (f32 or bf16), which would otherwise hide it
-                    native = weight_type == "native"
-                    _log_series(
-                        ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
-                        floor, color=colours[weight_type], linestyle="--" if isolated else "-",
-                        marker="s" if isolated else "o", markersize=2.5 if native else 3.5,
-                        linewidth=0.8 if native else 1.4, zorder=3 if native else 2,
-                    )
+            for (candidate, weight_type, isolated), part in rows.groupby(
+                    ["candidate", "weight_type", "isolated"], sort=False):
+                part = part.sort_values("layer")
+                # native is drawn thin and on top: it often equals the type the checkpoint
+                # stores (f32 or bf16), which would otherwise hide it
+                width = (0.8 if weight_type == "native" else 1.4) * (0.6 if isolated else 1.0)
+                _log_series(
+                    ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
+                    floor, color=colours[weight_type], linestyle=styles[candidate],
+                    marker="s" if isolated else "o", markersize=3 if isolated else 3.5,
+                    markerfacecolor="white" if isolated else colours[weight_type],
+                    linewidth=width, zorder=3 if weight_type == "native" else 2,
+                )
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor * 0.8)
             ax.set_xlabel("layer")
@@ -329,13 +354,14 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
             ax.xaxis.get_major_locator().set_params(integer=True)
         handles = [Line2D([], [], color=c, linewidth=2, label=w) for w, c in colours.items()
                    if w in set(rows["weight_type"])]
+        handles.extend(Line2D([], [], color="#52525b", linestyle=styles[c], label=c)
+                       for c in candidates if len(candidates) > 1)
         handles.append(
-            Line2D([], [], color="#52525b", linestyle="-", marker="o", label="end-to-end")
+            Line2D([], [], color="#52525b", marker="o", linewidth=1.4, label="end-to-end")
         )
         if rows["isolated"].any():
-            handles.append(
-                Line2D([], [], color="#52525b", linestyle="--", marker="s", label="isolated")
-            )
+            handles.append(Line2D([], [], color="#52525b", marker="s", markerfacecolor="white",
+                                  linewidth=0.8, label="isolated"))
         axes[1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8.5,
                        frameon=False)
         figure.suptitle(f"{family} · {model} · {case} · {backend}", fontsize=11)
@@ -343,11 +369,12 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     if not images:
         return '<p class="note">No layer_&lt;i&gt; stages in this summary.</p>'
     note = (
-        '<p class="note">Solid: the layer\'s output in the end-to-end run (error accumulated '
-        "from every stage before it). Dashed: the layer alone, fed the reference input "
-        "(its own error). A dashed curve that stays flat while the solid one climbs means "
-        "drift accumulates; a jump in both marks the layer that is off. Exact zeros sit on the "
-        "bottom edge; a red × at the top marks a non-finite value.</p>"
+        '<p class="note">Thick, filled markers: the layer\'s output in the end-to-end run (error '
+        "accumulated from every stage before it). Thin, hollow markers: the layer alone, fed "
+        "the reference input (its own error). A thin curve that stays flat while the thick one "
+        "climbs means drift accumulates; a jump in both marks the layer that is off. A colour "
+        "per weight type, a line style per candidate. Exact zeros sit on the bottom edge; a red "
+        "× at the top marks a non-finite value.</p>"
     )
     return note + "".join(images)
 
@@ -362,16 +389,18 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
         axes = figure.subplots(1, len(backends), squeeze=False)[0]
         names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
         floor = _floor([float(v) for v in rows["nmse"]])
+        candidates = _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
+        styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
         for ax, backend in zip(axes, backends, strict=True):
             part = rows[rows["backend"] == backend]
             types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPES)
-            for i, stage in enumerate(names):
-                values = {r["weight_type"]: float(r["nmse"])
-                          for _, r in part[part["stage"] == stage].iterrows()}
+            for (i, stage), candidate in itertools.product(enumerate(names), candidates):
+                values = {r["weight_type"]: float(r["nmse"]) for _, r in part[
+                    (part["stage"] == stage) & (part["candidate"] == candidate)].iterrows()}
                 xs = [x for x, w in enumerate(types) if w in values]
                 _log_series(ax, xs, [values[types[x]] for x in xs], floor,
                             color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
-                            linewidth=1.2, label=stage)
+                            linewidth=1.2, linestyle=styles[candidate], label=stage)
             ax.set_xticks(range(len(types)), types)
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor * 0.8)
@@ -379,6 +408,8 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
             ax.grid(True, which="major", alpha=0.3)
         handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", label=s)
                    for i, s in enumerate(names)]
+        handles.extend(Line2D([], [], color="#52525b", linestyle=styles[c], label=c)
+                       for c in candidates if len(candidates) > 1)
         axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1),
                         fontsize=8.5, frameon=False)
         figure.suptitle(f"{family} · {model} · {case}", fontsize=11)
@@ -394,7 +425,7 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     colours = _colours(list(frame["weight_type"].unique()))
     described = ", ".join(
         f"{frame[c].nunique()} {c.replace('_', ' ')}{'s' if frame[c].nunique() != 1 else ''}"
-        for c in ("model", "case", "backend", "weight_type")
+        for c in ("model", "case", "candidate", "backend", "weight_type")
     )
     sections = [
         ("Needs attention", _attention(frame)),

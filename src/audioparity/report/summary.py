@@ -1,8 +1,9 @@
 """summary.csv: the cells' rows merged into one table (docs/design.md, "summary.csv").
 
-One row per (family, model, case, backend, weight_type, stage); columns exactly
+One row per (family, model, case, candidate, backend, weight_type, stage); columns exactly
 :data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family, model and
-case naturally (``clip2`` before ``clip10``), backends and weight types in the vocabulary's
+case naturally (``clip2`` before ``clip10``), candidates with this project's port first, then
+naturally, backends and weight types in the vocabulary's
 order (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural), stages in the
 pipeline order of the family's spec, layer numbers numeric, a stage's isolated form after it
 (:func:`audioparity.families.stage_key`). Values are written as
@@ -24,7 +25,7 @@ from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
 
@@ -39,6 +40,7 @@ def row_key(row: Mapping[str, Any]) -> tuple:
         natural_key(row["family"]),
         natural_key(row["model"]),
         natural_key(row["case"]),
+        _ranked(row["candidate"], (OUR_PORT,)),
         _ranked(row["backend"], BACKENDS),
         _ranked(row["weight_type"], WEIGHT_TYPES),
         stage_key(row["family"], row["stage"]),
@@ -84,7 +86,8 @@ def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
 def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> None:
     """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`).
 
-    Labels beyond family/model/case/backend/weight_type in a cell are not carried over.
+    Labels beyond :data:`~audioparity.compare.cell.LABEL_COLUMNS` in a cell are not carried
+    over.
 
     Raises:
         AudioparityError: a malformed cell file, or two rows with the same (family, model, case,
