@@ -30,7 +30,6 @@ import argparse
 import json
 import logging
 import os
-import random
 import shutil
 import struct
 from dataclasses import asdict, dataclass
@@ -85,27 +84,15 @@ MOSS_WEIGHTS = "model.safetensors"
 SIZES = {"full": ("v3", "1.7b"), "small": ("v3", "0.6b"), "tiny": ("tiny", "tiny")}
 
 
-def synthetic_corpus(seed: int, sentences: int = 20000) -> list[str]:
-    """Sentences of random lower-case words: enough distinct pairs for an 8192-piece BPE."""
-    rng = random.Random(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return [" ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
-                     for _ in range(12)) for _ in range(sentences)]
-
-
 def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
     """Write a Parakeet-TDT ``.nemo`` of ``shape`` at ``output`` through the project's fixture
     builder: its v3 config with the sizes replaced, its seeded weight re-draw, its atomic save,
-    and a tokenizer of ``shape.vocab_size`` pieces trained on :func:`synthetic_corpus`."""
+    and a tokenizer of ``shape.vocab_size`` pieces (its ``vocab_size`` option)."""
     from audioparity.models.parakeet_tdt import fixture
 
-    base_config, base_train = fixture.fixture_config, fixture.train_tokenizer
+    base_config = fixture.fixture_config
 
-    def train_tokenizer(output_dir: Path, vocab_size: int = shape.vocab_size) -> Path:
-        with mock.patch.object(fixture, "CORPUS", synthetic_corpus(seed)):
-            return base_train(output_dir, shape.vocab_size)
-
-    def fixture_config(tokenizer_dir: Path) -> dict:
+    def fixture_config(tokenizer_dir: Path, joint_hidden: int) -> dict:
         cfg = base_config(tokenizer_dir)
         cfg["model_defaults"].update(enc_hidden=shape.d_model, pred_hidden=shape.pred_hidden,
                                      joint_hidden=shape.joint_hidden)
@@ -117,9 +104,8 @@ def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
         return cfg
 
     folder = output.with_name(f".{output.name}.{os.getpid()}.fixture")
-    with mock.patch.object(fixture, "train_tokenizer", train_tokenizer), \
-            mock.patch.object(fixture, "fixture_config", fixture_config):
-        fixture.build_fixture(folder, seed)
+    with mock.patch.object(fixture, "fixture_config", fixture_config):
+        fixture.build_fixture(folder, seed, vocab_size=shape.vocab_size)
     os.replace(folder / fixture.SPEC.fixture_model, output)
     shutil.rmtree(folder)
 

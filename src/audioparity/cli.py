@@ -29,7 +29,8 @@ def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected an integer") from None
+            expected = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected {expected}") from None
         if choices and value not in choices:
             raise argparse.ArgumentTypeError(
                 f"unknown {what} {text!r}; valid: {', '.join(map(str, choices))}")

@@ -79,7 +79,7 @@ class Option:
     """
 
     name: str
-    default: bool | int | str
+    default: bool | int | float | str
     help: str
     sides: tuple[str, ...] = ("ggml",)
     choices: tuple = ()
@@ -96,7 +96,8 @@ class Option:
 
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of the option's config value (its default included)."""
-        kind = {bool: "boolean", int: "integer", str: "string"}[type(self.default)]
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[
+            type(self.default)]
         schema: dict[str, Any] = {"type": kind, "default": self.default,
                                   "description": self.help}
         if self.choices:
@@ -105,7 +106,7 @@ class Option:
             schema["minimum"] = self.minimum
         return schema
 
-    def argv(self, value: bool | int | str) -> list[str]:
+    def argv(self, value: bool | int | float | str) -> list[str]:
         """The option's command-line arguments for ``value`` (a flag alone for true)."""
         if isinstance(self.default, bool):
             return [self.flag] if value else []

@@ -35,6 +35,14 @@ SPEC = FamilySpec(
                "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES),
         Option("flash_attention", 0, "1: attention through ggml_flash_attn_ext",
                choices=(0, 1)),
+        Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",
+               sides=("fixture",), minimum=8),
+        Option("joint_hidden", 56, "the joint's hidden size (48: the prediction net's)",
+               sides=("fixture",), minimum=1),
+        Option("blank_bias_nudge", 10.5, "added to the blank's joint bias, so that greedy "
+               "decoding emits blanks and tokens", sides=("fixture",)),
+        Option("duration0_bias_nudge", 2.5, "added to duration 0's joint bias, so that tokens "
+               "stay on a frame up to the symbol limit", sides=("fixture",)),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

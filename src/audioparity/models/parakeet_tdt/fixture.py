@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import shutil
+import string
 import time
 from pathlib import Path
 
@@ -52,6 +54,8 @@ CORPUS = (
 
 #: Tokenizer vocabulary size (without the blank, which NeMo appends as the last class).
 VOCAB_SIZE = 96
+#: Hidden size of the joint (a port's loader may want it equal to the prediction net's, 48).
+JOINT_HIDDEN = 56
 #: TDT durations, as in v3.
 DURATIONS = (0, 1, 2, 3, 4)
 #: Greedy decoding: at most this many symbols per encoder frame, as in v3.
@@ -71,16 +75,17 @@ BLANK_BIAS_NUDGE = 10.5
 DURATION0_BIAS_NUDGE = 2.5
 
 
-def fixture_config(tokenizer_dir: Path) -> dict:
+def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN) -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
         tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
+        joint_hidden: the joint's hidden size.
 
     Returns:
         A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
     """
-    d_model, pred_hidden, joint_hidden = 64, 48, 56
+    d_model, pred_hidden = 64, 48
     return {
         "sample_rate": 16000,
         "model_defaults": {
@@ -173,8 +178,22 @@ def fixture_config(tokenizer_dir: Path) -> dict:
     }
 
 
+def corpus(vocab_size: int) -> tuple[str, ...]:
+    """The tokenizer's training text: :data:`CORPUS`, and for a vocabulary larger than
+    :data:`VOCAB_SIZE` (which CORPUS has too few merges for) twice as many sentences as pieces
+    of random lower-case words, drawn from a fixed seed (the same text every time)."""
+    if vocab_size <= VOCAB_SIZE:
+        return CORPUS
+    rng = random.Random(0)
+    words = (" ".join("".join(rng.choice(string.ascii_lowercase)
+                              for _ in range(rng.randint(2, 9))) for _ in range(12))
+             for _ in range(2 * vocab_size))
+    return (*CORPUS, *words)
+
+
 def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
-    """Train a SentencePiece BPE model on :data:`CORPUS` (one thread: deterministic).
+    """Train a SentencePiece BPE model of ``vocab_size`` pieces on :func:`corpus` (one thread:
+    deterministic).
 
     Returns:
         The directory, now holding ``tokenizer.model``, ``tokenizer.vocab`` and ``vocab.txt``.
@@ -183,7 +202,7 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
 
     output_dir.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS),
+        sentence_iterator=iter(corpus(vocab_size)),
         model_prefix=str(output_dir / "tokenizer"),
         vocab_size=vocab_size,
         model_type="bpe",
@@ -202,7 +221,8 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
     return output_dir
 
 
-def redraw_weights(model, seed: int) -> None:
+def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
+                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE) -> None:
     """Re-draw every parameter of ``model`` in place from a ``torch.Generator`` seeded ``seed``.
 
     Parameters are visited in ``named_parameters()`` order (fixed by the config):
@@ -218,8 +238,8 @@ def redraw_weights(model, seed: int) -> None:
       biases included): ``0.2 N(0, 1)``.
 
     BatchNorm running statistics get ``running_mean ~ 0.2 N(0, 1)``, ``running_var ~ U(0.5, 1.5)``.
-    Finally :data:`BLANK_BIAS_NUDGE` and :data:`DURATION0_BIAS_NUDGE` are added to the joint
-    output bias at indices V (blank) and V + 1 (duration 0). Preprocessor buffers (mel filterbank,
+    Finally ``blank_bias_nudge`` and ``duration0_bias_nudge`` are added to the joint output bias
+    at indices V (blank) and V + 1 (duration 0). Preprocessor buffers (mel filterbank,
     window) are left as NeMo computed them.
     """
     import torch
@@ -252,13 +272,20 @@ def redraw_weights(model, seed: int) -> None:
                 module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
         output_bias = model.joint.joint_net[-1].bias
         vocab = model.joint.num_classes_with_blank - 1 - len(DURATIONS)
-        output_bias[vocab] += BLANK_BIAS_NUDGE
-        output_bias[vocab + 1] += DURATION0_BIAS_NUDGE
+        output_bias[vocab] += blank_bias_nudge
+        output_bias[vocab + 1] += duration0_bias_nudge
 
 
-def build_fixture(output: Path, seed: int = 0) -> None:
+def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
+                  joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
+                  duration0_bias_nudge: float = DURATION0_BIAS_NUDGE) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
+
+    The options make variants that a port's loader accepts (``config/examples/ports.yaml``):
+    the tokenizer's ``vocab_size``, the ``joint_hidden`` size, and the nudges of the blank and
+    duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
+    zero-duration tokens and the symbols-per-frame limit at those sizes.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -276,10 +303,11 @@ def build_fixture(output: Path, seed: int = 0) -> None:
         imported = time.perf_counter()
         log.info("fixture parakeet-tdt: NeMo imported in %.1f s; building seed %d -> %s",
                  imported - start, seed, output)
-        tokenizer_dir = train_tokenizer(work / "tokenizer")
+        tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
-        model = EncDecRNNTBPEModel(cfg=OmegaConf.create(fixture_config(tokenizer_dir)))
-        redraw_weights(model, seed)
+        model = EncDecRNNTBPEModel(
+            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden)))
+        redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))
         shutil.rmtree(tokenizer_dir)
