@@ -1,5 +1,6 @@
 # make setup: the virtual environment (torch pinned and first, then the rest); idempotent.
 # make run:   the default sweep (results/report/index.html).   make test: the test suite.
+# make ports: the third-party ports (transcribe.cpp, whisper.cpp), built once into a cache.
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
@@ -10,7 +11,7 @@ export GGML_NO_BACKTRACE := 1
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint clean ports
 
 setup: $(STAMP)
 
@@ -35,8 +36,18 @@ run: setup
 		$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1; fi
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)
 
-test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# AUDIOPARITY_REQUIRE_PORTS: the tests that run the built ports fail, not skip, without them.
+test: setup ports
+	AUDIOPARITY_REQUIRE_PORTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The ports are built from the snapshots in PORTS_SOURCE (docs/candidates.md) into PORTS_CACHE,
+# outside the checkout, one folder per snapshot and its sha256: a built one is reused, so this
+# takes seconds after the first time. .ports links to the cache (the ports config reads it).
+PORTS_SOURCE ?= ../shared/ports
+PORTS_CACHE ?= $(HOME)/.cache/audioparity/ports
+ports: setup
+	$(BIN)/audioparity ports --source $(PORTS_SOURCE) --cache $(PORTS_CACHE) --jobs $(CORES)
+	ln -sfn $(PORTS_CACHE) .ports
 
 lint: setup
 	$(BIN)/ruff check src tests

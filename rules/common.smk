@@ -13,10 +13,12 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from audioparity.candidates import adapter_module
+from audioparity.candidates import registered as candidate_adapters
 from audioparity.compare.gates import resolve_gates
 from audioparity.errors import AudioparityError
-from audioparity.families import registered
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.families import REPLAY, registered
+from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 
 
 SETTINGS = ("families", "fixtures")
@@ -119,13 +121,37 @@ PATHS = {
 
 
 def _candidates(family):
-    """{name: entry} of the family's candidates; names must be unique."""
+    """{name: entry} of the family's candidates: names unique, each adapter registered, serving
+    the family, its options checked (defaults filled in), its models the family's, `replay`
+    (default: the adapter's) only where the family has a replay entry point."""
     entries = {}
+    adapters = candidate_adapters()
     for entry in FAMILIES[family]["candidates"]:
+        where = f"config {family}.candidates {entry['name']!r}"
         if entry["name"] in entries:
             raise WorkflowError(f"config {family}.candidates: the name {entry['name']!r} is "
                                 "used twice")
-        entries[entry["name"]] = entry
+        adapter = adapters.get(entry["adapter"])
+        if adapter is None:
+            raise WorkflowError(f"{where}: unknown adapter {entry['adapter']!r}; registered: "
+                                f"{', '.join(adapters)}")
+        if family not in adapter.families:
+            raise WorkflowError(f"{where}: adapter {adapter.name!r} implements "
+                                f"{', '.join(adapter.families)}, not {family}")
+        unknown = sorted(set(entry.get("models", ())) - set(PATHS[family]["models"]))
+        if unknown:
+            raise WorkflowError(f"{where}: models {unknown} are not in {family}.models")
+        try:
+            options = adapter.check_options(entry["options"], f"{where}.options")
+        except AudioparityError as err:
+            raise WorkflowError(str(err)) from None
+        can_replay = REPLAY in SPECS[family].entry_points
+        replay = entry.get("replay", adapter.replays and can_replay)
+        if replay and not can_replay:
+            raise WorkflowError(f"{where}: replay is set, but family {family} has no replay "
+                                "entry point")
+        entries[entry["name"]] = {**entry, "options": options, "replay": replay,
+                                  "models": entry.get("models") or list(PATHS[family]["models"])}
     return entries
 
 
@@ -210,8 +236,9 @@ def _walk_imports(modules):
 
 
 def family_code(side):
-    """Input function: the source files of the job's family on `side` (fixture, reference or
-    ggml: the module of the spec's entry point, and the crash guard around a ggml dump)."""
+    """Input function: the source files of the job's family on `side` (fixture, reference,
+    ggml or replay: the module of the spec's entry point, and the crash guard around a ggml
+    dump)."""
 
     def get(wildcards):
         entry = SPECS[wildcards.family].entry_points[side].partition(":")[0]
@@ -275,14 +302,86 @@ def reference_of(wildcards):
     }
 
 
+def _candidate(wildcards):
+    """(config entry, adapter module) of candidate {candidate} of {family}."""
+    entry = CANDIDATES[wildcards.family][wildcards.candidate]
+    return entry, adapter_module(entry["adapter"])
+
+
+def candidate_code(wildcards):
+    """The source files a third-party candidate's jobs run: the adapter module and the code
+    that runs it and reads what it writes (not the family's ggml port)."""
+    entry, _ = _candidate(wildcards)
+    return src_files("candidates.running", f"candidates.{entry['adapter']}")
+
+
+def port_files(wildcards):
+    """The built port's files (binaries, converter) a candidate's jobs depend on: rebuilding
+    the port reruns its conversions and cells."""
+    entry, port = _candidate(wildcards)
+    if hasattr(port, "inputs"):
+        return port.inputs(entry["options"])
+    return port.ADAPTER.port_files(entry["options"])
+
+
+def converted_model(wildcards):
+    """The candidate's own model files for {model} at {weight_type} (rule candidate_model), or
+    None when its adapter converts nothing or does not run that weight type."""
+    entry, port = _candidate(wildcards)
+    if not port.ADAPTER.converts or wildcards.weight_type not in port.ADAPTER.weight_types:
+        return None
+    return (f"results/candidates/{wildcards.family}/{wildcards.model}/{wildcards.candidate}/"
+            f"{wildcards.weight_type}")
+
+
+def candidate_options(wildcards):
+    """The candidate's adapter options, as one JSON argument."""
+    return shlex.quote(json.dumps(_candidate(wildcards)[0]["options"], sort_keys=True))
+
+
 def ggml_inputs(wildcards):
-    """Inputs of a ggml dump: model, case, code, and the reference when the family's ggml dump
-    reads it (its teacher-forced stages)."""
-    inputs = {"model": model_input(wildcards), "case": case_path(wildcards),
-              "code": family_code("ggml")(wildcards)}
-    if SPECS[wildcards.family].ggml_reads_reference:
+    """Inputs of a candidate's dump: model (or its conversion), case, code, the port's files,
+    and the reference when the candidate reads it (our port's teacher-forced stages)."""
+    entry, port = _candidate(wildcards)
+    adapter = port.ADAPTER
+    if adapter.output == "dump" and not adapter.port:
+        code = family_code("ggml")(wildcards) if entry["adapter"] == OUR_PORT else src_files(
+            "guard")
+    else:
+        code = [*candidate_code(wildcards), *src_files("guard")]
+    inputs = {"model": converted_model(wildcards) or model_input(wildcards),
+              "case": case_path(wildcards), "code": code, "port": port_files(wildcards)}
+    reads = SPECS[wildcards.family].ggml_reads_reference if entry["adapter"] == OUR_PORT else (
+        adapter.reads_reference)
+    if reads:
         inputs.update(reference_of(wildcards))
     return inputs
+
+
+def candidate_dump(wildcards):
+    """The candidate's dump of the cell."""
+    return (f"results/ggml/{wildcards.family}/{wildcards.model}/{wildcards.candidate}/"
+            f"{wildcards.backend}/{wildcards.weight_type}/{wildcards.case}")
+
+
+def replay_dump(wildcards):
+    """The reference's replay of the cell's candidate, where the candidate replays."""
+    return candidate_dump(wildcards).replace("results/ggml/", "results/replay/", 1)
+
+
+def compare_inputs(wildcards):
+    """Inputs of a compare: the reference, the candidate's dump, its replay (when it replays),
+    the compare's code."""
+    inputs = {**reference_of(wildcards), "candidate": candidate_dump(wildcards),
+              "code": compare_code(wildcards)}
+    if _candidate(wildcards)[0]["replay"]:
+        inputs["replay"] = replay_dump(wildcards)
+    return inputs
+
+
+def replay_flag(wildcards, input):
+    """`--replay DIR` when the compare has a replay input."""
+    return f"--replay {shlex.quote(input.replay)}" if "replay" in input.keys() else ""
 
 
 def _quoted(values):
@@ -328,24 +427,35 @@ def reference_dumps(wildcards, output):
 
 
 def ggml_command(wildcards, output, threads):
-    """The candidate's dump command for one cell: its config `command` template, or this
-    project's port, `audioparity ggml <family> ...`, with the fields filled in and quoted."""
+    """The candidate's dump command for one cell: a candidate whose adapter writes the dump
+    contract itself runs its own commands (this project's port: `audioparity ggml <family>
+    ...`); another runs through `audioparity candidate run`, which runs it and reads what it
+    writes into a dump."""
     spec = SPECS[wildcards.family]
-    template = CANDIDATES[wildcards.family][wildcards.candidate].get("command") or " ".join([
-        "audioparity ggml", spec.command, "--model {model}", f"{spec.input_flag} {{case}}",
-        *(["--reference-dir {reference}"] if spec.ggml_reads_reference else []),
-        "--output-dir {output} --weight-type {weight_type} --backend {backend}",
-        "--threads {threads} {options}"])
-    fields = {"model": model_path(wildcards), "case": case_path(wildcards),
-              "reference": reference_case(wildcards), "output": output[0],
-              "weight_type": wildcards.weight_type, "backend": wildcards.backend,
-              "threads": threads}
-    quoted = {key: shlex.quote(str(value)) for key, value in fields.items()}
+    entry, port = _candidate(wildcards)
+    model = converted_model(wildcards) or model_path(wildcards)
+    if port.ADAPTER.output != "dump" or port.ADAPTER.port:
+        reference = (["--reference-dir", reference_case(wildcards)]
+                     if port.ADAPTER.reads_reference else [])
+        return shlex.join(["audioparity", "candidate", "run", "--family", wildcards.family,
+                           "--adapter", entry["adapter"], "--options",
+                           json.dumps(entry["options"], sort_keys=True), "--family-options",
+                           json.dumps(FAMILIES[wildcards.family]["options"], sort_keys=True),
+                           "--model", model,
+                           spec.input_flag, case_path(wildcards), *reference, "--output-dir",
+                           output[0], "--weight-type", wildcards.weight_type,
+                           "--backend", wildcards.backend, "--threads", str(threads)])
     try:
-        return template.format(**quoted, options=family_options("ggml")(wildcards))
-    except (KeyError, IndexError, ValueError) as err:
-        raise WorkflowError(f"config {wildcards.family}.candidates {wildcards.candidate!r}: "
-                            f"command template {template!r}: {err!r}") from None
+        commands = port.run(
+            model, case_path(wildcards), output[0], spec=spec,
+            family_options=FAMILIES[wildcards.family]["options"], options=entry["options"],
+            weight_type=wildcards.weight_type, backend=wildcards.backend, threads=threads,
+            reference=reference_case(wildcards))
+    except AudioparityError as err:
+        raise WorkflowError(f"config {wildcards.family}.candidates "
+                            f"{wildcards.candidate!r}: {err}") from None
+    return " && ".join(shlex.join([*(["env", *(f"{k}={v}" for k, v in env.items())] if env
+                                     else []), *argv]) for argv, env in commands)
 
 
 def get_gates(wildcards):
@@ -355,6 +465,8 @@ def get_gates(wildcards):
         model=wildcards.model,
         backend=wildcards.backend,
         weight_type=wildcards.weight_type,
+        candidate=wildcards.candidate,
+        case=wildcards.case,
     )
     return json.dumps(gates, sort_keys=True)
 
@@ -393,8 +505,8 @@ def all_cells(wildcards):
     return [
         f"results/compare/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json"
         for family, section in FAMILIES.items()
-        for model in PATHS[family]["models"]
-        for candidate in CANDIDATES[family]
+        for candidate, entry in CANDIDATES[family].items()
+        for model in entry["models"]
         for backend in section["backends"]
         for weight_type in section["weight_types"]
         for case in PATHS[family]["cases"]

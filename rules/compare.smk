@@ -1,17 +1,16 @@
 # One comparison per cell (family, model, candidate, backend, weight type, case), gated by the
-# config.
+# config; with the reference's replay of the candidate where it replays.
 
 
 rule compare_cell:
     input:
-        unpack(reference_of),
-        candidate="results/ggml/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}",
-        code=compare_code,
+        unpack(compare_inputs),
     output:
         "results/compare/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
     params:
         reference=reference_case,
         gates=get_gates,
+        replay=replay_flag,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -23,4 +22,4 @@ rule compare_cell:
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
         " --label case={wildcards.case} --label candidate={wildcards.candidate}"
         " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
-        " --output {output:q} 2> {log}"
+        " {params.replay} --output {output:q} 2> {log}"

@@ -1,7 +1,33 @@
-# Each candidate's activations per backend and weight type. The candidate `audioparity` is this
-# project's ggml port; another candidate's `command` (config) runs a dump tool of its own with
-# the same command line. `audioparity guard` records a dump process that dies (abort, segfault,
-# out of memory) as a `crashed` dump, so one bad cell never takes the sweep down.
+# Each candidate's activations per backend and weight type (docs/candidates.md). The candidate
+# `audioparity` is this project's ggml port; a third-party port runs through its adapter
+# (src/audioparity/candidates/), which first converts the model with the port's own converter
+# and quantizer, once per model and weight type. `audioparity guard` records a dump process that
+# dies (abort, segfault, out of memory) as a `crashed` dump, so one bad cell never takes the
+# sweep down.
+
+
+rule candidate_model:
+    input:
+        model=model_input,
+        port=port_files,
+        code=candidate_code,
+    output:
+        directory("results/candidates/{family}/{model}/{candidate}/{weight_type}"),
+    params:
+        adapter=lambda wildcards: CANDIDATES[wildcards.family][wildcards.candidate]["adapter"],
+        options=candidate_options,
+        model=model_path,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/candidate_model/{family}/{model}/{candidate}/{weight_type}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity candidate convert --adapter {params.adapter} --options {params.options}"
+        " --model {params.model:q} --weight-type {wildcards.weight_type}"
+        " --output-dir {output:q} 2> {log}"
 
 
 rule ggml_dump:

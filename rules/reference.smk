@@ -31,3 +31,33 @@ checkpoint reference_dump:
         "audioparity reference {params.family} --model {params.model:q} {params.cases}"
         " --threads {threads} {params.options} 2> {log}"
         " && audioparity digest {params.dumps} 2>> {log}"
+
+
+# The reference's replay of a candidate that has no teacher-forced stages (a third-party port):
+# NeMo runs each block on the candidate's own input to it, so a fault in one block shows as one
+# spike of `layer_i_replayed` (docs/candidates.md, "Replay").
+rule reference_replay:
+    input:
+        model=model_input,
+        case=case_path,
+        candidate=candidate_dump,
+        code=family_code("replay"),
+    output:
+        directory("results/replay/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"),
+    params:
+        family=family_command,
+        model=model_path,
+        flag=lambda wildcards: SPECS[wildcards.family].input_flag,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/reference_replay/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+    benchmark:
+        "results/benchmarks/reference_replay/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "audioparity replay {params.family} --model {params.model:q} {params.flag} {input.case:q}"
+        " --candidate-dir {input.candidate:q} --output-dir {output:q} --threads {threads}"
+        " 2> {log}"

@@ -20,16 +20,13 @@ from tests import REPO, config_gates
 Patch = tuple[str, str, str]
 
 
-def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
-                 reference: Path | None = None) -> Dump:
-    """The f32 ggml dump of ``case`` by a copy of the package under ``root`` with ``patches``
-    applied to family ``name``'s files (``audioparity ggml <family>`` in a subprocess, the copy
-    first on the Python path), written to ``root/dump``.
+def planted_source(root: Path, name: str, patches: list[Patch]) -> Path:
+    """A copy of the package under ``root/src`` with ``patches`` applied to family ``name``'s
+    files; the folder to put first on the Python path.
 
     Raises:
-        AssertionError: a patch's text is not in its file exactly once, or the dump fails.
+        AssertionError: a patch's text is not in its file exactly once.
     """
-    spec = family(name)
     src = root / "src"
     shutil.copytree(REPO / "src" / "audioparity", src / "audioparity",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -38,6 +35,19 @@ def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case:
         text = path.read_text()
         assert text.count(old) == 1, f"{path.name}: the text to patch is not there exactly once"
         path.write_text(text.replace(old, new))
+    return src
+
+
+def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
+                 reference: Path | None = None) -> Dump:
+    """The f32 ggml dump of ``case`` by :func:`planted_source`'s copy (``audioparity ggml
+    <family>`` in a subprocess, the copy first on the Python path), written to ``root/dump``.
+
+    Raises:
+        AssertionError: a patch's text is not in its file exactly once, or the dump fails.
+    """
+    spec = family(name)
+    src = planted_source(root, name, patches)
     output = root / "dump"
     reference_args = ["--reference-dir", str(reference)] if spec.ggml_reads_reference else []
     result = subprocess.run(

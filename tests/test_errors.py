@@ -5,7 +5,9 @@ Each case runs ``python -m audioparity.cli ...`` (or ``python -m snakemake``) in
 a folder holding the case's inputs under short relative names (``tiny.nemo``, ``ref``,
 ``clip.wav``, ``moss``, ``prompt.json``), so messages carry no temporary paths and the table
 row the run produces must appear verbatim in docs/errors.md: the document cannot drift from the
-code. ``python -m tests.test_errors`` runs every case and rewrites docs/errors.md.
+code. ``python -m tests.test_errors`` runs every case and rewrites docs/errors.md, the
+"check-dump" section from the cases of ``tests/candidates/test_check_dump.py`` (its
+``DOC_CASES``, run by its ``check_row``).
 """
 
 from __future__ import annotations
@@ -386,7 +388,8 @@ SCHEMA_CASES = (
 
 @dataclass(frozen=True)
 class CompareCase:
-    """Dumps whose tensor disagrees in shape or layout: compare runs, the stage fails."""
+    """Dumps whose tensor disagrees in frame count, shape or layout: compare runs, the stage
+    fails."""
 
     id: str
     input: str
@@ -395,7 +398,10 @@ class CompareCase:
 
 
 COMPARE_CASES = (
-    CompareCase("compare_shapes", "candidate tensor of another shape", (5, 3), "[T, D]"),
+    CompareCase("compare_frames", "candidate tensor of another frame count (first axis)", (5, 3),
+                "[T, D]"),
+    CompareCase("compare_shapes", "candidate tensor of another width (not only its frames)",
+                (4, 5), "[T, D]"),
     CompareCase("compare_layouts", "candidate tensor of another layout", (4, 3), "[D, T]"),
 )
 
@@ -684,7 +690,23 @@ the families' specs (`rules/common.smk`): the message is the line under Snakemak
 
 COMPARE_HEADER = """## Reference and candidate that disagree in shape or layout
 
-`compare` does not stop the sweep for these: the stage fails, and its reason names both.
+`compare` does not stop the sweep for these: the stage fails, and its reason names both. A
+tensor whose frame count alone differs (its first axis; the others agree) is still measured,
+over the frames both hold; any other difference of shape leaves it unmeasured.
+"""
+
+CHECK_DUMP_HEADER = """## check-dump: a candidate's dump against the contract
+
+`audioparity check-dump DIR --family F [--adapter A]` only reads. Each problem is one line on
+stdout (the message column), then stderr ends with `audioparity: error: DIR: N problem(s) against
+the dump contract of F, listed on stdout`, exit 1; a conforming dump prints one line
+`ok: DIR: ...`, exit 0. Each row plants one problem in an otherwise valid Parakeet-TDT dump
+(`dump`, written by `DumpWriter`) or transcribe.cpp folder (`raw`, `.f32` + `.json` pairs named
+as its adapter maps them, with the taps it declares unmapped). A stage the manifest's
+`not_exposed` names is not required (a port that prints only its decode); files an adapter
+declares `unmapped` are allowed, not compared, but must be readable. The rows are the cases of
+`tests/candidates/test_check_dump.py` (`DOC_CASES`), which runs each again. What is required,
+allowed and finite: docs/design.md, "Checking a dump".
 """
 
 TABLE = ("| input | command | exit | message | left on disk |\n"
@@ -696,16 +718,18 @@ def write_doc(rows: dict[str, list[str]]) -> str:
     for section, title in SECTIONS.items():
         parts.append(f"{title}\n\n{TABLE}\n" + "\n".join(rows[section]) + "\n")
     for header, key in ((ACCEPTED_HEADER, "accepted"), (SCHEMA_HEADER, "schema"),
-                        (COMPARE_HEADER, "compare")):
+                        (COMPARE_HEADER, "compare"), (CHECK_DUMP_HEADER, "check_dump")):
         parts.append(f"{header}\n{TABLE}\n" + "\n".join(rows[key]) + "\n")
     return "\n".join(parts)
 
 
 def main() -> None:
-    """Build the fixtures, run every case, and rewrite docs/errors.md."""
+    """Build the fixtures, run every case (the check-dump cases last, in this process), and
+    rewrite docs/errors.md."""
     from audioparity.models.moss_voicegen.fixture import build_fixture as build_moss
     from audioparity.models.parakeet_tdt.fixture import build_fixture
     from audioparity.models.parakeet_tdt.reference import dump_reference
+    from tests.candidates.test_check_dump import DOC_CASES, check_row
 
     with tempfile.TemporaryDirectory(prefix="audioparity_errors_") as scratch:
         base = Path(scratch)
@@ -716,15 +740,16 @@ def main() -> None:
         fx = Fixtures(base / "tiny" / "model.nemo", base / "ref", clip, base / "moss",
                       REPO / "resources" / "moss" / "en_instruction.json")
         rows: dict[str, list[str]] = {key: [] for key in (*SECTIONS, "accepted", "schema",
-                                                          "compare")}
+                                                          "compare", "check_dump")}
         for kind, cases, runner in (
             ("case", CASES, lambda c, f: run_case(c, f, fx)),
             ("accepted", ACCEPTED, lambda c, f: run_accepted(c, f, fx)),
             ("schema", SCHEMA_CASES, run_schema),
             ("compare", COMPARE_CASES, run_compare),
+            ("check_dump", DOC_CASES, check_row),
         ):
             for case in cases:
-                folder = base / "cases" / case.id
+                folder = base / "cases" / kind / case.id  # the ids are unique per kind
                 folder.mkdir(parents=True)
                 rows[case.section if kind == "case" else kind].append(runner(case, folder))
                 print(f"{case.id}: ok", file=sys.stderr)

@@ -137,8 +137,10 @@ def assert_follows_spec(dump: Dump, spec: FamilySpec, side: str) -> None:
     for name in tensors | documents:
         located = spec.locate(name)
         assert located is not None, f"{side} dumps {name!r}, a stage {spec.name} lacks"
-        _, stage, _, isolated = located
+        _, stage, _, form = located
+        isolated = form == "isolated"
         assert (name in documents) == (stage.kind == "document"), name
+        assert form in ("", "isolated"), f"{side} dumps a replayed form {name!r}"
         assert side == "ggml" or not isolated, f"the reference dumps an isolated form {name!r}"
         if name in tensors:
             assert dump.layout(name) == stage.layout, (name, dump.layout(name))
@@ -167,7 +169,8 @@ def test_dumps_of_the_entry_points_hold_exactly_the_declared_stages(spec: Family
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilySpec):
-    """docs/design.md keeps a stage table per family: every stage with its kind and layout."""
+    """docs/design.md keeps a stage table per family: every stage, with its isolated and
+    replayed forms, its kind and its layout."""
     doc = (REPO / "docs/design.md").read_text()
     sections = {match.group(1): match.group(2) for match in re.finditer(
         r"^### Stages of .*?\(`(\w+)`.*?\n(.*?)(?=^#|\Z)", doc, flags=re.M | re.S)}
@@ -175,5 +178,6 @@ def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilyS
     rows = {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:4]]
             for row in sections[spec.name].splitlines() if row.startswith("| `")}
     for stage in spec.stages:
-        name = f"`{stage.name}`" + (f" (`{stage.isolated}`)" if stage.isolated else "")
+        forms = ", ".join(f"`{form}`" for form in (stage.isolated, stage.replayed) if form)
+        name = f"`{stage.name}`" + (f" ({forms})" if forms else "")
         assert rows.get(name) == [stage.kind, f"`{stage.layout}`"], (name, rows.get(name))

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import DUMP_STATUSES
+from audioparity.vocabulary import DUMP_STATUSES, VIEWS
 
 MANIFEST = "manifest.json"
 
@@ -244,34 +244,83 @@ def _one_line_text(value: Any) -> bool:
     return isinstance(value, str) and value.isprintable()
 
 
-def _check_manifest(manifest: Any, where: Path) -> None:
-    """Raise unless ``manifest`` has the structure :class:`DumpWriter` writes (the keys a
-    reader uses): ``tensors`` entries with a ``.npy`` file, an integer shape, a dtype and a
-    layout; ``documents`` naming ``.json`` files; a known ``status``; numeric ``seconds``."""
+def manifest_problems(manifest: Any, where: Path) -> tuple[list[str], dict, dict]:
+    """Every structural problem of a manifest, one line each, with its well-formed tensor
+    entries and documents: the keys a reader uses, as :class:`DumpWriter` writes them
+    (``tensors`` entries with a ``.npy`` file, an integer shape, a dtype and a layout;
+    ``documents`` naming ``.json`` files; a known ``status``; numeric ``seconds``; a
+    candidate's ``conventions`` and ``not_exposed``). :class:`Dump` refuses the first;
+    ``audioparity check-dump`` lists them all."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), dict):
-        raise AudioparityError(f"{where}: expected an object with a 'tensors' object")
+        return [f"{where}: expected an object with a 'tensors' object"], {}, {}
+    problems, tensors, documents = [], {}, {}
     for name, entry in manifest["tensors"].items():
-        if not (isinstance(entry, dict) and _plain_file(entry.get("file"), ".npy")
+        if (isinstance(entry, dict) and _plain_file(entry.get("file"), ".npy")
                 and isinstance(entry.get("shape"), list)
                 and all(type(n) is int and n >= 0 for n in entry["shape"])
                 and _dtype_name(entry.get("dtype")) and _one_line_text(entry.get("layout"))):
-            raise AudioparityError(
-                f"{where}: tensors[{name!r}] is {json.dumps(entry)[:120]}; expected {{file: "
-                "'<name>.npy', shape: [int, ...], dtype: a numpy dtype name, layout: one line}"
-            )
-    documents = manifest.get("documents", {})
-    if not isinstance(documents, dict) or not all(
-            _plain_file(file, ".json") for file in documents.values()):
-        raise AudioparityError(f"{where}: 'documents' must map names to '<name>.json' files")
+            tensors[name] = entry
+        else:
+            problems.append(f"{where}: tensors[{name!r}] is {json.dumps(entry)[:120]}; expected "
+                            "{file: '<name>.npy', shape: [int, ...], dtype: a numpy dtype name, "
+                            "layout: one line}")
+    listed = manifest.get("documents", {})
+    if not isinstance(listed, dict):
+        problems.append(f"{where}: 'documents' is {json.dumps(listed)[:80]}; expected an object "
+                        "mapping names to '<name>.json' files")
+        listed = {}
+    for name, file in listed.items():
+        if _plain_file(file, ".json"):
+            documents[name] = file
+        else:
+            problems.append(f"{where}: documents[{name!r}] is {json.dumps(file)[:80]}; expected "
+                            "'<name>.json'")
     if manifest.get("status", "ok") not in DUMP_STATUSES:
-        raise AudioparityError(f"{where}: status {manifest.get('status')!r}; expected one of "
-                               f"{', '.join(DUMP_STATUSES)}")
+        problems.append(f"{where}: status {manifest.get('status')!r}; expected one of "
+                        f"{', '.join(DUMP_STATUSES)}")
     if not isinstance(manifest.get("message", ""), str):
-        raise AudioparityError(f"{where}: 'message' must be a string")
+        problems.append(f"{where}: 'message' must be a string")
     seconds = manifest.get("seconds", {})
-    if not isinstance(seconds, dict) or not all(
-            type(v) in (int, float) for v in seconds.values()):
-        raise AudioparityError(f"{where}: 'seconds' must map stages to numbers")
+    if not isinstance(seconds, dict) or not all(type(v) in (int, float)
+                                                for v in seconds.values()):
+        problems.append(f"{where}: 'seconds' must map stages to numbers")
+    conventions = manifest.get("conventions", {})
+    if not (isinstance(conventions, dict) and all(map(_convention_ok, conventions.values()))):
+        problems.append(f"{where}: 'conventions' is {json.dumps(conventions)[:80]}; expected "
+                        "{stage: {view: [[row, k] | [log_softmax], ...], omits: [field, ...], "
+                        "why: one line}}")
+    if not _not_exposed_ok(manifest.get("not_exposed", {})):
+        problems.append(f"{where}: 'not_exposed' is "
+                        f"{json.dumps(manifest['not_exposed'])[:80]}; expected {{stage of the "
+                        "family's spec: why (one line)}")
+    return problems, tensors, documents
+
+
+def _view_ok(view: Any) -> bool:
+    return isinstance(view, list) and all(
+        isinstance(step, list) and step and step[0] in VIEWS
+        and (step[0] != "row" or (len(step) == 2 and type(step[1]) is int)) for step in view)
+
+
+def _convention_ok(convention: Any) -> bool:
+    """Whether one stage's ``conventions`` entry is ``{view: [...], omits: [field, ...], why:
+    one line}`` (each key optional)."""
+    return (isinstance(convention, dict) and _view_ok(convention.get("view", []))
+            and isinstance(convention.get("omits", []), list)
+            and all(isinstance(f, str) for f in convention.get("omits", []))
+            and _one_line_text(convention.get("why", "")))
+
+
+def _not_exposed_ok(not_exposed: Any) -> bool:
+    """Whether a manifest's ``not_exposed`` is ``{stage: why (one line)}``."""
+    return isinstance(not_exposed, dict) and all(map(_one_line_text, not_exposed.values()))
+
+
+def _check_manifest(manifest: Any, where: Path) -> None:
+    """Raise the first of :func:`manifest_problems`, if any."""
+    problems = manifest_problems(manifest, where)[0]
+    if problems:
+        raise AudioparityError(problems[0])
 
 
 def _one_line(err: BaseException) -> str:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, registered
+from audioparity.families import REPLAY, FamilySpec, registered
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 log = logging.getLogger("audioparity")
@@ -59,9 +59,11 @@ def _family_commands(sub) -> None:
     fixture = sub.add_parser("fixture", help="build a tiny seeded model (tests, default run)")
     reference = sub.add_parser("reference", help="dump reference activations (PyTorch/NeMo)")
     ggml = sub.add_parser("ggml", help="dump activations from the built-in ggml port")
-    fixture_sub, reference_sub, ggml_sub = (
+    replay = sub.add_parser(REPLAY, help="the reference's blocks run on a candidate's own "
+                            "inputs to them (docs/candidates.md, \"Replay\")")
+    fixture_sub, reference_sub, ggml_sub, replay_sub = (
         command.add_subparsers(dest="family", required=True, metavar="FAMILY")
-        for command in (fixture, reference, ggml))
+        for command in (fixture, reference, ggml, replay))
     for spec in specs:
         p = fixture_sub.add_parser(spec.command, help=f"tiny seeded {spec.title}")
         p.set_defaults(spec=spec)
@@ -101,6 +103,17 @@ def _family_commands(sub) -> None:
         p.add_argument("--threads", type=int, default=1)
         _add_options(p, spec, "ggml")
 
+        if REPLAY in spec.entry_points:
+            p = replay_sub.add_parser(spec.command, help=f"{spec.title}: replay a candidate")
+            p.set_defaults(spec=spec)
+            p.add_argument("--model", required=True, type=Path, help=spec.model)
+            p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
+                           metavar=spec.input.upper(), help=f"{spec.input} file of the case")
+            p.add_argument("--candidate-dir", required=True, type=Path,
+                           help="the candidate's dump of the case")
+            p.add_argument("--output-dir", required=True, type=Path)
+            p.add_argument("--threads", type=int, default=1)
+
 
 def _options(args: argparse.Namespace, side: str) -> dict:
     """The family options of ``side`` as parsed, by name."""
@@ -119,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="compare a candidate dump with a reference dump")
     compare.add_argument("--reference", required=True, type=Path)
     compare.add_argument("--candidate", required=True, type=Path)
+    compare.add_argument("--replay", type=Path,
+                         help="the reference's replay of the candidate (`audioparity replay`)")
     compare.add_argument("--gates", required=True,
                          help="gates for this cell: a JSON object, or a .json/.yaml file")
     compare.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
@@ -155,9 +170,60 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dump_command", nargs=argparse.REMAINDER,
                    help="-- COMMAND ... {output_dir} ...")
 
+    candidate = sub.add_parser(
+        "candidate", help="a third-party candidate through its adapter (docs/candidates.md)")
+    candidate_sub = candidate.add_subparsers(dest="step", required=True)
+    p = candidate_sub.add_parser("convert", help="the candidate's own model files, once per "
+                                 "model and weight type")
+    p.add_argument("--adapter", required=True)
+    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--weight-type", required=True, type=_value("weight type",
+                                                               choices=WEIGHT_TYPES))
+    p.add_argument("--output-dir", required=True, type=Path)
+    p = candidate_sub.add_parser("run", help="one cell: run the candidate, read what it writes "
+                                 "into a dump")
+    p.add_argument("--family", required=True)
+    p.add_argument("--adapter", required=True)
+    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
+    p.add_argument("--model", required=True, type=Path,
+                   help="the candidate's converted model folder (or the model)")
+    p.add_argument("--audio", "--prompt", dest="case", required=True, type=Path)
+    p.add_argument("--reference-dir", type=Path, help="the reference dump of the case")
+    p.add_argument("--family-options", default="{}",
+                   help="the family's options of the config, a JSON object")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--weight-type", required=True, type=_value("weight type",
+                                                               choices=WEIGHT_TYPES))
+    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--threads", type=int, default=1)
+
+    ports = sub.add_parser("ports", help="build the third-party ports from their snapshots")
+    ports.add_argument("--source", required=True, type=Path, help="folder of .tar.gz snapshots")
+    ports.add_argument("--cache", required=True, type=Path, help="where the builds stay")
+    ports.add_argument("--jobs", type=int, default=2)
+
     digest = sub.add_parser(
         "digest", help="write DUMP.sha256 beside each dump: the hash of what later stages read")
     digest.add_argument("dumps", nargs="+", type=Path, metavar="DUMP")
+
+    export = sub.add_parser("export", help="write a dump in another tool's format: f32json "
+                            "(transcribe.cpp's .f32 + .json), seed (the family's seed tool's "
+                            "inputs)")
+    export.add_argument("dump", type=Path, metavar="DUMP")
+    export.add_argument("--format", required=True, dest="export_format",
+                        metavar="f32json|seed",
+                        type=_value("export format", choices=("f32json", "seed")))
+    export.add_argument("--output-dir", required=True, type=Path,
+                        help="a new (or empty) folder to write")
+
+    check = sub.add_parser(
+        "check-dump", help="check a candidate's dump (or, with --adapter, a tool's raw folder) "
+        "against a family's dump contract: every problem one line on stdout")
+    check.add_argument("check_dir", type=Path, metavar="DIR")
+    check.add_argument("--family", required=True, help="the family's name (parakeet_tdt)")
+    check.add_argument("--adapter", help="the candidate's adapter: DIR is its tool's raw output "
+                       "(f32json, npy); omitted: DIR is a dump of the contract")
 
     sub.add_parser("doctor", help="which backends are built in, library versions")
     return parser
@@ -174,6 +240,21 @@ def _load_gates(text: str) -> dict:
 
         return yaml.safe_load(path.read_text())
     return json.loads(path.read_text())
+
+
+def _json_object(text: str, flag: str) -> dict:
+    """``text`` parsed as a JSON object.
+
+    Raises:
+        AudioparityError: not JSON, or not an object.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise AudioparityError(f"{flag} {text[:60]!r}: not JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise AudioparityError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -247,6 +328,26 @@ def _run(args: argparse.Namespace) -> int:
             args.model, args.input, args.output_dir, weight_type=args.weight_type,
             backend=args.backend, device=args.device, threads=args.threads, **reference,
             **_options(args, "ggml"))
+    elif args.command == REPLAY:
+        args.spec.entry_point(REPLAY)(args.model, args.input, args.candidate_dir,
+                                      args.output_dir, threads=args.threads)
+    elif args.command == "candidate":
+        from audioparity.candidates import running
+
+        options = _json_object(args.options, "--options")
+        if args.step == "convert":
+            running.convert(args.adapter, args.model, args.weight_type, args.output_dir, options)
+        else:
+            running.run_candidate(args.adapter, args.family, options, args.model, args.case,
+                                  args.output_dir, reference_dir=args.reference_dir,
+                                  weight_type=args.weight_type, backend=args.backend,
+                                  threads=args.threads, family_options=_json_object(
+                                      args.family_options, "--family-options"))
+    elif args.command == "ports":
+        from audioparity.candidates.running import build_ports
+
+        for name, tree in build_ports(args.source, args.cache, args.jobs).items():
+            print(f"{name}: {tree}")
     elif args.command == "digest":
         from audioparity.artifacts import write_digest
 
@@ -256,7 +357,7 @@ def _run(args: argparse.Namespace) -> int:
         from audioparity.compare import compare_cell
 
         compare_cell(args.reference, args.candidate, _load_gates(args.gates),
-                     _labels(args.label), args.output)
+                     _labels(args.label), args.output, replay_dir=args.replay)
     elif args.command == "report":
         if args.what == "summary":
             from audioparity.report.summary import write_summary
@@ -276,6 +377,22 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "determinism":
         dumps = args.dumps if args.mode == "compare" else _run_twice(args)
         return _determinism(*dumps)
+    elif args.command == "export":
+        from audioparity.export import export_dump
+
+        for name in export_dump(args.dump, args.export_format, args.output_dir):
+            print(args.output_dir / name)
+    elif args.command == "check-dump":
+        from audioparity.candidates.check import check
+
+        checked = check(args.check_dir, args.family, args.adapter)
+        for line in checked.problems:
+            print(line)
+        if checked.problems:
+            raise AudioparityError(f"{args.check_dir}: {len(checked.problems)} problem(s) "
+                                   f"against the dump contract of {args.family}, listed on "
+                                   "stdout")
+        print(f"ok: {args.check_dir}: {checked.checked}")
     elif args.command == "doctor":
         from audioparity.ggml import doctor
 

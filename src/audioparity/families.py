@@ -20,6 +20,14 @@ from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS
 #: The placeholder of a per-layer stage name: ``layer_{i}`` is ``layer_0``, ``layer_1``, ...
 LAYER = "{i}"
 
+#: The forms of a stage, in report order: the stage itself (``""``), its teacher-forced form
+#: (the candidate's block on the reference's input) and its replayed form (the reference's
+#: block on the candidate's input); :class:`Stage`.
+FORMS = ("", "isolated", "replayed")
+
+#: The optional entry point of a family: the reference replaying a candidate's blocks.
+REPLAY = "replay"
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -35,6 +43,11 @@ class Stage:
         isolated: the name of its teacher-forced form, dumped by the ggml side only and compared
             against this stage: the block run alone on the reference's input
             (``layer_{i}_isolated``, ``decoder_replay``); None when it has none.
+        replayed: the name of its replayed form, written by the family's ``replay`` entry point
+            for a candidate without isolated forms: the reference's block run on the
+            candidate's own input to it (``layer_{i}_replayed``: NeMo's layer i on the
+            candidate's layer i-1), compared against the candidate's stage; None when the
+            reference cannot replay it.
     """
 
     name: str
@@ -42,21 +55,23 @@ class Stage:
     layout: str
     description: str
     isolated: str | None = None
+    replayed: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"stage {self.name!r}: kind {self.kind!r}; expected one of "
                              f"{', '.join(STAGE_KINDS)}")
 
-    def match(self, name: str) -> tuple[int | None, bool] | None:
-        """``(layer number or None, isolated)`` when ``name`` is this stage or its isolated form
-        (``layer_3_isolated`` -> ``(3, True)``), else None."""
-        for form, isolated in ((self.name, False), (self.isolated, True)):
-            if form is None:
+    def match(self, name: str) -> tuple[int | None, str] | None:
+        """``(layer number or None, form)`` when ``name`` is this stage (form ``""``) or one of
+        its :data:`FORMS` (``layer_3_replayed`` -> ``(3, "replayed")``), else None."""
+        for form in FORMS:
+            pattern = getattr(self, form) if form else self.name
+            if pattern is None:
                 continue
-            found = re.fullmatch(re.escape(form).replace(re.escape(LAYER), r"(\d+)"), name)
+            found = re.fullmatch(re.escape(pattern).replace(re.escape(LAYER), r"(\d+)"), name)
             if found:
-                return (int(found.group(1)) if found.groups() else None), isolated
+                return (int(found.group(1)) if found.groups() else None), form
         return None
 
     def concrete(self, layer: int | None) -> str:
@@ -127,8 +142,8 @@ class FamilySpec:
             soundfile reads, flag ``--audio``) or ``prompt`` (a JSON file, ``--prompt``).
         model: what ``--model`` takes, for ``--help``.
         stages: the dump contract, in pipeline order (summary and report rows follow it).
-        entry_points: ``{side: "module:function"}`` for ``fixture``, ``reference`` and ``ggml``
-            (signatures in docs/adding-a-family.md).
+        entry_points: ``{side: "module:function"}`` for ``fixture``, ``reference`` and ``ggml``,
+            and optionally :data:`REPLAY` (signatures in docs/adding-a-family.md).
         options: family-specific settings (config section ``options``, command flags).
         fixture_model: where a fixture's model lies inside its directory (``model.nemo``); ""
             when the directory is the model (a checkpoint directory).
@@ -151,9 +166,12 @@ class FamilySpec:
         if self.input not in INPUT_KINDS:
             raise ValueError(f"family {self.name!r}: input {self.input!r}; expected one of "
                              f"{', '.join(INPUT_KINDS)}")
-        if set(self.entry_points) != set(SIDES):
+        if not set(SIDES) <= set(self.entry_points) <= {*SIDES, REPLAY}:
             raise ValueError(f"family {self.name!r}: entry_points {sorted(self.entry_points)}; "
-                             f"expected {list(SIDES)}")
+                             f"expected {list(SIDES)} and optionally {REPLAY!r}")
+        if any(stage.replayed for stage in self.stages) != (REPLAY in self.entry_points):
+            raise ValueError(f"family {self.name!r}: stages with a replayed form need a "
+                             f"{REPLAY!r} entry point, and it needs them")
 
     @property
     def input_flag(self) -> str:
@@ -194,9 +212,10 @@ class FamilySpec:
         defaults = {name: option["default"] for name, option in schema["properties"].items()}
         return {**defaults, **values}
 
-    def locate(self, name: str) -> tuple[int, Stage, int | None, bool] | None:
-        """``(index, stage, layer, isolated)`` of a concrete stage name (``layer_3_isolated``
-        -> the ``layer_{i}`` stage, 3, True), or None when the contract has no such stage."""
+    def locate(self, name: str) -> tuple[int, Stage, int | None, str] | None:
+        """``(index, stage, layer, form)`` of a concrete stage name (``layer_3_isolated``
+        -> the ``layer_{i}`` stage, 3, ``"isolated"``), or None when the contract has no such
+        stage."""
         for index, stage in enumerate(self.stages):
             found = stage.match(name)
             if found is not None:
@@ -215,13 +234,13 @@ class FamilySpec:
 
     def stage_key(self, name: str) -> tuple:
         """Pipeline-order sort key of a stage name: the contract's order, layers by number, a
-        stage's isolated form right after it; names the contract lacks after all of them, in
-        natural order."""
+        stage's isolated and replayed forms right after it; names the contract lacks after all
+        of them, in natural order."""
         found = self.locate(name)
         if found is None:
             return (len(self.stages), natural_key(name), False)
-        index, _, layer, isolated = found
-        return (index, (layer if layer is not None else -1,), isolated)
+        index, _, layer, form = found
+        return (index, (layer if layer is not None else -1,), FORMS.index(form))
 
     def entry_point(self, side: str) -> Callable[..., Any]:
         """The function of ``side`` (:attr:`entry_points`), imported now (it may import torch,
@@ -272,26 +291,43 @@ def family(name: str) -> FamilySpec:
     return specs[name]
 
 
-#: The suffix of a per-layer stage's isolated form, the convention for a family this install
-#: does not know (a summary or dumps from elsewhere).
-ISOLATED = "_isolated"
+def _form_of(stage: str) -> tuple[str, int]:
+    """``(stage, form index)`` of a name by the suffix convention ``<stage>_<form>``
+    (:data:`FORMS`), for a family this install does not know (a summary or dumps from
+    elsewhere)."""
+    for index, form in enumerate(FORMS[1:], 1):
+        suffix = f"_{form}"
+        if stage.endswith(suffix) and stage != suffix:
+            return stage.removesuffix(suffix), index
+    return stage, 0
 
 
 def stage_key(family_name: str, stage: str) -> tuple:
     """:meth:`FamilySpec.stage_key` of a family's stage; for a family not registered here,
-    natural order with layer numbers numeric and ``<stage>_isolated`` after ``<stage>``."""
+    natural order with layer numbers numeric and ``<stage>_isolated``, ``<stage>_replayed``
+    after ``<stage>``."""
     spec = registered().get(family_name)
     if spec is not None:
         return spec.stage_key(stage)
-    base = stage.removesuffix(ISOLATED) if stage != ISOLATED else stage
-    return (0, natural_key(base), base != stage)
+    base, form = _form_of(stage)
+    return (0, natural_key(base), form)
 
 
 def reference_stage(family_name: str | None, stage: str) -> str:
     """:meth:`FamilySpec.reference_stage` of a family's stage; for a family not registered here,
-    ``<stage>_isolated`` compares against ``<stage>``, any other name against itself."""
+    ``<stage>_isolated`` and ``<stage>_replayed`` belong to ``<stage>``, any other name is its
+    own."""
     spec = registered().get(family_name or "")
     if spec is not None:
         return spec.reference_stage(stage)
-    return stage.removesuffix(ISOLATED) if stage != ISOLATED else stage
+    return _form_of(stage)[0]
 
+
+def replayed_form(family_name: str | None, stage: str) -> str | None:
+    """The replayed form of a family's stage (``layer_3`` -> ``layer_3_replayed``), None when
+    the stage has none, is itself a form, or the family is not registered here."""
+    spec = registered().get(family_name or "")
+    found = spec.locate(stage) if spec is not None else None
+    if found is None or found[3] or found[1].replayed is None:
+        return None
+    return found[1].replayed.replace(LAYER, str(found[2]))

@@ -20,6 +20,10 @@ WEIGHT_TYPES = ("native", *STORAGE_TYPES)
 #: not built into this ggml; ``crashed``, the producing process died (``audioparity guard``).
 DUMP_STATUSES = ("ok", "unavailable", "crashed")
 
+#: What of a stage a candidate's tensor may hold (manifest ``conventions``): ``row`` (one row
+#: of its first axis), ``log_softmax`` (over its last axis, every class together).
+VIEWS = ("row", "log_softmax")
+
 #: Status of a stage in a cell (a summary row), in the order the report lists them.
 STATUSES = ("pass", "fail", "xfail", "unavailable", "crashed", "missing")
 

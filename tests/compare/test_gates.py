@@ -234,8 +234,9 @@ def test_compare_cell_rows(reference_dir: Path, tmp_path: Path):
     logits, _ = REFERENCE["joint_logits"]
     nan_layer = REFERENCE["layer_1"][0].copy()
     nan_layer[2, 3] = np.nan
-    candidate = {
-        "mel_features": (np.zeros((9, 4), np.float32), "[T, n_mels]"),
+    mel, _ = REFERENCE["mel_features"]
+    candidate = {  # mel: one frame more than the reference's 8, the 8 equal
+        "mel_features": (np.concatenate([mel, np.zeros((1, 4), np.float32)]), "[T, n_mels]"),
         "layer_0": (layer_0, "[T, D]"),
         "layer_0_isolated": (layer_0 + np.float32(1e-3), "[T, D]"),
         "layer_1": (nan_layer, "[T, D]"),
@@ -258,8 +259,9 @@ def test_compare_cell_rows(reference_dir: Path, tmp_path: Path):
     assert isolated["status"] == "fail" and isolated["max_abs"] == pytest.approx(1e-3, rel=1e-3)
     assert isolated["reason"].startswith("nmse ") and isolated["reason"].endswith(" > 1e-10")
     assert rows["mel_features"]["status"] == "fail"
-    assert rows["mel_features"]["reason"] == "shape [9, 4] (candidate) != [8, 4] (reference)"
-    assert rows["mel_features"]["cosine"] is None
+    assert rows["mel_features"]["reason"] == ("frames: 9 (candidate) != 8 (reference); the "
+                                              "metrics are over the first 8")
+    assert rows["mel_features"]["cosine"] == pytest.approx(1.0, abs=1e-12)  # the common frames
     assert rows["layer_1"]["status"] == "fail"
     assert rows["layer_1"]["non_finite"] == 1 and rows["layer_1"]["argmax"] == "2,3"
     assert rows["layer_1"]["cosine"] == "nan"
@@ -278,6 +280,28 @@ def test_compare_cell_rows(reference_dir: Path, tmp_path: Path):
     assert rows["extra"]["status"] == "missing"
     assert "no reference stage 'extra'" in rows["extra"]["reason"]
     assert rows["extra"]["gate"] == ""  # not compared: no gate needed
+
+
+@pytest.mark.parametrize(("shape", "reason", "measured"), [
+    ((7, 6), "frames: 7 (candidate) != 4 (reference); the metrics are over the first 4", True),
+    ((2, 6), "frames: 2 (candidate) != 4 (reference); the metrics are over the first 2", True),
+    ((4, 7), "shape [4, 7] (candidate) != [4, 6] (reference)", False),
+    ((5, 7), "shape [5, 7] (candidate) != [4, 6] (reference)", False),
+])
+def test_frames_alone_are_measured_over_the_common_ones_another_shape_is_not(
+        reference_dir: Path, tmp_path: Path, shape, reason, measured):
+    layer_0, _ = REFERENCE["layer_0"]
+    array = np.zeros(shape, np.float32)
+    common = tuple(min(a, b) for a, b in zip(shape, layer_0.shape, strict=True))
+    array[:common[0], :common[1]] = layer_0[:common[0], :common[1]]
+    tensors = {**REFERENCE, "layer_0": (array, "[T, D]")}
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, tensors, {"decode": DECODE})
+    row = run_cell(reference_dir, candidate_dir, tmp_path)["layer_0"]
+    assert (row["status"], row["reason"]) == ("fail", reason)
+    if measured:
+        assert row["cosine"] == pytest.approx(1.0, abs=1e-12) and row["max_abs"] == 0.0
+    else:
+        assert row["cosine"] is None
 
 
 def test_reference_stage_absent_from_candidate_is_missing(reference_dir: Path, tmp_path: Path):

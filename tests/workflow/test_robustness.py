@@ -57,7 +57,9 @@ def test_crashing_cells_are_reported_and_the_sweep_finishes(tmp_path):
                "--reference-dir {reference} --output-dir {output} --weight-type {weight_type} "
                "--backend {backend} --threads {threads} {options}")
     workdir = make_workdir(tmp_path / "run", parakeet_config(
-        weight_types=["f32", "f16", "bf16"], candidates=[{"name": "tool", "command": command}]))
+        weight_types=["f32", "f16", "bf16"], candidates=[
+            {"name": "tool", "adapter": "command", "options": {"command": command},
+             "replay": False}]))
     run_to_completion(workdir)
 
     summary = pd.read_csv(workdir / "results/report/summary.csv")

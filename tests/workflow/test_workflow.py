@@ -10,8 +10,6 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -19,26 +17,16 @@ import pytest
 import yaml
 
 from tests import REPO
-from tests.workflow.workdir import make_workdir, parakeet_config, ran_rules, snakemake
+from tests.workflow.workdir import (
+    edited,
+    make_workdir,
+    parakeet_config,
+    planned_rules,
+    ran_rules,
+    snakemake,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def planned_rules(workdir: Path) -> list[str]:
-    """Names of the jobs a dry run would run (Snakemake's job-stats table)."""
-    out = snakemake(workdir, "-n", "--quiet", "rules").stdout
-    return sorted(set(re.findall(r"^(\w+)\s+\d+\s*$", out, flags=re.M)) - {"total", "all"})
-
-
-@contextmanager
-def edited(path: Path, text: str = "\n# an edit\n") -> Iterator[None]:
-    """`path` with `text` appended, restored afterwards."""
-    original = path.read_text()
-    path.write_text(original + text)
-    try:
-        yield
-    finally:
-        path.write_text(original)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -79,3 +81,26 @@ def ran_rules(result: subprocess.CompletedProcess) -> list[str]:
     found = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", result.stdout + result.stderr,
                        flags=re.M)
     return sorted(set(found) - {"all"})
+
+
+def planned_jobs(workdir: Path) -> dict[str, int]:
+    """{rule: jobs} a dry run would run (Snakemake's job-stats table), less ``all``."""
+    out = snakemake(workdir, "-n", "--quiet", "rules").stdout
+    return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)\s*$", out, flags=re.M)
+            if rule not in ("total", "all")}
+
+
+def planned_rules(workdir: Path) -> list[str]:
+    """Names of the rules whose jobs a dry run would run."""
+    return sorted(planned_jobs(workdir))
+
+
+@contextmanager
+def edited(path: Path, text: str = "\n# an edit\n") -> Iterator[None]:
+    """`path` with `text` appended, restored afterwards."""
+    original = path.read_text()
+    path.write_text(original + text)
+    try:
+        yield
+    finally:
+        path.write_text(original)

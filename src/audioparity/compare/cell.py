@@ -33,7 +33,8 @@ from audioparity.artifacts import Dump, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
-from audioparity.families import reference_stage
+from audioparity.families import reference_stage, registered, replayed_form
+from audioparity.vocabulary import VIEWS
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,10 @@ def _compare_stage(
             tensor = _margins_name(dump, name)
             if tensor is not None:
                 margins[key] = dump.tensor(tensor)
-        documents = _document(candidate, stage), _document(reference, ref_stage)
+        omitted = conventions(candidate, stage).get("omits", [])
+        documents = _document(candidate, stage), {
+            key: value for key, value in _document(reference, ref_stage).items()
+            if key not in omitted}
         try:
             metrics = document_metrics(*documents, **margins)
         except AudioparityError as err:
@@ -225,31 +229,91 @@ def _compare_stage(
     cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
     problems = []
     cand_layout, ref_layout = candidate.layout(stage), reference.layout(ref_stage)
+    view = conventions(candidate, stage).get("view")
+    if view:
+        ref = apply_view(ref, view)
+        cand_layout = cand_layout.partition(" of ")[2]
     if not _same_layout(cand_layout, ref_layout):
         problems.append(f"layout {cand_layout} (candidate) != {ref_layout} (reference)")
+    if cand.shape[1:] == ref.shape[1:] and cand.ndim and cand.shape[0] != ref.shape[0]:
+        common = min(cand.shape[0], ref.shape[0])
+        problems.append(f"frames: {cand.shape[0]} (candidate) != {ref.shape[0]} (reference); "
+                        f"the metrics are over the first {common}")
+        cand, ref = cand[:common], ref[:common]
     if cand.shape != ref.shape:
         problems.append(f"shape {list(cand.shape)} (candidate) != {list(ref.shape)} (reference)")
         return None, tuple(problems)
     return tensor_metrics(stage, cand, ref), tuple(problems)
 
 
-def _plan(
-    reference: Dump, candidate: Dump | None, family: str | None
-) -> list[tuple[str, str | None, str, str | None]]:
-    """(stage, reference stage or None, candidate kind or None, reference kind) per row.
+def conventions(dump: Dump, stage: str) -> dict[str, Any]:
+    """What a candidate dump declares of how its ``stage`` was computed (manifest
+    ``conventions``, written when an adapter imports a third-party candidate's files):
+    ``view`` (:func:`apply_view`), ``omits`` (document fields it does not write, left out of
+    the comparison), ``why`` (one line, added to the cell's reason)."""
+    return dump.manifest.get("conventions", {}).get(stage, {})
+
+
+def not_exposed(dump: Dump, family: str | None, stage: str) -> str | None:
+    """Why a candidate dump has no ``stage``, when its adapter declared that the candidate does
+    not expose it (manifest ``not_exposed``: ``{stage of the family's spec: why}``, e.g. a port
+    that prints only its decode); None otherwise."""
+    found = registered().get(family or "")
+    located = found.locate(stage) if found is not None else None
+    name = located[1].name if located else stage
+    return dump.manifest.get("not_exposed", {}).get(name)
+
+
+
+
+def apply_view(ref: np.ndarray, view: list) -> np.ndarray:
+    """The reference tensor as the candidate's holds it: each step of ``view`` in turn,
+    ``["row", k]`` (row k of the first axis) or ``["log_softmax"]`` (over the last axis, every
+    class together, in float64).
+
+    Raises:
+        AudioparityError: an unknown step, or a row the reference does not have.
+    """
+    for step in view:
+        if not isinstance(step, list) or not step or step[0] not in VIEWS:
+            raise AudioparityError(f"view step {step!r}: expected one of {', '.join(VIEWS)}")
+        if step[0] == "row":
+            if len(step) != 2 or type(step[1]) is not int or not 0 <= step[1] < len(ref):
+                raise AudioparityError(f"view {step!r} of a reference of shape "
+                                       f"{list(ref.shape)}")
+            ref = ref[step[1]]
+        else:
+            rows = np.asarray(ref, dtype=np.float64).reshape(-1, ref.shape[-1])
+            ref = m.log_softmax(rows).reshape(ref.shape)
+    return ref
+
+
+def _plan(reference: Dump, candidate: Dump | None, family: str | None,
+          replay: Dump | None) -> list[tuple[str, str, Dump, str | None, str | None, str | None]]:
+    """(row stage, candidate stage, reference-side dump, its stage or None, candidate kind or
+    None, reference-side kind) per row.
 
     Every reference stage, then every candidate stage that is not a reference stage itself
     (an isolated form, compared with its stage as the family's spec says, or a stage the
-    reference lacks).
+    reference lacks), then with ``replay`` each candidate stage's replayed form (the candidate's
+    stage against the replay's), in the order of the candidate's stages.
     """
     ref_kinds = _stages(reference)
     cand_kinds = _stages(candidate) if candidate is not None else {}
-    plan = [(name, name, cand_kinds.get(name), kind) for name, kind in ref_kinds.items()]
+    plan = [(name, name, reference, name, cand_kinds.get(name), kind)
+            for name, kind in ref_kinds.items()]
     for name, kind in cand_kinds.items():
         if name not in ref_kinds:
             target = reference_stage(family, name)
             known = target if target in ref_kinds else None
-            plan.append((name, known, kind, ref_kinds.get(target)))
+            plan.append((name, name, reference, known, kind, ref_kinds.get(target)))
+    if replay is not None:
+        replay_kinds = _stages(replay)
+        for name, kind in cand_kinds.items():
+            form = replayed_form(family, name)
+            if form is not None:
+                plan.append((form, name, replay, form if form in replay_kinds else None, kind,
+                             replay_kinds.get(form)))
     return plan
 
 
@@ -268,6 +332,7 @@ def compare_cell(
     gates: Mapping[str, Any],
     labels: Mapping[str, str],
     output: str | os.PathLike,
+    replay_dir: str | os.PathLike | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -283,6 +348,10 @@ def compare_cell(
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
+        replay_dir: the reference's replay of the candidate (the family's ``replay`` entry
+            point): each candidate stage with a replayed form gets a row ``<form>``
+            (``layer_3_replayed``), the candidate's stage measured against the replay's; a form
+            the replay could not write is ``missing``, with the replay's reason.
 
     Raises:
         AudioparityError: unreadable dumps, malformed gates, a stage with no gate or with a
@@ -292,10 +361,12 @@ def compare_cell(
     reference = Dump(reference_dir)
     candidate_path = Path(candidate_dir)
     candidate = Dump(candidate_path) if candidate_path.exists() else None
+    replay = Dump(replay_dir) if replay_dir is not None else None
     seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
     rows = []
     family = labels.get("family")
-    for stage, ref_stage, kind, ref_kind in _plan(reference, candidate, family):
+    for stage, cand_stage, ref_dump, ref_stage, kind, ref_kind in _plan(
+            reference, candidate, family, replay):
         measured: dict[str, Any] | None = None
         problems: tuple[str, ...] = ()
         if candidate is None:
@@ -303,8 +374,14 @@ def compare_cell(
         elif candidate.status != "ok":
             availability = candidate.status
             problems = (candidate.manifest.get("message") or f"candidate {candidate.status}",)
+        elif kind is None and not_exposed(candidate, family, stage):
+            availability, problems = "unavailable", (not_exposed(candidate, family, stage),)
         elif kind is None:
             availability, problems = "missing", (f"not in the candidate dump {candidate_path}",)
+        elif ref_stage is None and ref_dump is replay:
+            why = replay.manifest.get("skipped", {}).get(stage)
+            availability = "missing"
+            problems = (f"not replayed: {why or f'not in the replay dump {replay.path}'}",)
         elif ref_stage is None:
             availability = "missing"
             problems = (f"no reference stage {reference_stage(family, stage)!r} in "
@@ -312,16 +389,18 @@ def compare_cell(
         else:
             availability = "ok"
             measured, problems = _compare_stage(
-                reference, candidate, stage, ref_stage, kind, ref_kind
+                ref_dump, candidate, cand_stage, ref_stage, kind, ref_kind
             )
         verdict = status(
             stage, gates, availability=availability, metrics=measured, problems=problems
         )
+        why = conventions(candidate, cand_stage).get("why") if candidate is not None else None
         row = {key: labels.get(key) for key in LABEL_COLUMNS}
         row.update({key: value for key, value in labels.items() if key not in row})
         row.update(stage=stage, status=verdict.status)
         row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
-        row.update(gate=verdict.gate, reason=verdict.reason, seconds=seconds.get(stage))
+        reason = "; ".join(filter(None, [verdict.reason, why and f"compared as: {why}"]))
+        row.update(gate=verdict.gate, reason=reason, seconds=seconds.get(stage))
         rows.append({key: _json_value(value) for key, value in row.items()})
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}

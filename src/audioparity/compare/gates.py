@@ -55,10 +55,11 @@ nothing. ``logit_gap`` (the reference's margin where the documents part) is gate
 ``logit_gap_max``, and a failing ``exact`` names it in the reason, to tell a near-tie from a real
 error.
 
-Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``
-patterns default to ``"*"``. A matching stage that fails is ``xfail``; one that passes is ``fail``
-("declared expected failure passed (stale declaration: ...)"), so declarations cannot go stale
-silently. ``unavailable``, ``crashed`` and ``missing`` are reported as such, declared or not.
+Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``,
+``candidate`` and ``case`` patterns default to ``"*"``. A matching stage that fails is
+``xfail``; one that passes is ``fail`` ("declared expected failure passed (stale declaration:
+...)"), so declarations cannot go stale silently. ``unavailable``, ``crashed`` and ``missing``
+are reported as such, declared or not.
 
 :func:`resolve_gates` turns a section into the gates of one cell (JSON-serialisable; what the
 workflow passes as ``audioparity compare --gates '<json>'``)::
@@ -78,7 +79,7 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import NOT_COMPARED
+from audioparity.vocabulary import NOT_COMPARED, OUR_PORT
 
 #: Threshold key -> (metric it reads, comparison). ``std_ratio_tol`` and ``exact`` are special.
 _LIMITS = {
@@ -95,7 +96,7 @@ _LIMITS = {
 #: Numeric threshold keys: the limits, and ``logit_gap_max`` (documents part at a near-tie only).
 _NUMERIC = (*_LIMITS, "logit_gap_max")
 THRESHOLDS = (*_NUMERIC, "exact")
-_PATTERNS = ("model", "backend", "weight_type")
+_PATTERNS = ("model", "backend", "weight_type", "candidate", "case")
 
 
 class Verdict(NamedTuple):
@@ -149,16 +150,18 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
 
 
 def resolve_gates(
-    section: Mapping[str, Any], *, model: str, backend: str, weight_type: str
+    section: Mapping[str, Any], *, model: str, backend: str, weight_type: str,
+    candidate: str = OUR_PORT, case: str = "",
 ) -> dict[str, list[dict[str, Any]]]:
-    """The gates of one cell (model, backend, weight type) from a config section.
+    """The gates of one cell (model, backend, weight type, candidate, case) from a config
+    section.
 
     Args:
         section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and an
             optional ``expected_failures`` list; other keys are ignored, so a family's whole
             config section can be passed.
-        model, backend, weight_type: the cell; ``expected_failures`` are kept when their
-            patterns match it (fnmatch).
+        model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
+            kept when their patterns match it (fnmatch).
 
     Returns:
         ``{"gates": [...], "expected_failures": [...]}``: the weight type's entries then
@@ -182,7 +185,8 @@ def resolve_gates(
     expected = section.get("expected_failures") or []
     if not isinstance(expected, list):
         raise _entry_error("expected_failures", f"expected a list, got {expected!r}")
-    cell = {"model": model, "backend": backend, "weight_type": weight_type}
+    cell = {"model": model, "backend": backend, "weight_type": weight_type,
+            "candidate": candidate, "case": case}
     chosen = []
     for i, entry in enumerate(expected):
         _check_expected(entry, f"expected_failures[{i}]", _PATTERNS)

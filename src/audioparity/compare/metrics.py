@@ -235,7 +235,7 @@ def top1(cand: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean(np.argmax(rows_a, axis=1) == np.argmax(rows_b, axis=1)))
 
 
-def _log_softmax(rows: np.ndarray) -> np.ndarray:
+def log_softmax(rows: np.ndarray) -> np.ndarray:
     """``log softmax`` of each row of ``rows`` ``[R, C]`` (float64, ``-inf`` entries allowed).
 
     ``x − max − log Σ exp(x − max)``; a row holding only ``-inf`` stays ``-inf``. A difference
@@ -275,7 +275,7 @@ def kl(cand: np.ndarray, ref: np.ndarray) -> float:
     width = a.shape[-1] if a.ndim else 1
     a = np.where(agreed, -np.inf, a).reshape(-1, width)
     b = np.where(agreed, -np.inf, b).reshape(-1, width)
-    log_p, log_q = _log_softmax(b), _log_softmax(a)
+    log_p, log_q = log_softmax(b), log_softmax(a)
     with np.errstate(over="ignore", invalid="ignore"):  # -inf - -inf where p = 0: dropped
         terms = np.where(log_p > -np.inf, np.exp(log_p) * (log_p - log_q), 0.0)
     return max(0.0, float(np.max(np.sum(terms, axis=1))))

@@ -40,7 +40,9 @@ STATUS_COLOURS = {
 }
 #: Statuses listed under "Needs attention".
 ATTENTION = ("fail", "crashed", "missing")
-LAYER = re.compile(r"^layer_(\d+)(_isolated)?$")
+LAYER = re.compile(r"^layer_(\d+)(?:_(isolated|replayed))?$")
+#: The marker of each form of a layer stage: end to end, isolated, replayed.
+FORM_MARKERS = {"": "o", "isolated": "s", "replayed": "^"}
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -318,9 +320,10 @@ LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (5, 2, 1, 2)))
 
 def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     """Per (family, model, case, backend): error per layer; a colour per weight type, a line
-    style per candidate; end to end thick with filled markers, isolated thin with hollow ones."""
+    style per candidate; end to end thick with filled markers, the local forms (isolated:
+    squares, replayed: triangles) thin with hollow ones."""
     match = frame["stage"].str.extract(LAYER)
-    layers = frame.assign(layer=pd.to_numeric(match[0]), isolated=match[1].notna())
+    layers = frame.assign(layer=pd.to_numeric(match[0]), form=match[1].fillna(""))
     layers = layers[layers["layer"].notna() & (layers["cosine"] != "")]
     images = []
     for (family, model, case, backend), rows in layers.groupby(
@@ -333,17 +336,18 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
         for ax, (title, value) in zip(axes, LAYER_PANELS, strict=True):
             values = [value(r) for _, r in rows.iterrows()]
             floor = _floor(values)
-            for (candidate, weight_type, isolated), part in rows.groupby(
-                    ["candidate", "weight_type", "isolated"], sort=False):
+            for (candidate, weight_type, form), part in rows.groupby(
+                    ["candidate", "weight_type", "form"], sort=False):
                 part = part.sort_values("layer")
+                local = form != ""
                 # native is drawn thin and on top: it often equals the type the checkpoint
                 # stores (f32 or bf16), which would otherwise hide it
-                width = (0.8 if weight_type == "native" else 1.4) * (0.6 if isolated else 1.0)
+                width = (0.8 if weight_type == "native" else 1.4) * (0.6 if local else 1.0)
                 _log_series(
                     ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
                     floor, color=colours[weight_type], linestyle=styles[candidate],
-                    marker="s" if isolated else "o", markersize=3 if isolated else 3.5,
-                    markerfacecolor="white" if isolated else colours[weight_type],
+                    marker=FORM_MARKERS[form], markersize=3 if local else 3.5,
+                    markerfacecolor="white" if local else colours[weight_type],
                     linewidth=width, zorder=3 if weight_type == "native" else 2,
                 )
             ax.set_yscale("log")
@@ -359,9 +363,9 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
         handles.append(
             Line2D([], [], color="#52525b", marker="o", linewidth=1.4, label="end-to-end")
         )
-        if rows["isolated"].any():
-            handles.append(Line2D([], [], color="#52525b", marker="s", markerfacecolor="white",
-                                  linewidth=0.8, label="isolated"))
+        handles.extend(Line2D([], [], color="#52525b", marker=FORM_MARKERS[form],
+                              markerfacecolor="white", linewidth=0.8, label=form)
+                       for form in ("isolated", "replayed") if (rows["form"] == form).any())
         axes[1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8.5,
                        frameon=False)
         figure.suptitle(f"{family} · {model} · {case} · {backend}", fontsize=11)
@@ -370,9 +374,11 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
         return '<p class="note">No layer_&lt;i&gt; stages in this summary.</p>'
     note = (
         '<p class="note">Thick, filled markers: the layer\'s output in the end-to-end run (error '
-        "accumulated from every stage before it). Thin, hollow markers: the layer alone, fed "
-        "the reference input (its own error). A thin curve that stays flat while the thick one "
-        "climbs means drift accumulates; a jump in both marks the layer that is off. A colour "
+        "accumulated from every stage before it). Thin, hollow markers: the layer's own error, "
+        "isolated (squares: the candidate's layer fed the reference's input) or replayed "
+        "(triangles: the reference's layer fed the candidate's input, for a port that cannot be "
+        "fed). A thin curve that stays flat while the thick one climbs means drift accumulates; "
+        "a jump in both marks the layer that is off. A colour "
         "per weight type, a line style per candidate. Exact zeros sit on the bottom edge; a red "
         "× at the top marks a non-finite value.</p>"
     )

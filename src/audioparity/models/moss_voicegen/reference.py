@@ -26,6 +26,9 @@ Dump (canonical layouts, batch dropped; float32):
 - document ``generation`` and tensor ``generation_margins`` ``[rows, 1+n_vq]``: greedy rows
   after the full prefill, through the KV cache, and their argmax margins
   (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.dump`).
+
+Manifest field ``request``: the prompt file's ``text``, ``instruction``, ``language`` (null when
+absent), what the seed tool's ``--prompt`` takes (:mod:`.seed`).
 """
 
 from __future__ import annotations
@@ -235,8 +238,10 @@ def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,
     import transformers
 
     generate_rows = fields["generate_rows"]
+    request_fields = {key: getattr(request, key) for key in text_processor.PROMPT_KEYS}
     with DumpWriter(output_dir, producer="torch", model=model, inputs={"prompt": prompt},
-                    fields=fields, versions=("torch", "transformers", "tokenizers")) as writer:
+                    fields={**fields, "request": request_fields},
+                    versions=("torch", "transformers", "tokenizers")) as writer:
         writer.manifest["seconds"].update(seconds)
         with writer.timed("prompt"):
             encoded = reference_prompt(model, config, request)

@@ -1,0 +1,33 @@
+"""This project's ggml port (ggml-python), the default candidate of every family: its dump is the
+contract itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audioparity.candidates import Adapter
+from audioparity.families import FamilySpec, registered
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+
+ADAPTER = Adapter(
+    name="audioparity",
+    title="this project's ggml port (ggml-python)",
+    families=tuple(registered()),
+    output="dump",
+    weight_types=WEIGHT_TYPES,
+    backends=BACKENDS,
+    reads_reference=True,
+    replays=False,
+)
+
+
+def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
+        options: dict, weight_type: str, backend: str, threads: int,
+        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
+    """``audioparity ggml <family> ...`` for one cell, the family's ggml options as flags."""
+    flags = [arg for option in spec.options_for("ggml")
+             for arg in option.argv(family_options[option.name])]
+    reference_args = ["--reference-dir", str(reference)] if spec.ggml_reads_reference else []
+    return [(["audioparity", "ggml", spec.command, "--model", str(model), spec.input_flag,
+            str(case), *reference_args, "--output-dir", str(output), "--weight-type",
+            weight_type, "--backend", backend, "--threads", str(threads), *flags], {})]

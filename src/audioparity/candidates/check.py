@@ -1,0 +1,530 @@
+"""``audioparity check-dump``: a candidate's dump directory, or a tool's raw output folder read
+through its adapter, checked against a family's dump contract (docs/design.md, "Dump
+contract"); every problem is one line, nothing is skipped silently."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from audioparity.artifacts import (
+    MANIFEST,
+    _convention_ok,
+    _not_exposed_ok,
+    _one_line,
+    _read_npy_header,
+    manifest_problems,
+)
+from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json
+from audioparity.compare.cell import MARGINS
+from audioparity.errors import AudioparityError
+from audioparity.families import LAYER, FamilySpec, Stage, family
+from audioparity.vocabulary import DUMP_STATUSES
+
+#: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
+FLOAT = "float32"
+#: Where our dump of a third-party candidate keeps the tool's own files (``candidate run``).
+RAW = "raw"
+#: Files besides the contract's that a dump directory may hold: Snakemake's marker of a
+#: directory output.
+ALLOWED = (".snakemake_timestamp",)
+#: What ``candidate run`` adds to a tool's raw folder: its stdout, its stderr, and the files
+#: ``prepare`` writes for it.
+RUNNER_FILES = ("stdout.txt", "stderr.txt", "inputs")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`check` found: the problems (one line each) and, for the ok line, what was
+    checked (``a dump of parakeet_tdt: 12 tensors, 2 documents, layers 0..2``)."""
+
+    problems: list[str]
+    checked: str
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """A tensor stage found, for the shape checks: its shape in the stage's axis order."""
+
+    stage: str  # concrete stage name (layer_3, layer_3_isolated)
+    where: str  # the file, for messages
+    shape: tuple[int, ...]
+    layout: str  # the stage's layout in the spec
+    rows: int = 0  # leading axes a view takes away (``("row", k)`` steps)
+    drop: int = 0  # frames the candidate keeps beyond the stage's, dropped before comparing
+
+
+def check_dump(path: str | os.PathLike, family_name: str,
+               adapter: str | Adapter | None = None) -> list[str]:
+    """Every problem of the dump at ``path`` against the contract of family ``family_name``,
+    one line each (what, which file, what was expected); empty when it conforms.
+
+    Without ``adapter``, or with an adapter of output ``dump``, ``path`` is a dump directory
+    (``manifest.json``). Required stages: every stage of the family's spec, tensor or
+    document, that is not an isolated or replayed form; a per-layer stage (``layer_{i}``) as
+    ``layer_0`` .. ``layer_{n-1}`` without gaps, n >= 1. Forms and ``<document>_margins``
+    tensors are allowed, not required. Not required: a stage the manifest's ``not_exposed``
+    names (``{stage of the spec: why}``, written by ``candidate run`` for a port that does not
+    expose it: the compare reports it ``unavailable``), and any when the status is not ``ok``
+    (the status is a problem of its own). Allowed besides the listed files: ``raw/`` (a
+    third-party candidate's files, not checked) and :data:`ALLOWED`.
+
+    With an adapter of output ``f32json`` or ``npy``, ``path`` is the tool's raw folder
+    (``<name>.f32`` + ``<name>.json`` pairs, or ``<name>.npy`` tensors and ``<name>.json``
+    documents, no manifest): each file maps onto a stage through the adapter's
+    :class:`TensorMap`; a tensor is transposed to the stage's axes when the map declares a
+    layout, and loses the frames it drops. Required: every map of the adapter, a per-layer
+    map for layers 0 .. n-1 without gaps (each of its sources, for a stacked map). Allowed
+    besides: :data:`RUNNER_FILES`, and the files the adapter declares ``unmapped`` (sub-block
+    taps no stage holds: not compared, but ``candidate run`` reads them, so they must be
+    readable: a broken pair or ``.npy`` is a problem). An adapter of output ``tokens`` writes
+    no files: one problem, nothing to check.
+
+    Problems, in any mode: a missing required stage; a file the contract or the adapter does
+    not name (unknown); an unreadable, truncated or corrupt file; a tensor of another rank than
+    its stage's layout (``[T, D]`` rank 2, ``[layers, 2, H]`` rank 3; a view's rows less), of
+    another size on a numeric axis (``2`` of ``[layers, 2, H]``), or of another shape than the
+    other stages of its layout (every ``[T, D]`` stage of a dump has one T and one D); a dtype
+    other than float32; NaN or infinite values (-inf is allowed in a logits stage: a masked
+    class; margins tensors are not checked for values); a document that is not a JSON object
+    or lacks a field of its stage's layout (less the fields the candidate declares it omits);
+    a manifest that is malformed (its ``conventions`` and ``not_exposed`` included, one line
+    each), of a status other than ``ok``, or of another family; a ``not_exposed`` key that is
+    no stage of the family's spec.
+
+    Raises:
+        AudioparityError: an unknown family or adapter, an adapter that does not implement the
+            family, or ``path`` not a directory.
+    """
+    return check(path, family_name, adapter).problems
+
+
+def check(path: str | os.PathLike, family_name: str,
+          adapter: str | Adapter | None = None) -> Checked:
+    """:func:`check_dump`'s problems, and what was checked (for the ok line).
+
+    Raises:
+        AudioparityError: as :func:`check_dump`.
+    """
+    spec = family(family_name)
+    if isinstance(adapter, str):
+        adapter = adapter_module(adapter).ADAPTER
+    if adapter is not None and spec.name not in adapter.families:
+        raise AudioparityError(f"adapter {adapter.name!r} implements "
+                               f"{', '.join(adapter.families)}, not {spec.name}")
+    folder = Path(path)
+    if not folder.is_dir():
+        raise AudioparityError(f"{folder}: no such directory; expected a dump directory")
+    if adapter is None or adapter.output == "dump":
+        return _check_contract_dump(folder, spec)
+    if adapter.output == "tokens":
+        return Checked([f"{folder}: adapter {adapter.name!r} writes no files (output "
+                        f"'tokens': only the decode it prints): nothing to check; expected an "
+                        "adapter of output dump, f32json or npy"], "")
+    return _check_tool_folder(folder, spec, adapter)
+
+
+# --- shared checks -----------------------------------------------------------------------------
+
+
+def _axes(layout: str) -> list[str] | None:
+    """The axes of a layout string (``[2T-1, D]`` -> ``["2T-1", "D"]``), a view's prefix
+    (``view row(0) of [...]``) dropped; None when it is not ``[...]``."""
+    text = layout.strip()
+    if text.startswith("view ") and " of " in text:
+        text = text.partition(" of ")[2].strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    inner = text[1:-1].strip()
+    return [axis.strip() for axis in inner.split(",")] if inner else []
+
+
+def _fields(layout: str) -> list[str]:
+    """The fields a document stage's layout names (``{ids, frames, durations, text}``), less
+    ``...`` (more allowed)."""
+    inner = layout.strip().removeprefix("{").removesuffix("}")
+    return [f.strip() for f in inner.split(",") if f.strip() and f.strip() != "..."]
+
+
+def _same(a: str, b: str) -> bool:
+    return "".join(a.split()) == "".join(b.split())
+
+
+def _layers_text(layers: set[int]) -> str:
+    return f", layers 0..{max(layers)}" if layers else ""
+
+
+def _value_problems(where: str, array: np.ndarray, stage: str) -> list[str]:
+    """NaN and infinite values of a float tensor: all of them, or how many (-inf allowed in a
+    logits stage)."""
+    if array.dtype.kind != "f":
+        return []
+    logits = "logits" in stage
+    counts = [(int(np.isnan(array).sum()), "NaN"), (int(np.isposinf(array).sum()), "+inf"),
+              (0 if logits else int(np.isneginf(array).sum()), "-inf")]
+    bad = sum(count for count, _ in counts)
+    if not bad:
+        return []
+    amount = f"all {array.size}" if bad == array.size else f"{bad} of {array.size}"
+    what = ", ".join(f"{count} {label}" for count, label in counts if count)
+    allowed = " or -inf (a masked class)" if logits else ""
+    return [f"{where}: {amount} values non-finite ({what}); expected finite values{allowed}"]
+
+
+def _shape_problems(items: list[_Shaped], spec: FamilySpec) -> list[str]:
+    """Rank and numeric axes of each tensor against its stage's layout; then every tensor of
+    one layout against the commonest shape of that layout (the first in pipeline order on a
+    tie), views aside."""
+    problems = []
+    groups: dict[str, list[_Shaped]] = defaultdict(list)
+    for item in sorted(items, key=lambda i: spec.stage_key(i.stage)):
+        axes = _axes(item.layout)
+        if axes is None:
+            problems.append(f"{item.where}: stage {item.stage} has layout {item.layout!r}, "
+                            "no axes to check; expected [A, B, ...] in the family's spec")
+            continue
+        axes = axes[item.rows:]
+        if len(item.shape) != len(axes):
+            less = f" less the {item.rows} row axis its view takes" if item.rows else ""
+            problems.append(f"{item.where}: shape {list(item.shape)} has rank "
+                            f"{len(item.shape)}; expected rank {len(axes)} (layout "
+                            f"{item.layout}{less})")
+            continue
+        wrong = [(k, n, a) for k, (n, a) in enumerate(zip(item.shape, axes, strict=True))
+                 if a.isdigit() and n != int(a)]
+        for k, n, a in wrong:
+            problems.append(f"{item.where}: shape {list(item.shape)} has {n} on axis {k}; "
+                            f"expected {a} (layout {item.layout})")
+        if not wrong and not item.rows:
+            shape = (max(0, item.shape[0] - item.drop), *item.shape[1:]) if item.shape else ()
+            groups["".join(item.layout.split())].append(
+                _Shaped(item.stage, item.where, shape, item.layout, drop=item.drop))
+    for group in groups.values():
+        counts = Counter(item.shape for item in group)
+        most = max(counts.values())
+        model = next(item for item in group if counts[item.shape] == most)
+        for item in group:
+            if item.shape != model.shape:
+                dropped = f" (its last {item.drop} frame(s) dropped)" if item.drop else ""
+                problems.append(f"{item.where}: shape {list(item.shape)}{dropped}; expected "
+                                f"{list(model.shape)} like {model.stage} (every "
+                                f"{model.layout} stage of a dump has one shape)")
+    return problems
+
+
+def _document_problems(where: Path, stage: Stage, omits: list[str]) -> list[str]:
+    """A document file that is missing, not JSON, not an object, or lacks a field of its
+    stage (less ``omits``)."""
+    fields = [f for f in _fields(stage.layout) if f not in omits]
+    expected = f"expected an object with fields {', '.join(fields)}"
+    if not where.is_file():
+        return [f"{where}: missing; {expected} (stage {stage.name})"]
+    try:
+        document = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        return [f"{where}: unreadable JSON ({_one_line(err)}); {expected}"]
+    if not isinstance(document, dict):
+        return [f"{where}: a JSON {type(document).__name__}; {expected} (stage {stage.name})"]
+    lacking = [f for f in fields if f not in document]
+    if lacking:
+        return [f"{where}: lacks field(s) {', '.join(lacking)}; {expected} (stage "
+                f"{stage.name} {stage.layout})"]
+    return []
+
+
+def _missing_layers(present: set[int]) -> list[int]:
+    """The layers a per-layer stage lacks: 0 when none is present, else the gaps below the
+    highest."""
+    return [0] if not present else [k for k in range(max(present)) if k not in present]
+
+
+# --- a dump of the contract --------------------------------------------------------------------
+
+
+def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        return Checked([f"{folder}: no {MANIFEST}; expected a dump of the contract (a tool's raw "
+                        "folder is checked with --adapter)"], "")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        return Checked([f"{manifest_path}: unreadable manifest ({_one_line(err)})"], "")
+    problems, tensors, documents = manifest_problems(manifest, manifest_path)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), dict):
+        return Checked(problems, "")
+    status = manifest.get("status", "ok")
+    if status != "ok" and status in DUMP_STATUSES:
+        why = f" ({manifest['message']})" if manifest.get("message") else ""
+        problems.append(f"{manifest_path}: status {status!r}{why}; expected ok (its required "
+                        "stages are not checked)")
+    if manifest.get("family", spec.name) != spec.name:
+        problems.append(f"{manifest_path}: family {manifest['family']!r}; expected {spec.name}")
+    conventions = manifest.get("conventions", {})
+    conventions = {k: v for k, v in conventions.items() if _convention_ok(v)} if isinstance(
+        conventions, dict) else {}
+    stage_names = ", ".join(stage.name for stage in spec.stages)
+    not_exposed = manifest.get("not_exposed", {})
+    not_exposed = not_exposed if _not_exposed_ok(not_exposed) else {}
+    for name in not_exposed:
+        if name not in {stage.name for stage in spec.stages}:
+            problems.append(f"{manifest_path}: not_exposed names {name!r}, no stage of "
+                            f"{spec.name}; expected stages of its spec ({stage_names})")
+    shaped: list[_Shaped] = []
+    for name, entry in tensors.items():
+        file = folder / entry["file"]
+        found = spec.locate(name)
+        margins = found is None and name.endswith(MARGINS) and (
+            name.removesuffix(MARGINS) in documents)
+        if found is None and not margins:
+            problems.append(f"{file}: tensor {name!r} is no stage of {spec.name}; expected one "
+                            f"of {stage_names}, their isolated or replayed forms, or "
+                            f"<document>{MARGINS}")
+            continue
+        if found is not None and found[1].kind != "tensor":
+            problems.append(f"{file}: {name!r} is listed as a tensor; stage {found[1].name} is "
+                            f"a document {found[1].layout}, expected under 'documents'")
+            continue
+        if not file.is_file():
+            problems.append(f"{file}: missing; {MANIFEST} lists it as tensor {name!r}")
+            continue
+        try:
+            shape, dtype, _ = _read_npy_header(file)
+        except AudioparityError as err:
+            problems.append(str(err))
+            continue
+        if list(shape) != entry["shape"] or str(dtype) != entry["dtype"]:
+            problems.append(f"{file}: {list(shape)} {dtype} in its header; {MANIFEST} says "
+                            f"{entry['shape']} {entry['dtype']}")
+        if str(dtype) != FLOAT:
+            problems.append(f"{file}: dtype {dtype}; expected {FLOAT}")
+        if margins:
+            continue
+        stage = found[1]
+        view = conventions.get(name, {}).get("view", [])
+        if not _same(entry["layout"].partition(" of ")[2] if view else entry["layout"],
+                     stage.layout):
+            problems.append(f"{file}: layout {entry['layout']!r} in {MANIFEST}; expected "
+                            f"{stage.layout!r} (stage {stage.name})")
+        shaped.append(_Shaped(name, str(file), tuple(shape), stage.layout,
+                              sum(1 for step in view if step[0] == "row")))
+        problems += _value_problems(str(file), np.load(file, allow_pickle=False), name)
+    for name, file in documents.items():
+        found = spec.locate(name)
+        if found is None or found[1].kind != "document":
+            what = "no stage" if found is None else f"a tensor stage ({found[1].name})"
+            problems.append(f"{folder / file}: document {name!r} is {what} of {spec.name}; "
+                            "expected one of "
+                            f"{', '.join(s.name for s in spec.stages if s.kind == 'document')}")
+            continue
+        omits = conventions.get(name, {}).get("omits", [])
+        problems += _document_problems(folder / file, found[1], omits)
+    problems += _shape_problems(shaped, spec)
+    layers: set[int] = set()
+    if status == "ok":
+        listed = {*manifest["tensors"], *(manifest.get("documents") if isinstance(
+            manifest.get("documents"), dict) else {})}
+        for stage in spec.stages:
+            if stage.name in not_exposed:
+                continue
+            if LAYER not in stage.name:
+                if stage.name not in listed:
+                    problems.append(f"{folder}: missing stage {stage.name!r} ({stage.kind} "
+                                    f"{stage.layout}); expected every stage of {spec.name} but "
+                                    "isolated and replayed forms")
+                continue
+            present = {found[0] for n in listed if (found := stage.match(n)) and not found[1]}
+            layers |= present
+            for k in _missing_layers(present):
+                expected = (f"layers 0..{max(present)} without gaps" if present
+                            else f"at least {stage.concrete(0)}")
+                problems.append(f"{folder}: missing stage {stage.concrete(k)!r} ({stage.kind} "
+                                f"{stage.layout}); expected {expected}")
+    known = {MANIFEST, *ALLOWED, *(entry["file"] for entry in tensors.values()),
+             *documents.values()}
+    raw_documents = manifest.get("documents")
+    known |= {e["file"] for e in manifest["tensors"].values() if isinstance(e, dict) and
+              isinstance(e.get("file"), str)}  # a malformed entry's file is no unknown file
+    known |= {f for f in (raw_documents.values() if isinstance(raw_documents, dict) else ())
+              if isinstance(f, str)}
+    for item in sorted(folder.iterdir()):
+        if item.name in known or (item.name == RAW and item.is_dir()):
+            continue
+        kind = "folder" if item.is_dir() else "file"
+        problems.append(f"{item}: unknown {kind}; expected only {MANIFEST}, the files it lists "
+                        f"and {RAW}/")
+    hidden = f", {len(not_exposed)} stage(s) not exposed" if not_exposed else ""
+    checked = (f"a dump of {spec.name}: {len(tensors)} tensor(s), {len(documents)} "
+               f"document(s){_layers_text(layers)}{hidden}")
+    return Checked(problems, checked)
+
+
+# --- a tool's raw folder, through its adapter ----------------------------------------------------
+
+
+def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Checked:
+    if (folder / MANIFEST).is_file():
+        return Checked([f"{folder / MANIFEST}: a dump of the contract; expected adapter "
+                        f"{adapter.name!r}'s raw output (check a dump without --adapter)"], "")
+    sources = ", ".join(s for mapping in adapter.tensors for s in mapping.sources())
+    if adapter.unmapped:
+        sources += f", or a file it declares unmapped ({', '.join(adapter.unmapped)})"
+    suffixes = (f32json.DATA, f32json.SIDECAR) if adapter.output == "f32json" else (
+        ".npy", ".json")
+    problems: list[str] = []
+    items: dict[tuple[str, str], Path] = {}  # (name, suffix) -> a file: one per tensor/document
+    files = 0
+    for item in sorted(folder.iterdir()):
+        if item.name in RUNNER_FILES:
+            continue
+        suffix = next((s for s in suffixes if item.name.endswith(s) and item.is_file()), None)
+        if suffix is None:
+            kind = "folder" if item.is_dir() else "file"
+            problems.append(f"{item}: unknown {kind}; expected {' or '.join(suffixes)} files of "
+                            f"adapter {adapter.name!r}")
+            continue
+        files += 1
+        key = (item.name.removesuffix(suffix), "" if adapter.output == "f32json" else suffix)
+        if key not in items or suffix == f32json.DATA:
+            items[key] = item
+    shaped: list[_Shaped] = []
+    unmapped = 0  # files it declares unmapped: read, not mapped
+    #: map -> layer -> source index -> (where, shape; () when unreadable)
+    found: dict[TensorMap, dict] = defaultdict(lambda: defaultdict(dict))
+    stages: set[str] = set()
+    for (name, suffix), file in items.items():
+        located = adapter.tensor_map(name)
+        if located is None and adapter.declares_unmapped(name):
+            unmapped += sum((folder / f"{name}{s}").is_file() for s in suffixes) if (
+                adapter.output == "f32json") else 1
+            problems += _unmapped_problems(folder, name, file, suffix, adapter)
+            continue
+        if located is None:
+            problems.append(f"{file}: maps to no stage of {spec.name} through adapter "
+                            f"{adapter.name!r}; expected one of {sources}")
+            continue
+        mapping, index, layer = located
+        stage_name = _concrete(mapping.stage, layer)
+        where = f"{file} ({stage_name})"
+        stage_found = spec.locate(stage_name)
+        if stage_found is None:
+            problems.append(f"{where}: adapter {adapter.name!r} maps it to {stage_name!r}, no "
+                            f"stage of {spec.name}")
+            continue
+        stage = stage_found[1]
+        stages.add(stage_name)
+        found[mapping][layer][index] = (where, ())
+        if stage.kind == "document" or suffix == ".json":
+            if stage.kind != "document" or suffix != ".json":
+                problems.append(f"{where}: a {suffix} file for a {stage.kind} stage; expected "
+                                f"{'.json' if stage.kind == 'document' else '.npy'}")
+            else:
+                problems += _document_problems(file, stage, list(mapping.omits))
+            continue
+        if adapter.output == "f32json":
+            shape, pair = f32json.check_pair(folder, name)
+            problems += pair
+            if shape is None:
+                continue
+            array = np.fromfile(folder / f"{name}{f32json.DATA}", dtype="<f4").reshape(shape)
+        else:
+            try:
+                shape, dtype, _ = _read_npy_header(file)
+            except AudioparityError as err:
+                problems.append(str(err))
+                continue
+            if str(dtype) != FLOAT:
+                problems.append(f"{where}: dtype {dtype}; expected {FLOAT}")
+            array = np.load(file, allow_pickle=False)
+        problems += _value_problems(where, array, stage_name)
+        found[mapping][layer][index] = (where, tuple(shape))
+        if len(mapping.sources()) == 1:
+            shaped.append(_mapped_shape(mapping, stage, stage_name, file, tuple(shape)))
+    layers: set[int] = set()
+    for mapping in adapter.tensors:
+        by_layer = found.get(mapping, {})
+        stage_found = spec.locate(_concrete(mapping.stage, 0))
+        document = stage_found is not None and stage_found[1].kind == "document"
+        suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
+        if any(LAYER in source for source in mapping.sources()):
+            present = {k for k in by_layer if k is not None}
+            layers |= present
+            wanted: list[int | None] = sorted(present | set(_missing_layers(present)))
+            expected = (f"layers 0..{max(present)} without gaps" if present
+                        else "at least layer 0")
+        else:
+            wanted, expected = [None], f"every stage adapter {adapter.name!r} maps"
+        for layer in wanted:
+            for index, source in enumerate(mapping.sources()):
+                if index not in by_layer.get(layer, {}):
+                    problems.append(f"{folder}: missing {_concrete(source, layer)}{suffix} "
+                                    f"(stage {_concrete(mapping.stage, layer)}); expected "
+                                    f"{expected}")
+        if len(mapping.sources()) > 1 and stage_found is not None:
+            problems += _stack_problems(folder, mapping, by_layer, stage_found[1], shaped)
+    problems += _shape_problems(shaped, spec)
+    declared = f" ({unmapped} of them declared unmapped, not compared)" if unmapped else ""
+    checked = (f"{files} file(s) of adapter {adapter.name!r}{declared} onto {len(stages)} "
+               f"stage(s) of {spec.name}{_layers_text(layers)}")
+    return Checked(problems, checked)
+
+
+def _unmapped_problems(folder: Path, name: str, file: Path, suffix: str,
+                       adapter: Adapter) -> list[str]:
+    """A file the adapter declares unmapped: not compared, but ``candidate run`` reads every
+    file of the folder, so an unreadable one is a problem (a broken ``.f32`` + ``.json`` pair,
+    a corrupt ``.npy``, a ``.json`` that is not JSON)."""
+    if adapter.output == "f32json":
+        return f32json.check_pair(folder, name)[1]
+    if suffix == ".npy":
+        try:
+            _read_npy_header(file)
+        except AudioparityError as err:
+            return [str(err)]
+        return []
+    try:
+        json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        return [f"{file}: unreadable JSON ({_one_line(err)}); expected the JSON document adapter "
+                f"{adapter.name!r} writes"]
+    return []
+
+
+def _concrete(name: str, layer: int | None) -> str:
+    return name if layer is None else name.replace(LAYER, str(layer))
+
+
+def _mapped_shape(mapping: TensorMap, stage: Stage, stage_name: str, file: Path,
+                  shape: tuple[int, ...]) -> _Shaped:
+    """A candidate's tensor as the shape checks see it: transposed to the stage's axes when
+    the map declares its own layout; the frames it drops and the rows its view takes noted."""
+    where = f"{file} ({stage_name})"
+    if mapping.layout:
+        shape = shape[::-1]
+        where = f"{file} ({stage_name}, its {mapping.layout} transposed)"
+    rows = sum(1 for step in mapping.view if step[0] == "row")
+    return _Shaped(stage_name, where, shape, stage.layout, rows, mapping.drop_frames)
+
+
+def _stack_problems(folder: Path, mapping: TensorMap, by_layer: dict, stage: Stage,
+                    shaped: list[_Shaped]) -> list[str]:
+    """A stacked map's sources (``dec.lstm.{i}.h.0`` and ``.c.0``): all of one shape, which,
+    stacked ``[layers, sources, ...]`` as ``candidate run`` stacks them, joins the shape
+    checks."""
+    parts = [(where, shape) for _, by_index in sorted(by_layer.items(), key=lambda i: i[0] or 0)
+             for _, (where, shape) in sorted(by_index.items()) if shape]
+    if not parts:
+        return []
+    model = Counter(shape for _, shape in parts).most_common(1)[0][0]
+    problems = [f"{where}: shape {list(shape)}; expected {list(model)} like the other sources "
+                f"stacked into {stage.name}" for where, shape in parts if shape != model]
+    if not problems:
+        names = " + ".join(mapping.sources())
+        shaped.append(_Shaped(stage.name, f"{folder}/{names} ({stage.name}, stacked)",
+                              (len(by_layer), len(mapping.sources()), *model), stage.layout))
+    return problems

@@ -1,0 +1,279 @@
+"""Running a third-party candidate for one cell and reading what it writes into a dump of the
+contract (``audioparity candidate convert|run``); building the ports (``make ports``)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.artifacts import DumpWriter, built_directory, sha256_of
+from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json, registered
+from audioparity.errors import AudioparityError
+from audioparity.families import LAYER, FamilySpec, family
+
+log = logging.getLogger("audioparity")
+
+#: Lines of a tool's stderr kept in the message when it fails.
+STDERR_TAIL = 3
+
+
+def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
+              cwd: Path | None = None) -> tuple[str, str]:
+    """Run ``argv`` (its stderr also through to ours); its stdout and stderr.
+
+    Raises:
+        AudioparityError: it cannot start, or exits non-zero (naming the exit and the last
+            lines of its stderr).
+    """
+    log.info("%s: %s", what, " ".join(map(str, argv)))
+    try:
+        result = subprocess.run([str(a) for a in argv], env={**os.environ, **env}, cwd=cwd,
+                                capture_output=True, text=True, errors="replace")
+    except OSError as err:
+        raise AudioparityError(f"{what}: cannot run {argv[0]} ({err.strerror or err})") from None
+    sys.stderr.write(result.stderr)
+    if result.returncode != 0:
+        tail = " | ".join(line.strip() for line in result.stderr.splitlines()[-STDERR_TAIL:])
+        raise AudioparityError(f"{what}: {Path(str(argv[0])).name} exited {result.returncode}: "
+                               f"{tail or 'no stderr'}")
+    return result.stdout, result.stderr
+
+
+def convert(adapter_name: str, model: Path, weight_type: str, output_dir: Path,
+            options: dict[str, Any]) -> None:
+    """The candidate's own model files for ``model`` at ``weight_type``, written by its
+    adapter's ``convert`` commands into ``output_dir`` (atomically).
+
+    Raises:
+        AudioparityError: the adapter converts nothing, or a command fails.
+    """
+    module = adapter_module(adapter_name)
+    if not module.ADAPTER.converts:
+        raise AudioparityError(f"adapter {adapter_name!r} converts no model")
+    options = module.ADAPTER.check_options(options, f"adapter {adapter_name!r} options")
+    with built_directory(output_dir) as work:
+        for argv in module.convert(Path(model), weight_type, work, options=options):
+            _run_tool(argv, {}, f"convert {model} for {adapter_name} ({weight_type})")
+
+
+def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], model: Path,
+                  case: Path, output_dir: Path, *, reference_dir: Path | None, weight_type: str,
+                  backend: str, threads: int, family_options: dict[str, Any] | None = None
+                  ) -> None:
+    """One cell of a third-party candidate: run its command, then read what it wrote (raw
+    files kept under ``<dump>/raw/``) into a dump of the contract at ``output_dir``.
+
+    ``family_options`` are the family's options of the config (its ggml options: flash
+    attention, ...), for an adapter that maps them onto the tool's flags. A weight type or
+    backend the adapter does not run gives an ``unavailable`` dump saying so.
+    Each tensor is mapped by the adapter's :class:`TensorMap`; what it maps to nothing is named
+    in a note, never dropped silently.
+
+    Raises:
+        AudioparityError: the tool fails (its exit and stderr tail), or writes what the adapter
+            cannot read.
+    """
+    module = adapter_module(adapter_name)
+    adapter: Adapter = module.ADAPTER
+    spec = family(family_name)
+    options = adapter.check_options(options, f"adapter {adapter_name!r} options")
+    family_options = spec.check_options(family_options or {}, f"family {family_name} options")
+    fields = {"family": family_name, "candidate_adapter": adapter_name, "backend": backend,
+              "weight_type": weight_type, "threads": threads}
+    with DumpWriter(output_dir, producer=adapter_name, model=model, inputs={"case": case},
+                    fields=fields) as writer:
+        for note in adapter.notes:
+            writer.note(note)
+        missing = []
+        if weight_type not in adapter.weight_types:
+            missing.append(f"weight type {weight_type}")
+        if backend not in adapter.backends:
+            missing.append(f"backend {backend}")
+        if missing:
+            writer.set_status("unavailable", f"{adapter.title} has no {' or '.join(missing)} "
+                              f"here (it runs {', '.join(adapter.weight_types)} on "
+                              f"{', '.join(adapter.backends)})")
+            return
+        raw = writer.partial / "raw"
+        raw.mkdir()
+        reference = Path(reference_dir) if reference_dir is not None else None
+        if adapter.reads_reference and reference is None:
+            raise AudioparityError(f"{adapter.title} reads the reference dump of the case: "
+                                   "give --reference-dir")
+        if hasattr(module, "prepare"):
+            module.prepare(reference, raw / "inputs", options=options)
+            reference = raw / "inputs"
+        commands = module.run(Path(model), Path(case), raw, spec=spec,
+                              family_options=family_options,
+                              options=options, weight_type=weight_type, backend=backend,
+                              threads=threads, reference=reference)
+        outputs = []
+        with writer.timed("run"):
+            for argv, env in commands:
+                outputs.append(_run_tool(argv, env, f"{adapter_name} on {Path(case).name}"))
+        stdout, stderr = ("".join(part) for part in zip(*outputs, strict=True))
+        (raw / "stdout.txt").write_text(stdout)
+        (raw / "stderr.txt").write_text(stderr)
+        if adapter.output in ("f32json", "npy"):
+            files = f32json.read_folder(raw) if adapter.output == "f32json" else _npy_folder(raw)
+            _import(writer, adapter, spec, files)
+        if hasattr(module, "parse"):
+            name, document = module.parse(stdout, stderr, Path(model), options=options)
+            writer.add_json(name, document)
+        _not_exposed(writer, adapter, spec)
+
+
+def _not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec) -> None:
+    """Record, under the manifest's ``not_exposed``, each stage of the contract the candidate
+    wrote nothing for (a port that prints only its decode), with why: the compare reports
+    those stages ``unavailable``, not ``missing``."""
+    written = [*writer.manifest["tensors"], *writer.manifest["documents"]]
+    found = {located[1].name for located in map(spec.locate, written) if located}
+    writer.manifest["not_exposed"] = {
+        stage.name: f"{adapter.title} does not expose it" for stage in spec.stages
+        if stage.name not in found}
+
+
+def _npy_folder(folder: Path) -> dict[str, np.ndarray | dict]:
+    """The ``<name>.npy`` tensors and ``<name>.json`` documents of a folder, by name.
+
+    Raises:
+        AudioparityError: a file numpy or JSON cannot read.
+    """
+    files: dict[str, np.ndarray | dict] = {}
+    for path in sorted(folder.iterdir()):
+        try:
+            if path.suffix == ".npy":
+                files[path.stem] = np.load(path, allow_pickle=False)
+            elif path.suffix == ".json":
+                files[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise AudioparityError(f"{path}: unreadable ({' '.join(str(err).split())})") from None
+    return files
+
+
+def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
+            files: dict[str, np.ndarray | dict]) -> None:
+    """The candidate's files as the contract's stages (:class:`TensorMap`): tensors transposed
+    to the stage's layout, extra frames dropped, stacked sources stacked; documents as they
+    are; views, omitted fields and their reasons recorded under the manifest's
+    ``conventions``."""
+    stacks: dict[str, dict[int, dict[int, np.ndarray]]] = collections.defaultdict(dict)
+    unmapped, unknown = [], []
+    for name, value in files.items():
+        found = adapter.tensor_map(name)
+        if found is None:
+            (unmapped if adapter.declares_unmapped(name) else unknown).append(name)
+            continue
+        mapping, index, layer = found
+        stage = mapping.stage.replace(LAYER, str(layer)) if layer is not None else mapping.stage
+        if isinstance(value, dict):
+            writer.add_json(stage, value)
+        elif len(mapping.sources()) > 1:
+            stacks[mapping.stage].setdefault(layer or 0, {})[index] = value
+            continue
+        else:
+            _add(writer, spec, mapping, stage, value)
+        _conventions(writer, mapping, stage)
+    for stage, layers in stacks.items():
+        mapping = next(m for m in adapter.tensors if m.stage == stage)
+        rows = [np.stack([parts[k] for k in range(len(mapping.sources()))])
+                for _, parts in sorted(layers.items())]
+        _add(writer, spec, mapping, stage, np.stack(rows))
+        _conventions(writer, mapping, stage)
+    if unmapped:
+        writer.note(f"not compared (no stage of {spec.name} holds them): {', '.join(unmapped)}")
+    if unknown:
+        writer.note(f"not compared, and unknown to adapter {adapter.name!r}: "
+                    f"{', '.join(unknown)}")
+
+
+def _conventions(writer: DumpWriter, mapping: TensorMap, stage: str) -> None:
+    """Record what the compare must know of ``stage`` (:class:`TensorMap`'s ``view``,
+    ``omits``, ``why``) under the manifest's ``conventions``."""
+    entry = {key: value for key, value in (("view", [list(v) for v in mapping.view]),
+                                          ("omits", list(mapping.omits)),
+                                          ("why", mapping.why)) if value}
+    if entry:
+        writer.manifest.setdefault("conventions", {})[stage] = entry
+
+
+def _add(writer: DumpWriter, spec: FamilySpec, mapping: TensorMap, stage: str,
+         array: np.ndarray) -> None:
+    located = spec.locate(stage)
+    layout = located[1].layout if located else mapping.layout or "?"
+    if mapping.layout:
+        array = array.T
+        writer.note(f"{stage}: the candidate's {mapping.layout} transposed to {layout}")
+    if mapping.drop_frames:
+        array = array[: array.shape[0] - mapping.drop_frames]
+        writer.note(f"{stage}: its last {mapping.drop_frames} frame(s) dropped: {mapping.why}")
+    if mapping.view:
+        layout = "view " + " ".join(_view_text(v) for v in mapping.view) + f" of {layout}"
+    writer.add_tensor(stage, array.astype(np.float32), layout)
+
+
+def _view_text(view: tuple) -> str:
+    return f"{view[0]}({', '.join(map(str, view[1:]))})"
+
+
+def build_ports(source: Path, cache: Path, jobs: int = 2) -> dict[str, Path]:
+    """Build every adapter's port from its snapshot in ``source`` into ``cache`` (one folder per
+    port and snapshot, ``<archive stem>``), once: a built one is reused (seconds). Returns
+    ``{adapter: built tree}``; ``cache/<adapter>`` links to the tree.
+
+    Raises:
+        AudioparityError: a snapshot missing or ambiguous, or a build step failing.
+    """
+    built = {}
+    for adapter in registered().values():
+        if adapter.port is None:
+            continue
+        archives = sorted(Path(source).glob(adapter.port.archive))
+        if len(archives) != 1:
+            raise AudioparityError(f"{source}: expected one {adapter.port.archive}, found "
+                                   f"{len(archives)}")
+        archive = archives[0]
+        tree_root = Path(cache) / f"{archive.name.removesuffix('.tar.gz')}-" \
+                                  f"{sha256_of(archive)[:12]}"
+        stamp = tree_root / ".built"
+        if not stamp.is_file():
+            _build(adapter, archive, tree_root, jobs)
+            stamp.write_text(" ".join(adapter.port.products) + "\n")
+        link = Path(cache) / adapter.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(tree_root.name)
+        built[adapter.name] = link
+        log.info("ports: %s ready in %s", adapter.name, tree_root)
+    return built
+
+
+def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int) -> None:
+    if tree_root.exists():
+        shutil.rmtree(tree_root)
+    tree_root.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree_root, filter="data")
+    (top,) = [p for p in tree_root.iterdir() if p.is_dir()]
+    for entry in top.iterdir():
+        entry.rename(tree_root / entry.name)
+    top.rmdir()
+    for command in adapter.port.commands:
+        _run_tool([arg.format(jobs=jobs) for arg in command], {}, f"build {adapter.name}",
+                  cwd=tree_root)
+    missing = [p for p in adapter.port.products if not (tree_root / p).is_file()]
+    if missing:
+        raise AudioparityError(f"build {adapter.name}: {missing[0]} was not built")
+

@@ -1,0 +1,132 @@
+"""transcribe.cpp (handy-computer/transcribe.cpp, MIT; ggml 0.20.2 vendored) as a Parakeet-TDT
+candidate: its own converter (``scripts/convert-parakeet.py``, which picks a variant profile by
+the output folder's name and checks the tokenizer's size against it) and quantizer, then
+``transcribe-cli`` with ``TRANSCRIBE_DUMP_DIR``: every tensor it computes, as ``.f32`` +
+``.json`` files, and the decode it prints with ``--timestamps token``."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from audioparity.candidates import Adapter, Port, TensorMap
+from audioparity.errors import AudioparityError
+from audioparity.families import FamilySpec, Option
+
+#: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
+FRAME_SECONDS = 0.08
+#: A token line of ``--timestamps token``: ``[ t0 ->  t1] p=0.529 <piece text>``.
+TOKEN_LINE = re.compile(r"^\s*\[\s*([\d.]+)\s*->\s*([\d.]+)\]\s+p=[\d.]+ (.*)$")
+
+ADAPTER = Adapter(
+    name="transcribe_cpp",
+    title="transcribe.cpp",
+    families=("parakeet_tdt",),
+    output="f32json",
+    weight_types=("f32", "f16", "q8_0"),
+    options=(
+        Option("root", ".ports/transcribe_cpp", "the built port (make ports)"),
+        Option("profile", "parakeet-tdt-0.6b-v2", "the converter's variant profile, picked by "
+               "the name of the folder the model is converted into (its vocabulary size must "
+               "match: 1024 for v2, 8192 for v3)"),
+    ),
+    tensors=(
+        TensorMap("enc.mel.in", "mel_features", layout="[n_mels, T]", drop_frames=1,
+                  why="transcribe.cpp keeps the frame NeMo pads and zeroes: L//hop + 1 frames, "
+                      "NeMo's valid ones are L//hop"),
+        TensorMap("enc.pre_encode.out", "pre_encode"),
+        TensorMap("enc.pos_emb", "pos_emb"),
+        TensorMap("enc.block.{i}.out", "layer_{i}"),
+        TensorMap("enc.final", "enc_out"),
+        TensorMap("dec.joint.0", "joint_logits", view=(("row", 0), ("log_softmax",)),
+                  why="transcribe.cpp dumps the first joint step only, log-softmaxed over "
+                      "tokens and durations together"),
+        TensorMap(("dec.lstm.{i}.h.0", "dec.lstm.{i}.c.0"), "lstm_state_0"),
+    ),
+    unmapped=("enc.block.{i}.attn", "enc.block.{i}.conv", "enc.block.{i}.ff1",
+              "enc.block.{i}.ff2", "dec.embed.{i}", "dec.enc_out"),
+    converts=True,
+    port=Port(
+        archive="transcribe.cpp-*.tar.gz",
+        commands=(
+            ("cmake", "-B", "build", "-DCMAKE_BUILD_TYPE=Release", "-DTRANSCRIBE_BUILD_TESTS=OFF",
+             "-DTRANSCRIBE_ENABLE_VALIDATION_HOOKS=ON", "-DTRANSCRIBE_USE_SYSTEM_BLAS=OFF",
+             "-DTRANSCRIBE_BUILD_TOOLS=ON"),
+            ("cmake", "--build", "build", "-j{jobs}", "--target", "transcribe-cli",
+             "transcribe-quantize"),
+        ),
+        products=("build/bin/transcribe-cli", "build/bin/transcribe-quantize",
+                  "scripts/convert-parakeet.py"),
+    ),
+    notes=("decode: transcribe-cli prints each token's piece and times, not its id; the ids are "
+           "the pieces' ids in the model's own vocabulary (tokenizer.ggml.tokens)",),
+)
+
+
+def _gguf(model_dir: Path, options: dict, weight_type: str) -> Path:
+    return Path(model_dir) / "models" / options["profile"] / f"model-{weight_type}.gguf"
+
+
+def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> list[list[str]]:
+    """``convert-parakeet.py`` into ``output/models/<profile>/model-f32.gguf``, then for another
+    weight type ``transcribe-quantize`` (its presets ``F16``, ``Q8_0``)."""
+    root = Path(options["root"])
+    f32 = _gguf(output, options, "f32")
+    f32.parent.mkdir(parents=True)
+    commands = [[sys.executable, str(root / "scripts" / "convert-parakeet.py"), str(model),
+                 str(f32)]]
+    if weight_type != "f32":
+        commands.append([str(root / "build" / "bin" / "transcribe-quantize"), str(f32),
+                         str(_gguf(output, options, weight_type)), "--quant",
+                         weight_type.upper()])
+    return commands
+
+
+def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
+        options: dict, weight_type: str, backend: str, threads: int,
+        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
+    """``transcribe-cli`` on the converted model, every tensor dumped into ``output``."""
+    root = Path(options["root"])
+    return [([str(root / "build" / "bin" / "transcribe-cli"), "-m",
+             str(_gguf(model, options, weight_type)), "--threads", str(threads), "--backend",
+             backend, "--timestamps", "token", "-q", str(case)],
+            {"TRANSCRIBE_DUMP_DIR": str(output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
+
+
+def parse(stdout: str, stderr: str, model: Path, *, options: dict) -> tuple[str, dict]:
+    """The ``decode`` document of ``--timestamps token``'s lines: frames and durations from the
+    times (80 ms an encoder frame), ids from the pieces through the model's vocabulary.
+
+    Raises:
+        AudioparityError: no ``tokens:`` list, or a piece the vocabulary does not hold (or holds
+            twice).
+    """
+    import gguf
+
+    lines = stdout.splitlines()
+    if not any(line.startswith("tokens:") for line in lines):
+        raise AudioparityError("transcribe-cli printed no 'tokens:' list")
+    text = next((line.removeprefix("text: ") for line in lines if line.startswith("text: ")),
+                "")
+    reader = gguf.GGUFReader(str(next(Path(model).glob("models/*/model-f32.gguf"))))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    pieces = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    by_text: dict[str, list[int]] = {}
+    for index, piece in enumerate(pieces):
+        by_text.setdefault(piece.replace("\u2581", " "), []).append(index)
+    ids, frames, durations = [], [], []
+    for line in lines[lines.index(next(x for x in lines if x.startswith("tokens:"))) + 1:]:
+        found = TOKEN_LINE.match(line)
+        if not found:
+            break
+        t0, t1, piece = float(found.group(1)), float(found.group(2)), found.group(3)
+        matches = by_text.get(piece, [])
+        if len(matches) != 1:
+            raise AudioparityError(f"transcribe-cli token {piece!r}: {len(matches)} pieces of "
+                                   "the vocabulary print so; expected one")
+        ids.append(matches[0])
+        frames.append(round(t0 / FRAME_SECONDS))
+        durations.append(round((t1 - t0) / FRAME_SECONDS))
+    return "decode", {"ids": ids, "frames": frames, "durations": durations,
+                      "text": "" if text == "(empty)" else text}

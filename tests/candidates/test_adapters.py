@@ -1,0 +1,125 @@
+"""Adapters of the third-party ports: their commands and how their output is read, without the
+ports (their end-to-end run is tests/workflow/test_candidates.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from audioparity.candidates import adapter_module, f32json, registered, running
+from audioparity.compare.cell import apply_view
+from audioparity.errors import AudioparityError
+
+TRANSCRIBE = {"root": "/ports/t", "profile": "parakeet-tdt-0.6b-v2"}
+
+
+def test_every_adapter_module_is_registered_under_its_own_name():
+    adapters = registered()
+    assert {"audioparity", "command", "transcribe_cpp", "whisper_cpp"} <= set(adapters)
+    for name, adapter in adapters.items():
+        module = adapter_module(name)
+        assert module.ADAPTER is adapter and callable(module.run)
+        assert not adapter.converts or callable(module.convert)
+
+
+def test_transcribe_converts_with_its_converter_then_its_quantizer(tmp_path):
+    commands = adapter_module("transcribe_cpp").convert(
+        tmp_path / "model.nemo", "q8_0", tmp_path / "out", options=TRANSCRIBE)
+    f32 = str(tmp_path / "out/models/parakeet-tdt-0.6b-v2/model-f32.gguf")
+    assert commands[0][1:] == ["/ports/t/scripts/convert-parakeet.py",
+                               str(tmp_path / "model.nemo"), f32]
+    assert commands[1] == ["/ports/t/build/bin/transcribe-quantize", f32,
+                           str(tmp_path / "out/models/parakeet-tdt-0.6b-v2/model-q8_0.gguf"),
+                           "--quant", "Q8_0"]
+
+
+def test_whisper_f16_is_its_converters_own_f16_and_q8_0_its_quantizer(tmp_path):
+    module = adapter_module("whisper_cpp")
+    (f16,) = module.convert(tmp_path / "m.nemo", "f16", tmp_path / "w", options={"root": "/w"})
+    assert "--use-f32" not in f16 and f16[-1] == "ggml-model-f16.bin"
+    f32, quantize = module.convert(tmp_path / "m.nemo", "q8_0", tmp_path / "w",
+                                   options={"root": "/w"})
+    assert "--use-f32" in f32 and quantize[0] == "/w/build/bin/parakeet-quantize"
+    assert quantize[-1] == "q8_0"
+
+
+#: parakeet-cli -ps token rows (stderr) and its text (stdout), as it prints them.
+WHISPER_STDERR = """\
+parakeet_full: tokens
+  [ 0] id=  830 frame=  2 dur_idx= 1 dur_val= 1 p=0.41
+  [ 1] id=  874 frame=  3 dur_idx= 0 dur_val= 0 p=0.37
+  [ 2] id=   12 frame=  3 dur_idx= 4 dur_val= 4 p=0.52
+"""
+
+
+def test_whisper_token_rows_become_the_decode_document():
+    name, decode = adapter_module("whisper_cpp").parse(" ab cd\n", WHISPER_STDERR, None,
+                                                       options={})
+    assert name == "decode"
+    assert decode == {"ids": [830, 874, 12], "frames": [2, 3, 3], "durations": [1, 0, 4],
+                      "text": "ab cd"}
+
+
+def test_whisper_text_without_token_rows_is_an_error():
+    with pytest.raises(AudioparityError, match="no -ps token rows"):
+        adapter_module("whisper_cpp").parse("some text\n", "no rows here\n", None, options={})
+
+
+def write_pair(folder, name, array, **meta):
+    array.astype("<f4").tofile(folder / f"{name}.f32")
+    (folder / f"{name}.json").write_text(json.dumps(
+        {"name": name, "shape": list(array.shape), "dtype": "f32", "layout": "row-major",
+         **meta}))
+
+
+def test_f32json_reads_back_what_it_wrote(tmp_path):
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    write_pair(tmp_path, "enc.final", array)
+    assert np.array_equal(f32json.read_folder(tmp_path)["enc.final"], array)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "x.f32").write_bytes(b"\0" * 8), "8 bytes, expected 48"),
+    (lambda d: (d / "x.json").write_text("{"), "unreadable tensor sidecar"),
+    (lambda d: (d / "x.json").unlink(), "no .json sidecar"),
+    (lambda d: (d / "x.f32").unlink(), "missing; its sidecar"),
+    (lambda d: write_pair(d, "x", np.zeros((3, 4)), dtype="f16"), "expected f32"),
+])
+def test_f32json_names_each_malformed_pair(tmp_path, damage, message):
+    write_pair(tmp_path, "x", np.zeros((3, 4)))
+    damage(tmp_path)
+    with pytest.raises(AudioparityError, match=message):
+        f32json.read_folder(tmp_path)
+
+
+def test_a_view_makes_the_reference_what_the_candidate_holds():
+    rows = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    first = apply_view(rows, [["row", 0], ["log_softmax"]])
+    expected = np.log(np.exp([1.0, 2.0, 3.0]) / np.exp([1.0, 2.0, 3.0]).sum())
+    np.testing.assert_allclose(first, expected, rtol=1e-12)
+    with pytest.raises(AudioparityError, match="view"):
+        apply_view(rows, [["row", 2]])
+    with pytest.raises(AudioparityError, match="expected one of"):
+        apply_view(rows, [["mean"]])
+
+
+def test_a_cell_the_port_does_not_run_is_unavailable_and_says_why(tmp_path, clip_wav):
+    (tmp_path / "m").write_bytes(b"")
+    running.run_candidate("transcribe_cpp", "parakeet_tdt", TRANSCRIBE, tmp_path / "m",
+                          clip_wav, tmp_path / "dump", reference_dir=None, weight_type="bf16",
+                          backend="cpu", threads=1)
+    manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
+    assert manifest["status"] == "unavailable"
+    assert "no weight type bf16" in manifest["message"]
+
+
+def test_a_failing_port_fails_in_one_line_and_leaves_no_dump(tmp_path, clip_wav):
+    options = {**TRANSCRIBE, "root": str(tmp_path / "nowhere")}
+    (tmp_path / "m").write_bytes(b"")
+    with pytest.raises(AudioparityError, match="cannot run"):
+        running.run_candidate("transcribe_cpp", "parakeet_tdt", options, tmp_path / "m",
+                              clip_wav, tmp_path / "dump", reference_dir=None,
+                              weight_type="f32", backend="cpu", threads=1)
+    assert not (tmp_path / "dump").exists()
