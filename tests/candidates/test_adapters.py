@@ -123,3 +123,8 @@ def test_a_failing_port_fails_in_one_line_and_leaves_no_dump(tmp_path, clip_wav)
                               clip_wav, tmp_path / "dump", reference_dir=None,
                               weight_type="f32", backend="cpu", threads=1)
     assert not (tmp_path / "dump").exists()
+
+
+def test_a_port_killed_by_a_signal_is_named_with_its_signal_and_stderr():
+    with pytest.raises(AudioparityError, match=r"sh failed \(signal SIGSEGV \(11\)\): oops"):
+        running._run_tool(["sh", "-c", "echo oops >&2; kill -SEGV $$"], {}, "a port")

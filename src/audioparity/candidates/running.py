@@ -21,6 +21,7 @@ from audioparity.artifacts import DumpWriter, built_directory, sha256_of
 from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json, registered
 from audioparity.errors import AudioparityError
 from audioparity.families import LAYER, FamilySpec, family
+from audioparity.guard import describe_exit
 
 log = logging.getLogger("audioparity")
 
@@ -45,8 +46,8 @@ def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
     sys.stderr.write(result.stderr)
     if result.returncode != 0:
         tail = " | ".join(line.strip() for line in result.stderr.splitlines()[-STDERR_TAIL:])
-        raise AudioparityError(f"{what}: {Path(str(argv[0])).name} exited {result.returncode}: "
-                               f"{tail or 'no stderr'}")
+        raise AudioparityError(f"{what}: {Path(str(argv[0])).name} failed "
+                               f"({describe_exit(result.returncode)}): {tail or 'no stderr'}")
     return result.stdout, result.stderr
 
 
