@@ -181,3 +181,9 @@ def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilyS
         forms = ", ".join(f"`{form}`" for form in (stage.isolated, stage.replayed) if form)
         name = f"`{stage.name}`" + (f" ({forms})" if forms else "")
         assert rows.get(name) == [stage.kind, f"`{stage.layout}`"], (name, rows.get(name))
+
+
+def test_a_family_asked_for_by_its_command_gets_a_hint():
+    with pytest.raises(AudioparityError, match=r"\('parakeet_tdt' is the family of the command "
+                                               r"'parakeet-tdt'\)"):
+        family("parakeet-tdt")

@@ -249,8 +249,8 @@ def manifest_problems(manifest: Any, where: Path) -> tuple[list[str], dict, dict
     entries and documents: the keys a reader uses, as :class:`DumpWriter` writes them
     (``tensors`` entries with a ``.npy`` file, an integer shape, a dtype and a layout;
     ``documents`` naming ``.json`` files; a known ``status``; numeric ``seconds``; a
-    candidate's ``conventions`` and ``not_exposed``). :class:`Dump` refuses the first;
-    ``audioparity check-dump`` lists them all."""
+    candidate's ``conventions``, ``not_exposed`` and ``unreadable``). :class:`Dump` refuses
+    the first; ``audioparity check-dump`` lists them all."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), dict):
         return [f"{where}: expected an object with a 'tensors' object"], {}, {}
     problems, tensors, documents = [], {}, {}
@@ -289,10 +289,10 @@ def manifest_problems(manifest: Any, where: Path) -> tuple[list[str], dict, dict
         problems.append(f"{where}: 'conventions' is {json.dumps(conventions)[:80]}; expected "
                         "{stage: {view: [[row, k] | [log_softmax], ...], omits: [field, ...], "
                         "why: one line}}")
-    if not _not_exposed_ok(manifest.get("not_exposed", {})):
-        problems.append(f"{where}: 'not_exposed' is "
-                        f"{json.dumps(manifest['not_exposed'])[:80]}; expected {{stage of the "
-                        "family's spec: why (one line)}")
+    for key in ("not_exposed", "unreadable"):
+        if not _not_exposed_ok(manifest.get(key, {})):
+            problems.append(f"{where}: {key!r} is {json.dumps(manifest[key])[:80]}; expected "
+                            "{stage of the family's spec: why (one line)}")
     return problems, tensors, documents
 
 
@@ -312,7 +312,8 @@ def _convention_ok(convention: Any) -> bool:
 
 
 def _not_exposed_ok(not_exposed: Any) -> bool:
-    """Whether a manifest's ``not_exposed`` is ``{stage: why (one line)}``."""
+    """Whether a manifest's ``not_exposed`` (or ``unreadable``) is ``{stage: why (one
+    line)}``."""
     return isinstance(not_exposed, dict) and all(map(_one_line_text, not_exposed.values()))
 
 

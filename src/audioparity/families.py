@@ -287,7 +287,9 @@ def family(name: str) -> FamilySpec:
     """
     specs = registered()
     if name not in specs:
-        raise AudioparityError(f"unknown family {name!r}; registered: {', '.join(specs)}")
+        hint = next((f" ({spec.name!r} is the family of the command {name!r})"
+                     for spec in specs.values() if spec.command == name), "")
+        raise AudioparityError(f"unknown family {name!r}; registered: {', '.join(specs)}{hint}")
     return specs[name]
 
 

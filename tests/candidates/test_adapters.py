@@ -128,3 +128,57 @@ def test_a_failing_port_fails_in_one_line_and_leaves_no_dump(tmp_path, clip_wav)
 def test_a_port_killed_by_a_signal_is_named_with_its_signal_and_stderr():
     with pytest.raises(AudioparityError, match=r"sh failed \(signal SIGSEGV \(11\)\): oops"):
         running._run_tool(["sh", "-c", "echo oops >&2; kill -SEGV $$"], {}, "a port")
+
+
+def test_a_tensor_map_onto_a_stage_the_family_lacks_is_refused_when_adapters_load():
+    from audioparity.candidates import Adapter, TensorMap, _check_stages
+
+    adapter = Adapter(name="mine", title="mine", families=("parakeet_tdt",), output="f32json",
+                      weight_types=("f32",), tensors=(TensorMap("enc", "encoder_out"),))
+    with pytest.raises(AudioparityError, match="maps onto 'encoder_out', no stage of "
+                                               "parakeet_tdt; expected one of mel_features"):
+        _check_stages(adapter, "mine.py")
+
+
+def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compared(tmp_path):
+    from audioparity.artifacts import DumpWriter
+    from audioparity.families import family
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_pair(raw, "enc.final", np.ones((3, 4)))
+    write_pair(raw, "enc.block.1.out", np.ones((3, 4)))
+    (raw / "enc.block.1.out.f32").write_bytes(b"\0" * 8)
+    files, unreadable = f32json.read_readable(raw)
+    (tmp_path / "m").write_bytes(b"")
+    with DumpWriter(tmp_path / "dump", producer="t", model=tmp_path / "m") as writer:
+        running._import(writer, registered()["transcribe_cpp"], family("parakeet_tdt"), files,
+                        unreadable)
+    manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
+    assert list(manifest["tensors"]) == ["enc_out"]
+    assert manifest["unreadable"] == {"layer_1": unreadable["enc.block.1.out"]}
+    assert "8 bytes, expected 48" in manifest["unreadable"]["layer_1"]
+
+
+def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
+    from audioparity.artifacts import DumpWriter
+    from audioparity.compare import compare_cell
+
+    (tmp_path / "m").write_bytes(b"")
+    ones = np.ones((3, 4), dtype=np.float32)
+    with DumpWriter(tmp_path / "ref", producer="nemo", model=tmp_path / "m") as writer:
+        for stage in ("pre_encode", "layer_1", "enc_out"):
+            writer.add_tensor(stage, ones, "[T, D]")
+    with DumpWriter(tmp_path / "cand", producer="t", model=tmp_path / "m") as writer:
+        writer.add_tensor("enc_out", ones, "[T, D]")
+        writer.manifest["unreadable"] = {"layer_1": "raw/x.f32: 8 bytes, expected 48"}
+        writer.manifest["not_exposed"] = {"pre_encode": "my.cpp does not expose it"}
+    gates = {"gates": [{"stage": "*", "cosine_min": 0.99, "from": "default"}],
+             "expected_failures": []}
+    compare_cell(tmp_path / "ref", tmp_path / "cand", gates, {"family": "parakeet_tdt"},
+                 tmp_path / "cell.json")
+    rows = {r["stage"]: r for r in json.loads((tmp_path / "cell.json").read_text())}
+    assert (rows["enc_out"]["status"], rows["pre_encode"]["status"]) == ("pass", "unavailable")
+    assert rows["pre_encode"]["reason"] == "my.cpp does not expose it"
+    assert rows["layer_1"]["status"] == "missing"
+    assert "unreadable: raw/x.f32: 8 bytes, expected 48" in rows["layer_1"]["reason"]

@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from audioparity.errors import AudioparityError
-from audioparity.families import LAYER, Option
+from audioparity.families import LAYER, Option, family
 
 #: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
 #: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
@@ -198,8 +198,21 @@ def _modules() -> dict[str, ModuleType]:
             if adapter.name != info.name:
                 raise AudioparityError(f"{module.__file__}: ADAPTER is named {adapter.name!r}, "
                                        f"not {info.name!r}")
+            _check_stages(adapter, module.__file__)
             modules[adapter.name] = module
     return modules
+
+
+def _check_stages(adapter: Adapter, where: str) -> None:
+    """Raise unless every stage the adapter's tensor maps name is a stage (or a form of one) of
+    each family it implements."""
+    for name in adapter.families:
+        spec = family(name)
+        for mapping in adapter.tensors:
+            if spec.locate(mapping.stage.replace(LAYER, "0")) is None:
+                raise AudioparityError(
+                    f"{where}: TensorMap {mapping.source!r} maps onto {mapping.stage!r}, no stage "
+                    f"of {name}; expected one of {', '.join(s.name for s in spec.stages)}")
 
 
 def registered() -> dict[str, Adapter]:

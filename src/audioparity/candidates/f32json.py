@@ -70,14 +70,24 @@ def read_folder(folder: str | os.PathLike) -> dict[str, np.ndarray]:
             that is not JSON or lacks a shape, a dtype other than f32, a ``.f32`` that is
             missing or truncated, a ``.f32`` without its sidecar).
     """
-    folder = Path(folder)
-    tensors = {}
-    for name in pair_names(folder):
-        shape, problems = check_pair(folder, name)
-        if problems:
-            raise AudioparityError(problems[0])
-        tensors[name] = np.fromfile(folder / f"{name}{DATA}", dtype="<f4").reshape(shape)
+    tensors, problems = read_readable(folder)
+    if problems:
+        raise AudioparityError(next(iter(problems.values())))
     return tensors
+
+
+def read_readable(folder: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors of a folder of ``.f32`` + ``.json`` pairs that :func:`check_pair` finds
+    sound, by name, and for each other pair its first problem, by name (name order)."""
+    folder = Path(folder)
+    tensors, problems = {}, {}
+    for name in pair_names(folder):
+        shape, found = check_pair(folder, name)
+        if found:
+            problems[name] = found[0]
+        else:
+            tensors[name] = np.fromfile(folder / f"{name}{DATA}", dtype="<f4").reshape(shape)
+    return tensors, problems
 
 
 def write_folder(dump: Dump, folder: str | os.PathLike) -> list[str]:

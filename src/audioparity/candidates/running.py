@@ -127,8 +127,9 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
         (raw / "stdout.txt").write_text(stdout)
         (raw / "stderr.txt").write_text(stderr)
         if adapter.output in ("f32json", "npy"):
-            files = f32json.read_folder(raw) if adapter.output == "f32json" else _npy_folder(raw)
-            _import(writer, adapter, spec, files)
+            files, unreadable = (f32json.read_readable(raw) if adapter.output == "f32json"
+                                 else _npy_folder(raw))
+            _import(writer, adapter, spec, files, unreadable)
         if hasattr(module, "parse"):
             name, document = module.parse(stdout, stderr, Path(model), options=options)
             writer.add_json(name, document)
@@ -146,13 +147,11 @@ def _not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec) -> None
         if stage.name not in found}
 
 
-def _npy_folder(folder: Path) -> dict[str, np.ndarray | dict]:
-    """The ``<name>.npy`` tensors and ``<name>.json`` documents of a folder, by name.
-
-    Raises:
-        AudioparityError: a file numpy or JSON cannot read.
-    """
+def _npy_folder(folder: Path) -> tuple[dict[str, np.ndarray | dict], dict[str, str]]:
+    """The ``<name>.npy`` tensors and ``<name>.json`` documents of a folder, by name, and for
+    each file numpy or JSON cannot read, why, by name."""
     files: dict[str, np.ndarray | dict] = {}
+    unreadable: dict[str, str] = {}
     for path in sorted(folder.iterdir()):
         try:
             if path.suffix == ".npy":
@@ -160,16 +159,22 @@ def _npy_folder(folder: Path) -> dict[str, np.ndarray | dict]:
             elif path.suffix == ".json":
                 files[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            raise AudioparityError(f"{path}: unreadable ({' '.join(str(err).split())})") from None
-    return files
+            unreadable[path.stem] = f"{path}: unreadable ({' '.join(str(err).split())})"
+    return files, unreadable
 
 
 def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
-            files: dict[str, np.ndarray | dict]) -> None:
+            files: dict[str, np.ndarray | dict], unreadable: dict[str, str]) -> None:
     """The candidate's files as the contract's stages (:class:`TensorMap`): tensors transposed
     to the stage's layout, extra frames dropped, stacked sources stacked; documents as they
     are; views, omitted fields and their reasons recorded under the manifest's
-    ``conventions``."""
+    ``conventions``. A file that cannot be read (``unreadable``: name -> why) leaves its stage
+    out, with why under the manifest's ``unreadable``, and the other stages are compared."""
+    for name, why in unreadable.items():
+        found = adapter.tensor_map(name)
+        stage = _stage_name(found[0], found[2]) if found else name
+        writer.manifest.setdefault("unreadable", {})[stage] = why
+        writer.note(f"{stage}: not compared, the candidate's file is unreadable: {why}")
     stacks: dict[str, dict[int, dict[int, np.ndarray]]] = collections.defaultdict(dict)
     unmapped, unknown = [], []
     for name, value in files.items():
@@ -178,7 +183,7 @@ def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
             (unmapped if adapter.declares_unmapped(name) else unknown).append(name)
             continue
         mapping, index, layer = found
-        stage = mapping.stage.replace(LAYER, str(layer)) if layer is not None else mapping.stage
+        stage = _stage_name(mapping, layer)
         if isinstance(value, dict):
             writer.add_json(stage, value)
         elif len(mapping.sources()) > 1:
@@ -198,6 +203,11 @@ def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
     if unknown:
         writer.note(f"not compared, and unknown to adapter {adapter.name!r}: "
                     f"{', '.join(unknown)}")
+
+
+def _stage_name(mapping: TensorMap, layer: int | None) -> str:
+    """The concrete stage a file maps onto (``layer_3`` for layer 3 of ``layer_{i}``)."""
+    return mapping.stage.replace(LAYER, str(layer)) if layer is not None else mapping.stage
 
 
 def _conventions(writer: DumpWriter, mapping: TensorMap, stage: str) -> None:

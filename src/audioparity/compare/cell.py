@@ -376,6 +376,10 @@ def compare_cell(
             problems = (candidate.manifest.get("message") or f"candidate {candidate.status}",)
         elif kind is None and not_exposed(candidate, family, stage):
             availability, problems = "unavailable", (not_exposed(candidate, family, stage),)
+        elif kind is None and candidate.manifest.get("unreadable", {}).get(stage):
+            availability = "missing"
+            problems = ("the candidate's file is unreadable: "
+                        f"{candidate.manifest['unreadable'][stage]}",)
         elif kind is None:
             availability, problems = "missing", (f"not in the candidate dump {candidate_path}",)
         elif ref_stage is None and ref_dump is replay:

@@ -16,7 +16,7 @@ from audioparity.models.parakeet_tdt.config import (
     PreprocessorConfig,
 )
 from audioparity.models.parakeet_tdt.decoder import TdtDecoder, joint
-from audioparity.models.parakeet_tdt.greedy import greedy_tdt
+from audioparity.models.parakeet_tdt.greedy import decision_margins, greedy_tdt, replay_path
 
 # A hand-made vocabulary: tokens 0, 1, 2; blank 3; durations (0, 1, 2) at outputs 4, 5, 6.
 BLANK = 3
@@ -113,6 +113,19 @@ def test_decoding_ends_when_a_token_jumps_past_the_last_frame():
     assert path.row_frames == [0, 1, 1]
     empty, calls = decode({}, n_frames=0)
     assert (empty.ids, empty.row_frames, len(calls)) == ([], [], 1)
+
+
+def test_decision_margins_take_the_nearest_tie_since_the_previous_token():
+    # rows: blank (token margin 0.5, duration margin 2) at frame 0 -> frame 1; token 0 there
+    # (margin 0.25; duration 1 by 3.0); token 2 on frame 2 (margin 4; duration 0 by 0.125), then
+    # a blank row after the last token, whose margin belongs to no position.
+    rows = np.array([[0.0, 0.0, 0.0, 0.5, 0.0, 2.0, 0.0],
+                     [1.25, 0.0, 1.0, 0.0, 0.0, 3.0, 0.0],
+                     [0.0, 0.0, 4.0, 0.0, 1.125, 1.0, 0.0],
+                     [0.0, 0.0, 0.0, 0.01, 0.0, 9.0, 0.0]], dtype=np.float32)
+    path = replay_path(rows, n_frames=3, durations=list(DURATIONS), max_symbols=10)
+    assert (path.ids, path.frames) == ([0, 2], [1, 2])
+    assert decision_margins(rows, path, len(DURATIONS)).tolist() == [0.25, 0.125]
 
 
 def test_joint_of_wrong_width_raises():

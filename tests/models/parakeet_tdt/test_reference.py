@@ -113,7 +113,7 @@ def test_manifest_names_family_threads_layers_decoding_and_versions(
     }
     assert {"torch", "nemo_toolkit"} <= set(manifest["versions"])
     expected = {"mel_features", "pre_encode", "pos_emb", "layer_0", "layer_1", "layer_2",
-                "enc_out", "joint_logits", "lstm_state_0"}
+                "enc_out", "joint_logits", "lstm_state_0", "decode_margins"}
     assert set(manifest["tensors"]) == expected
     assert manifest["documents"] == {"decode": "decode.json"}
 

@@ -144,3 +144,31 @@ def greedy_tdt(
         if max_symbols is not None and run >= max_symbols and duration == 0:
             t += 1
     return path
+
+
+def decision_margins(joint_logits: np.ndarray, path: GreedyPath, n_durations: int) -> np.ndarray:
+    """How firmly each emitted token was decided: per position of the decode, the smallest
+    margin (top logit minus the runner-up) of the decisions that placed it there, the token
+    and duration choices of every joint row evaluated since the previous token (the blanks and
+    their skips) and of the row that emitted it. A candidate that leaves the path at a
+    position with a small margin broke a near tie (the compare's ``logit_gap``).
+
+    Args:
+        joint_logits: ``[steps, V+1+n_durations]`` the rows of ``path``, raw.
+        path: the path those rows give (:func:`replay_path`).
+        n_durations: number of duration classes.
+
+    Returns:
+        ``[positions]`` float32 margins in the joint's logit units.
+    """
+    rows = np.asarray(joint_logits, dtype=np.float64)
+    tokens = np.sort(rows[:, : rows.shape[1] - n_durations], axis=1)
+    durations = np.sort(rows[:, rows.shape[1] - n_durations :], axis=1)
+    row_margin = tokens[:, -1] - tokens[:, -2]
+    if n_durations > 1:
+        row_margin = np.minimum(row_margin, durations[:, -1] - durations[:, -2])
+    margins = np.full(len(path.ids), np.inf)
+    for row, emitted_before in enumerate(path.row_history):
+        if emitted_before < len(path.ids):
+            margins[emitted_before] = min(margins[emitted_before], row_margin[row])
+    return margins.astype(np.float32)

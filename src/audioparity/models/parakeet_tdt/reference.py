@@ -32,7 +32,7 @@ from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
-from audioparity.models.parakeet_tdt.greedy import STRATEGY, replay_path
+from audioparity.models.parakeet_tdt.greedy import STRATEGY, decision_margins, replay_path
 
 log = logging.getLogger("audioparity")
 
@@ -168,9 +168,10 @@ def greedy_tdt_decoding(
         enc_out: ``[T', D]`` encoder output.
 
     Returns:
-        ``(decode, joint_logits [steps, V+1+n_durations], lstm_state_0 [layers, 2, H], settings)``
-        where ``decode`` is ``{"ids", "frames", "durations", "text"}`` and ``settings`` holds the
-        strategy, durations and max_symbols NeMo used.
+        ``(decode, joint_logits [steps, V+1+n_durations], lstm_state_0 [layers, 2, H], settings,
+        margins [positions])`` where ``decode`` is ``{"ids", "frames", "durations", "text"}``,
+        ``settings`` holds the strategy, durations and max_symbols NeMo used, and ``margins``
+        how firmly each token was decided (:func:`~.greedy.decision_margins`).
 
     Raises:
         AudioparityError: the model is not a TDT transducer, or the joint rows do not reproduce
@@ -234,7 +235,8 @@ def greedy_tdt_decoding(
                 f"joint_logits: greedy TDT replay gives {key} {values[:20]}..., NeMo's hypothesis "
                 f"{decode[key][:20]}... ({len(values)} vs {len(decode[key])} entries)"
             )
-    return decode, joint_logits, states[0].numpy(), settings
+    margins = decision_margins(joint_logits, path, len(durations))
+    return decode, joint_logits, states[0].numpy(), settings, margins
 
 
 def _int_list(values: Any) -> list[int]:
@@ -254,7 +256,8 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     Each dump holds ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
     ``layer_{i} [T', D]``, ``enc_out [T', D]``, ``joint_logits [steps, V+1+n_durations]`` (raw,
     one row per joint evaluation of the greedy decode), ``lstm_state_0 [layers, 2, H]`` (h then
-    c after the blank/SOS step) and ``decode.json``. Manifest fields: family, threads,
+    c after the blank/SOS step), ``decode.json`` and ``decode_margins [positions]`` (how firmly
+    each token was decided, for the compare's ``logit_gap``). Manifest fields: family, threads,
     cases_per_load (how many dumps shared the import and load whose ``seconds`` it records),
     n_layers, decoding (strategy, durations, max_symbols), audio (the file's format, see
     :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
@@ -352,13 +355,14 @@ def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: Parake
         )
 
         with writer.timed("decoding"):
-            decode, joint_logits, lstm_state, settings = greedy_tdt_decoding(
+            decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(
                 asr_model, taps["enc_out"]
             )
         writer.manifest["decoding"] = settings
         writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
         writer.add_tensor("lstm_state_0", lstm_state, "[layers, 2, H]")
         writer.add_json("decode", decode)
+        writer.add_tensor("decode_margins", margins, "[positions]")
         writer.note(
             f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows replayed "
             f"through the greedy TDT rules reproduce its ids, frames and durations"

@@ -125,8 +125,9 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
                 threads: int = 1) -> None:
     """Replay a candidate's blocks through NeMo (module notes) and write the replayed forms as a
     dump: ``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``, ``decode_replayed``
-    (``{ids, frames, durations, text}``); the manifest's ``skipped`` says, per replayed form
-    not written, why (the candidate lacks its input, or has it in another shape).
+    (``{ids, frames, durations, text}``, with its ``decode_replayed_margins``); the manifest's
+    ``skipped`` says, per replayed form not written, why (the candidate lacks its input, or has
+    it in another shape).
 
     A candidate dump that is not ``ok`` (unavailable, crashed) gives a replay of the same
     status: nothing to replay.
@@ -168,8 +169,10 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
                 writer.add_tensor(name, array, "[T, D]")
             if candidate.has("enc_out"):
                 with writer.timed("decoding"):
-                    decode, *_ = greedy_tdt_decoding(asr_model, candidate.tensor("enc_out"))
+                    decode, *_, margins = greedy_tdt_decoding(asr_model,
+                                                              candidate.tensor("enc_out"))
                 writer.add_json("decode_replayed", decode)
+                writer.add_tensor("decode_replayed_margins", margins, "[positions]")
             else:
                 skipped["decode_replayed"] = "the candidate dump has no enc_out"
         finally:
