@@ -30,8 +30,9 @@ STDERR_TAIL = 3
 
 
 def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
-              cwd: Path | None = None) -> tuple[str, str]:
-    """Run ``argv`` (its stderr also through to ours); its stdout and stderr.
+              cwd: Path | None = None, echo: bool = True) -> tuple[str, str]:
+    """Run ``argv``; its stdout and stderr. With ``echo``, its stderr also goes through to ours
+    (a job's log); a build's thousands of compiler lines do not.
 
     Raises:
         AudioparityError: it cannot start, or exits non-zero (naming the exit and the last
@@ -43,7 +44,8 @@ def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
                                 capture_output=True, text=True, errors="replace")
     except OSError as err:
         raise AudioparityError(f"{what}: cannot run {argv[0]} ({err.strerror or err})") from None
-    sys.stderr.write(result.stderr)
+    if echo:
+        sys.stderr.write(result.stderr)
     if result.returncode != 0:
         tail = " | ".join(line.strip() for line in result.stderr.splitlines()[-STDERR_TAIL:])
         raise AudioparityError(f"{what}: {Path(str(argv[0])).name} failed "
@@ -283,7 +285,7 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int) -> None:
     top.rmdir()
     for command in adapter.port.commands:
         _run_tool([arg.format(jobs=jobs) for arg in command], {}, f"build {adapter.name}",
-                  cwd=tree_root)
+                  cwd=tree_root, echo=False)
     missing = [p for p in adapter.port.products if not (tree_root / p).is_file()]
     if missing:
         raise AudioparityError(f"build {adapter.name}: {missing[0]} was not built")
