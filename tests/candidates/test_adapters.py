@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.candidates import adapter_module, f32json, registered, running
+from audioparity.candidates import Adapter, Port, adapter_module, f32json, registered, running
 from audioparity.compare.cell import apply_view
 from audioparity.errors import AudioparityError
 
@@ -182,3 +182,40 @@ def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
     assert rows["pre_encode"]["reason"] == "my.cpp does not expose it"
     assert rows["layer_1"]["status"] == "missing"
     assert "unreadable: raw/x.f32: 8 bytes, expected 48" in rows["layer_1"]["reason"]
+
+
+def snapshot(folder, script: str):
+    """A port's source snapshot: a tar.gz of one top folder holding build.sh."""
+    import io
+    import tarfile
+
+    data = script.encode()
+    with tarfile.open(folder / "toy-1.0.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("toy-1.0/build.sh")
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+
+
+TOY = Adapter(name="toy", title="toy", families=("parakeet_tdt",), output="tokens",
+              weight_types=("f32",), port=Port(archive="toy-*.tar.gz",
+                                               commands=(("sh", "build.sh", "{jobs}"),),
+                                               products=("bin/toy",)))
+
+
+def test_ports_are_built_once_and_reused(tmp_path):
+    (tmp_path / "src").mkdir()
+    snapshot(tmp_path / "src", "mkdir -p bin; echo built $1 >> ../builds; touch bin/toy\n")
+    for _ in range(2):
+        built = running.build_ports(tmp_path / "src", tmp_path / "cache", jobs=3, adapters=[TOY])
+    assert (built["toy"] / "bin/toy").is_file()
+    assert (tmp_path / "cache/builds").read_text() == "built 3\n"
+
+
+def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):
+    (tmp_path / "src").mkdir()
+    snapshot(tmp_path / "src", "echo 'error: no compiler' >&2; exit 2\n")
+    with pytest.raises(AudioparityError, match=r"build toy: sh failed \(exit code 2\): "
+                                               "error: no compiler"):
+        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[TOY])
+    with pytest.raises(AudioparityError, match="no such folder"):
+        running.build_ports(tmp_path / "nowhere", tmp_path / "cache", adapters=[TOY])

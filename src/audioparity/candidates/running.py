@@ -241,16 +241,22 @@ def _view_text(view: tuple) -> str:
     return f"{view[0]}({', '.join(map(str, view[1:]))})"
 
 
-def build_ports(source: Path, cache: Path, jobs: int = 2) -> dict[str, Path]:
-    """Build every adapter's port from its snapshot in ``source`` into ``cache`` (one folder per
-    port and snapshot, ``<archive stem>``), once: a built one is reused (seconds). Returns
-    ``{adapter: built tree}``; ``cache/<adapter>`` links to the tree.
+def build_ports(source: Path, cache: Path, jobs: int = 2,
+                adapters: Sequence[Adapter] | None = None) -> dict[str, Path]:
+    """Build the port of every adapter (``adapters``, default every registered one) that has
+    one, from its snapshot in ``source`` into ``cache`` (one folder per port and snapshot,
+    ``<archive stem>-<sha256 prefix>``), once: a built one is reused (seconds). Returns
+    ``{adapter: link}``; ``cache/<adapter>`` links to the tree.
 
     Raises:
-        AudioparityError: a snapshot missing or ambiguous, or a build step failing.
+        AudioparityError: no ``source`` folder, a snapshot missing or ambiguous, a build step
+            failing (its last lines), or a product the build did not leave.
     """
+    if not Path(source).is_dir():
+        raise AudioparityError(f"{source}: no such folder; expected the ports' source snapshots "
+                               "(PORTS_SOURCE=<folder>)")
     built = {}
-    for adapter in registered().values():
+    for adapter in registered().values() if adapters is None else adapters:
         if adapter.port is None:
             continue
         archives = sorted(Path(source).glob(adapter.port.archive))
