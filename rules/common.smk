@@ -18,7 +18,7 @@ from audioparity.candidates import registered as candidate_adapters
 from audioparity.compare.gates import resolve_gates
 from audioparity.errors import AudioparityError
 from audioparity.families import REPLAY, registered
-from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 
 SETTINGS = ("families", "fixtures")
@@ -342,17 +342,14 @@ def candidate_options(wildcards):
 def ggml_inputs(wildcards):
     """Inputs of a candidate's dump: model (or its conversion), case, code, the port's files,
     and the reference when the candidate reads it (our port's teacher-forced stages)."""
-    entry, port = _candidate(wildcards)
-    adapter = port.ADAPTER
-    if adapter.output == "dump" and not adapter.port:
-        code = family_code("ggml")(wildcards) if entry["adapter"] == OUR_PORT else src_files(
-            "guard")
-    else:
-        code = [*candidate_code(wildcards), *src_files("guard")]
+    adapter = _candidate(wildcards)[1].ADAPTER
+    if adapter.family_port:
+        code, reads = family_code("ggml")(wildcards), SPECS[wildcards.family].ggml_reads_reference
+    else:  # a tool of its own, run by `command` as is or through `candidate run`
+        runner = candidate_code(wildcards) if adapter.output != "dump" else []
+        code, reads = [*runner, *src_files("guard")], adapter.reads_reference
     inputs = {"model": converted_model(wildcards) or model_input(wildcards),
               "case": case_path(wildcards), "code": code, "port": port_files(wildcards)}
-    reads = SPECS[wildcards.family].ggml_reads_reference if entry["adapter"] == OUR_PORT else (
-        adapter.reads_reference)
     if reads:
         inputs.update(reference_of(wildcards))
     return inputs
@@ -434,7 +431,7 @@ def ggml_command(wildcards, output, threads):
     spec = SPECS[wildcards.family]
     entry, port = _candidate(wildcards)
     model = converted_model(wildcards) or model_path(wildcards)
-    if port.ADAPTER.output != "dump" or port.ADAPTER.port:
+    if port.ADAPTER.output != "dump":
         reference = (["--reference-dir", reference_case(wildcards)]
                      if port.ADAPTER.reads_reference else [])
         return shlex.join(["audioparity", "candidate", "run", "--family", wildcards.family,

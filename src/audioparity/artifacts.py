@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,25 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
+def viewed_layout(view: Sequence[Sequence[Any]], layout: str) -> str:
+    """The layout string of a tensor that holds a view of a stage of ``layout``:
+    ``[["row", 0], ["log_softmax"]]``, ``[steps, C]`` -> ``view row(0) log_softmax() of
+    [steps, C]`` (what :func:`base_layout` reads back)."""
+    steps = " ".join(f"{step[0]}({', '.join(map(str, step[1:]))})" for step in view)
+    return f"view {steps} of {layout}"
+
+
+def base_layout(layout: str) -> str:
+    """The stage's layout in a layout string: a view's prefix (:func:`viewed_layout`) dropped."""
+    text = layout.strip()
+    return text.partition(" of ")[2].strip() if text.startswith("view ") else text
+
+
+def same_layout(a: str, b: str) -> bool:
+    """Layout strings equal up to whitespace (``[T,D]`` is ``[T, D]``)."""
+    return "".join(a.split()) == "".join(b.split())
+
+
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

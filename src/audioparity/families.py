@@ -20,6 +20,22 @@ from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS
 #: The placeholder of a per-layer stage name: ``layer_{i}`` is ``layer_0``, ``layer_1``, ...
 LAYER = "{i}"
 
+def match_name(pattern: str, name: str) -> tuple[bool, int | None]:
+    """Whether ``name`` is ``pattern`` with its :data:`LAYER` placeholder (if any) a layer
+    number, and that number: ``("layer_{i}", "layer_3")`` -> ``(True, 3)``,
+    ``("enc_out", "enc_out")`` -> ``(True, None)``."""
+    found = re.fullmatch(re.escape(pattern).replace(re.escape(LAYER), r"(\d+)"), name)
+    if found is None:
+        return False, None
+    return True, int(found.group(1)) if found.groups() else None
+
+
+def concrete(pattern: str, layer: int | None) -> str:
+    """``pattern`` for layer ``layer`` (``layer_{i}``, 3 -> ``layer_3``); itself when it has no
+    :data:`LAYER` or ``layer`` is None."""
+    return pattern if layer is None else pattern.replace(LAYER, str(layer))
+
+
 #: The forms of a stage, in report order: the stage itself (``""``), its teacher-forced form
 #: (the candidate's block on the reference's input) and its replayed form (the reference's
 #: block on the candidate's input); :class:`Stage`.
@@ -69,14 +85,14 @@ class Stage:
             pattern = getattr(self, form) if form else self.name
             if pattern is None:
                 continue
-            found = re.fullmatch(re.escape(pattern).replace(re.escape(LAYER), r"(\d+)"), name)
-            if found:
-                return (int(found.group(1)) if found.groups() else None), form
+            matched, layer = match_name(pattern, name)
+            if matched:
+                return layer, form
         return None
 
     def concrete(self, layer: int | None) -> str:
         """This stage's name for layer ``layer`` (the name itself when it is not per layer)."""
-        return self.name.replace(LAYER, str(layer))
+        return concrete(self.name, layer)
 
 
 @dataclass(frozen=True)
@@ -332,4 +348,4 @@ def replayed_form(family_name: str | None, stage: str) -> str | None:
     found = spec.locate(stage) if spec is not None else None
     if found is None or found[3] or found[1].replayed is None:
         return None
-    return found[1].replayed.replace(LAYER, str(found[2]))
+    return concrete(found[1].replayed, found[2])

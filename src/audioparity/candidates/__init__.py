@@ -25,14 +25,13 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from audioparity.errors import AudioparityError
-from audioparity.families import LAYER, Option, family
+from audioparity.families import Option, concrete, family, match_name
 
 #: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
 #: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
@@ -79,11 +78,14 @@ class TensorMap:
     def match(self, name: str) -> tuple[int, int | None] | None:
         """``(index in sources, layer or None)`` when ``name`` is one of this map's sources."""
         for index, source in enumerate(self.sources()):
-            pattern = re.escape(source).replace(re.escape(LAYER), r"(\d+)")
-            found = re.fullmatch(pattern, name)
-            if found:
-                return index, int(found.group(1)) if found.groups() else None
+            matched, layer = match_name(source, name)
+            if matched:
+                return index, layer
         return None
+
+    def concrete(self, layer: int | None) -> str:
+        """The stage a file of layer ``layer`` maps onto (``layer_3`` for ``layer_{i}``)."""
+        return concrete(self.stage, layer)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ class Adapter:
             type.
         reads_reference: its commands read the reference dump of the case (``prepare``, or a
             ``{reference}`` field).
+        family_port: it is the family's own ggml port (``audioparity ggml <family>``): its
+            cells run the family's ``ggml`` entry point, and read the reference when the spec
+            says so (``ggml_reads_reference``).
         replays: by default the reference replays its blocks (``audioparity replay``): for a
             candidate whose dump holds the stages but no isolated forms.
         port: how ``make ports`` builds it, for a third-party port; None for ours.
@@ -138,6 +143,7 @@ class Adapter:
     unmapped: tuple[str, ...] = ()
     converts: bool = False
     reads_reference: bool = False
+    family_port: bool = False
     replays: bool = True
     port: Port | None = None
     notes: tuple[str, ...] = field(default=())
@@ -177,7 +183,7 @@ class Adapter:
 
     def declares_unmapped(self, name: str) -> bool:
         """Whether ``name`` is one of the files it declares :attr:`unmapped`."""
-        return any(TensorMap(pattern, "").match(name) for pattern in self.unmapped)
+        return any(match_name(pattern, name)[0] for pattern in self.unmapped)
 
     def tensor_map(self, name: str) -> tuple[TensorMap, int, int | None] | None:
         """``(map, index in its sources, layer)`` of a tensor the candidate wrote, or None."""
@@ -209,7 +215,7 @@ def _check_stages(adapter: Adapter, where: str) -> None:
     for name in adapter.families:
         spec = family(name)
         for mapping in adapter.tensors:
-            if spec.locate(mapping.stage.replace(LAYER, "0")) is None:
+            if spec.locate(mapping.concrete(0)) is None:
                 raise AudioparityError(
                     f"{where}: TensorMap {mapping.source!r} maps onto {mapping.stage!r}, no stage "
                     f"of {name}; expected one of {', '.join(s.name for s in spec.stages)}")

@@ -16,7 +16,7 @@ ADAPTER = Adapter(
     output="dump",
     weight_types=WEIGHT_TYPES,
     backends=BACKENDS,
-    reads_reference=True,
+    family_port=True,
     replays=False,
 )
 

@@ -18,12 +18,14 @@ from audioparity.artifacts import (
     _not_exposed_ok,
     _one_line,
     _read_npy_header,
+    base_layout,
     manifest_problems,
+    same_layout,
 )
 from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json
 from audioparity.compare.cell import MARGINS
 from audioparity.errors import AudioparityError
-from audioparity.families import LAYER, FamilySpec, Stage, family
+from audioparity.families import LAYER, FamilySpec, Stage, concrete, family
 from audioparity.vocabulary import DUMP_STATUSES
 
 #: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
@@ -135,9 +137,7 @@ def check(path: str | os.PathLike, family_name: str,
 def _axes(layout: str) -> list[str] | None:
     """The axes of a layout string (``[2T-1, D]`` -> ``["2T-1", "D"]``), a view's prefix
     (``view row(0) of [...]``) dropped; None when it is not ``[...]``."""
-    text = layout.strip()
-    if text.startswith("view ") and " of " in text:
-        text = text.partition(" of ")[2].strip()
+    text = base_layout(layout)
     if not (text.startswith("[") and text.endswith("]")):
         return None
     inner = text[1:-1].strip()
@@ -149,10 +149,6 @@ def _fields(layout: str) -> list[str]:
     ``...`` (more allowed)."""
     inner = layout.strip().removeprefix("{").removesuffix("}")
     return [f.strip() for f in inner.split(",") if f.strip() and f.strip() != "..."]
-
-
-def _same(a: str, b: str) -> bool:
-    return "".join(a.split()) == "".join(b.split())
 
 
 def _layers_text(layers: set[int]) -> str:
@@ -307,8 +303,8 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
             continue
         stage = found[1]
         view = conventions.get(name, {}).get("view", [])
-        if not _same(entry["layout"].partition(" of ")[2] if view else entry["layout"],
-                     stage.layout):
+        if not same_layout(base_layout(entry["layout"]) if view else entry["layout"],
+                           stage.layout):
             problems.append(f"{file}: layout {entry['layout']!r} in {MANIFEST}; expected "
                             f"{stage.layout!r} (stage {stage.name})")
         shaped.append(_Shaped(name, str(file), tuple(shape), stage.layout,
@@ -409,7 +405,7 @@ def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Chec
                             f"{adapter.name!r}; expected one of {sources}")
             continue
         mapping, index, layer = located
-        stage_name = _concrete(mapping.stage, layer)
+        stage_name = concrete(mapping.stage, layer)
         where = f"{file} ({stage_name})"
         stage_found = spec.locate(stage_name)
         if stage_found is None:
@@ -448,7 +444,7 @@ def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Chec
     layers: set[int] = set()
     for mapping in adapter.tensors:
         by_layer = found.get(mapping, {})
-        stage_found = spec.locate(_concrete(mapping.stage, 0))
+        stage_found = spec.locate(concrete(mapping.stage, 0))
         document = stage_found is not None and stage_found[1].kind == "document"
         suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
         if any(LAYER in source for source in mapping.sources()):
@@ -462,8 +458,8 @@ def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Chec
         for layer in wanted:
             for index, source in enumerate(mapping.sources()):
                 if index not in by_layer.get(layer, {}):
-                    problems.append(f"{folder}: missing {_concrete(source, layer)}{suffix} "
-                                    f"(stage {_concrete(mapping.stage, layer)}); expected "
+                    problems.append(f"{folder}: missing {concrete(source, layer)}{suffix} "
+                                    f"(stage {concrete(mapping.stage, layer)}); expected "
                                     f"{expected}")
         if len(mapping.sources()) > 1 and stage_found is not None:
             problems += _stack_problems(folder, mapping, by_layer, stage_found[1], shaped)
@@ -493,10 +489,6 @@ def _unmapped_problems(folder: Path, name: str, file: Path, suffix: str,
         return [f"{file}: unreadable JSON ({_one_line(err)}); expected the JSON document adapter "
                 f"{adapter.name!r} writes"]
     return []
-
-
-def _concrete(name: str, layer: int | None) -> str:
-    return name if layer is None else name.replace(LAYER, str(layer))
 
 
 def _mapped_shape(mapping: TensorMap, stage: Stage, stage_name: str, file: Path,

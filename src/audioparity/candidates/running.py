@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter, built_directory, sha256_of
+from audioparity.artifacts import DumpWriter, built_directory, sha256_of, viewed_layout
 from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json, registered
 from audioparity.errors import AudioparityError
-from audioparity.families import LAYER, FamilySpec, family
+from audioparity.families import FamilySpec, family
 from audioparity.guard import describe_exit
 
 log = logging.getLogger("audioparity")
@@ -174,7 +174,7 @@ def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
     out, with why under the manifest's ``unreadable``, and the other stages are compared."""
     for name, why in unreadable.items():
         found = adapter.tensor_map(name)
-        stage = _stage_name(found[0], found[2]) if found else name
+        stage = found[0].concrete(found[2]) if found else name
         writer.manifest.setdefault("unreadable", {})[stage] = why
         writer.note(f"{stage}: not compared, the candidate's file is unreadable: {why}")
     stacks: dict[str, dict[int, dict[int, np.ndarray]]] = collections.defaultdict(dict)
@@ -185,7 +185,7 @@ def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
             (unmapped if adapter.declares_unmapped(name) else unknown).append(name)
             continue
         mapping, index, layer = found
-        stage = _stage_name(mapping, layer)
+        stage = mapping.concrete(layer)
         if isinstance(value, dict):
             writer.add_json(stage, value)
         elif len(mapping.sources()) > 1:
@@ -205,11 +205,6 @@ def _import(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
     if unknown:
         writer.note(f"not compared, and unknown to adapter {adapter.name!r}: "
                     f"{', '.join(unknown)}")
-
-
-def _stage_name(mapping: TensorMap, layer: int | None) -> str:
-    """The concrete stage a file maps onto (``layer_3`` for layer 3 of ``layer_{i}``)."""
-    return mapping.stage.replace(LAYER, str(layer)) if layer is not None else mapping.stage
 
 
 def _conventions(writer: DumpWriter, mapping: TensorMap, stage: str) -> None:
@@ -233,12 +228,8 @@ def _add(writer: DumpWriter, spec: FamilySpec, mapping: TensorMap, stage: str,
         array = array[: array.shape[0] - mapping.drop_frames]
         writer.note(f"{stage}: its last {mapping.drop_frames} frame(s) dropped: {mapping.why}")
     if mapping.view:
-        layout = "view " + " ".join(_view_text(v) for v in mapping.view) + f" of {layout}"
+        layout = viewed_layout(mapping.view, layout)
     writer.add_tensor(stage, array.astype(np.float32), layout)
-
-
-def _view_text(view: tuple) -> str:
-    return f"{view[0]}({', '.join(map(str, view[1:]))})"
 
 
 def build_ports(source: Path, cache: Path, jobs: int = 2,

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump, write_text_atomic
+from audioparity.artifacts import Dump, base_layout, same_layout, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
@@ -66,11 +66,6 @@ def _stages(dump: Dump) -> dict[str, str]:
     kinds = {name: "tensor" for name in dump.tensor_names if name not in auxiliary}
     kinds.update({name: "document" for name in documents})
     return kinds
-
-
-def _same_layout(a: str, b: str) -> bool:
-    """Layout strings equal up to whitespace (``[T,D]`` is ``[T, D]``)."""
-    return "".join(a.split()) == "".join(b.split())
 
 
 def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
@@ -232,8 +227,8 @@ def _compare_stage(
     view = conventions(candidate, stage).get("view")
     if view:
         ref = apply_view(ref, view)
-        cand_layout = cand_layout.partition(" of ")[2]
-    if not _same_layout(cand_layout, ref_layout):
+        cand_layout = base_layout(cand_layout)
+    if not same_layout(cand_layout, ref_layout):
         problems.append(f"layout {cand_layout} (candidate) != {ref_layout} (reference)")
     if cand.shape[1:] == ref.shape[1:] and cand.ndim and cand.shape[0] != ref.shape[0]:
         common = min(cand.shape[0], ref.shape[0])

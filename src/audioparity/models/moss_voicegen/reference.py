@@ -47,6 +47,7 @@ from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.checkpoint import check_weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
 from audioparity.models.moss_voicegen.stages import Forward, write_generation, write_prefill
+from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -217,19 +218,17 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     requests = [text_processor.load_prompt(prompt) for prompt, _ in cases]
     check_weights(model, config)
 
-    import torch
-
-    torch.set_num_threads(threads)
-    start = time.perf_counter()
-    net = load_model(model, config)
-    seconds = {"load": round(time.perf_counter() - start, 4)}
-    log.info("moss reference: loaded %s in %.1f s, for %d case(s)", model, seconds["load"],
-             len(cases))
-    fields = {"family": "moss_voicegen", "threads": threads, "cases_per_load": len(cases),
-              "n_layers": config.n_layers, "generate_rows": generate_rows,
-              "modeling": "trust_remote_code" if config.auto_map else "built-in"}
-    for (prompt, output_dir), request in zip(cases, requests, strict=True):
-        _dump(net, model, config, prompt, request, output_dir, fields, seconds)
+    with torch_threads(threads):
+        start = time.perf_counter()
+        net = load_model(model, config)
+        seconds = {"load": round(time.perf_counter() - start, 4)}
+        log.info("moss reference: loaded %s in %.1f s, for %d case(s)", model, seconds["load"],
+                 len(cases))
+        fields = {"family": "moss_voicegen", "threads": threads, "cases_per_load": len(cases),
+                  "n_layers": config.n_layers, "generate_rows": generate_rows,
+                  "modeling": "trust_remote_code" if config.auto_map else "built-in"}
+        for (prompt, output_dir), request in zip(cases, requests, strict=True):
+            _dump(net, model, config, prompt, request, output_dir, fields, seconds)
 
 
 def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,

@@ -33,6 +33,7 @@ from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.models.parakeet_tdt.greedy import STRATEGY, decision_margins, replay_path
+from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -294,11 +295,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
               for audio, _ in cases]
     check_weights(model, config)
 
-    import torch
-
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         start = time.perf_counter()
         import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
 
@@ -311,8 +308,6 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         for (audio, output_dir), sound in zip(cases, sounds, strict=True):
             _dump(asr_model, model, audio, sound, config, output_dir,
                   {"threads": threads, "cases_per_load": len(cases)}, seconds)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig,

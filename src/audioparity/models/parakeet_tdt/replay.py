@@ -27,6 +27,7 @@ from audioparity.models.parakeet_tdt.reference import (
     preprocessor,
     restore_model,
 )
+from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -155,11 +156,7 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
             writer.set_status(candidate.status, f"the candidate dump is {candidate.status}: "
                               "nothing to replay")
             return
-        import torch
-
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             with writer.timed("load"):
                 asr_model = restore_model(model)
             with writer.timed("encoder"):
@@ -175,8 +172,6 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
                 writer.add_tensor("decode_replayed_margins", margins, "[positions]")
             else:
                 skipped["decode_replayed"] = "the candidate dump has no enc_out"
-        finally:
-            torch.set_num_threads(previous_threads)
         writer.manifest["skipped"] = skipped
         for name, why in skipped.items():
             writer.note(f"{name} not replayed: {why}")

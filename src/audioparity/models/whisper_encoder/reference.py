@@ -35,6 +35,7 @@ from audioparity.errors import AudioparityError
 from audioparity.models.whisper_encoder.checkpoint import check_weights
 from audioparity.models.whisper_encoder.config import WhisperEncoderConfig, load_config
 from audioparity.models.whisper_encoder.frontend import trim_note
+from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -154,11 +155,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     sounds = [load_audio(audio, sample_rate=rate) for audio, _ in cases]
     check_weights(model, config)
 
-    import torch
-
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         start = time.perf_counter()
         import transformers  # noqa: F401  (the one transformers import of this job)
 
@@ -171,8 +168,6 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         for (audio, output_dir), sound in zip(cases, sounds, strict=True):
             _dump(extractor, net, model, audio, sound, config, output_dir,
                   {"threads": threads, "cases_per_load": len(cases)}, seconds)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _dump(extractor: Any, net: Any, model: Path, audio: Path, sound: Audio,
