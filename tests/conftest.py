@@ -69,3 +69,17 @@ def parakeet_reference(parakeet_model: Path, clip_wav: Path,
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
     dump_reference(parakeet_model, [(clip_wav, output)], threads=1)
     return output
+
+
+def vulkan_or_skip() -> None:
+    """Skip unless this ggml-python runs Vulkan on a device (`make setup-vulkan`); with
+    AUDIOPARITY_REQUIRE_VULKAN set (CI after setup-vulkan) fail instead."""
+    from audioparity.ggml import BackendUnavailable
+    from audioparity.ggml.runtime import check_backend
+
+    try:
+        check_backend("vulkan")
+    except BackendUnavailable as err:
+        if os.environ.get("AUDIOPARITY_REQUIRE_VULKAN"):
+            pytest.fail(f"AUDIOPARITY_REQUIRE_VULKAN is set: {err}")
+        pytest.skip(f"no Vulkan here ({err}; make setup-vulkan)")

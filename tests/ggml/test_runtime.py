@@ -232,3 +232,26 @@ def test_weights_streamed_in_row_blocks_equal_one_upload(runtime, storage):
 def test_streamed_blocks_must_cover_each_weight_once(runtime, blocks, message):
     with pytest.raises(AudioparityError, match=message):
         runtime.load({"w": WEIGHT.shape}, {"w": "f32"}, iter(blocks))
+
+
+def test_a_graph_computed_again_after_another_on_two_backends():
+    """The scheduler rewires a node's source to its copy on the other backend and frees the
+    copy at its next allocation: a graph computed again after another one ran must be put back
+    as built (an abort in the scheduler before)."""
+    from tests.conftest import vulkan_or_skip
+
+    vulkan_or_skip()
+    with Runtime("vulkan", threads=1) as rt:
+        weights = rt.upload({"w": WEIGHT}, {"w": "f32"})
+        first, second = rt.graph(), rt.graph()
+        first.output("y", ggml.ggml_mul_mat(first.ctx, weights["w"],
+                                            first.input("x", ACTIVATION)))
+        second.output("z", ggml.ggml_scale(second.ctx, second.input("x", ACTIVATION), 2.0))
+        with first, second:
+            for scale in (1.0, -3.0):
+                first.set("x", ACTIVATION * np.float32(scale))
+                got = first.compute()["y"]
+                # loose: ggml-vulkan may round an f32 matmul's operands to f16 (fp16 devices)
+                np.testing.assert_allclose(got, scale * ACTIVATION @ WEIGHT.T, rtol=1e-2,
+                                           atol=5e-2)
+                np.testing.assert_array_equal(second.compute()["z"], 2 * ACTIVATION)

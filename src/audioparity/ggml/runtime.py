@@ -31,8 +31,10 @@ Design (facts about ggml-python 0.0.45 measured for this project):
   side-effect nodes (writes into :class:`State`) join with :meth:`Graph.expand`. Nodes enter the
   graph in the order of the :meth:`Graph.output` / :meth:`Graph.expand` calls, which is the order
   ggml computes them in. A graph can be computed again with new input values of the same shapes
-  (:meth:`Graph.set`); several graphs may stay open and be computed in turn (the scheduler
-  re-allocates on each switch).
+  (:meth:`Graph.set`); several graphs may stay open and be computed in turn: the scheduler
+  re-allocates on each switch, after the graph is put back as it was built (the scheduler
+  rewires a node's source to a copy on another backend, and frees those copies at its next
+  allocation; a graph recomputed after another one ran would point at freed tensors).
 - :mod:`audioparity.ggml.ops` holds the few operators whose ggml implementation depends on a
   weight's type (e.g. depthwise convolution), so model code stays free of type branches.
 
@@ -64,11 +66,17 @@ functions, fixed at import (:func:`_fix_bindings`).
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
+import functools
 import logging
 import os
+import re
+import sys
+import tempfile
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -89,6 +97,7 @@ __all__ = [
     "State",
     "Weights",
     "build_info",
+    "capturing_graphs",
     "doctor",
     "numpy_shape",
     "open_runtime",
@@ -204,6 +213,49 @@ def storage_or_fallback(name: str, wanted: str, shape: tuple[int, ...],
     return FALLBACK_STORAGE
 
 
+#: A device line ggml-vulkan prints when it starts: ``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6,
+#: 256 bits) (llvmpipe) | uma: 0 | fp16: 1 | bf16: 0 | warp size: 8 | ...``.
+_VULKAN_DEVICE = re.compile(r"^ggml_vulkan: (\d+) = (.*) \(([^()]*)\) \| (.*)$")
+#: Environment variables of the ggml backends (GGML_VK_DISABLE_F16, GGML_CUDA_FORCE_MMQ, ...),
+#: recorded in every dump's manifest (``backend_env``): they change what a backend computes.
+_BACKEND_ENV = re.compile(r"^GGML_(VK|VULKAN|CUDA|SCHED)_")
+
+
+@functools.cache
+def _device_properties() -> dict[str, dict[str, str]]:
+    """What the backends report of their devices as ggml starts them, by ggml device name
+    (``Vulkan0``): for Vulkan, the name, the driver, and the features ggml-vulkan uses (``fp16``,
+    ``bf16``, ``warp size`` (the subgroup size), ``shared memory``, ``int dot``, ``matrix
+    cores``). ggml-vulkan prints them to stderr at its first use, so that first use happens
+    here with stderr read (and written back: the lines still reach a log)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            ggml.ggml_backend_dev_count()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode(errors="replace")
+    sys.stderr.write(text)
+    found = {}
+    for line in text.splitlines():
+        match = _VULKAN_DEVICE.match(line.strip())
+        if match:
+            fields = dict(part.split(": ", 1) for part in match.group(4).split(" | ")
+                          if ": " in part)
+            found[f"Vulkan{match.group(1)}"] = {"name": match.group(2), "driver": match.group(3),
+                                                **fields}
+    return found
+
+
+def backend_env() -> dict[str, str]:
+    """The ggml backend settings in this process's environment (``GGML_VK_*``, ...)."""
+    return {key: value for key, value in sorted(os.environ.items()) if _BACKEND_ENV.match(key)}
+
+
 def _backend_built_in(backend: str) -> bool:
     flag = _BUILT_IN_FLAGS.get(backend)
     return flag is None or bool(getattr(ggml, flag, False))
@@ -219,7 +271,12 @@ def _init_backend(backend: str, device: int):
         )
     count = ggml.ggml_backend_reg_dev_count(reg)
     if not 0 <= device < count:
-        raise BackendUnavailable(f"backend {backend!r} has {count} device(s); no device {device}")
+        hint = (": ggml-vulkan lists a CPU driver (lavapipe) only when GGML_VK_VISIBLE_DEVICES "
+                "names it (e.g. GGML_VK_VISIBLE_DEVICES=0; `audioparity doctor` lists them)"
+                if backend == "vulkan" and count == 0 and
+                "GGML_VK_VISIBLE_DEVICES" not in os.environ else "")
+        raise BackendUnavailable(f"backend {backend!r} has {count} device(s); no device "
+                                 f"{device}{hint}")
     handle = ggml.ggml_backend_dev_init(ggml.ggml_backend_reg_dev_get(reg, device), None)
     if not handle:
         raise BackendUnavailable(f"backend {backend!r} device {device} failed to initialise")
@@ -234,9 +291,11 @@ def doctor() -> dict:
     """What this ggml-python can run: versions, backends built in, devices, CPU features.
 
     Returns a JSON-serialisable dict: ``ggml_python`` and ``ggml`` versions, ``backends``
-    (name -> built in), ``devices`` (registry name, device name, description, type, memory),
-    and ``cpu_features`` (ggml_cpu_has_* that are set).
+    (name -> built in), ``devices`` (registry name, device name, description, type, memory,
+    and what the backend reports of it: for Vulkan the driver, fp16, the subgroup size, ...),
+    ``backend_env`` (:func:`backend_env`) and ``cpu_features`` (ggml_cpu_has_* that are set).
     """
+    properties = _device_properties()
     devices = []
     for i in range(ggml.ggml_backend_dev_count()):
         dev = ggml.ggml_backend_dev_get(i)
@@ -248,6 +307,8 @@ def doctor() -> dict:
             "description": ggml.ggml_backend_dev_description(dev).decode(),
             "type": _dev_type_name(ggml.ggml_backend_dev_type(dev)),
             "memory_total_bytes": int(total.value),
+            **({"properties": properties[name]} if (name := ggml.ggml_backend_dev_name(
+                dev).decode()) in properties else {}),
         })
     registries = {ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode()
                   for i in range(ggml.ggml_backend_reg_count())}
@@ -260,8 +321,42 @@ def doctor() -> dict:
         },
         "registries": sorted(registries),
         "devices": devices,
+        "backend_env": backend_env(),
+        "notes": _doctor_notes(registries, devices),
         **build_info(),
     }
+
+
+def check_backend(backend: str, report: dict | None = None) -> str:
+    """One line naming the device ``backend`` runs on (its first, as the workflow's cells do).
+
+    Raises:
+        BackendUnavailable: the backend is not built in, or lists no device (with
+            :func:`doctor`'s note on why).
+    """
+    report = report or doctor()
+    if not report["backends"][backend]:
+        raise BackendUnavailable(f"backend {backend!r} is not built into ggml-python "
+                                 f"{report['ggml_python']} (make setup-{backend})")
+    registry = _REGISTRY_NAMES[backend].decode()
+    devices = [d for d in report["devices"] if d["registry"] == registry]
+    if not devices:
+        raise BackendUnavailable(f"backend {backend!r} lists no device"
+                                 + "".join(f"; {note}" for note in report["notes"]))
+    device = devices[0]
+    features = ", ".join(f"{k} {v}" for k, v in device.get("properties", {}).items()
+                         if k != "name")
+    return f"{backend}: device 0 of {len(devices)} is {device['description']}" + (
+        f" ({features})" if features else "")
+
+
+def _doctor_notes(registries: set[str], devices: list[dict]) -> list[str]:
+    """What a reader of :func:`doctor` should know: a Vulkan build that lists no device."""
+    if "Vulkan" in registries and not any(d["registry"] == "Vulkan" for d in devices) and (
+            "GGML_VK_VISIBLE_DEVICES" not in os.environ):
+        return ["Vulkan is built in but lists no device: ggml-vulkan skips CPU drivers "
+                "(lavapipe) unless GGML_VK_VISIBLE_DEVICES names them (e.g. 0)"]
+    return []
 
 
 def build_info() -> dict:
@@ -316,6 +411,10 @@ class Runtime:
         self._sched = ggml.ggml_backend_sched_new(array, None, len(handles), graph_size,
                                                   False, False)
         self._active: Graph | None = None  # the graph whose allocation the scheduler holds
+        self._persistent: set[int] = set()  # buffers of weights and state (outlive graphs)
+        #: What each graph is handed to at its first compute (:func:`capturing_graphs`), or
+        #: None.
+        self.capture = None
         self._finalizer = weakref.finalize(self, _free_runtime, self._sched, list(handles))
 
     @property
@@ -370,6 +469,8 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
         reason, and the caller writes nothing more (the dump is still a valid one).
     """
     writer.manifest["ggml_build"] = build_info()
+    writer.manifest["backend_env"] = backend_env()
+    properties = _device_properties()
     try:
         runtime = Runtime(backend, device=device, threads=threads)
     except BackendUnavailable as err:
@@ -377,7 +478,30 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
         logging.getLogger("audioparity").info("%s: unavailable (%s)", writer.output_dir, err)
         return None
     writer.manifest["device_description"] = runtime.device_description
+    device_name = ggml.ggml_backend_dev_name(ggml.ggml_backend_get_device(runtime.backend))
+    if device_name.decode() in properties:
+        writer.manifest["device_properties"] = properties[device_name.decode()]
+    capture = _CAPTURE.get()
+    if capture is not None:
+        runtime.capture = capture(writer)
     return runtime
+
+
+_CAPTURE = contextvars.ContextVar("audioparity_graph_capture", default=None)
+
+
+@contextmanager
+def capturing_graphs(capture) -> Iterator[None]:
+    """Within the block, every runtime :func:`open_runtime` opens gets ``capture(writer)`` as
+    its :attr:`Runtime.capture`: an object whose ``save(gf, inputs=..., outputs=..., kinds=...)``
+    each graph calls once, at its first compute (:class:`audioparity.ggml.graphs.GraphCapture`,
+    for a drill-down). The runtime itself imports none of it, so a dump's code inputs stay the
+    runtime's."""
+    token = _CAPTURE.set(capture)
+    try:
+        yield
+    finally:
+        _CAPTURE.reset(token)
 
 
 def _free_runtime(sched, handles) -> None:
@@ -450,7 +574,9 @@ class _Tensors(Mapping):
             if not self._buffer:
                 raise AudioparityError(f"could not allocate {len(shapes)} {self._what}s on "
                                        f"{runtime.backend_name}")
-        self._finalizer = weakref.finalize(self, _free_tensors, self._ctx, self._buffer)
+            runtime._persistent.add(self._buffer)
+        self._finalizer = weakref.finalize(self, _free_tensors, self._ctx, self._buffer,
+                                           runtime._persistent)
 
     def __getitem__(self, name: str):
         try:
@@ -598,10 +724,17 @@ class State(_Tensors):
             ggml.ggml_backend_buffer_clear(self._buffer, 0)
 
 
-def _free_tensors(ctx, buffer) -> None:
+def _free_tensors(ctx, buffer, persistent: set[int]) -> None:
     if buffer:
+        persistent.discard(buffer)
         ggml.ggml_backend_buffer_free(buffer)
     ggml.ggml_free(ctx)
+
+
+def _address(pointer) -> int | None:
+    """The address a ctypes pointer holds (None for NULL): an element read from a ctypes
+    array aliases the array's slot, so a later write to the slot would change it."""
+    return ctypes.cast(pointer, ctypes.c_void_p).value
 
 
 class Graph:
@@ -627,6 +760,8 @@ class Graph:
         self._gf = ggml.ggml_new_graph_custom(self.ctx, runtime.graph_size, False)
         self._expanded = False
         self._computed = False
+        self._sources: dict[int, tuple[int | None, ...]] | None = None  # node sources as built
+        self._saved = False
         self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
 
     def input(self, name: str, array: np.ndarray):
@@ -722,8 +857,11 @@ class Graph:
         if not self._outputs and not self._expanded:
             raise AudioparityError("graph has no outputs and no expanded nodes")
         self._computed = True
+        if rt.capture is not None and not self._saved:  # as built: a backend may reorder
+            self._save(rt.capture)
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
+            self._as_built()
             if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
                 raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
                                        f"on {rt.backend_name}")
@@ -744,6 +882,48 @@ class Graph:
             ggml.ggml_backend_tensor_get(tensor, _ptr(out), 0, out.nbytes)
             results[name] = out
         return results
+
+    def _save(self, capture) -> None:
+        """Hand this graph as built, with the values its inputs get now, to ``capture``
+        (:func:`capturing_graphs`); a leaf that is no input is a ``weight`` (in a buffer of
+        usage WEIGHTS) or ``state``."""
+        def kind(tensor) -> str:
+            buffer = tensor.contents.buffer
+            weights = ggml.ggml_backend_buffer_get_usage(buffer) == (
+                ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+            return "weight" if weights else "state"
+
+        capture.save(self._gf, inputs=self._inputs,
+                     outputs={name: tensor for name, (tensor, _) in self._outputs.items()},
+                     kinds=kind)
+        self._saved = True
+
+    def _as_built(self) -> None:
+        """Put the graph back as it was built before the scheduler allocates it (again).
+
+        At its first allocation the graph's node sources are recorded. At a later one (another
+        graph ran in between) each node gets those sources back, since the scheduler had
+        rewired some to its copies on the other backend, which it has freed since; and every
+        tensor of this graph's context that is not a view of the runtime's weights or state is
+        unplaced, since the allocator takes a tensor with ``data`` as allocated and the
+        scheduler a tensor with a ``buffer`` as living there, and both are stale now.
+        """
+        nodes = [ggml.ggml_graph_node(self._gf, i) for i in range(self.n_nodes)]
+        if self._sources is None:  # by address: a backend may reorder the nodes it computes
+            self._sources = {_address(node): tuple(_address(source)
+                                                   for source in node.contents.src)
+                             for node in nodes}
+            return
+        for node in nodes:
+            for j, address in enumerate(self._sources[_address(node)]):
+                node.contents.src[j] = ctypes.cast(address, ctypes.POINTER(ggml.ggml_tensor))
+        persistent = self._runtime._persistent
+        tensor = ggml.ggml_get_first_tensor(self.ctx)
+        while tensor:
+            if tensor.contents.buffer is not None and tensor.contents.buffer not in persistent:
+                tensor.contents.data = None
+                tensor.contents.buffer = None
+            tensor = ggml.ggml_get_next_tensor(self.ctx, tensor)
 
     def close(self) -> None:
         """Free the graph context (the scheduler's allocation is dropped with it)."""
