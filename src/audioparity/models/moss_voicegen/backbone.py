@@ -156,7 +156,10 @@ def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, c
                                 start, n)
     values = cache.store_and_read(g, "v", layer, v, start, n)
     total = start + n
-    keys = ggml.ggml_permute(ctx, ggml.ggml_reshape_3d(ctx, keys, hd, kv_heads, total), 0, 2, 1, 3)
+    # contiguous keys keep q k^T in f32 on Vulkan (ggml-vulkan converts a strided left-hand
+    # side to f16 first)
+    keys = ggml.ggml_cont(ctx, ggml.ggml_permute(
+        ctx, ggml.ggml_reshape_3d(ctx, keys, hd, kv_heads, total), 0, 2, 1, 3))
     values = ggml.ggml_cont(ctx, ggml.ggml_permute(
         ctx, ggml.ggml_reshape_3d(ctx, values, hd, kv_heads, total), 1, 2, 0, 3))
     # a contiguous q keeps q k^T in llamafile's sgemm (a strided one runs a dot product at a time)

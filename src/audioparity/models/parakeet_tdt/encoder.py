@@ -158,10 +158,12 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
         return ggml.ggml_permute(ctx, t, 0, 2, 1, 3)
 
     # Contiguous queries keep the q k^T and q p^T products in llamafile's sgemm (the CPU backend
-    # computes a strided right-hand side one dot product at a time: 3x slower at v3's shape).
+    # computes a strided right-hand side one dot product at a time: 3x slower at v3's shape);
+    # contiguous keys and positions keep them in f32 on Vulkan (ggml-vulkan converts a strided
+    # left-hand side to f16 first).
     q_u = ggml.ggml_cont(ctx, per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])))
     q_v = ggml.ggml_cont(ctx, per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])))
-    bd = ggml.ggml_mul_mat(ctx, per_head(p), q_v)  # [H, T, 2T-1] (ne [2T-1, T, H])
+    bd = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(p)), q_v)  # ne [2T-1, T, H]
     bd = rel_shift(ctx, bd, n_frames)  # [H, T, T]
     if flash_attention:
         mask = ggml.ggml_cast(ctx, ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale),
@@ -169,7 +171,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
         out = ggml.ggml_flash_attn_ext(ctx, q_u, per_head(k), per_head(v), mask, scale, 0.0, 0.0)
         # out ne [d_k, H, T]: already heads-then-time
     else:
-        ac = ggml.ggml_mul_mat(ctx, per_head(k), q_u)  # [H, T_q, T_k] (ne [T_k, T_q, H])
+        ac = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(k)), q_u)  # ne [T_k, T_q, H]
         attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), None, scale, 0.0)
         # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
         pad = -n_frames % SGEMM_INNER_MULTIPLE

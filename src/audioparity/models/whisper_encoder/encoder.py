@@ -134,9 +134,11 @@ def self_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
     q = ggml.ggml_scale(ctx, linear(ctx, w, prefix + "q_proj", x), head_dim**-0.5)
     k = linear(ctx, w, prefix + "k_proj", x)
     v = linear(ctx, w, prefix + "v_proj", x)
-    # A contiguous query keeps q k^T in llamafile's sgemm.
+    # A contiguous query keeps q k^T in llamafile's sgemm; contiguous keys keep it in f32 on
+    # Vulkan (ggml-vulkan converts a strided left-hand side to f16 first).
     q = ggml.ggml_cont(ctx, per_head(heads(q)))
-    scores = ggml.ggml_mul_mat(ctx, per_head(heads(k)), q)  # [H, T_q, T_k] (ne [T_k, T_q, H])
+    k = ggml.ggml_cont(ctx, per_head(heads(k)))
+    scores = ggml.ggml_mul_mat(ctx, k, q)  # [H, T_q, T_k] (ne [T_k, T_q, H])
     probs = ggml.ggml_soft_max_ext(ctx, scores, None, 1.0, 0.0)
     # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
     pad = -n_frames % SGEMM_INNER_MULTIPLE
