@@ -109,6 +109,8 @@ class DumpWriter:
     ) -> None:
         self.output_dir = Path(output_dir)
         self.partial = self.output_dir.with_name(self.output_dir.name + ".partial")
+        #: The stage :meth:`timed` is timing now, None outside one.
+        self.running: str | None = None
         self.manifest: dict[str, Any] = {
             "producer": producer,
             "model": None if model is None else {"path": str(model), "sha256": sha256_of(model)},
@@ -178,19 +180,17 @@ class DumpWriter:
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
-        """Record the wall-clock seconds of a stage under ``manifest["seconds"][stage]``."""
+        """Record the wall-clock seconds of a stage under ``manifest["seconds"][stage]``; the
+        stage is :attr:`running` meanwhile."""
         start = time.perf_counter()
-        yield
+        self.running = stage
+        try:
+            yield
+        finally:
+            self.running = None
         self.manifest["seconds"][stage] = round(time.perf_counter() - start, 4)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temp file in the same folder, then rename,
-    so a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
 def viewed_layout(view: Sequence[Sequence[Any]], layout: str) -> str:
     """The layout string of a tensor that holds a view of a stage of ``layout``:
     ``[["row", 0], ["log_softmax"]]``, ``[steps, C]`` -> ``view row(0) log_softmax() of
@@ -210,6 +210,13 @@ def same_layout(a: str, b: str) -> bool:
     return "".join(a.split()) == "".join(b.split())
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temp file in the same folder, then rename,
+    so a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

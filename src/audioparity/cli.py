@@ -53,17 +53,40 @@ def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -
                                 help=f"{option.help} (default {option.default})")
 
 
+def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:
+    """The arguments of one ggml dump of ``spec``'s port (``ggml`` and ``drilldown`` take them)."""
+    p.set_defaults(spec=spec)
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
+                   metavar=spec.input.upper(), help=f"{spec.input} file")
+    if spec.ggml_reads_reference:
+        p.add_argument("--reference-dir", required=True, type=Path,
+                       help="reference dump of the same model and input: what the "
+                       "teacher-forced stages are fed")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--weight-type", default="native",
+                   type=_value("weight type", choices=WEIGHT_TYPES),
+                   help="storage type of the matmul weights; native: the checkpoint's")
+    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    _add_options(p, spec, "ggml")
+
+
 def _family_commands(sub) -> None:
-    """``fixture``, ``reference`` and ``ggml``, each with one subcommand per registered family."""
+    """``fixture``, ``reference``, ``ggml``, ``replay`` and ``drilldown``, each with one
+    subcommand per registered family."""
     specs = registered().values()
     fixture = sub.add_parser("fixture", help="build a tiny seeded model (tests, default run)")
     reference = sub.add_parser("reference", help="dump reference activations (PyTorch/NeMo)")
     ggml = sub.add_parser("ggml", help="dump activations from the built-in ggml port")
     replay = sub.add_parser(REPLAY, help="the reference's blocks run on a candidate's own "
                             "inputs to them (docs/candidates.md, \"Replay\")")
-    fixture_sub, reference_sub, ggml_sub, replay_sub = (
+    drilldown = sub.add_parser("drilldown", help="run the port's graphs node by node on two "
+                               "backends; name the first op that breaks (drilldown.json)")
+    fixture_sub, reference_sub, ggml_sub, replay_sub, drilldown_sub = (
         command.add_subparsers(dest="family", required=True, metavar="FAMILY")
-        for command in (fixture, reference, ggml, replay))
+        for command in (fixture, reference, ggml, replay, drilldown))
     for spec in specs:
         p = fixture_sub.add_parser(spec.command, help=f"tiny seeded {spec.title}")
         p.set_defaults(spec=spec)
@@ -85,23 +108,20 @@ def _family_commands(sub) -> None:
         p.add_argument("--threads", type=int, default=1)
         _add_options(p, spec, "reference")
 
-        p = ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port")
-        p.set_defaults(spec=spec)
-        p.add_argument("--model", required=True, type=Path, help=spec.model)
-        p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
-                       metavar=spec.input.upper(), help=f"{spec.input} file")
-        if spec.ggml_reads_reference:
-            p.add_argument("--reference-dir", required=True, type=Path,
-                           help="reference dump of the same model and input: what the "
-                           "teacher-forced stages are fed")
-        p.add_argument("--output-dir", required=True, type=Path)
-        p.add_argument("--weight-type", default="native",
-                       type=_value("weight type", choices=WEIGHT_TYPES),
-                       help="storage type of the matmul weights; native: the checkpoint's")
-        p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
-        p.add_argument("--device", type=int, default=0)
-        p.add_argument("--threads", type=int, default=1)
-        _add_options(p, spec, "ggml")
+        _ggml_arguments(ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port"),
+                        spec)
+
+        p = drilldown_sub.add_parser(spec.command, help=f"{spec.title}: drill into a cell")
+        _ggml_arguments(p, spec)
+        p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS),
+                       help="the backend it is compared with (default cpu)")
+        p.add_argument("--cell", type=Path, help="the cell's comparison with --against "
+                       "(audioparity compare): drill only if a stage fails there")
+        p.add_argument("--cell-output", type=Path,
+                       help="the cell's rows again, the failing ones with first_bad_op")
+        p.add_argument("--phase", action="append", default=[],
+                       help="only the graphs of this dump stage (encoder, layers_isolated, "
+                       "...); repeatable")
 
         if REPLAY in spec.entry_points:
             p = replay_sub.add_parser(spec.command, help=f"{spec.title}: replay a candidate")
@@ -202,6 +222,8 @@ def _parser() -> argparse.ArgumentParser:
     ports.add_argument("--source", required=True, type=Path, help="folder of .tar.gz snapshots")
     ports.add_argument("--cache", required=True, type=Path, help="where the builds stay")
     ports.add_argument("--jobs", type=int, default=2)
+    ports.add_argument("--vulkan", action="store_true",
+                       help="also the Vulkan build of each port that has one (make setup-vulkan)")
 
     digest = sub.add_parser(
         "digest", help="write DUMP.sha256 beside each dump: the hash of what later stages read")
@@ -225,7 +247,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--adapter", help="the candidate's adapter: DIR is its tool's raw output "
                        "(f32json, npy); omitted: DIR is a dump of the contract")
 
-    sub.add_parser("doctor", help="which backends are built in, library versions")
+    p = sub.add_parser("doctor", help="which backends are built in, their devices, library "
+                       "versions")
+    p.add_argument("--backend", type=_value("backend", choices=BACKENDS),
+                   help="also fail (exit 1) unless this backend is built in and has a device")
+    p = sub.add_parser("repro", help="rerun a drill-down's saved graph (its repro/ folder) node "
+                       "by node on a backend against another")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--backend", required=True, type=_value("backend", choices=BACKENDS))
+    p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
     return parser
 
 
@@ -328,6 +360,19 @@ def _run(args: argparse.Namespace) -> int:
             args.model, args.input, args.output_dir, weight_type=args.weight_type,
             backend=args.backend, device=args.device, threads=args.threads, **reference,
             **_options(args, "ggml"))
+    elif args.command == "drilldown":
+        from audioparity.drilldown import drill_cell
+
+        drill_cell(args.spec, model=args.model, case=args.input,
+                   reference_dir=getattr(args, "reference_dir", None),
+                   weight_type=args.weight_type, backend=args.backend, against=args.against,
+                   device=args.device, threads=args.threads, options=_options(args, "ggml"),
+                   output_dir=args.output_dir, cell=args.cell, cell_output=args.cell_output,
+                   phases=args.phase)
+    elif args.command == "repro":
+        from audioparity.drilldown import rerun_repro
+
+        print(rerun_repro(args.folder, args.backend, args.against, args.device, args.threads))
     elif args.command == REPLAY:
         args.spec.entry_point(REPLAY)(args.model, args.input, args.candidate_dir,
                                       args.output_dir, threads=args.threads)
@@ -346,7 +391,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "ports":
         from audioparity.candidates.running import build_ports
 
-        for name, tree in build_ports(args.source, args.cache, args.jobs).items():
+        for name, tree in build_ports(args.source, args.cache, args.jobs,
+                                      vulkan=args.vulkan).items():
             print(f"{name}: {tree}")
     elif args.command == "digest":
         from audioparity.artifacts import write_digest
@@ -396,7 +442,12 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "doctor":
         from audioparity.ggml import doctor
 
-        print(json.dumps(doctor(), indent=2))
+        report = doctor()
+        print(json.dumps(report, indent=2))
+        if args.backend:
+            from audioparity.ggml.runtime import check_backend
+
+            print(check_backend(args.backend, report), file=sys.stderr)
     return 0
 
 
@@ -408,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # a line per file it writes
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     try:
         return _run(args)

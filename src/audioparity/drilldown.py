@@ -1,0 +1,297 @@
+"""The drill-down of a cell one backend computes differently from another: the family's ggml
+port run on both with every graph saved, each graph run node by node on both backends
+(:func:`audioparity.ggml.graphs.drill_down`), the first op that breaks named.
+
+A drill-down folder holds ``drilldown.json`` (below), ``dumps/<backend>/`` (the two dumps, each
+with its ``graphs/``) and ``repro/`` (the graph of the first bad op as both backends built it,
+and the one command that reruns it: ``audioparity repro DIR --backend B``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from audioparity.artifacts import built_directory, write_text_atomic
+from audioparity.errors import AudioparityError
+from audioparity.families import FamilySpec
+
+log = logging.getLogger("audioparity")
+
+DRILLDOWN = "drilldown.json"
+DUMPS = "dumps"
+REPRO = "repro"
+#: Row statuses a drill-down looks into: a stage that was compared and disagrees.
+DRILLED = ("fail",)
+
+
+def failing_stages(cell: Path) -> list[str]:
+    """The stages of a cell file (``audioparity compare`` rows) whose status is ``fail``.
+
+    Raises:
+        AudioparityError: an unreadable cell file.
+    """
+    from audioparity.report.summary import read_cell
+
+    return [row["stage"] for row in read_cell(cell) if row["status"] in DRILLED]
+
+
+def drill_cell(spec: FamilySpec, *, model: Path, case: Path, reference_dir: Path | None,
+               weight_type: str, backend: str, against: str = "cpu", device: int = 0,
+               threads: int = 1, options: Mapping[str, Any], output_dir: Path,
+               cell: Path | None = None, cell_output: Path | None = None,
+               phases: Sequence[str] = ()) -> dict:
+    """Drill into one cell of ``spec``'s ggml port on ``backend`` against ``against``.
+
+    Args:
+        spec: the family; its ``ggml`` entry point is run on both backends in this process.
+        model, case, reference_dir, weight_type, device, threads, options: the cell's dump, as
+            ``audioparity ggml`` takes them (``reference_dir`` for a family whose dump reads it).
+        backend, against: the ggml backend of the cell and the one it is compared with.
+        output_dir: the drill-down folder (module docstring), written atomically.
+        cell: the cell's comparison with ``against`` (``audioparity compare --label
+            against=...``): without a failing stage (and no ``phases``) nothing is run and
+            ``drilldown.json`` says so.
+        cell_output: where to write the cell's rows again, each failing row with its
+            ``first_bad_op``.
+        phases: only the graphs computed in these dump stages (``seconds`` keys of the dump:
+            ``encoder``, ``layers_isolated``, ...); default every graph.
+
+    Returns:
+        What ``drilldown.json`` holds: ``status`` (``drilled`` or ``not needed``), the failing
+        stages, per graph its phase, outputs, structure and every node's NMSE, and the cell's
+        ``first_bad`` and ``first_not_float32`` nodes.
+
+    Raises:
+        AudioparityError: an unreadable cell, a dump the port refuses, or graphs that cannot be
+            paired (the two dumps computed different numbers of graphs in a phase asked for).
+    """
+    failing = failing_stages(cell) if cell is not None else []
+    result: dict[str, Any] = {"backend": backend, "against": against, "weight_type": weight_type,
+                              "failing_stages": failing}
+    with built_directory(output_dir) as out:
+        if cell is not None and not failing and not phases:
+            result.update(status="not needed",
+                          reason=f"every stage agrees with {against} within its gate")
+        else:
+            result.update(status="drilled", **_drill(spec, out, Path(output_dir), model=model,
+                                                     case=case,
+                                                     reference_dir=reference_dir,
+                                                     weight_type=weight_type, backend=backend,
+                                                     against=against, device=device,
+                                                     threads=threads, options=options,
+                                                     phases=phases))
+        write_text_atomic(out / DRILLDOWN, json.dumps(result, indent=1, default=str) + "\n")
+    if cell_output is not None:
+        _rows_with_first_bad_op(cell, cell_output, result)
+    log.info("drilldown %s on %s vs %s: %s", output_dir, backend, against,
+             first_bad_text(result) or result["status"])
+    return result
+
+
+def _drill(spec: FamilySpec, out: Path, final: Path, *, model, case, reference_dir,
+           weight_type, backend, against, device, threads, options, phases) -> dict:
+    """The drill-down into ``out`` (built in place of ``final``, the folder it becomes)."""
+    from audioparity.ggml import capturing_graphs
+    from audioparity.ggml.graphs import GRAPHS, GraphCapture
+
+    dumps = {}
+    with capturing_graphs(GraphCapture.of_dump):
+        for name in (against, backend):
+            dumps[name] = out / DUMPS / name
+            reference = {"reference_dir": reference_dir} if spec.ggml_reads_reference else {}
+            spec.entry_point("ggml")(model, case, dumps[name], weight_type=weight_type,
+                                     backend=name, device=device, threads=threads,
+                                     **reference, **options)
+    pairs = _pairs(dumps[against] / GRAPHS, dumps[backend] / GRAPHS, phases)
+    graphs = _compare_graphs(pairs, against, backend, device, threads, out)
+    first_bad = next(({**(g.get("first_bad") or {"verdict": "aborted", "why": g["aborted"]}),
+                       "graph": g["graph"], "phase": g["phase"]}
+                      for g in graphs if g.get("first_bad") or g.get("aborted")), None)
+    first_f32 = next(({**g["first_not_float32"], "graph": g["graph"], "phase": g["phase"]}
+                      for g in graphs if g.get("first_not_float32")), None)
+    shown = first_bad or first_f32
+    chosen = next((pair for pair in pairs if shown and pair[0].name == str(shown["graph"])),
+                  pairs[0] if pairs else None)
+    repro = _write_repro(out / REPRO, final / REPRO, chosen, against, backend) if chosen else None
+    return {"graphs": graphs, "first_bad": first_bad, "first_not_float32": first_f32,
+            "repro": repro}
+
+
+def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Path, Path]]:
+    """The saved graphs of both dumps, paired in compute order (only ``phases``' if given)."""
+    def listed(folder: Path) -> list[Path]:
+        if not folder.is_dir():
+            return []
+        return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+    base, other = listed(baseline), listed(target)
+    if len(base) != len(other):
+        raise AudioparityError(f"{target}: {len(other)} graphs; {baseline} has {len(base)}: the "
+                               "two backends did not compute the same sequence of graphs")
+    pairs = list(zip(base, other, strict=True))
+    if phases:
+        from audioparity.ggml.graphs import GRAPH
+
+        pairs = [pair for pair in pairs
+                 if json.loads((pair[1] / GRAPH).read_text()).get("phase") in phases]
+        if not pairs:
+            raise AudioparityError(f"{target}: no graph computed in {', '.join(phases)}")
+    return pairs
+
+
+def _compare_graphs(pairs: list[tuple[Path, Path]], against: str, backend: str, device: int,
+                    threads: int, out: Path) -> list[dict]:
+    """Each pair through :func:`audioparity.ggml.graphs.drill_down`, in child processes: an op
+    ggml cannot run as given aborts the process (a failed GGML_ASSERT), so a child that dies
+    leaves a record of the graph it died in, and the next child goes on after it."""
+    results: list[dict] = []
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    todo = list(enumerate(pairs))
+    while todo:
+        listing = work / "pairs.json"
+        listing.write_text(json.dumps([[k, str(a), str(b)] for k, (a, b) in todo]))
+        done = work / "done.jsonl"
+        done.unlink(missing_ok=True)
+        run = subprocess.run(
+            [sys.executable, "-m", "audioparity.ggml.graphs", str(listing), str(done),
+             "--baseline", against, "--target", backend, "--device", str(device),
+             "--threads", str(threads)],
+            capture_output=True, text=True, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
+        finished = [json.loads(line) for line in done.read_text().splitlines()] if (
+            done.exists()) else []
+        results.extend(finished)
+        todo = todo[len(finished):]
+        if run.returncode != 0 and todo:
+            k, (_, folder) = todo.pop(0)
+            why = _last_line(run.stderr) or f"exit status {run.returncode}"
+            results.append({"graph": k, "phase": _phase(folder), "aborted": why})
+            log.warning("drilldown: ggml aborted in graph %s (%s): %s", k, folder, why)
+        elif run.returncode != 0:
+            raise AudioparityError(f"drill-down of {out}: {_last_line(run.stderr)}")
+    shutil.rmtree(work)
+    return results
+
+
+def _phase(folder: Path) -> str | None:
+    from audioparity.ggml.graphs import GRAPH
+
+    try:
+        return json.loads((Path(folder) / GRAPH).read_text()).get("phase")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _write_repro(folder: Path, final: Path, pair: tuple[Path, Path], against: str,
+                 backend: str) -> dict:
+    """The graph of the first bad op as both backends' cells built it, and its command (which
+    names ``final``, where ``folder`` ends up)."""
+    folder.mkdir()
+    for name, source in zip((against, backend), pair, strict=True):
+        shutil.copytree(source, folder / name)
+    command = f"audioparity repro {final} --backend {backend} --against {against}"
+    (folder / "README.txt").write_text(
+        f"One ggml graph of a drill-down, as the {against} and the {backend} cells built it\n"
+        f"(graph.json, inputs/*.npy, leafs.gguf: its weights and state in their ggml types).\n"
+        f"Rerun it node by node on {backend} against {against}:\n\n    {command}\n")
+    return {"folder": str(final), "command": command}
+
+
+def first_bad_text(result: Mapping[str, Any]) -> str:
+    """One line naming a drill-down's first bad op (empty when it found none):
+    ``MUL_MAT #57 (encoder, feeds layer_0): NMSE 3.1e-03 > 5e-04``, or, when every op is within
+    ggml's tolerance, the first that did not compute in float32."""
+    node = result.get("first_bad")
+    if node is None and result.get("first_not_float32") is None:
+        return ""
+    if node is None:
+        node = result["first_not_float32"]
+        verdict = (f"NMSE {_g(node['nmse'])}: not float32 (ggml's tolerance "
+                   f"{_g(node['threshold'])})")
+    elif node["verdict"] == "aborted":
+        return f"ggml aborted running graph {node['graph']} ({node['phase']}): {node['why']}"
+    elif node["verdict"] == "leaf differs":
+        return (f"weight {node['name']} ({node['phase']}) differs between the two graphs"
+                + (f": NMSE {_g(node['nmse'])}" if node.get("nmse") is not None else ""))
+    elif "nmse" in node:
+        verdict = f"NMSE {_g(node['nmse'])} > {_g(node['threshold'])}"
+    else:
+        verdict = node["verdict"]
+    if node["verdict"] == "not finite in the baseline":
+        verdict = f"finite here, not on the baseline backend (NMSE {_g(node['nmse'])})"
+    feeds = f"feeds {node['feeds']}" if node["feeds"] else "feeds no output: a state write"
+    return f"{node['op']} #{node['position']} ({node['phase']}, {feeds}, {node['type']} " \
+           f"{node['shape']}): {verdict}"
+
+
+def _g(value: float | str) -> str:
+    """A metric for a line: 2 significant digits; ``nan`` and ``inf`` as they are."""
+    return value if isinstance(value, str) else f"{value:.2g}"
+
+
+def _rows_with_first_bad_op(cell: Path | None, output: Path, result: Mapping[str, Any]) -> None:
+    """The cell's rows again, each failing row with ``first_bad_op``."""
+    if cell is None:
+        raise AudioparityError("a drill-down writes a cell's rows only when given the cell")
+    rows = json.loads(Path(cell).read_text())
+    text = first_bad_text(result)
+    for row in rows:
+        if row["status"] in DRILLED and text:
+            row["first_bad_op"] = text
+    write_text_atomic(Path(output), json.dumps(rows, indent=1) + "\n")
+
+
+def rerun_repro(folder: Path, backend: str, against: str = "cpu", device: int = 0,
+                threads: int = 1) -> str:
+    """Rerun a repro folder's graph node by node on ``backend`` against ``against``: the graph
+    each backend's cell built (``folder/<backend>/``, ``folder/<against>/``; one of them, or a
+    folder written by :func:`audioparity.ggml.graphs.save_graph` itself, serves both sides).
+    Returns the report: the first bad op, the first that did not compute in float32, the
+    largest NMSE.
+
+    Raises:
+        AudioparityError: the folder holds no saved graph, or one ggml cannot rebuild.
+    """
+    from audioparity.ggml.graphs import GRAPH, drill_pairs
+
+    folder = Path(folder)
+    sides = {name: folder / name for name in (against, backend) if (folder / name / GRAPH).exists()}
+    if not sides and not (folder / GRAPH).exists():
+        raise AudioparityError(f"{folder}: no saved graph ({GRAPH}, or {against}/ and "
+                               f"{backend}/ folders holding one)")
+    base = sides.get(against) or sides.get(backend) or folder
+    target = sides.get(backend) or base
+    done = folder.parent / f".{folder.name}.rerun.jsonl"
+    done.unlink(missing_ok=True)
+    try:
+        drill_pairs([(0, base, target)], done, against, backend, device, threads)
+        result = json.loads(done.read_text())
+    finally:
+        done.unlink(missing_ok=True)
+    def located(key: str) -> dict | None:
+        return {**result[key], "phase": result["phase"]} if result[key] else None
+
+    first_bad = first_bad_text({"first_bad": located("first_bad"), "first_not_float32": None})
+    first_f32 = first_bad_text({"first_bad": None,
+                                "first_not_float32": located("first_not_float32")})
+    lines = [f"{target}: {len(result['nodes'])} nodes on {backend} against {against} "
+             f"({result['structure']})",
+             "first bad op: " + (first_bad or "none above ggml's tolerance"),
+             f"first op not in float32: {first_f32 or 'none'}"]
+    worst = result["worst"]
+    if worst:
+        lines.append(f"largest NMSE: {worst['op']} #{worst['position']} ({_g(worst['nmse'])})")
+    return "\n".join(lines)
