@@ -142,7 +142,11 @@ def _candidates(family):
         if unknown:
             raise WorkflowError(f"{where}: models {unknown} are not in {family}.models")
         try:
-            options = adapter.check_options(entry["options"], f"{where}.options")
+            if adapter.family_port:  # the family's options, these overriding the section's
+                options = SPECS[family].check_options(
+                    {**FAMILIES[family]["options"], **entry["options"]}, f"{where}.options")
+            else:
+                options = adapter.check_options(entry["options"], f"{where}.options")
         except AudioparityError as err:
             raise WorkflowError(str(err)) from None
         can_replay = REPLAY in SPECS[family].entry_points
@@ -159,6 +163,29 @@ def _candidates(family):
 CANDIDATES = {family: _candidates(family) for family in FAMILIES}
 
 
+def _backend_settings(family):
+    """{name: {"backend": ggml backend, "env": {variable: value}}} of config {family}.backends:
+    a ggml backend by its name, or a named setting of one (environment variables its dumps run
+    with). Names are unique and no setting takes another backend's name."""
+    settings = {}
+    for entry in FAMILIES[family]["backends"]:
+        entry = {"name": entry, "backend": entry} if isinstance(entry, str) else entry
+        name = entry["name"]
+        if name in settings:
+            raise WorkflowError(f"config {family}.backends: the name {name!r} is used twice")
+        if name in BACKENDS and name != entry["backend"]:
+            raise WorkflowError(f"config {family}.backends {name!r}: a setting of "
+                                f"{entry['backend']} cannot be named after the {name} backend")
+        settings[name] = {"backend": entry["backend"], "env": dict(entry.get("env", {}))}
+    return settings
+
+
+#: {family: {backend name: {"backend": ggml backend, "env": {...}}}}
+BACKEND_SETTINGS = {family: _backend_settings(family) for family in FAMILIES}
+#: The backend every other one is compared with, stage by stage, where a family sweeps it.
+BASELINE_BACKEND = "cpu"
+
+
 def _alternatives(values):
     return "|".join(re.escape(str(v)) for v in sorted(set(values))) or "(?!)"
 
@@ -168,7 +195,7 @@ wildcard_constraints:
     model=_alternatives(m for f in PATHS.values() for m in f["models"]),
     case=_alternatives(c for f in PATHS.values() for c in f["cases"]),
     candidate=_alternatives(c for f in CANDIDATES.values() for c in f),
-    backend=_alternatives(BACKENDS),
+    backend=_alternatives(b for f in BACKEND_SETTINGS.values() for b in f),
     weight_type=_alternatives(WEIGHT_TYPES),
     name="[A-Za-z0-9][A-Za-z0-9_.-]*",
 
@@ -334,6 +361,16 @@ def converted_model(wildcards):
             f"{wildcards.weight_type}")
 
 
+def ggml_backend(wildcards):
+    """The ggml backend of backend {backend} of {family} (a setting's own backend)."""
+    return BACKEND_SETTINGS[wildcards.family][wildcards.backend]["backend"]
+
+
+def _with_env(argv, env):
+    """`argv` as a shell command, run with the environment variables `env` when there are any."""
+    return shlex.join([*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv])
+
+
 def candidate_options(wildcards):
     """The candidate's adapter options, as one JSON argument."""
     return shlex.quote(json.dumps(_candidate(wildcards)[0]["options"], sort_keys=True))
@@ -431,32 +468,34 @@ def ggml_command(wildcards, output, threads):
     spec = SPECS[wildcards.family]
     entry, port = _candidate(wildcards)
     model = converted_model(wildcards) or model_path(wildcards)
+    setting = BACKEND_SETTINGS[wildcards.family][wildcards.backend]
     if port.ADAPTER.output != "dump":
         reference = (["--reference-dir", reference_case(wildcards)]
                      if port.ADAPTER.reads_reference else [])
-        return shlex.join(["audioparity", "candidate", "run", "--family", wildcards.family,
+        return _with_env(["audioparity", "candidate", "run", "--family", wildcards.family,
                            "--adapter", entry["adapter"], "--options",
                            json.dumps(entry["options"], sort_keys=True), "--family-options",
                            json.dumps(FAMILIES[wildcards.family]["options"], sort_keys=True),
                            "--model", model,
                            spec.input_flag, case_path(wildcards), *reference, "--output-dir",
                            output[0], "--weight-type", wildcards.weight_type,
-                           "--backend", wildcards.backend, "--threads", str(threads)])
+                           "--backend", setting["backend"], "--threads", str(threads)],
+                         setting["env"])
     try:
         commands = port.run(
             model, case_path(wildcards), output[0], spec=spec,
             family_options=FAMILIES[wildcards.family]["options"], options=entry["options"],
-            weight_type=wildcards.weight_type, backend=wildcards.backend, threads=threads,
+            weight_type=wildcards.weight_type, backend=setting["backend"], threads=threads,
             reference=reference_case(wildcards))
     except AudioparityError as err:
         raise WorkflowError(f"config {wildcards.family}.candidates "
                             f"{wildcards.candidate!r}: {err}") from None
-    return " && ".join(shlex.join([*(["env", *(f"{k}={v}" for k, v in env.items())] if env
-                                     else []), *argv]) for argv, env in commands)
+    return " && ".join(_with_env(argv, {**env, **setting["env"]}) for argv, env in commands)
 
 
-def get_gates(wildcards):
-    """The gates and expected failures that apply to one cell, as JSON for `audioparity compare`."""
+def get_gates(wildcards, against="reference"):
+    """The gates and expected failures that apply to one cell compared with `against` (the
+    reference, or the baseline backend), as JSON for `audioparity compare`."""
     gates = resolve_gates(
         FAMILIES[wildcards.family],
         model=wildcards.model,
@@ -464,8 +503,55 @@ def get_gates(wildcards):
         weight_type=wildcards.weight_type,
         candidate=wildcards.candidate,
         case=wildcards.case,
+        against=against,
     )
     return json.dumps(gates, sort_keys=True)
+
+
+def baseline_dump(wildcards):
+    """The candidate's dump of the cell on the baseline backend (cpu)."""
+    return (f"results/ggml/{wildcards.family}/{wildcards.model}/{wildcards.candidate}/"
+            f"{BASELINE_BACKEND}/{wildcards.weight_type}/{wildcards.case}")
+
+
+def backend_compare_inputs(wildcards):
+    """Inputs of a comparison of the cell with the same candidate on the baseline backend."""
+    return {"baseline": baseline_dump(wildcards), "candidate": candidate_dump(wildcards),
+            "code": compare_code(wildcards)}
+
+
+def drilldown_inputs(wildcards):
+    """Inputs of a drill-down of the cell: its comparison with the baseline backend, and what
+    a dump of the family's port on both backends reads (model, case, reference, code)."""
+    code = sorted({*src_files("drilldown", "ggml.graphs"), *family_code("ggml")(wildcards)})
+    inputs = {"cell": backend_cell(wildcards), "model": model_input(wildcards),
+              "case": case_path(wildcards), "code": code}
+    if SPECS[wildcards.family].ggml_reads_reference:
+        inputs.update(reference_of(wildcards))
+    return inputs
+
+
+def backend_cell(wildcards):
+    """The cell's comparison with the baseline backend (rule compare_backend)."""
+    return (f"results/compare_backends/{wildcards.family}/{wildcards.model}/"
+            f"{wildcards.candidate}/{wildcards.backend}/{wildcards.weight_type}/"
+            f"{wildcards.case}.json")
+
+
+def drilldown_command(wildcards, output, threads):
+    """`audioparity drilldown <family> ...` for the cell, with the backend's settings."""
+    spec = SPECS[wildcards.family]
+    setting = BACKEND_SETTINGS[wildcards.family][wildcards.backend]
+    options = _candidate(wildcards)[0]["options"]  # the family's own port: its family options
+    flags = [arg for option in spec.options_for("ggml") for arg in option.argv(options[option.name])]
+    reference = (["--reference-dir", reference_case(wildcards)] if spec.ggml_reads_reference
+                 else [])
+    return _with_env(["audioparity", "drilldown", spec.command, "--model", model_path(wildcards),
+                      spec.input_flag, case_path(wildcards), *reference, "--weight-type",
+                      wildcards.weight_type, "--backend", setting["backend"], "--against",
+                      BASELINE_BACKEND, "--threads", str(threads), *flags, "--cell",
+                      backend_cell(wildcards), "--cell-output", output.cell, "--output-dir",
+                      output.folder], setting["env"])
 
 
 def print_outcome(summary, report):
@@ -474,9 +560,13 @@ def print_outcome(summary, report):
         return
     import pandas as pd
 
-    counts = pd.read_csv(summary)["status"].value_counts()
-    line = ", ".join(f"{count} {status}" for status, count in counts.items())
-    print(f"audioparity: {line}; report: {os.path.abspath(report)}")
+    rows = pd.read_csv(summary)
+    parts = []
+    for against, group in rows.groupby("against", sort=False):
+        counts = ", ".join(f"{count} {status}"
+                           for status, count in group["status"].value_counts().items())
+        parts.append(counts if against == "reference" else f"against {against}: {counts}")
+    print(f"audioparity: {'; '.join(parts)}; report: {os.path.abspath(report)}")
 
 
 def _after_references():
@@ -497,14 +587,23 @@ def summary_input(wildcards):
 
 def all_cells(wildcards):
     """Every compare result of the sweep: family x model x candidate x backend x weight type x
-    case, once every reference job is done (:func:`_after_references`)."""
+    case, against the reference and, for a backend other than the baseline (cpu, where the
+    family sweeps it), against the baseline: the drill-down's rows for the family's own port,
+    the plain comparison for another candidate. Once every reference job is done
+    (:func:`_after_references`)."""
     _after_references()
-    return [
-        f"results/compare/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json"
-        for family, section in FAMILIES.items()
-        for candidate, entry in CANDIDATES[family].items()
-        for model in entry["models"]
-        for backend in section["backends"]
-        for weight_type in section["weight_types"]
-        for case in PATHS[family]["cases"]
-    ]
+    cells = []
+    for family, section in FAMILIES.items():
+        for candidate, entry in CANDIDATES[family].items():
+            drills = adapter_module(entry["adapter"]).ADAPTER.family_port
+            for model in entry["models"]:
+                for backend in BACKEND_SETTINGS[family]:
+                    for weight_type in section["weight_types"]:
+                        for case in PATHS[family]["cases"]:
+                            cell = f"{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"
+                            cells.append(f"results/compare/{cell}.json")
+                            if backend != BASELINE_BACKEND and (
+                                    BASELINE_BACKEND in BACKEND_SETTINGS[family]):
+                                cells.append(f"results/drilldown/{cell}.json" if drills
+                                             else f"results/compare_backends/{cell}.json")
+    return cells

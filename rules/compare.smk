@@ -23,3 +23,50 @@ rule compare_cell:
         " --label case={wildcards.case} --label candidate={wildcards.candidate}"
         " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
         " {params.replay} --output {output:q} 2> {log}"
+
+
+# Each backend other than the baseline (cpu) against the baseline, stage by stage, for the same
+# candidate and weight type: "this backend computes it differently" apart from "the port is
+# wrong". The gates are the cell's own; declared failures name `against: cpu`.
+rule compare_backend:
+    input:
+        unpack(backend_compare_inputs),
+    output:
+        "results/compare_backends/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
+    params:
+        gates=lambda wildcards: get_gates(wildcards, against=BASELINE_BACKEND),
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/compare_backend/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+    shell:
+        "audioparity compare --reference {input.baseline:q} --candidate {input.candidate:q}"
+        " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
+        " --label case={wildcards.case} --label candidate={wildcards.candidate}"
+        " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
+        f" --label against={BASELINE_BACKEND} --output {{output:q}} 2> {{log}}"
+
+
+# The family's own port on a cell that fails against the baseline: both dumps again with every
+# ggml graph saved, each graph node by node on both backends, the first op that breaks named
+# (drilldown.json, a repro/ folder, and the cell's rows with `first_bad_op`). A cell whose
+# stages all agree writes that and nothing else.
+rule drilldown:
+    input:
+        unpack(drilldown_inputs),
+    output:
+        cell="results/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
+        folder=directory("results/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"),
+    params:
+        command=drilldown_command,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+    benchmark:
+        "results/benchmarks/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    shell:
+        "{params.command} 2> {log}"

@@ -331,6 +331,8 @@ CASES = (
     Case("npy_truncated", "dumps", "candidate `.npy` cut short", (COMPARE,), truncated_npy),
     Case("manifest_not_json", "dumps", "candidate manifest.json that is not JSON", (COMPARE,),
          manifest_not_json),
+    Case("repro_without_graph", "dumps", "`audioparity repro` of a folder holding no saved graph",
+         ("audioparity repro ref --backend vulkan",)),
 )
 
 ACCEPTED = (
@@ -376,6 +378,10 @@ SCHEMA_CASES = (
     SchemaCase("schema_enum", "parakeet_tdt: {backends: [cpu, metal]}", "['backends'][1]"),
     SchemaCase("schema_type", "parakeet_tdt: {weight_types: f32}", "['weight_types']"),
     SchemaCase("schema_unknown_key", "parakeet_tdt: {bakends: [cpu]}", "'bakends'"),
+    SchemaCase("schema_backend_env", "parakeet_tdt: {backends: [cpu, {name: vk, backend: "
+               "vulkan, env: {lower: '1'}}]}", "['env']"),
+    SchemaCase("config_backend_setting_named_as_another",
+               "parakeet_tdt: {backends: [cpu, {name: cpu, backend: vulkan}]}", "'cpu'"),
     SchemaCase("config_option", "parakeet_tdt: {options: {flash_attention: 2}}",
                "['flash_attention']"),
     SchemaCase("config_option_of_another_family", "parakeet_tdt: {options: {generate_rows: 4}}",

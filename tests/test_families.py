@@ -117,7 +117,7 @@ def test_the_cli_has_each_familys_commands_and_options():
 def test_the_schema_enums_are_the_vocabulary():
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     definitions = schema["definitions"]
-    assert definitions["backends"]["items"]["enum"] == list(BACKENDS)
+    assert definitions["backend"]["enum"] == list(BACKENDS)
     assert definitions["weight_types"]["items"]["enum"] == list(WEIGHT_TYPES)
     assert definitions["gates"]["propertyNames"]["enum"] == ["default", *WEIGHT_TYPES]
 

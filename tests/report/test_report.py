@@ -17,11 +17,12 @@ from audioparity.report.summary import write_summary
 
 
 def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",
-        status: str = "pass", candidate: str = "audioparity", **values) -> dict:
+        status: str = "pass", candidate: str = "audioparity", against: str = "reference",
+        **values) -> dict:
     """A cell row as compare_cell writes it: every column, None where a metric does not apply."""
     base = {c: None for c in COLUMNS}
     base.update(family="parakeet_tdt", model=model, case="clip", candidate=candidate,
-                backend=backend,
+                backend=backend, against=against,
                 weight_type=weight_type, stage=stage, status=status, gate=f"default/{stage}: x",
                 reason="")
     return {**base, **values}
@@ -60,10 +61,10 @@ def test_summary_columns_and_row_order(tmp_path: Path):
     with open(output, newline="") as handle:
         header = next(csv.reader(handle))
     assert header == [
-        "family", "model", "case", "candidate", "backend", "weight_type", "stage", "status",
-        "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
-        "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "gate", "reason",
-        "seconds",
+        "family", "model", "case", "candidate", "backend", "weight_type", "against", "stage",
+        "status", "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite",
+        "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "gate",
+        "reason", "seconds", "first_bad_op",
     ]
     order = [(r["model"], r["candidate"], r["backend"], r["weight_type"], r["stage"])
              for r in read_csv(output)]

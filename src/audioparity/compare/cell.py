@@ -38,15 +38,21 @@ from audioparity.vocabulary import VIEWS
 
 log = logging.getLogger(__name__)
 
-#: Cell labels, in summary order (docs/design.md, "summary.csv").
-LABEL_COLUMNS = ("family", "model", "case", "candidate", "backend", "weight_type")
+#: Cell labels, in summary order (docs/design.md, "summary.csv"). ``against`` is what the
+#: candidate is compared with: ``reference`` (the PyTorch/NeMo dump), or a backend (``cpu``):
+#: the same candidate and weight type computed there.
+LABEL_COLUMNS = ("family", "model", "case", "candidate", "backend", "weight_type", "against")
+#: The ``against`` label of a comparison with the reference dump.
+REFERENCE = "reference"
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
     "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
     "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
 )
-#: Every column of a cell row and of summary.csv.
-COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds")
+#: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
+#: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend.
+COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds",
+           "first_bad_op")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -284,13 +290,15 @@ def apply_view(ref: np.ndarray, view: list) -> np.ndarray:
 
 
 def _plan(reference: Dump, candidate: Dump | None, family: str | None,
-          replay: Dump | None) -> list[tuple[str, str, Dump, str | None, str | None, str | None]]:
+          replay: Dump | None, same_stages: bool = False,
+          ) -> list[tuple[str, str, Dump, str | None, str | None, str | None]]:
     """(row stage, candidate stage, reference-side dump, its stage or None, candidate kind or
     None, reference-side kind) per row.
 
     Every reference stage, then every candidate stage that is not a reference stage itself
     (an isolated form, compared with its stage as the family's spec says, or a stage the
-    reference lacks), then with ``replay`` each candidate stage's replayed form (the candidate's
+    reference lacks; with ``same_stages``, the stage of the same name, as between two dumps of
+    one candidate), then with ``replay`` each candidate stage's replayed form (the candidate's
     stage against the replay's), in the order of the candidate's stages.
     """
     ref_kinds = _stages(reference)
@@ -299,7 +307,7 @@ def _plan(reference: Dump, candidate: Dump | None, family: str | None,
             for name, kind in ref_kinds.items()]
     for name, kind in cand_kinds.items():
         if name not in ref_kinds:
-            target = reference_stage(family, name)
+            target = name if same_stages else reference_stage(family, name)
             known = target if target in ref_kinds else None
             plan.append((name, name, reference, known, kind, ref_kinds.get(target)))
     if replay is not None:
@@ -348,6 +356,10 @@ def compare_cell(
             (``layer_3_replayed``), the candidate's stage measured against the replay's; a form
             the replay could not write is ``missing``, with the replay's reason.
 
+    With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
+    the same candidate's dump on that backend and every stage, an isolated form too, is
+    compared with the stage of the same name there.
+
     Raises:
         AudioparityError: unreadable dumps, malformed gates, a stage with no gate or with a
             threshold that does not apply to it.
@@ -360,8 +372,9 @@ def compare_cell(
     seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
     rows = []
     family = labels.get("family")
+    same_stages = labels.get("against", REFERENCE) != REFERENCE
     for stage, cand_stage, ref_dump, ref_stage, kind, ref_kind in _plan(
-            reference, candidate, family, replay):
+            reference, candidate, family, replay, same_stages):
         measured: dict[str, Any] | None = None
         problems: tuple[str, ...] = ()
         if candidate is None:
@@ -383,7 +396,8 @@ def compare_cell(
             problems = (f"not replayed: {why or f'not in the replay dump {replay.path}'}",)
         elif ref_stage is None:
             availability = "missing"
-            problems = (f"no reference stage {reference_stage(family, stage)!r} in "
+            wanted = stage if same_stages else reference_stage(family, stage)
+            problems = (f"no reference stage {wanted!r} in "
                         f"{reference.path}",)
         else:
             availability = "ok"
@@ -395,11 +409,13 @@ def compare_cell(
         )
         why = conventions(candidate, cand_stage).get("why") if candidate is not None else None
         row = {key: labels.get(key) for key in LABEL_COLUMNS}
+        row["against"] = labels.get("against", REFERENCE)
         row.update({key: value for key, value in labels.items() if key not in row})
         row.update(stage=stage, status=verdict.status)
         row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
         reason = "; ".join(filter(None, [verdict.reason, why and f"compared as: {why}"]))
-        row.update(gate=verdict.gate, reason=reason, seconds=seconds.get(stage))
+        row.update(gate=verdict.gate, reason=reason, seconds=seconds.get(stage),
+                   first_bad_op=None)
         rows.append({key: _json_value(value) for key, value in row.items()})
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}

@@ -151,7 +151,7 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
 
 def resolve_gates(
     section: Mapping[str, Any], *, model: str, backend: str, weight_type: str,
-    candidate: str = OUR_PORT, case: str = "",
+    candidate: str = OUR_PORT, case: str = "", against: str = "reference",
 ) -> dict[str, list[dict[str, Any]]]:
     """The gates of one cell (model, backend, weight type, candidate, case) from a config
     section.
@@ -162,6 +162,10 @@ def resolve_gates(
             config section can be passed.
         model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
             kept when their patterns match it (fnmatch).
+        against: what the cell is compared with: ``reference``, or a backend, whose
+            comparison is a diagnosis (the same candidate on the CPU, say) that takes the gates
+            and no expected failure: a declaration states why a cell differs from the
+            reference.
 
     Returns:
         ``{"gates": [...], "expected_failures": [...]}``: the weight type's entries then
@@ -190,7 +194,8 @@ def resolve_gates(
     chosen = []
     for i, entry in enumerate(expected):
         _check_expected(entry, f"expected_failures[{i}]", _PATTERNS)
-        if all(fnmatchcase(cell[key], entry.get(key, "*")) for key in _PATTERNS):
+        if against == "reference" and all(fnmatchcase(cell[key], entry.get(key, "*"))
+                                          for key in _PATTERNS):
             chosen.append({"stage": entry["stage"], "reason": entry["reason"]})
     return {"gates": resolved, "expected_failures": chosen}
 

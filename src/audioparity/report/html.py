@@ -1,10 +1,12 @@
 """index.html: a self-contained report built from summary.csv alone.
 
 Sections, top to bottom: headline counts by status; the stages that need attention; the status
-matrix (rows family/model/case/stage, columns backend x weight type, the key metric in each cell,
-the reason as its tooltip); per-layer error curves (where drift starts, and whether it is
-accumulated or local); key stages by weight type; the full table. CSS is inline and plots are
-PNGs embedded as base64, so the file can be mailed or archived as it is.
+matrix (rows family/model/case/stage, columns candidate x backend x weight type, the key metric
+in each cell, the reason as its tooltip); each backend against the CPU backend, stage by stage,
+with the first bad op of each cell that fails there (its drill-down); per-layer error curves
+(where drift starts, and whether it is accumulated or local); key stages by weight type; the
+full table. CSS is inline and plots are PNGs embedded as base64, so the file can be mailed or
+archived as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS
+from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS, REFERENCE
 from audioparity.families import natural_key, stage_key
 from audioparity.report.summary import read_summary, row_key
 from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
@@ -136,7 +138,9 @@ def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _headline(frame: pd.DataFrame) -> str:
+def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame) -> str:
+    """Counts by status of the comparisons with the reference, and a line on those between
+    backends."""
     counts = frame["status"].value_counts()
     badges = "".join(
         f'<div class="badge {_status_class(s)}{"" if counts.get(s, 0) else " zero"}">'
@@ -151,6 +155,10 @@ def _headline(frame: pd.DataFrame) -> str:
         verdict = f"{attention} of {total} stages need attention (fail, crashed or missing)."
     else:
         verdict = f"All {total} stages pass, or fail as declared, or are unavailable."
+    if len(against_backend):
+        failing = int((against_backend["status"] == "fail").sum())
+        verdict += (f" Against the CPU backend, {failing} of {len(against_backend)} stages of "
+                    "other backends fail (\u201cBackends against the CPU\u201d).")
     return f'<p class="verdict">{_esc(verdict)}</p><div class="badges">{badges}</div>'
 
 
@@ -226,14 +234,15 @@ def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
     return rows
 
 
-def _matrix(frame: pd.DataFrame) -> str:
+def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tensor stage or "
+            "the token match of a decode document; hover a cell for the reason, the gate and "
+            "every metric.") -> str:
     """One status matrix per family: rows (model, case) groups of stages, columns candidate x
     backend x weight type."""
     parts = [
         '<p class="note legend">'
         + "".join(f'<span class="{_status_class(s)}">{s}</span>' for s in STATUSES)
-        + "<br>Each cell shows the NMSE of a tensor stage or the token match of a decode "
-        "document; hover a cell for the reason, the gate and every metric.</p>"
+        + f"<br>{_esc(note)}</p>"
     ]
     for family, rows in frame.groupby("family", sort=False):
         columns = [
@@ -275,6 +284,40 @@ def _matrix(frame: pd.DataFrame) -> str:
             f"<h3>{_esc(family)}</h3><table class=\"matrix\"><thead>{head}</thead>"
             f"<tbody>{''.join(body)}</tbody></table>"
         )
+    return "".join(parts)
+
+
+#: Columns of the table of the cells that fail against another backend.
+_DRILLED = ("model", "case", "candidate", "backend", "weight_type", "against", "stage",
+            "first_bad_op")
+
+
+def _backends(frame: pd.DataFrame) -> str:
+    """Each backend against the baseline backend: the matrix, then per cell that fails there its
+    first failing stage (pipeline order) and the first bad op its drill-down found."""
+    if frame.empty:
+        return ('<p class="note">No backend besides the CPU in this summary (config '
+                "<code>backends</code>; config/examples/vulkan.yaml).</p>")
+    parts = [_matrix(frame, "Each backend's cell against the same candidate and weight type on "
+                     "the CPU backend, under the cell's own gates: a stage that passes against "
+                     "the reference here but fails there is computed differently by the backend, "
+                     "not by the port. Each cell shows the NMSE against the CPU.")]
+    failing = frame[frame["status"] == "fail"]
+    rows = []
+    for _, group in failing.groupby(["family", "model", "case", "candidate", "backend",
+                                     "weight_type", "against"], sort=False):
+        first = min((r for _, r in group.iterrows()),
+                    key=lambda r: stage_key(r["family"], r["stage"]))
+        rows.append(first)
+    if rows:
+        parts.append(f"<h3>First bad op of each cell that fails ({len(rows)})</h3>"
+                     '<p class="note">The first failing stage in pipeline order, and the first '
+                     "op of the drill-down (every ggml graph of the cell run node by node on "
+                     "both backends, each node fed the CPU's values of its sources) above ggml's "
+                     "own tolerance for it (test-backend-ops), or, where none is, the first "
+                     "that did not compute in float32. Its folder holds drilldown.json and a "
+                     "repro/ to rerun that graph alone.</p>")
+        parts.append(_row_table(pd.DataFrame(rows), _DRILLED, "full"))
     return "".join(parts)
 
 
@@ -428,6 +471,8 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
 def build_html(frame: pd.DataFrame, source: str) -> str:
     """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
+    against_backend = frame[frame["against"] != REFERENCE]
+    frame = frame[frame["against"] == REFERENCE]
     colours = _colours(list(frame["weight_type"].unique()))
     described = ", ".join(
         f"{frame[c].nunique()} {c.replace('_', ' ')}{'s' if frame[c].nunique() != 1 else ''}"
@@ -436,9 +481,11 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     sections = [
         ("Needs attention", _attention(frame)),
         ("Status matrix", _matrix(frame)),
+        ("Backends against the CPU", _backends(against_backend)),
         ("Per-layer error", _layer_curves(frame, colours)),
         ("Key stages by weight type", _by_weight_type(frame)),
-        (f"All rows ({len(frame)})", _row_table(frame, COLUMNS, "full")),
+        (f"All rows ({len(frame) + len(against_backend)})",
+         _row_table(pd.concat([frame, against_backend]), COLUMNS, "full")),
     ]
     body = "".join(f"<h2>{_esc(title)}</h2>{content}" for title, content in sections)
     return (
@@ -447,7 +494,7 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         f"<style>{CSS}{_status_css()}</style></head><body>"
         "<h1>audioparity: ggml port vs reference</h1>"
         f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
-        f"{_headline(frame)}{body}</body></html>\n"
+        f"{_headline(frame, against_backend)}{body}</body></html>\n"
     )
 
 

@@ -1,10 +1,11 @@
 """summary.csv: the cells' rows merged into one table (docs/design.md, "summary.csv").
 
-One row per (family, model, case, candidate, backend, weight_type, stage); columns exactly
-:data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family, model and
-case naturally (``clip2`` before ``clip10``), candidates with this project's port first, then
-naturally, backends and weight types in the vocabulary's
-order (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural), stages in the
+One row per (family, model, case, candidate, backend, weight_type, against, stage); columns
+exactly :data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family,
+model and case naturally (``clip2`` before ``clip10``), candidates with this project's port
+first, then naturally, backends and weight types in the vocabulary's
+order (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural), the comparison
+with the reference before those with another backend, stages in the
 pipeline order of the family's spec, layer numbers numeric, a stage's isolated form after it
 (:func:`audioparity.families.stage_key`). Values are written as
 text: floats at full precision (``repr``), non-finite ones as ``nan``/``inf``/``-inf``, a metric
@@ -22,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS
+from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS, REFERENCE
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
 from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
@@ -43,6 +44,7 @@ def row_key(row: Mapping[str, Any]) -> tuple:
         _ranked(row["candidate"], (OUR_PORT,)),
         _ranked(row["backend"], BACKENDS),
         _ranked(row["weight_type"], WEIGHT_TYPES),
+        _ranked(row["against"], (REFERENCE, *BACKENDS)),
         stage_key(row["family"], row["stage"]),
     )
 
@@ -91,7 +93,7 @@ def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike)
 
     Raises:
         AudioparityError: a malformed cell file, or two rows with the same (family, model, case,
-            backend, weight_type, stage) (names both files).
+            candidate, backend, weight_type, against, stage) (names both files).
     """
     seen: dict[tuple, Path] = {}
     rows = []
