@@ -1,30 +1,63 @@
 # make setup: the virtual environment (torch pinned and first, then the rest); idempotent.
 # make run:   the default sweep (results/report/index.html).   make test: the test suite.
 # make ports: the third-party ports (transcribe.cpp, whisper.cpp), built once into a cache.
+# make setup-vulkan, make setup-cuda: ggml-python rebuilt with that backend (docs/backends.md).
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.audioparity-installed
+VULKAN_STAMP := $(VENV)/.audioparity-vulkan
+CUDA_STAMP := $(VENV)/.audioparity-cuda
 export PATH := $(abspath $(BIN)):$(PATH)
 export GGML_NO_BACKTRACE := 1
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# ggml-vulkan lists a CPU driver (Mesa's lavapipe) only when this names it; 0 is the device the
+# workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
+export GGML_VK_VISIBLE_DEVICES ?= 0
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
+VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
+VULKAN_PATCH := setup/patches/ggml-python-vulkan-headers.patch
+CUDA_ARCHITECTURES ?= native
 
-.PHONY: setup run test lint clean ports
+.PHONY: setup run test lint clean ports setup-vulkan setup-cuda
 
 setup: $(STAMP)
 
 # ggml-python is compiled from source with llamafile's matmul kernels (-DGGML_LLAMAFILE=ON):
 # 2.2x faster f32 encoder and 3.5x faster f16 prefill than the default build, same parity
-# (BENCHMARKS.md). --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS.
-$(STAMP): pyproject.toml Makefile
+# (BENCHMARKS.md). The wheel is cached outside the checkout (setup/ggml-python.sh), so a second
+# setup installs it without compiling. It has no GPU backend: setup-vulkan and setup-cuda
+# replace it, and a new setup drops theirs.
+$(STAMP): pyproject.toml Makefile setup/ggml-python.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --no-cache-dir \
-		--no-binary ggml-python --force-reinstall --no-deps ggml-python==0.0.45
+	setup/ggml-python.sh $(BIN)/python "$(GGML_CMAKE_ARGS)"
 	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
+	rm -f $(VULKAN_STAMP) $(CUDA_STAMP)
+	touch $@
+
+# Vulkan: the headers, glslc and Mesa's drivers (lavapipe runs Vulkan on the CPU) from Debian,
+# then ggml-python with -DGGML_VULKAN=ON. Debian 12's Vulkan headers (1.3.239) lack
+# VK_EXT_layer_settings, which ggml-vulkan names; the patch guards that one use.
+setup-vulkan: $(VULKAN_STAMP)
+$(VULKAN_STAMP): $(STAMP) $(VULKAN_PATCH) setup/ggml-python.sh setup/apt.sh
+	setup/apt.sh $(VULKAN_PACKAGES)
+	setup/ggml-python.sh $(BIN)/python "$(GGML_CMAKE_ARGS) -DGGML_VULKAN=ON" $(VULKAN_PATCH)
+	$(BIN)/audioparity doctor --backend vulkan
+	rm -f $(CUDA_STAMP)
+	touch $@
+
+# CUDA: nvcc must be on PATH (a CUDA toolkit); CUDA_ARCHITECTURES=native builds for the GPUs
+# of this machine (90 for an H100/H200 without one attached).
+setup-cuda: $(CUDA_STAMP)
+$(CUDA_STAMP): $(STAMP) setup/ggml-python.sh
+	@command -v nvcc >/dev/null || { echo "setup-cuda: no nvcc on PATH (install a CUDA toolkit)" >&2; exit 1; }
+	setup/ggml-python.sh $(BIN)/python \
+		"$(GGML_CMAKE_ARGS) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)"
+	$(BIN)/audioparity doctor --backend cuda
+	rm -f $(VULKAN_STAMP)
 	touch $@
 
 # A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock (.snakemake/locks/) and
@@ -50,8 +83,10 @@ test: setup
 # takes seconds after the first time. .ports links to the cache (the ports config reads it).
 PORTS_SOURCE ?= ../shared/ports
 PORTS_CACHE ?= $(HOME)/.cache/audioparity/ports
+# After setup-vulkan, the ports that have a Vulkan build get it too (transcribe.cpp).
 ports: setup
-	$(BIN)/audioparity ports --source $(PORTS_SOURCE) --cache $(PORTS_CACHE) --jobs $(CORES)
+	$(BIN)/audioparity ports --source $(PORTS_SOURCE) --cache $(PORTS_CACHE) --jobs $(CORES) \
+		$(if $(wildcard $(VULKAN_STAMP)),--vulkan)
 	ln -sfn $(PORTS_CACHE) .ports
 
 lint: setup

@@ -124,6 +124,8 @@ def _runtime(threads: int, accel: str, threadpool: bool = False):
 
     from audioparity.ggml import Runtime
 
+    if accel in ("cuda", "vulkan"):  # the accelerator, the CPU beside it for what it lacks
+        return Runtime(accel, threads=threads)
     runtime = Runtime("cpu", threads=threads)
     if threadpool:
         params = ggml.ggml_threadpool_params_default(threads)

@@ -550,6 +550,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=128, help="MOSS prefill rows")
     parser.add_argument("--seconds", type=float, default=9.9, help="Parakeet audio seconds")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory check")
+    parser.add_argument("--backend", choices=("cpu", "cuda", "vulkan"), default="cpu",
+                        help="the ggml backend the ggml parts run on (the references stay on "
+                        "the CPU; make setup-cuda / setup-vulkan)")
     parser.add_argument("--ggml-path", type=Path, default=None, metavar="DIR",
                         help="put DIR (a `pip install --target` of another ggml-python build, "
                              "e.g. from benchmarks/builds.py) first on the ggml side's PYTHONPATH")
@@ -573,7 +576,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 reps={"parakeet": reps or 4, "moss": reps or 3},
                 steps=args.steps or (4 if args.quick else 6), rows=args.rows,
                 seconds=args.seconds, wait_quiet_s=args.wait_quiet,
-                threadpool=args.threadpool,
+                threadpool=args.threadpool, accel=args.backend if args.backend != "cpu" else "",
                 pythonpath=str(args.ggml_path or ""),
                 build=(args.ggml_path.name if args.ggml_path else "venv")
                 + ("+threadpool" if args.threadpool else ""))
