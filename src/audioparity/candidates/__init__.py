@@ -88,6 +88,10 @@ class TensorMap:
         return concrete(self.stage, layer)
 
 
+#: The file a port's Vulkan build leaves in its tree (``build_ports(..., vulkan=True)``).
+VULKAN_MARK = ".vulkan"
+
+
 @dataclass(frozen=True)
 class Port:
     """How to build a port from a source snapshot (a ``.tar.gz`` of its repository).
@@ -96,11 +100,17 @@ class Port:
         archive: the snapshot's file name pattern in the ports folder (``transcribe.cpp-*.tar.gz``).
         commands: argv lists run in the unpacked tree, in order (``{jobs}``: parallel jobs).
         products: files the build must leave, relative to the tree (the binaries).
+        vulkan: CMake arguments that add the Vulkan backend to the first command (the
+            configure step), for ``make ports`` after ``make setup-vulkan``; empty: none.
+        vulkan_patch: a patch (``-p1``, in ``candidates/patches/``) the Vulkan build applies to
+            the unpacked tree first, kept outside the snapshot.
     """
 
     archive: str
     commands: tuple[tuple[str, ...], ...]
     products: tuple[str, ...]
+    vulkan: tuple[str, ...] = ()
+    vulkan_patch: str | None = None
 
 
 @dataclass(frozen=True)

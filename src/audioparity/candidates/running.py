@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import DumpWriter, built_directory, sha256_of, viewed_layout
-from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json, registered
+from audioparity.candidates import (
+    VULKAN_MARK,
+    Adapter,
+    TensorMap,
+    adapter_module,
+    f32json,
+    registered,
+)
 from audioparity.errors import AudioparityError
 from audioparity.families import FamilySpec, family
 from audioparity.guard import describe_exit
@@ -107,6 +114,10 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
             writer.set_status("unavailable", f"{adapter.title} has no {' or '.join(missing)} "
                               f"here (it runs {', '.join(adapter.weight_types)} on "
                               f"{', '.join(adapter.backends)})")
+            return
+        why = module.unavailable(options, backend) if hasattr(module, "unavailable") else None
+        if why:
+            writer.set_status("unavailable", why)
             return
         raw = writer.partial / "raw"
         raw.mkdir()
@@ -233,11 +244,14 @@ def _add(writer: DumpWriter, spec: FamilySpec, mapping: TensorMap, stage: str,
 
 
 def build_ports(source: Path, cache: Path, jobs: int = 2,
-                adapters: Sequence[Adapter] | None = None) -> dict[str, Path]:
+                adapters: Sequence[Adapter] | None = None, vulkan: bool = False
+                ) -> dict[str, Path]:
     """Build the port of every adapter (``adapters``, default every registered one) that has
     one, from its snapshot in ``source`` into ``cache`` (one folder per port and snapshot,
     ``<archive stem>-<sha256 prefix>``), once: a built one is reused (seconds). Returns
-    ``{adapter: link}``; ``cache/<adapter>`` links to the tree.
+    ``{adapter: link}``; ``cache/<adapter>`` links to the tree. With ``vulkan``, each port that
+    has a Vulkan build (:attr:`Port.vulkan`) also gets it, patched, in a tree of its own linked
+    as ``cache/<adapter>-vulkan``.
 
     Raises:
         AudioparityError: no ``source`` folder, a snapshot missing or ambiguous, a build step
@@ -255,22 +269,37 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
             raise AudioparityError(f"{source}: expected one {adapter.port.archive}, found "
                                    f"{len(archives)}")
         archive = archives[0]
-        tree_root = Path(cache) / f"{archive.name.removesuffix('.tar.gz')}-" \
-                                  f"{sha256_of(archive)[:12]}"
-        stamp = tree_root / ".built"
-        if not stamp.is_file():
-            _build(adapter, archive, tree_root, jobs)
-            stamp.write_text(" ".join(adapter.port.products) + "\n")
-        link = Path(cache) / adapter.name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(tree_root.name)
-        built[adapter.name] = link
-        log.info("ports: %s ready in %s", adapter.name, tree_root)
+        stem = f"{archive.name.removesuffix('.tar.gz')}-{sha256_of(archive)[:12]}"
+        variants = [(adapter.name, stem, (), None)]
+        if vulkan and adapter.port.vulkan:
+            patch = PATCHES / adapter.port.vulkan_patch if adapter.port.vulkan_patch else None
+            key = sha256_of(patch)[:8] if patch else "plain"
+            variants.append((f"{adapter.name}-vulkan", f"{stem}-vulkan-{key}",
+                             adapter.port.vulkan, patch))
+        for name, tree, extra, patch in variants:
+            tree_root = Path(cache) / tree
+            stamp = tree_root / ".built"
+            if not stamp.is_file():
+                _build(adapter, archive, tree_root, jobs, extra, patch)
+                stamp.write_text(" ".join(adapter.port.products) + "\n")
+            link = Path(cache) / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(tree_root.name)
+            built[name] = link
+            log.info("ports: %s ready in %s", name, tree_root)
     return built
 
 
-def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int) -> None:
+#: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`).
+PATCHES = Path(__file__).resolve().parent / "patches"
+
+
+def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
+           configure: tuple[str, ...] = (), patch: Path | None = None) -> None:
+    """Unpack ``archive`` into ``tree_root``, apply ``patch``, and run the port's commands,
+    ``configure`` appended to the first; a Vulkan build (``configure`` given) leaves
+    :data:`VULKAN_MARK` in the tree."""
     if tree_root.exists():
         shutil.rmtree(tree_root)
     tree_root.mkdir(parents=True)
@@ -280,10 +309,15 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int) -> None:
     for entry in top.iterdir():
         entry.rename(tree_root / entry.name)
     top.rmdir()
-    for command in adapter.port.commands:
-        _run_tool([arg.format(jobs=jobs) for arg in command], {}, f"build {adapter.name}",
+    if patch is not None:
+        _run_tool(["patch", "-p1", "--quiet", "-i", str(patch)], {}, f"patch {adapter.name}",
                   cwd=tree_root, echo=False)
+    for step, command in enumerate(adapter.port.commands):
+        argv = [arg.format(jobs=jobs) for arg in command] + list(configure if step == 0 else ())
+        _run_tool(argv, {}, f"build {adapter.name}", cwd=tree_root, echo=False)
     missing = [p for p in adapter.port.products if not (tree_root / p).is_file()]
     if missing:
         raise AudioparityError(f"build {adapter.name}: {missing[0]} was not built")
+    if configure:
+        (tree_root / VULKAN_MARK).write_text(" ".join(configure) + "\n")
 

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from audioparity.candidates import Adapter, Port, TensorMap
+from audioparity.candidates import VULKAN_MARK, Adapter, Port, TensorMap
 from audioparity.errors import AudioparityError
 from audioparity.families import FamilySpec, Option
 
@@ -25,6 +25,7 @@ ADAPTER = Adapter(
     families=("parakeet_tdt",),
     output="f32json",
     weight_types=("f32", "f16", "q8_0"),
+    backends=("cpu", "vulkan"),
     options=(
         Option("root", ".ports/transcribe_cpp", "the built port (make ports)"),
         Option("profile", "parakeet-tdt-0.6b-v2", "the converter's variant profile, picked by "
@@ -58,6 +59,10 @@ ADAPTER = Adapter(
         ),
         products=("build/bin/transcribe-cli", "build/bin/transcribe-quantize",
                   "scripts/convert-parakeet.py"),
+        vulkan=("-DTRANSCRIBE_VULKAN=ON",),
+        # its vendored ggml (0.20.2) names VK_EXT_layer_settings, which Debian 12's Vulkan
+        # headers (1.3.239) lack: the one use is guarded, as for ggml-python (make setup-vulkan)
+        vulkan_patch="transcribe.cpp-vulkan-headers.patch",
     ),
     notes=("decode: transcribe-cli prints each token's piece and times, not its id; the ids are "
            "the pieces' ids in the model's own vocabulary (tokenizer.ggml.tokens)",),
@@ -81,6 +86,16 @@ def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> li
                          str(_gguf(output, options, weight_type)), "--quant",
                          weight_type.upper()])
     return commands
+
+
+def unavailable(options: dict, backend: str) -> str | None:
+    """Why the build at the option ``root`` cannot run ``backend`` (None when it can): Vulkan
+    needs the build ``make ports`` makes after ``make setup-vulkan``."""
+    root = Path(options["root"])
+    if backend == "vulkan" and not (root / VULKAN_MARK).is_file():
+        return (f"transcribe.cpp at {root} is built without Vulkan (make setup-vulkan, then make "
+                "ports; the Vulkan build is .ports/transcribe_cpp-vulkan)")
+    return None
 
 
 def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
