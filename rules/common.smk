@@ -77,6 +77,29 @@ SPECS = _specs()
 FAMILIES = {name: config[name] for name in SPECS}
 
 
+def _backend_settings(family):
+    """{name: {"backend": ggml backend, "env": {variable: value}}} of config {family}.backends:
+    a ggml backend by its name, or a named setting of one (environment variables its dumps run
+    with). Names are unique and no setting takes another backend's name."""
+    settings = {}
+    for entry in FAMILIES[family]["backends"]:
+        entry = {"name": entry, "backend": entry} if isinstance(entry, str) else entry
+        name = entry["name"]
+        if name in settings:
+            raise WorkflowError(f"config {family}.backends: the name {name!r} is used twice")
+        if name in BACKENDS and name != entry["backend"]:
+            raise WorkflowError(f"config {family}.backends {name!r}: a setting of "
+                                f"{entry['backend']} cannot be named after the {name} backend")
+        settings[name] = {"backend": entry["backend"], "env": dict(entry.get("env", {}))}
+    return settings
+
+
+#: {family: {backend name: {"backend": ggml backend, "env": {...}}}}
+BACKEND_SETTINGS = {family: _backend_settings(family) for family in FAMILIES}
+#: The backend every other one is compared with, stage by stage, where a family sweeps it.
+BASELINE_BACKEND = "cpu"
+
+
 def fixture_dir(family, path):
     """The fixture directory `path` lies in (results/fixtures/<family>/<name>), or None when it
     is no fixture's. A fixture must be declared in the config, and the path must name its model
@@ -162,28 +185,6 @@ def _candidates(family):
 #: {family: {candidate name: entry}}
 CANDIDATES = {family: _candidates(family) for family in FAMILIES}
 
-
-def _backend_settings(family):
-    """{name: {"backend": ggml backend, "env": {variable: value}}} of config {family}.backends:
-    a ggml backend by its name, or a named setting of one (environment variables its dumps run
-    with). Names are unique and no setting takes another backend's name."""
-    settings = {}
-    for entry in FAMILIES[family]["backends"]:
-        entry = {"name": entry, "backend": entry} if isinstance(entry, str) else entry
-        name = entry["name"]
-        if name in settings:
-            raise WorkflowError(f"config {family}.backends: the name {name!r} is used twice")
-        if name in BACKENDS and name != entry["backend"]:
-            raise WorkflowError(f"config {family}.backends {name!r}: a setting of "
-                                f"{entry['backend']} cannot be named after the {name} backend")
-        settings[name] = {"backend": entry["backend"], "env": dict(entry.get("env", {}))}
-    return settings
-
-
-#: {family: {backend name: {"backend": ggml backend, "env": {...}}}}
-BACKEND_SETTINGS = {family: _backend_settings(family) for family in FAMILIES}
-#: The backend every other one is compared with, stage by stage, where a family sweeps it.
-BASELINE_BACKEND = "cpu"
 
 
 def _alternatives(values):
@@ -579,10 +580,37 @@ def _after_references():
             checkpoints.reference_dump.get(family=family, model=model)
 
 
+def reference_dirs(wildcards):
+    """The reference job's directory of every model of the sweep (the checkpoints)."""
+    return [f"results/reference/{family}/{model}" for family in FAMILIES
+            for model in PATHS[family]["models"]]
+
+
 def summary_input(wildcards):
     """summary.csv, once every reference job is done (:func:`_after_references`)."""
     _after_references()
     return "results/report/summary.csv"
+
+
+def _cells():
+    """(family, model, candidate, backend, weight type, case, against) of every cell of the
+    sweep, from the config alone."""
+    for family, section in FAMILIES.items():
+        for candidate, entry in CANDIDATES[family].items():
+            for model in entry["models"]:
+                for backend in BACKEND_SETTINGS[family]:
+                    for weight_type in section["weight_types"]:
+                        for case in PATHS[family]["cases"]:
+                            yield family, model, candidate, backend, weight_type, case, "reference"
+                            if backend != BASELINE_BACKEND and (
+                                    BASELINE_BACKEND in BACKEND_SETTINGS[family]):
+                                yield (family, model, candidate, backend, weight_type, case,
+                                       BASELINE_BACKEND)
+
+
+def sweep_cells(wildcards):
+    """The sweep's cells as one JSON line (rule report_cells)."""
+    return json.dumps([list(cell) for cell in _cells()])
 
 
 def all_cells(wildcards):
@@ -593,17 +621,12 @@ def all_cells(wildcards):
     (:func:`_after_references`)."""
     _after_references()
     cells = []
-    for family, section in FAMILIES.items():
-        for candidate, entry in CANDIDATES[family].items():
-            drills = adapter_module(entry["adapter"]).ADAPTER.family_port
-            for model in entry["models"]:
-                for backend in BACKEND_SETTINGS[family]:
-                    for weight_type in section["weight_types"]:
-                        for case in PATHS[family]["cases"]:
-                            cell = f"{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"
-                            cells.append(f"results/compare/{cell}.json")
-                            if backend != BASELINE_BACKEND and (
-                                    BASELINE_BACKEND in BACKEND_SETTINGS[family]):
-                                cells.append(f"results/drilldown/{cell}.json" if drills
-                                             else f"results/compare_backends/{cell}.json")
+    for family, model, candidate, backend, weight_type, case, against in _cells():
+        cell = f"{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"
+        if against == "reference":
+            cells.append(f"results/compare/{cell}.json")
+        elif adapter_module(CANDIDATES[family][candidate]["adapter"]).ADAPTER.family_port:
+            cells.append(f"results/drilldown/{cell}.json")
+        else:
+            cells.append(f"results/compare_backends/{cell}.json")
     return cells

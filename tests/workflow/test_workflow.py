@@ -95,7 +95,8 @@ def test_touching_a_source_file_reruns_nothing(sweep):
 def test_editing_the_encoder_reruns_only_ggml_compare_and_report(sweep):
     with edited(sweep / "src/audioparity/models/parakeet_tdt/encoder.py"):
         assert planned_rules(sweep) == [
-            "compare_cell", "ggml_dump", "report_html", "report_summary"
+            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "report_html",
+            "report_summary"
         ]
 
 
@@ -103,8 +104,26 @@ def test_editing_the_ggml_runtime_reruns_no_reference_job(sweep):
     """The reference side imports nothing of ggml: the slowest jobs stay done."""
     with edited(sweep / "src/audioparity/ggml/runtime.py"):
         assert planned_rules(sweep) == [
-            "compare_cell", "ggml_dump", "report_html", "report_summary"
+            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "report_html",
+            "report_summary"
         ]
+
+
+def test_a_config_naming_a_new_model_plans_its_jobs_over_an_old_summary(sweep):
+    """The summary's cells are known only after the new model's reference checkpoint: a summary
+    left by the config before must not pass for up to date."""
+    config = sweep / "sweep.yaml"
+    original = config.read_text()
+    sweep_config = yaml.safe_load(original)
+    sweep_config["fixtures"] = {"parakeet_tdt": {"other": {"seed": 1}}}
+    sweep_config["parakeet_tdt"]["models"] = [
+        {"name": "other", "path": "results/fixtures/parakeet_tdt/other/model.nemo"}]
+    config.write_text(yaml.safe_dump(sweep_config))
+    try:
+        planned = planned_rules(sweep)
+    finally:
+        config.write_text(original)
+    assert {"fixture_build", "reference_dump", "report_cells", "report_summary"} <= set(planned)
 
 
 def test_editing_the_report_code_reruns_only_the_html(sweep):
@@ -134,8 +153,9 @@ def test_a_changed_reference_dump_reruns_what_reads_it(sweep):
     reference.write_text(original.replace('"[2T-1, D]"', '"[2T-1,D]"'))
     try:
         result = snakemake(sweep, "--cores", "2")
-        assert ran_rules(result) == ["compare_cell", "ggml_dump", "reference_dump",
-                                     "report_html", "report_summary"]
+        assert ran_rules(result) == ["compare_backend", "compare_cell", "drilldown",
+                                     "ggml_dump", "reference_dump", "report_html",
+                                     "report_summary"]
         log = result.stdout + result.stderr
         assert "output: results/ggml/moss_voicegen" not in log
         assert "output: results/compare/moss_voicegen" not in log
