@@ -174,7 +174,7 @@ def _compare_graphs(pairs: list[tuple[Path, Path]], against: str, backend: str, 
             k, (_, folder) = todo.pop(0)
             why = _last_line(run.stderr) or f"exit status {run.returncode}"
             results.append({"graph": k, "phase": _phase(folder), "aborted": why})
-            log.warning("drilldown: ggml aborted in graph %s (%s): %s", k, folder, why)
+            log.warning("drilldown: graph %s (%s) stopped: %s", k, folder, why)
         elif run.returncode != 0:
             raise AudioparityError(f"drill-down of {out}: {_last_line(run.stderr)}")
     shutil.rmtree(work)
@@ -222,7 +222,7 @@ def first_bad_text(result: Mapping[str, Any]) -> str:
         verdict = (f"NMSE {_g(node['nmse'])}: not float32 (ggml's tolerance "
                    f"{_g(node['threshold'])})")
     elif node["verdict"] == "aborted":
-        return f"ggml aborted running graph {node['graph']} ({node['phase']}): {node['why']}"
+        return f"the drill-down of graph {node['graph']} ({node['phase']}) stopped: {node['why']}"
     elif node["verdict"] == "leaf differs":
         return (f"weight {node['name']} ({node['phase']}) differs between the two graphs"
                 + (f": NMSE {_g(node['nmse'])}" if node.get("nmse") is not None else ""))

@@ -34,8 +34,9 @@ IDS = np.array([3, 1, 4, 1, 5, 9], np.int32)
 
 def build(rt: Runtime, weights, *, scale: float = 0.5, cast: bool = False):
     """A small graph of the ops the ports use: a matmul on a q8_0 weight, a silu, a scale, an
-    f32 matmul, rows of an embedding picked through a view of an int32 input, a softmax; one
-    f16 round trip of an intermediate with ``cast``. Returns its outputs."""
+    f32 matmul, rows of an embedding picked through a view of an int32 input, a softmax, a
+    transposed input made contiguous; one f16 round trip of an intermediate with ``cast``.
+    Returns its outputs."""
     with rt.graph() as g:
         x = g.input("x", X)
         ids = g.input("ids", IDS)
@@ -50,6 +51,7 @@ def build(rt: Runtime, weights, *, scale: float = 0.5, cast: bool = False):
         picked = ggml.ggml_get_rows(g.ctx, weights["table"],
                                     ggml.ggml_view_1d(g.ctx, ids, 3, 2 * 4))  # ids[2:5]
         g.output("rows", picked)
+        g.output("x_t", ggml.ggml_cont(g.ctx, ggml.ggml_transpose(g.ctx, x)))  # a strided view
         return g.compute()
 
 
@@ -74,7 +76,7 @@ def test_a_saved_graph_rebuilt_computes_its_outputs_bit_for_bit(tmp_path, cpu):
     folder, outputs = saved(tmp_path, "a")
     description = json.loads((folder / GRAPH).read_text())
     assert description["phase"] == "phase-a"
-    assert sorted(description["outputs"]) == ["rows", "y"]
+    assert sorted(description["outputs"]) == ["rows", "x_t", "y"]
     kinds = {r["name"]: r.get("kind") for r in description["tensors"]}
     assert kinds["w1"] == kinds["table"] == "weight" and kinds["x"] == kinds["ids"] == "input"
     loaded = LoadedGraph(folder, cpu.backend)
@@ -99,7 +101,7 @@ def test_two_saves_of_one_graph_drill_down_to_nothing(tmp_path, cpu):
     assert result["first_bad"] is None and result["first_not_float32"] is None
     measured = [n for n in result["nodes"] if "nmse" in n]
     assert measured and all(n["nmse"] == 0.0 for n in measured)
-    assert {n["feeds"] for n in measured} == {"y", "rows"}
+    assert {n["feeds"] for n in measured} == {"y", "rows", "x_t"}
 
 
 def test_an_op_changed_in_one_graph_is_named_at_its_node(tmp_path, cpu):

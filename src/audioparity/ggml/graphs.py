@@ -243,8 +243,9 @@ class LoadedGraph:
         inputs = {record["index"]: np.load(self.folder / record["file"]) for record in records
                   if record.get("kind") == "input"}
         #: View nodes of an input, rebuilt as inputs of their own: the scheduler keeps a graph
-        #: input on the CPU and hands an accelerator a compact copy of each view it reads (a
-        #: backend may refuse a view at an unaligned offset: ggml-vulkan's GET_ROWS aborts).
+        #: input on the CPU and hands an accelerator a copy of each view it reads, of the same
+        #: strides, at an offset of its own (a backend may refuse a view at an unaligned
+        #: offset: ggml-vulkan's GET_ROWS aborts).
         self.input_views = {record["index"]: _view_values(record, inputs[record["view_src"]])
                             for record in records
                             if record["op_name"] in VIEW_OPS and record["view_src"] in inputs}
@@ -253,10 +254,12 @@ class LoadedGraph:
             tensor = ggml.ggml_new_tensor(self.ctx, record["type"], 4, ne)
             ggml.ggml_set_name(tensor, record["name"].encode())
             self.tensors.append(tensor)
-            if record["index"] in self.input_views:
-                tensor.contents.flags = ggml.GGML_TENSOR_FLAG_INPUT
-                continue
             t = tensor.contents
+            if record["index"] in self.input_views:
+                t.flags = ggml.GGML_TENSOR_FLAG_INPUT
+                for axis in range(4):
+                    t.nb[axis] = record["nb"][axis]
+                continue
             for axis in range(4):
                 t.nb[axis] = record["nb"][axis]
             t.op = record["op"]
@@ -342,17 +345,17 @@ class LoadedGraph:
 
 
 def _view_values(record: dict, root: np.ndarray) -> np.ndarray:
-    """The bytes a view node of an input holds, compact: ``ne`` and ``nb`` over the input's
-    bytes from ``view_offs`` (ggml points a view at the root tensor, offsets summed)."""
+    """The bytes a view node of an input spans (what the scheduler's copy of it holds): from
+    ``view_offs`` into the input (ggml points a view at the root tensor, offsets summed) for
+    ``ggml_nbytes`` of its ``ne`` and ``nb``."""
     raw = np.ascontiguousarray(root).view(np.uint8).reshape(-1)
-    itemsize = root.dtype.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        raw[record["view_offs"]:].view(root.dtype), shape=tuple(reversed(record["ne"])),
-        strides=tuple(reversed(record["nb"])), writeable=False)
-    if record["nb"][0] != itemsize:
-        raise AudioparityError(f"view {record['name']!r} of an input steps {record['nb'][0]} "
-                               f"bytes per value; expected {itemsize}")
-    return np.ascontiguousarray(view).view(np.uint8).reshape(-1)
+    span = root.dtype.itemsize + sum((n - 1) * b for n, b in zip(record["ne"], record["nb"],
+                                                                strict=True))
+    start = record["view_offs"]
+    if start + span > raw.size:
+        raise AudioparityError(f"view {record['name']!r} spans bytes {start}..{start + span} "
+                               f"of an input of {raw.size}")
+    return raw[start:start + span].copy()
 
 
 def _free(ctx, buffer) -> None:
@@ -447,6 +450,8 @@ def _drill(baseline: LoadedGraph, target: LoadedGraph, target_name: str) -> dict
         counterpart = baseline.nodes[i] if i is not None else None
         if record["op_name"] in VIEW_OPS:
             entry["verdict"] = "view"
+            if target.description["nodes"][j] in target.input_views and counterpart is not None:
+                target.write(node, counterpart)  # a view of an input: the baseline's, as inputs
         elif not ggml.ggml_backend_supports_op(target.backend, node):
             entry["verdict"] = "not supported"
             if counterpart is not None:
