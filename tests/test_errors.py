@@ -381,7 +381,8 @@ SCHEMA_CASES = (
     SchemaCase("schema_backend_env", "parakeet_tdt: {backends: [cpu, {name: vk, backend: "
                "vulkan, env: {lower: '1'}}]}", "['env']"),
     SchemaCase("config_backend_setting_named_as_another",
-               "parakeet_tdt: {backends: [cpu, {name: cpu, backend: vulkan}]}", "'cpu'"),
+               "parakeet_tdt: {backends: [cpu, {name: vulkan, backend: cuda}]}",
+               "the vulkan backend"),
     SchemaCase("config_option", "parakeet_tdt: {options: {flash_attention: 2}}",
                "['flash_attention']"),
     SchemaCase("config_option_of_another_family", "parakeet_tdt: {options: {generate_rows: 4}}",

@@ -383,3 +383,38 @@ def test_logit_gap_max_on_a_tensor_stage_is_a_config_error():
     gates = {"gates": [{"stage": "*", "logit_gap_max": 0.05}], "expected_failures": []}
     with pytest.raises(AudioparityError, match="applies to documents"):
         status("last_hidden", gates, metrics={"max_rel": 1e-7, "non_finite": 0})
+
+
+def test_against_a_backend_every_stage_meets_its_namesake_and_no_declaration_applies(tmp_path):
+    """A Vulkan cell against the CPU cell: layer_0_isolated is compared with the CPU's
+    layer_0_isolated (with the reference, it is compared with layer_0), and an expected failure
+    of the section explains differences from the reference only."""
+    rng = np.random.default_rng(3)
+    layer, isolated = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
+
+    def dump(name: str, isolated_values: np.ndarray) -> Path:
+        source = tmp_path / "clip.wav"
+        source.write_bytes(b"")
+        with DumpWriter(tmp_path / name, producer="ggml", model=source) as writer:
+            writer.add_tensor("layer_0", layer, "[T, D]")
+            writer.add_tensor("layer_0_isolated", isolated_values, "[T, D]")
+        return tmp_path / name
+
+    cpu, vulkan = dump("cpu", isolated), dump("vulkan", isolated * np.float32(1 + 1e-3))
+    section = {"gates": {"default": [{"stage": "layer_*", "nmse_max": 1e-10}]},
+               "expected_failures": [{"stage": "layer_0_isolated", "reason": "declared"}]}
+    for against in ("reference", "cpu"):
+        gates = resolve_gates(section, model="tiny", backend="vulkan", weight_type="f32",
+                              against=against)
+        assert len(gates["expected_failures"]) == (against == "reference")
+    gates = resolve_gates(section, model="tiny", backend="vulkan", weight_type="f32",
+                          against="cpu")
+    labels = {"family": "parakeet_tdt", "model": "tiny", "case": "clip",
+              "candidate": "audioparity", "backend": "vulkan", "weight_type": "f32",
+              "against": "cpu"}
+    compare_cell(cpu, vulkan, gates, labels, tmp_path / "cell.json")
+    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    assert rows["layer_0"]["status"] == "pass" and rows["layer_0"]["nmse"] == 0.0
+    isolated_row = rows["layer_0_isolated"]
+    assert isolated_row["status"] == "fail" and isolated_row["against"] == "cpu"
+    assert isolated_row["nmse"] == pytest.approx(1e-6, rel=1e-3)  # against its namesake

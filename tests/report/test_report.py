@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import html
 import json
 import re
 from pathlib import Path
@@ -195,3 +196,24 @@ def test_matrix_groups_columns_by_candidate_then_backend(tmp_path: Path):
         ("1", "f32"), ("1", "q8_0"), ("1", "f32"),  # weight types
     ]
     assert "1 candidate" not in text and "2 candidates" in text
+
+
+def test_backends_against_the_cpu_have_their_own_matrix_and_first_bad_ops(tmp_path: Path):
+    op = "MUL_MAT #6 (encoder, feeds pre_encode, f32 [24, 9920]): NMSE 1e-07: not float32"
+    rows = [row("pre_encode"), row("layer_0"),
+            row("pre_encode", backend="vulkan"), row("layer_0", backend="vulkan"),
+            row("pre_encode", backend="vulkan", against="cpu", status="fail", nmse=7e-7,
+                first_bad_op=op),
+            row("layer_0", backend="vulkan", against="cpu", status="fail", nmse=9e-7,
+                first_bad_op=op)]
+    write_summary([write_cell(tmp_path / "cell.json", rows)], tmp_path / "s.csv")
+    write_html(tmp_path / "s.csv", tmp_path / "index.html")
+    text = (tmp_path / "index.html").read_text()
+    main = text[text.index('id="status-matrix"'):text.index('id="backends-against-the-cpu"')]
+    backends = text[text.index('id="backends-against-the-cpu"'):text.index('id="per-layer-error"')]
+    assert "7.0e-07" not in main and "7.0e-07" in backends  # each comparison in its own matrix
+    # one line per failing cell: its first failing stage in pipeline order, and the op
+    assert "First bad op of each cell that fails (1)" in backends
+    assert backends.count(html.escape(op)) == 1 and ">pre_encode<" in backends
+    assert "Against the CPU backend, 2 of 2 stages of other backends fail" in text
+    assert "All 4 stages pass" in text  # the headline counts the reference comparisons

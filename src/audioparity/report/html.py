@@ -468,6 +468,11 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
     return "".join(images)
 
 
+def _anchor(title: str) -> str:
+    """A section's id: its title in lower case, words joined by dashes (``#backends-...``)."""
+    return "-".join(re.findall(r"[a-z0-9]+", title.lower()))
+
+
 def build_html(frame: pd.DataFrame, source: str) -> str:
     """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
@@ -487,7 +492,8 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         (f"All rows ({len(frame) + len(against_backend)})",
          _row_table(pd.concat([frame, against_backend]), COLUMNS, "full")),
     ]
-    body = "".join(f"<h2>{_esc(title)}</h2>{content}" for title, content in sections)
+    body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
+                   for title, content in sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>audioparity report</title>"
