@@ -418,3 +418,28 @@ def test_against_a_backend_every_stage_meets_its_namesake_and_no_declaration_app
     isolated_row = rows["layer_0_isolated"]
     assert isolated_row["status"] == "fail" and isolated_row["against"] == "cpu"
     assert isolated_row["nmse"] == pytest.approx(1e-6, rel=1e-3)  # against its namesake
+
+
+def test_two_dumps_of_a_candidate_holding_a_view_are_compared_as_they_are(tmp_path):
+    """transcribe.cpp dumps its first joint step, log-softmaxed: against the reference the view
+    is applied to the reference's joint_logits; against the same port on the CPU, which holds the
+    same view, it is not applied again."""
+    view = [["row", 0], ["log_softmax"]]
+    row0 = np.log(np.full(6, 1 / 6, np.float32))
+
+    def dump(name: str, values: np.ndarray) -> Path:
+        source = tmp_path / "clip.wav"
+        source.write_bytes(b"")
+        with DumpWriter(tmp_path / name, producer="transcribe_cpp", model=source) as writer:
+            writer.add_tensor("joint_logits", values, "view row(0) log_softmax() of [steps, C]")
+            writer.manifest["conventions"] = {"joint_logits": {"view": view, "why": "first"}}
+        return tmp_path / name
+
+    cpu, vulkan = dump("cpu", row0), dump("vulkan", row0 + np.float32(1e-7))
+    gates = {"gates": [{"stage": "joint_logits", "nmse_max": 1e-10, "from": "default"}],
+             "expected_failures": []}
+    labels = {"family": "parakeet_tdt", "model": "m", "case": "c", "candidate": "t",
+              "backend": "vulkan", "weight_type": "f32", "against": "cpu"}
+    compare_cell(cpu, vulkan, gates, labels, tmp_path / "cell.json")
+    (row,) = json.loads((tmp_path / "cell.json").read_text())
+    assert row["status"] == "pass" and row["nmse"] < 1e-10, row
