@@ -45,7 +45,7 @@ setup-vulkan: $(VULKAN_STAMP)
 $(VULKAN_STAMP): $(STAMP) $(VULKAN_PATCH) setup/ggml-python.sh setup/apt.sh
 	setup/apt.sh $(VULKAN_PACKAGES)
 	setup/ggml-python.sh $(BIN)/python "$(GGML_CMAKE_ARGS) -DGGML_VULKAN=ON" $(VULKAN_PATCH)
-	$(BIN)/audioparity doctor --backend vulkan
+	$(BIN)/audioparity doctor --backend vulkan >/dev/null
 	rm -f $(CUDA_STAMP)
 	touch $@
 
@@ -56,7 +56,7 @@ $(CUDA_STAMP): $(STAMP) setup/ggml-python.sh
 	@command -v nvcc >/dev/null || { echo "setup-cuda: no nvcc on PATH (install a CUDA toolkit)" >&2; exit 1; }
 	setup/ggml-python.sh $(BIN)/python \
 		"$(GGML_CMAKE_ARGS) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)"
-	$(BIN)/audioparity doctor --backend cuda
+	$(BIN)/audioparity doctor --backend cuda >/dev/null
 	rm -f $(VULKAN_STAMP)
 	touch $@
 

@@ -91,6 +91,7 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     defaults and with its f16 arithmetic off, each Vulkan cell also against the CPU."""
     sweep = yaml.safe_load((REPO / "config/examples/vulkan.yaml").read_text())
     workdir = wd.make_workdir(tmp_path / "run", sweep)
+    (workdir / "resources").symlink_to(REPO / "resources")  # the cases config.yaml names
     wd.run_to_completion(workdir)
 
     rows = summary(workdir)
