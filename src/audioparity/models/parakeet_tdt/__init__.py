@@ -46,6 +46,8 @@ SPEC = FamilySpec(
                "decoding emits blanks and tokens", sides=("fixture",)),
         Option("duration0_bias_nudge", 2.5, "added to duration 0's joint bias, so that tokens "
                "stay on a frame up to the symbol limit", sides=("fixture",)),
+        Option("xscaling", False, "scale pre_encode by sqrt(d_model) before the layers "
+               "(NeMo's default; v3 has it off)", sides=("fixture",)),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

@@ -171,10 +171,9 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
              taps["enc_out"].shape[0], seconds["encoder"])
 
     with writer.timed("layers_isolated"):
-        first = reference.tensor("pre_encode")
-        if config.encoder.xscale is not None:  # NeMo's pos_enc scales the layers' input
-            first = first * np.float32(config.encoder.xscale)
-        inputs = [first] + [reference.tensor(f"layer_{i - 1}") for i in range(1, n_layers)]
+        # layers_isolated scales pre_encode by xscale itself, as NeMo's pos_enc does
+        inputs = [reference.tensor("pre_encode")] + [reference.tensor(f"layer_{i - 1}")
+                                                     for i in range(1, n_layers)]
         isolated = encoder.layers_isolated(inputs, reference.tensor("pos_emb"))
     for i, output in enumerate(isolated):
         writer.add_tensor(f"layer_{i}_isolated", output, "[T, D]")

@@ -75,12 +75,15 @@ BLANK_BIAS_NUDGE = 10.5
 DURATION0_BIAS_NUDGE = 2.5
 
 
-def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN) -> dict:
+def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
+                   xscaling: bool = False) -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
         tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
         joint_hidden: the joint's hidden size.
+        xscaling: the encoder scales ``pre_encode`` by ``sqrt(d_model)`` before the layers
+            (``ConformerEncoder``'s default; v3 turns it off).
 
     Returns:
         A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
@@ -127,7 +130,7 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN) -> dic
             "n_heads": 4,
             "att_context_size": [-1, -1],
             "att_context_style": "regular",
-            "xscaling": False,
+            "xscaling": xscaling,
             "untie_biases": True,
             "pos_emb_max_len": 5000,
             "conv_kernel_size": 9,
@@ -278,14 +281,16 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
 
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
-                  duration0_bias_nudge: float = DURATION0_BIAS_NUDGE) -> None:
+                  duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
+                  xscaling: bool = False) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
     The options make variants that a port's loader accepts (``config/examples/ports.yaml``):
     the tokenizer's ``vocab_size``, the ``joint_hidden`` size, and the nudges of the blank and
     duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
-    zero-duration tokens and the symbols-per-frame limit at those sizes.
+    zero-duration tokens and the symbols-per-frame limit at those sizes; and ``xscaling``, the
+    encoder's input scale that v3 turns off and NeMo's default keeps.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -306,7 +311,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
         model = EncDecRNNTBPEModel(
-            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden)))
+            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))
