@@ -58,7 +58,7 @@ def _read(path: Path) -> tuple[np.ndarray, dict[str, Any], str]:
         with open(path, "rb"):  # the OS's reason (permission) before libsndfile's "System error"
             pass
         with sf.SoundFile(os.fspath(path)) as handle:
-            data = handle.read(dtype="float64", always_2d=True)
+            data = _frames(handle)
             source = {"format": handle.format, "subtype": handle.subtype,
                       "channels": handle.channels, "sample_rate": handle.samplerate,
                       "frames": data.shape[0]}
@@ -69,6 +69,25 @@ def _read(path: Path) -> tuple[np.ndarray, dict[str, Any], str]:
         ) from err
     except (sf.SoundFileError, RuntimeError, OSError, ValueError) as err:
         raise AudioparityError(f"{path}: cannot read audio ({err})") from err
+    except MemoryError:
+        raise AudioparityError(f"{path}: its samples do not fit in memory as float64; expected "
+                               "audio this machine can hold") from None
+
+
+#: Frames read at a time: memory follows the samples a file holds, not the count its header
+#: declares (a damaged FLAC header may declare billions).
+READ_BLOCK = 1 << 20
+
+
+def _frames(handle: sf.SoundFile) -> np.ndarray:
+    """Every frame ``handle`` decodes, ``[frames, channels]`` float64, read block by block."""
+    blocks = []
+    while True:
+        block = handle.read(READ_BLOCK, dtype="float64", always_2d=True)
+        blocks.append(block)
+        if len(block) < READ_BLOCK:
+            break
+    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
 
 def load_audio(path: str | os.PathLike, sample_rate: int = 16000, min_samples: int = 1,
