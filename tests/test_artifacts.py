@@ -37,13 +37,26 @@ def test_committed_dump_round_trips_tensors_documents_and_manifest(tmp_path, mod
     assert not (tmp_path / "dump.partial").exists()
 
 
-def test_failed_dump_leaves_nothing_that_looks_complete(tmp_path, model_file):
+def test_a_refused_input_leaves_nothing(tmp_path, model_file):
     out = tmp_path / "dump"
-    with pytest.raises(RuntimeError), DumpWriter(out, producer="ggml", model=model_file) as writer:
+    with pytest.raises(AudioparityError), DumpWriter(out, producer="ggml",
+                                                     model=model_file) as writer:
         writer.add_tensor("enc_out", np.zeros((2, 2), np.float32), "[T, D]")
-        raise RuntimeError("killed halfway")
+        raise AudioparityError("a bad input, found halfway")
     assert not out.exists()
     assert not (tmp_path / "dump.partial").exists()
+
+
+def test_a_fault_leaves_a_partial_dump_saying_what_finished_and_what_ran(tmp_path, model_file):
+    out = tmp_path / "dump"
+    with pytest.raises(RuntimeError), DumpWriter(out, producer="ggml", model=model_file) as writer:
+        with writer.timed("encoder"):
+            writer.add_tensor("enc_out", np.zeros((2, 2), np.float32), "[T, D]")
+        with writer.timed("decode"):
+            raise RuntimeError("a fault halfway")
+    assert not out.exists()  # nothing that looks complete
+    manifest = json.loads((tmp_path / "dump.partial" / "manifest.json").read_text())
+    assert list(manifest["tensors"]) == ["enc_out"] and manifest["running"] == "decode"
 
 
 def test_stale_partial_directory_from_a_killed_run_is_replaced(tmp_path, model_file):

@@ -48,3 +48,22 @@ def test_exit_after_writing_half_the_files_leaves_only_the_crashed_record(tmp_pa
 def test_success_without_a_dump_is_not_hidden(tmp_path):
     assert guard(tmp_path, "pass").returncode == 1
     assert not (tmp_path / "dump").exists()
+
+
+def test_a_dump_that_aborts_keeps_the_stages_it_finished(tmp_path):
+    """A DumpWriter records each stage as it lands: the guard keeps those, and names the stage
+    the process died in (the decoder's, say), so the cell's encoder stages are still compared."""
+    out = tmp_path / "dump"
+    script = (
+        "import os, numpy as np; from audioparity.artifacts import DumpWriter\n"
+        f"w = DumpWriter({str(out)!r}, producer='ggml').__enter__()\n"
+        "with w.timed('encoder'): w.add_tensor('enc_out', np.ones((3, 2), np.float32), '[T, D]')\n"
+        "with w.timed('decode'): os.abort()\n"
+    )
+    result = guard(tmp_path, script)
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(out)
+    assert dump.status == "crashed" and "SIGABRT" in dump.manifest["message"]
+    assert dump.tensor_names == ["enc_out"] and dump.tensor("enc_out").sum() == 6
+    assert dump.manifest["crashed_in"] == "decode" and dump.manifest["backend"] == "cpu"
+    assert not (tmp_path / "dump.partial").exists()

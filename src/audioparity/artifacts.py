@@ -34,6 +34,10 @@ from audioparity.errors import AudioparityError
 from audioparity.vocabulary import DUMP_STATUSES, VIEWS
 
 MANIFEST = "manifest.json"
+#: The key of a partial dump's manifest naming the stage being timed when it was last written.
+RUNNING = "running"
+#: The key of a crashed dump's manifest naming the stage it died in (its ``running``).
+CRASHED_IN = "crashed_in"
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -83,9 +87,13 @@ class DumpWriter:
     """Writes one dump directory atomically.
 
     Use as a context manager; tensors and documents land in ``<output_dir>.partial/`` and the
-    directory is renamed to ``output_dir`` on a clean exit (after the manifest is written). On an
-    exception the partial directory is removed, and so are the (empty) parent folders the writer
-    created for it, and the exception propagates.
+    directory is renamed to ``output_dir`` on a clean exit (after the manifest is written). The
+    partial directory's manifest is rewritten as each stage lands, with the stage being timed
+    (``running``), so a process that dies leaves a record of what it finished
+    (:func:`audioparity.guard.run_guarded` makes a ``crashed`` dump of it). On an
+    :class:`AudioparityError` (a refused input) the partial directory is removed, and so are the
+    (empty) parent folders the writer created for it; on another exception (a fault) it is kept,
+    its manifest saying what ran; the exception propagates either way.
 
     Args:
         output_dir: final directory.
@@ -135,6 +143,9 @@ class DumpWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and not issubclass(exc_type, AudioparityError):
+            self._progress()  # a fault: what finished, and what ran, for the guard
+            return
         if exc_type is not None:
             shutil.rmtree(self.partial, ignore_errors=True)
             for folder in self._created:  # innermost first: the folders this writer made
@@ -161,11 +172,13 @@ class DumpWriter:
             "dtype": str(array.dtype),
             "layout": layout,
         }
+        self._progress()
 
     def add_json(self, name: str, document: Any) -> None:
         """Store a JSON document as ``<name>.json`` (e.g. ``decode``)."""
         _write_json(self.partial / f"{name}.json", document)
         self.manifest["documents"][name] = f"{name}.json"
+        self._progress()
 
     def note(self, text: str) -> None:
         """Record a remark for the reader (a downmix, a resample, a check that was made)."""
@@ -184,11 +197,14 @@ class DumpWriter:
         stage is :attr:`running` meanwhile."""
         start = time.perf_counter()
         self.running = stage
-        try:
-            yield
-        finally:
-            self.running = None
+        self._progress()
+        yield
+        self.running = None
         self.manifest["seconds"][stage] = round(time.perf_counter() - start, 4)
+
+    def _progress(self) -> None:
+        """The partial directory's manifest as things stand, with :attr:`running`."""
+        _write_json(self.partial / MANIFEST, {**self.manifest, RUNNING: self.running})
 
 
 def viewed_layout(view: Sequence[Sequence[Any]], layout: str) -> str:

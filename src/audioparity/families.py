@@ -341,6 +341,17 @@ def reference_stage(family_name: str | None, stage: str) -> str:
     return _form_of(stage)[0]
 
 
+def isolated_form(family_name: str | None, stage: str) -> str | None:
+    """The isolated (teacher-forced) form of a family's stage (``layer_3`` ->
+    ``layer_3_isolated``, ``decode`` -> ``decoder_replay``), None when the stage has none, is
+    itself a form, or the family is not registered here."""
+    spec = registered().get(family_name or "")
+    found = spec.locate(stage) if spec is not None else None
+    if found is None or found[3] or found[1].isolated is None:
+        return None
+    return concrete(found[1].isolated, found[2])
+
+
 def replayed_form(family_name: str | None, stage: str) -> str | None:
     """The replayed form of a family's stage (``layer_3`` -> ``layer_3_replayed``), None when
     the stage has none, is itself a form, or the family is not registered here."""

@@ -3,22 +3,26 @@
 A ggml assert calls ``abort()``, a bad kernel segfaults, a big model runs out of memory: the
 process is gone, and with it anything it would have reported. The guard runs the dump command
 as a child process, passes its stderr through (to the job's log), and when the child exits
-non-zero or is killed by a signal it replaces whatever the child left with a dump directory whose
-manifest says ``status: crashed``, the signal or exit code, and the last lines of stderr. The
-guard then exits 0, so the sweep goes on and the report shows the cell as ``crashed``.
+non-zero or is killed by a signal it makes a dump directory of what the child left: whose
+manifest says ``status: crashed``, the signal or exit code, the last lines of stderr, and, when
+the child's :class:`~audioparity.artifacts.DumpWriter` had got that far, the stages it finished
+(kept, and compared) and the one it died in (``crashed_in``). The guard then exits 0, so the
+sweep goes on and the report shows what the cell computed and where it crashed.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from audioparity.artifacts import DumpWriter
+from audioparity.artifacts import CRASHED_IN, MANIFEST, RUNNING, DumpWriter
 
 log = logging.getLogger("audioparity")
 
@@ -62,10 +66,36 @@ def run_guarded(command: list[str], output_dir: Path, fields: dict | None = None
             return 1
         return 0
     reason = describe_exit(returncode)
+    message = f"{reason}: {tail[-1] if tail else 'no stderr'}"
     log.warning("dump command %s: %s; recording the cell as crashed", reason, command[0])
     shutil.rmtree(output_dir, ignore_errors=True)
+    partial = output_dir.with_name(output_dir.name + ".partial")
+    if _keep_partial(partial, output_dir, message, command, list(tail), fields or {}):
+        return 0
     with DumpWriter(output_dir, producer="guard", fields=fields) as writer:
-        writer.set_status("crashed", f"{reason}: {tail[-1] if tail else 'no stderr'}")
+        writer.set_status("crashed", message)
         writer.manifest["command"] = command
         writer.manifest["stderr_tail"] = list(tail)
     return 0
+
+
+def _keep_partial(partial: Path, output_dir: Path, message: str, command: list[str],
+                  tail: list[str], fields: dict) -> bool:
+    """Make the child's partial dump the crashed dump when its manifest is there: the stages it
+    lists are finished (each file written before it was listed), ``crashed_in`` is the stage it
+    was timing. False when there is none to keep."""
+    try:
+        manifest = json.loads((partial / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(manifest, dict):
+        return False
+    running = manifest.pop(RUNNING, None)
+    manifest.update(fields, status="crashed", message=message, command=command,
+                    stderr_tail=tail, **({CRASHED_IN: running} if running else {}))
+    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    os.replace(partial, output_dir)
+    log.warning("%s: kept %d finished stage(s) of the crashed dump%s", output_dir,
+                len(manifest.get("tensors", {})) + len(manifest.get("documents", {})),
+                f", crashed in {running}" if running else "")
+    return True

@@ -219,3 +219,31 @@ def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):
         running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[TOY])
     with pytest.raises(AudioparityError, match="no such folder"):
         running.build_ports(tmp_path / "nowhere", tmp_path / "cache", adapters=[TOY])
+
+
+def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dump(tmp_path,
+                                                                                 clip_wav):
+    """A stand-in transcribe-cli that dumps the mel and pre_encode, then dies: those stages
+    are kept (and compared), the dump is crashed with the tool's exit."""
+    root = tmp_path / "port"
+    (root / "build/bin").mkdir(parents=True)
+    cli = root / "build/bin/transcribe-cli"
+    cli.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\nimport numpy as np\n"
+        "out = os.environ['TRANSCRIBE_DUMP_DIR']\n"
+        "for name, shape in (('enc.mel.in', (4, 6)), ('enc.pre_encode.out', (2, 8))):\n"
+        "    np.ones(shape, '<f4').tofile(os.path.join(out, name + '.f32'))\n"
+        "    json.dump({'name': name, 'shape': list(shape), 'dtype': 'f32',\n"
+        "               'layout': 'row-major'}, open(os.path.join(out, name + '.json'), 'w'))\n"
+        "print('GGML_ASSERT in the encoder', file=sys.stderr); sys.exit(3)\n")
+    cli.chmod(0o755)
+    model = tmp_path / "converted"
+    (model / "models/parakeet-tdt-0.6b-v2").mkdir(parents=True)
+    running.run_candidate("transcribe_cpp", "parakeet_tdt", {**TRANSCRIBE, "root": str(root)},
+                          model, clip_wav, tmp_path / "dump", reference_dir=None,
+                          weight_type="f32", backend="cpu", threads=1)
+    manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
+    assert manifest["status"] == "crashed"
+    assert "exit code 3" in manifest["message"] and "GGML_ASSERT" in manifest["message"]
+    assert sorted(manifest["tensors"]) == ["mel_features", "pre_encode"]

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
+from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
 from audioparity.errors import AudioparityError
+from audioparity.families import stage_key
 
 SECTION = {
     "gates": {
@@ -320,13 +321,42 @@ def test_absent_candidate_dir_makes_every_stage_missing(reference_dir: Path, tmp
     assert rows["decode"]["reason"] == f"no candidate dump at {tmp_path / 'nowhere'}"
 
 
-@pytest.mark.parametrize("state", ["unavailable", "crashed"])
-def test_unavailable_or_crashed_candidate(reference_dir: Path, tmp_path: Path, state: str):
-    message = "backend cuda is not built in" if state == "unavailable" else "killed by SIGABRT"
-    candidate_dir = write_dump(tmp_path / "cand", tmp_path, {}, {}, status=(state, message))
+def test_unavailable_candidate(reference_dir: Path, tmp_path: Path):
+    message = "backend cuda is not built in"
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, {}, {},
+                               status=("unavailable", message))
     rows = run_cell(reference_dir, candidate_dir, tmp_path)
-    assert {(r["status"], r["reason"]) for r in rows.values()} == {(state, message)}
+    assert {(r["status"], r["reason"]) for r in rows.values()} == {("unavailable", message)}
     assert rows["layer_0"]["gate"] == "default/layer_*: cosine>=0.99999, nmse<=1e-08"
+
+
+def test_a_crashed_candidate_without_stages_crashed_first_and_missing_after(reference_dir,
+                                                                            tmp_path):
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, {}, {},
+                               status=("crashed", "killed by SIGABRT"))
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+    first = min(rows, key=lambda stage: stage_key("parakeet_tdt", stage))
+    assert (rows[first]["status"], rows[first]["reason"]) == ("crashed", "killed by SIGABRT")
+    assert {r["status"] for stage, r in rows.items() if stage != first} == {"missing"}
+    assert all(f"the dump crashed in {first} (killed by SIGABRT)" in r["reason"]
+               for stage, r in rows.items() if stage != first)
+
+
+def test_a_crashed_candidate_keeps_what_it_finished(reference_dir, tmp_path):
+    """A dump that died in its decoder: the finished stages are compared, the stage it was
+    computing is crashed, the ones after it are missing (counted as such)."""
+    reference = Dump(reference_dir)
+    finished = {name: (reference.tensor(name), reference.layout(name))
+                for name in reference.tensor_names}
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, finished, {},
+                               status=("crashed", "exit code 1: RuntimeError"))
+    manifest = json.loads((candidate_dir / "manifest.json").read_text())
+    manifest["crashed_in"] = "decode"
+    (candidate_dir / "manifest.json").write_text(json.dumps(manifest))
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+    assert rows["decode"]["status"] == "crashed"
+    assert {rows[name]["status"] for name in finished} == {"pass"}
+    assert all(r["status"] in ("pass", "crashed", "missing") for r in rows.values())
 
 
 def test_compare_cell_rejects_unresolved_gates(reference_dir: Path, tmp_path: Path):

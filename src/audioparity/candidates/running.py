@@ -36,6 +36,10 @@ log = logging.getLogger("audioparity")
 STDERR_TAIL = 3
 
 
+class ToolFailed(AudioparityError):
+    """A tool that started and exited non-zero or was killed (not one that could not start)."""
+
+
 def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
               cwd: Path | None = None, echo: bool = True) -> tuple[str, str]:
     """Run ``argv``; its stdout and stderr. With ``echo``, its stderr also goes through to ours
@@ -55,8 +59,8 @@ def _run_tool(argv: Sequence[str], env: dict[str, str], what: str,
         sys.stderr.write(result.stderr)
     if result.returncode != 0:
         tail = " | ".join(line.strip() for line in result.stderr.splitlines()[-STDERR_TAIL:])
-        raise AudioparityError(f"{what}: {Path(str(argv[0])).name} failed "
-                               f"({describe_exit(result.returncode)}): {tail or 'no stderr'}")
+        raise ToolFailed(f"{what}: {Path(str(argv[0])).name} failed "
+                         f"({describe_exit(result.returncode)}): {tail or 'no stderr'}")
     return result.stdout, result.stderr
 
 
@@ -90,9 +94,12 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     Each tensor is mapped by the adapter's :class:`TensorMap`; what it maps to nothing is named
     in a note, never dropped silently.
 
+    A tool that dies (exits non-zero, or a signal) gives a ``crashed`` dump holding what it
+    wrote before, each file mapped as usual: the compare keeps those stages, marks the first
+    stage it lacks ``crashed`` and the later ones ``missing``.
+
     Raises:
-        AudioparityError: the tool fails (its exit and stderr tail), or writes what the adapter
-            cannot read.
+        AudioparityError: the tool cannot start, or writes what the adapter cannot read.
     """
     module = adapter_module(adapter_name)
     adapter: Adapter = module.ADAPTER
@@ -132,17 +139,27 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
                               family_options=family_options,
                               options=options, weight_type=weight_type, backend=backend,
                               threads=threads, reference=reference)
-        outputs = []
+        outputs, crash = [], None
         with writer.timed("run"):
             for argv, env in commands:
-                outputs.append(_run_tool(argv, env, f"{adapter_name} on {Path(case).name}"))
-        stdout, stderr = ("".join(part) for part in zip(*outputs, strict=True))
+                try:
+                    outputs.append(_run_tool(argv, env, f"{adapter_name} on {Path(case).name}"))
+                except ToolFailed as err:  # it died: keep what it wrote before
+                    crash = str(err)
+                    break
+        stdout, stderr = ("".join(part) for part in zip(*outputs, strict=True)) if outputs \
+            else ("", "")
         (raw / "stdout.txt").write_text(stdout)
-        (raw / "stderr.txt").write_text(stderr)
+        (raw / "stderr.txt").write_text(stderr + (f"{crash}\n" if crash else ""))
         if adapter.output in ("f32json", "npy"):
             files, unreadable = (f32json.read_readable(raw) if adapter.output == "f32json"
                                  else _npy_folder(raw))
             _import(writer, adapter, spec, files, unreadable)
+        if crash:
+            writer.set_status("crashed", crash)
+            log.warning("%s: %s; kept the %d tensor(s) it wrote", adapter_name, crash,
+                        len(writer.manifest["tensors"]))
+            return
         if hasattr(module, "parse"):
             name, document = module.parse(stdout, stderr, Path(model), options=options)
             writer.add_json(name, document)

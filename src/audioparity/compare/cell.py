@@ -29,11 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump, base_layout, same_layout, write_text_atomic
+from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
-from audioparity.families import reference_stage, registered, replayed_form
+from audioparity.families import (
+    isolated_form,
+    reference_stage,
+    registered,
+    replayed_form,
+    stage_key,
+)
 from audioparity.vocabulary import VIEWS
 
 log = logging.getLogger(__name__)
@@ -312,6 +318,12 @@ def _plan(reference: Dump, candidate: Dump | None, family: str | None,
             target = name if same_stages else reference_stage(family, name)
             known = target if target in ref_kinds else None
             plan.append((name, name, reference, known, kind, ref_kinds.get(target)))
+    if candidate is not None and _crashed_port(candidate):
+        # a crashed dump of the family's own port owes the isolated forms too
+        for name in ref_kinds:
+            form = isolated_form(family, name)
+            if form is not None and form not in cand_kinds:
+                plan.append((form, form, reference, name, None, ref_kinds[name]))
     if replay is not None:
         replay_kinds = _stages(replay)
         for name, kind in cand_kinds.items():
@@ -320,6 +332,26 @@ def _plan(reference: Dump, candidate: Dump | None, family: str | None,
                 plan.append((form, name, replay, form if form in replay_kinds else None, kind,
                              replay_kinds.get(form)))
     return plan
+
+
+def _crashed_port(candidate: Dump) -> bool:
+    """A crashed dump of the family's own ggml port (producer ``ggml``), whose isolated forms
+    are stages it owed."""
+    return candidate.status == "crashed" and candidate.manifest.get("producer") == "ggml"
+
+
+def _crashed_stage(candidate: Dump | None, family: str | None, plan: list) -> str | None:
+    """The row stage a crashed dump died in: the stage its manifest says it was timing
+    (``crashed_in``) when that is a stage it lacks, else the first stage it lacks in pipeline
+    order; None for a dump that did not crash."""
+    if candidate is None or candidate.status != "crashed":
+        return None
+    lacking = [stage for stage, _, _, _, kind, _ in plan
+               if kind is None and not not_exposed(candidate, family, stage)]
+    running = candidate.manifest.get(CRASHED_IN)
+    if running in lacking:
+        return running
+    return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
 
 
 def _json_value(value: Any) -> Any:
@@ -375,15 +407,23 @@ def compare_cell(
     rows = []
     family = labels.get("family")
     same_stages = labels.get("against", REFERENCE) != REFERENCE
-    for stage, cand_stage, ref_dump, ref_stage, kind, ref_kind in _plan(
-            reference, candidate, family, replay, same_stages):
+    plan = _plan(reference, candidate, family, replay, same_stages)
+    crashed_in = _crashed_stage(candidate, family, plan)
+    for stage, cand_stage, ref_dump, ref_stage, kind, ref_kind in plan:
         measured: dict[str, Any] | None = None
         problems: tuple[str, ...] = ()
+        message = (candidate.manifest.get("message") or f"candidate {candidate.status}"
+                   if candidate is not None else "")
         if candidate is None:
             availability, problems = "missing", (f"no candidate dump at {candidate_path}",)
-        elif candidate.status != "ok":
-            availability = candidate.status
-            problems = (candidate.manifest.get("message") or f"candidate {candidate.status}",)
+        elif candidate.status == "unavailable":
+            availability, problems = "unavailable", (message,)
+        elif candidate.status == "crashed" and kind is None:
+            # a crashed dump keeps the stages it finished; the one it died in is crashed, the
+            # ones after it were never computed
+            where = candidate.manifest.get(CRASHED_IN) or crashed_in
+            availability, problems = ("crashed", (message,)) if stage == crashed_in else (
+                "missing", (f"not computed: the dump crashed in {where} ({message})",))
         elif kind is None and not_exposed(candidate, family, stage):
             availability, problems = "unavailable", (not_exposed(candidate, family, stage),)
         elif kind is None and candidate.manifest.get("unreadable", {}).get(stage):

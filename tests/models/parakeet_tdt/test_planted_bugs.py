@@ -80,3 +80,42 @@ def test_missing_per_feature_normalization_fails_at_mel_features(statuses):
     got = statuses["no_per_feature_normalization"]
     assert got["mel_features"] == "fail"
     assert all(got[s] == "pass" for s in got if s.endswith("_isolated"))
+
+
+def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wav,
+                                                         parakeet_reference, tmp_path):
+    """The shared greedy-TDT code aborts the process (as a failed GGML_ASSERT does), in the
+    first stage that uses it (joint_logits: the reference path is replayed through it): the
+    guard keeps every stage the dump finished, so the encoder stages, its isolated layers
+    included, still pass; joint_logits is crashed, and the decoder stages after it, none of which
+    ran, are missing, counted as such."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from audioparity.compare import compare_cell
+    from tests import config_gates
+    from tests.planted import planted_source
+
+    source = planted_source(tmp_path / "planted", "parakeet_tdt", [(
+        "greedy.py", "    g, state = predict(blank_id, None)\n",
+        "    g, state = predict(blank_id, None)\n    __import__('os').abort()  # planted\n")])
+    output = tmp_path / "dump"
+    result = subprocess.run(
+        [sys.executable, "-m", "audioparity.cli", "guard", "--output-dir", str(output), "--",
+         sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt", "--model",
+         str(parakeet_model), "--audio", str(clip_wav), "--reference-dir",
+         str(parakeet_reference), "--output-dir", str(output), "--weight-type", "f32"],
+        env={**os.environ, "PYTHONPATH": str(source)}, capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cell = tmp_path / "cell.json"
+    compare_cell(parakeet_reference, output, config_gates("parakeet_tdt", "f32"),
+                 {"family": "parakeet_tdt"}, cell)
+    status = {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
+    assert status.pop("joint_logits") == "crashed"
+    assert {status.pop(stage) for stage in ("lstm_state_0", "decoder_replay", "decode")} == {
+        "missing"}
+    assert set(status.values()) == {"pass"}, status
+    assert {"mel_features", "pre_encode", "enc_out", "layer_2", "layer_0_isolated"} <= set(status)
