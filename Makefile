@@ -20,7 +20,7 @@ VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
 VULKAN_PATCH := setup/patches/ggml-python-vulkan-headers.patch
 CUDA_ARCHITECTURES ?= native
 
-.PHONY: setup run test lint clean ports setup-vulkan setup-cuda
+.PHONY: setup run test lint clean ports setup-vulkan setup-cuda check
 
 setup: $(STAMP)
 
@@ -88,6 +88,11 @@ ports: setup
 	$(BIN)/audioparity ports --source $(PORTS_SOURCE) --cache $(PORTS_CACHE) --jobs $(CORES) \
 		$(if $(wildcard $(VULKAN_STAMP)),--vulkan)
 	ln -sfn $(PORTS_CACHE) .ports
+
+# Exit 1 when a cell of the last sweep fails, crashed or went missing against the reference
+# without a declared expected failure, printing each such cell's culprit (for a user's CI).
+check: setup
+	$(BIN)/audioparity report check results/report/summary.csv
 
 lint: setup
 	$(BIN)/ruff check src tests

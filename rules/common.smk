@@ -568,6 +568,12 @@ def print_outcome(summary, report):
                            for status, count in group["status"].value_counts().items())
         parts.append(counts if against == "reference" else f"against {against}: {counts}")
     print(f"audioparity: {'; '.join(parts)}; report: {os.path.abspath(report)}")
+    failing = rows[(rows["against"] == "reference") & rows["status"].isin(
+        ["fail", "crashed", "missing"])]
+    for _, cell in failing.drop_duplicates(["family", "model", "case", "candidate", "backend",
+                                            "weight_type"]).head(5).iterrows():
+        print(f"audioparity: culprit of {cell['family']}/{cell['model']}/{cell['case']}/"
+              f"{cell['candidate']}/{cell['backend']}/{cell['weight_type']}: {cell['culprit']}")
 
 
 def _after_references():

@@ -168,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     p = report_sub.add_parser("html", help="self-contained index.html from summary.csv")
     p.add_argument("--summary", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
+    p = report_sub.add_parser("check", help="exit 1 when a cell fails, crashed or went missing "
+                              "against the reference without a declaration; print culprits")
+    p.add_argument("summary", type=Path, help="summary.csv")
 
     guard = sub.add_parser(
         "guard", help="run a dump command; record a crash as a `crashed` dump instead of failing"
@@ -409,6 +412,13 @@ def _run(args: argparse.Namespace) -> int:
             from audioparity.report.summary import write_summary
 
             write_summary(args.cells, args.output)
+        elif args.what == "check":
+            from audioparity.report.culprit import check
+            from audioparity.report.summary import read_summary
+
+            code, lines = check(read_summary(args.summary).to_dict("records"))
+            print("\n".join(lines))
+            return code
         else:
             from audioparity.report.html import write_html
 

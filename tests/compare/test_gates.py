@@ -384,7 +384,8 @@ def test_moss_like_stages_compare_generically(tmp_path: Path):
     rows = {r["stage"]: r for r in json.loads(output.read_text())}
     assert rows["last_hidden"]["status"] == "pass"
     assert rows["head_logits"]["non_finite"] == 0 and rows["head_logits"]["top1"] == 0.75
-    assert rows["head_logits"]["reason"] == "top1 0.75 < 1.0"
+    assert rows["head_logits"]["reason"] == (
+        "top1 0.75 < 1.0; top-1 differs in row(s) 0 of head_logits")
     assert rows["generation"]["token_match"] == 0.5
     assert rows["generation"]["reason"] == "not exact: rows differ (first divergence at position 1)"
 

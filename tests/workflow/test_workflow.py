@@ -208,3 +208,32 @@ def test_a_bad_config_is_refused_in_one_line(tmp_path, section, message):
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
+
+
+def test_check_passes_the_sweep_and_names_the_culprit_of_a_planted_bug(sweep):
+    """`audioparity report check` (make check): 0 on the sweep, 1 once a bug is planted in
+    layer 1, naming layer 1's isolated form as the culprit of each cell."""
+    from tests.models.parakeet_tdt.test_planted_bugs import BUGS
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "audioparity.cli", "report", "check",
+                               str(sweep / "results/report/summary.csv")],
+                              capture_output=True, text=True)
+
+    clean = check()
+    assert clean.returncode == 0, clean.stdout
+    ((file, old, new),) = BUGS["layer_1_norm_bias_dropped"]
+    source = sweep / "src/audioparity/models/parakeet_tdt" / file
+    original = source.read_text()
+    source.write_text(original.replace(old, new))
+    try:
+        snakemake(sweep, "--cores", "2")
+        planted = check()
+    finally:
+        source.write_text(original)
+        snakemake(sweep, "--cores", "2")
+    assert planted.returncode == 1
+    lines = planted.stdout.splitlines()
+    assert lines[-1].startswith("audioparity check: ") and "need attention" in lines[-1]
+    assert "parakeet_tdt/tiny/clip/audioparity/cpu/f32: layer_1_isolated (fail, its own " \
+           "error)" in planted.stdout

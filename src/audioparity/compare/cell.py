@@ -56,9 +56,11 @@ METRIC_COLUMNS = (
     "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
 )
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
-#: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend.
+#: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
+#: ``culprit`` by the summary on every row of a cell that has one
+#: (:mod:`audioparity.report.culprit`).
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds",
-           "first_bad_op")
+           "first_bad_op", "culprit")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -99,6 +101,7 @@ def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, A
         "top1": m.top1(cand, ref) if logits else None,
         "kl": m.kl(cand, ref) if logits else None,
         "ref_non_finite": m.non_finite(ref, cand),
+        "top1_rows": m.top1_differing(cand, ref) if logits and cand.ndim == 2 else [],
     }
 
 
@@ -455,9 +458,12 @@ def compare_cell(
         row.update({key: value for key, value in labels.items() if key not in row})
         row.update(stage=stage, status=verdict.status)
         row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
-        reason = "; ".join(filter(None, [verdict.reason, why and f"compared as: {why}"]))
+        parts = (measured or {}).get("top1_rows")
+        part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {stage}"
+                if parts and verdict.status != "pass" else "")
+        reason = "; ".join(filter(None, [verdict.reason, part, why and f"compared as: {why}"]))
         row.update(gate=verdict.gate, reason=reason, seconds=seconds.get(stage),
-                   first_bad_op=None)
+                   first_bad_op=None, culprit=None)
         rows.append({key: _json_value(value) for key, value in row.items()})
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}

@@ -235,6 +235,18 @@ def top1(cand: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean(np.argmax(rows_a, axis=1) == np.argmax(rows_b, axis=1)))
 
 
+def top1_differing(cand: np.ndarray, ref: np.ndarray) -> list[int]:
+    """The rows (leading axes flattened, as :func:`top1` counts them) whose argmax differs:
+    which audio heads of ``audio_logits``, which steps of ``joint_logits``. Empty when the
+    values are not all finite (top1 is NaN then) or every row agrees."""
+    a, b, _ = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a) or a.ndim == 0 or a.size == 0:
+        return []
+    rows_a, rows_b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    return [int(i) for i in np.flatnonzero(np.argmax(rows_a, axis=1) !=
+                                           np.argmax(rows_b, axis=1))]
+
+
 def log_softmax(rows: np.ndarray) -> np.ndarray:
     """``log softmax`` of each row of ``rows`` ``[R, C]`` (float64, ``-inf`` entries allowed).
 

@@ -182,10 +182,26 @@ def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
     )
 
 
+#: Columns of the table of culprits.
+_CULPRITS = ("model", "case", "candidate", "backend", "weight_type", "culprit")
+
+
+def _culprits(frame: pd.DataFrame) -> str:
+    """One line per cell that needs attention: its culprit (audioparity.report.culprit)."""
+    cells = frame[frame["culprit"] != ""].drop_duplicates(
+        ["family", "model", "case", "candidate", "backend", "weight_type"])
+    if cells.empty:
+        return ""
+    return (f"<h3>Culprits ({len(cells)} cells)</h3>"
+            '<p class="note">Each cell that does not pass: the first stage, in pipeline order, '
+            "that breaks while the stages feeding it pass (its isolated or replayed form when "
+            "that fails too: the block itself).</p>" + _row_table(cells, _CULPRITS, "full"))
+
+
 def _attention(frame: pd.DataFrame) -> str:
     rows = frame[frame["status"].isin(ATTENTION)]
     declared = frame[frame["status"] == "xfail"]
-    parts = []
+    parts = [_culprits(frame[frame["status"].isin(ATTENTION)])]
     columns = ("model", "case", "candidate", "backend", "weight_type", "stage", "status",
                "reason")
     if len(rows):

@@ -26,6 +26,7 @@ from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS, REFERENCE
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
+from audioparity.report.culprit import CELL, culprits
 from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
@@ -86,7 +87,8 @@ def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> None:
-    """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`).
+    """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`),
+    each row with its cell's ``culprit`` (:func:`audioparity.report.culprit.culprit`).
 
     Labels beyond :data:`~audioparity.compare.cell.LABEL_COLUMNS` in a cell are not carried
     over.
@@ -107,6 +109,9 @@ def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike)
             seen[key] = cell
             rows.append(row)
     rows.sort(key=row_key)
+    found = culprits(rows)
+    for row in rows:
+        row["culprit"] = found.get(tuple(row[key] for key in CELL))
     frame = pd.DataFrame(
         [[_text(row[c]) for c in COLUMNS] for row in rows], columns=list(COLUMNS), dtype=object
     )

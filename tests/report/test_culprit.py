@@ -1,0 +1,47 @@
+"""The culprit of a cell and the check a CI runs, on summary rows built here."""
+
+from __future__ import annotations
+
+from audioparity.report.culprit import check, culprit
+
+
+def row(stage: str, status: str = "pass", reason: str = "", **labels) -> dict:
+    return {"family": "parakeet_tdt", "model": "tiny", "case": "clip", "candidate": "a",
+            "backend": "cpu", "weight_type": "f32", "against": "reference", "stage": stage,
+            "status": status, "reason": reason, **labels}
+
+
+def test_a_block_that_is_wrong_is_named_by_its_own_form():
+    rows = [row("mel_features"), row("layer_0"), row("layer_0_isolated"),
+            row("layer_2", "fail", "nmse 2e-3 > 1e-8"), row("layer_2_isolated"),
+            row("layer_1", "fail", "nmse 1e-2 > 1e-8"),
+            row("layer_1_isolated", "fail", "nmse 1.5e-2 > 1e-11"), row("enc_out", "fail")]
+    assert culprit(rows) == "layer_1_isolated (fail, its own error): nmse 1.5e-2 > 1e-11"
+
+
+def test_a_stage_whose_own_form_passes_fails_by_what_accumulated():
+    rows = [row("layer_0"), row("layer_1", "fail", "nmse 2e-8 > 1e-8"), row("layer_1_isolated")]
+    assert culprit(rows).startswith("layer_1 (fail, accumulated before it: layer_1_isolated")
+
+
+def test_the_first_break_in_pipeline_order_wins_and_crashes_count():
+    rows = [row("decode", "missing", "not computed"), row("mel_features", "fail", "nmse 1"),
+            row("joint_logits", "crashed", "SIGABRT")]
+    assert culprit(rows) == "mel_features (fail): nmse 1"
+    assert culprit([row("mel_features"), row("joint_logits", "crashed", "SIGABRT"),
+                    row("decode", "missing")]) == "joint_logits (crashed): SIGABRT"
+    assert culprit([row("mel_features"), row("decode", "xfail", "declared")]) == ""
+
+
+def test_check_fails_on_the_reference_comparisons_only():
+    clean = [row("mel_features"), row("decode", "xfail")]
+    code, lines = check(clean)
+    assert code == 0 and lines[-1].endswith("all 1 cells pass, or fail as declared, or are "
+                                            "unavailable")
+    backend = [row("layer_0", "fail", "nmse 1e-6", backend="vulkan", against="cpu")]
+    code, lines = check(clean + backend)
+    assert code == 0 and "against cpu (not failing the check)" in lines[0]
+    code, lines = check(clean + [row("layer_0", "fail", "nmse 1e-6", weight_type="q8_0")])
+    assert code == 1
+    assert lines[0] == "parakeet_tdt/tiny/clip/a/cpu/q8_0: layer_0 (fail): nmse 1e-6"
+    assert lines[-1] == "audioparity check: 1 of 2 cells need attention"
