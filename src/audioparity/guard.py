@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audioparity.artifacts import CRASHED_IN, MANIFEST, RUNNING, DumpWriter
+from audioparity.artifacts import CRASHED_IN, MANIFEST, RUNNING, DumpWriter, write_text_atomic
 
 log = logging.getLogger("audioparity")
 
@@ -93,7 +93,7 @@ def _keep_partial(partial: Path, output_dir: Path, message: str, command: list[s
     running = manifest.pop(RUNNING, None)
     manifest.update(fields, status="crashed", message=message, command=command,
                     stderr_tail=tail, **({CRASHED_IN: running} if running else {}))
-    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    write_text_atomic(partial / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
     os.replace(partial, output_dir)
     log.warning("%s: kept %d finished stage(s) of the crashed dump%s", output_dir,
                 len(manifest.get("tensors", {})) + len(manifest.get("documents", {})),

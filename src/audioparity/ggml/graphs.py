@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from audioparity.compare import metrics
 from audioparity.errors import AudioparityError
-from audioparity.ggml.runtime import build_info, ggml
+from audioparity.ggml.runtime import address, build_info, ggml, tensor_bytes, tensor_values
 
 #: The folder of a dump that holds its saved graphs, one ``<k>/`` each in compute order.
 GRAPHS = "graphs"
@@ -65,10 +66,6 @@ def op_threshold(op: str, kv_length: int = 0) -> float:
     return OP_NMSE.get(op, DEFAULT_OP_NMSE)
 
 
-def _address(pointer) -> int | None:
-    return ctypes.cast(pointer, ctypes.c_void_p).value
-
-
 def _op_name(op: int) -> str:
     return ggml.ggml_op_name(op).decode()
 
@@ -92,25 +89,19 @@ def _reached(gf) -> list:
         stack = [ggml.ggml_graph_node(gf, i)]
         while stack:  # depth first; a tensor is listed when everything it reads is
             tensor = stack[-1]
-            address = _address(tensor)
-            if address in done:
+            here = address(tensor)
+            if here in done:
                 stack.pop()
-            elif address in entered:
+            elif here in entered:
                 stack.pop()
-                done.add(address)
+                done.add(here)
                 order.append(tensor)
             else:
-                entered.add(address)
+                entered.add(here)
                 t = tensor.contents
                 stack.extend(parent for parent in (t.view_src, *t.src)
-                             if parent and _address(parent) not in done)
+                             if parent and address(parent) not in done)
     return order
-
-
-def _bytes_of(tensor) -> np.ndarray:
-    raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
-    ggml.ggml_backend_tensor_get(tensor, raw.ctypes.data_as(ctypes.c_void_p), 0, raw.nbytes)
-    return raw
 
 
 def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
@@ -132,9 +123,9 @@ def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
     folder.mkdir(parents=True)
     (folder / INPUTS).mkdir()
     tensors = _reached(gf)
-    index = {_address(t): i for i, t in enumerate(tensors)}
-    node_set = {_address(ggml.ggml_graph_node(gf, i)) for i in range(ggml.ggml_graph_n_nodes(gf))}
-    input_names = {_address(tensor): name for name, (tensor, _) in inputs.items()}
+    index = {address(t): i for i, t in enumerate(tensors)}
+    node_set = {address(ggml.ggml_graph_node(gf, i)) for i in range(ggml.ggml_graph_n_nodes(gf))}
+    input_names = {address(tensor): name for name, (tensor, _) in inputs.items()}
     writer = gguf.GGUFWriter(str(folder / LEAFS), arch="audioparity-graph")
     records = []
     for i, tensor in enumerate(tensors):
@@ -144,20 +135,20 @@ def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
             "type_name": _type_name(t.type), "ne": [int(n) for n in t.ne],
             "nb": [int(n) for n in t.nb], "op": int(t.op), "op_name": _op_name(t.op),
             "op_params": [int(p) for p in t.op_params], "flags": int(t.flags),
-            "src": [index[_address(s)] if s else None for s in t.src],
-            "view_src": index[_address(t.view_src)] if t.view_src else None,
+            "src": [index[address(s)] if s else None for s in t.src],
+            "view_src": index[address(t.view_src)] if t.view_src else None,
             "view_offs": int(t.view_offs),
         }
-        address = _address(tensor)
-        if address not in node_set:
-            if address in input_names:
+        here = address(tensor)
+        if here not in node_set:
+            if here in input_names:
                 record["kind"] = "input"
-                record["file"] = f"{INPUTS}/{input_names[address]}.npy"
-                np.save(folder / record["file"], inputs[input_names[address]][1])
+                record["file"] = f"{INPUTS}/{input_names[here]}.npy"
+                np.save(folder / record["file"], inputs[input_names[here]][1])
             else:
                 record["kind"] = kinds(tensor)
                 record["key"] = f"{i}:{record['name']}"[: ggml.GGML_MAX_NAME - 1]
-                raw = _bytes_of(tensor)
+                raw = tensor_bytes(tensor)
                 writer.add_tensor(record["key"], raw.reshape(_byte_shape(t)),
                                   raw_dtype=gguf.GGMLQuantizationType(int(t.type)))
         records.append(record)
@@ -167,8 +158,8 @@ def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
     writer.close()
     description = {
         "ggml_build": build, "phase": phase,
-        "outputs": {name: index[_address(tensor)] for name, tensor in outputs.items()},
-        "nodes": [index[_address(ggml.ggml_graph_node(gf, i))]
+        "outputs": {name: index[address(tensor)] for name, tensor in outputs.items()},
+        "nodes": [index[address(ggml.ggml_graph_node(gf, i))]
                   for i in range(ggml.ggml_graph_n_nodes(gf))],
         "tensors": records,
     }
@@ -321,23 +312,12 @@ class LoadedGraph:
             raise AudioparityError(f"{self.folder}: graph compute failed (status {status})")
 
     def read(self, tensor) -> np.ndarray:
-        """A contiguous tensor's values as float64 (dequantized by ggml's ``to_float``)."""
-        raw = _bytes_of(tensor)
-        t = tensor.contents
-        n = int(np.prod([int(v) for v in t.ne]))
-        if t.type == ggml.GGML_TYPE_F32:
-            return raw.view(np.float32).astype(np.float64)
-        if t.type == ggml.GGML_TYPE_I32:
-            return raw.view(np.int32).astype(np.float64)
-        out = np.empty(n, dtype=np.float32)
-        traits = ggml.ggml_get_type_traits(t.type).contents
-        traits.to_float(raw.ctypes.data_as(ctypes.c_void_p),
-                        out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n)
-        return out.astype(np.float64)
+        """A contiguous tensor's values, flat, as float64 (:func:`tensor_values`)."""
+        return tensor_values(tensor).astype(np.float64)
 
     def write(self, tensor, source) -> None:
         """Give ``tensor`` the bytes of ``source`` (a tensor of another loaded graph)."""
-        raw = _bytes_of(source)
+        raw = tensor_bytes(source)
         ggml.ggml_backend_tensor_set(tensor, raw.ctypes.data_as(ctypes.c_void_p), 0, raw.nbytes)
 
     def close(self) -> None:
@@ -386,16 +366,12 @@ def _feeds(description: dict) -> dict[int, str]:
 
 
 def _nmse(target: np.ndarray, baseline: np.ndarray) -> float:
-    """``Σ(target − baseline)² / Σ baseline²`` (ggml's ``nmse``); 0 for two zero tensors, inf
-    when only the target is nonzero, NaN where either holds a NaN."""
-    if not (np.isfinite(target).all() and np.isfinite(baseline).all()):
-        same = np.array_equal(target, baseline, equal_nan=True)
-        return 0.0 if same else float("nan")
-    error = float(np.sum((target - baseline) ** 2))
-    scale = float(np.sum(baseline ** 2))
-    if scale == 0.0:
-        return 0.0 if error == 0.0 else float("inf")
-    return error / scale
+    """:func:`audioparity.compare.metrics.nmse` of the target against the baseline, and 0 for
+    two tensors equal to the bit, NaN where both hold it included (a NaN both backends compute
+    is not where they part)."""
+    if np.array_equal(target, baseline, equal_nan=True):
+        return 0.0
+    return metrics.nmse(target, baseline)
 
 
 def drill_down(baseline_folder: Path, target_folder: Path, baseline_backend, target_backend,

@@ -256,6 +256,17 @@ def backend_env() -> dict[str, str]:
     return {key: value for key, value in sorted(os.environ.items()) if _BACKEND_ENV.match(key)}
 
 
+#: Why a Vulkan build may list no device on a machine without a GPU.
+NO_VULKAN_DEVICE = ("ggml-vulkan lists a CPU driver (lavapipe) only when GGML_VK_VISIBLE_DEVICES "
+                    "names it (e.g. GGML_VK_VISIBLE_DEVICES=0)")
+
+
+def _no_device_hint(backend: str) -> str:
+    """``: <why>`` for a backend that lists no device, when the reason is known; else ``""``."""
+    unset = "GGML_VK_VISIBLE_DEVICES" not in os.environ
+    return f": {NO_VULKAN_DEVICE}" if backend == "vulkan" and unset else ""
+
+
 def _backend_built_in(backend: str) -> bool:
     flag = _BUILT_IN_FLAGS.get(backend)
     return flag is None or bool(getattr(ggml, flag, False))
@@ -271,10 +282,7 @@ def _init_backend(backend: str, device: int):
         )
     count = ggml.ggml_backend_reg_dev_count(reg)
     if not 0 <= device < count:
-        hint = (": ggml-vulkan lists a CPU driver (lavapipe) only when GGML_VK_VISIBLE_DEVICES "
-                "names it (e.g. GGML_VK_VISIBLE_DEVICES=0; `audioparity doctor` lists them)"
-                if backend == "vulkan" and count == 0 and
-                "GGML_VK_VISIBLE_DEVICES" not in os.environ else "")
+        hint = _no_device_hint(backend) if count == 0 else ""
         raise BackendUnavailable(f"backend {backend!r} has {count} device(s); no device "
                                  f"{device}{hint}")
     handle = ggml.ggml_backend_dev_init(ggml.ggml_backend_reg_dev_get(reg, device), None)
@@ -342,7 +350,7 @@ def check_backend(backend: str, report: dict | None = None) -> str:
     devices = [d for d in report["devices"] if d["registry"] == registry]
     if not devices:
         raise BackendUnavailable(f"backend {backend!r} lists no device"
-                                 + "".join(f"; {note}" for note in report["notes"]))
+                                 f"{_no_device_hint(backend)}")
     device = devices[0]
     features = ", ".join(f"{k} {v}" for k, v in device.get("properties", {}).items()
                          if k != "name")
@@ -352,10 +360,8 @@ def check_backend(backend: str, report: dict | None = None) -> str:
 
 def _doctor_notes(registries: set[str], devices: list[dict]) -> list[str]:
     """What a reader of :func:`doctor` should know: a Vulkan build that lists no device."""
-    if "Vulkan" in registries and not any(d["registry"] == "Vulkan" for d in devices) and (
-            "GGML_VK_VISIBLE_DEVICES" not in os.environ):
-        return ["Vulkan is built in but lists no device: ggml-vulkan skips CPU drivers "
-                "(lavapipe) unless GGML_VK_VISIBLE_DEVICES names them (e.g. 0)"]
+    if "Vulkan" in registries and not any(d["registry"] == "Vulkan" for d in devices):
+        return [f"Vulkan is built in but lists no device{_no_device_hint('vulkan')}"]
     return []
 
 
@@ -606,16 +612,7 @@ class _Tensors(Mapping):
     def read(self, name: str) -> np.ndarray:
         """Tensor ``name`` read back from the backend and dequantized to float32 (ggml's own
         ``to_float``), in its numpy shape. For tests and diagnostics."""
-        tensor = self[name]
-        raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
-        ggml.ggml_backend_tensor_get(tensor, _ptr(raw), 0, raw.nbytes)
-        shape = self._shapes[name]
-        if tensor.contents.type == ggml.GGML_TYPE_F32:
-            return raw.view(np.float32).reshape(shape)
-        out = np.empty(int(np.prod(shape)), dtype=np.float32)
-        traits = ggml.ggml_get_type_traits(tensor.contents.type).contents
-        traits.to_float(_ptr(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size)
-        return out.reshape(shape)
+        return tensor_values(self[name]).reshape(self._shapes[name])
 
     def close(self) -> None:
         """Free the buffer and context."""
@@ -731,10 +728,30 @@ def _free_tensors(ctx, buffer, persistent: set[int]) -> None:
     ggml.ggml_free(ctx)
 
 
-def _address(pointer) -> int | None:
-    """The address a ctypes pointer holds (None for NULL): an element read from a ctypes
-    array aliases the array's slot, so a later write to the slot would change it."""
+def address(pointer) -> int | None:
+    """The address a ctypes pointer (a ggml tensor) holds, None for NULL: an element read from
+    a ctypes array aliases the array's slot, so a later write to the slot would change it."""
     return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+def tensor_bytes(tensor) -> np.ndarray:
+    """The bytes of a contiguous tensor, read back from its backend (``ggml_nbytes`` of them)."""
+    raw = np.empty(ggml.ggml_nbytes(tensor), dtype=np.uint8)
+    ggml.ggml_backend_tensor_get(tensor, _ptr(raw), 0, raw.nbytes)
+    return raw
+
+
+def tensor_values(tensor) -> np.ndarray:
+    """A contiguous tensor's values, flat: float32 dequantized by ggml's own ``to_float`` (f16,
+    bf16, q8_0), int32 as they are."""
+    raw = tensor_bytes(tensor)
+    type_ = tensor.contents.type
+    if type_ in (ggml.GGML_TYPE_F32, ggml.GGML_TYPE_I32):
+        return raw.view(np.float32 if type_ == ggml.GGML_TYPE_F32 else np.int32)
+    out = np.empty(int(np.prod([int(n) for n in tensor.contents.ne])), dtype=np.float32)
+    traits = ggml.ggml_get_type_traits(type_).contents
+    traits.to_float(_ptr(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size)
+    return out
 
 
 class Graph:
@@ -910,13 +927,13 @@ class Graph:
         """
         nodes = [ggml.ggml_graph_node(self._gf, i) for i in range(self.n_nodes)]
         if self._sources is None:  # by address: a backend may reorder the nodes it computes
-            self._sources = {_address(node): tuple(_address(source)
-                                                   for source in node.contents.src)
+            self._sources = {address(node): tuple(address(source)
+                                                  for source in node.contents.src)
                              for node in nodes}
             return
         for node in nodes:
-            for j, address in enumerate(self._sources[_address(node)]):
-                node.contents.src[j] = ctypes.cast(address, ctypes.POINTER(ggml.ggml_tensor))
+            for j, source in enumerate(self._sources[address(node)]):
+                node.contents.src[j] = ctypes.cast(source, ctypes.POINTER(ggml.ggml_tensor))
         persistent = self._runtime._persistent
         tensor = ggml.ggml_get_first_tensor(self.ctx)
         while tensor:

@@ -40,7 +40,7 @@ BUGS: dict[str, list[Patch]] = {
     # One f16 rounding inside the f32 path: layer 1's conv module output cast to f16 and back.
     "f16_rounding_in_layer_1": [(
         "encoder.py",
-        '    x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))',
+        '    x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))',  # noqa: E501
         '    h = conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x))\n'
         '    if index == 1:\n'
         '        h = ggml.ggml_cast(ctx, ggml.ggml_cast(ctx, h, ggml.GGML_TYPE_F16),\n'
