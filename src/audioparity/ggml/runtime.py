@@ -81,6 +81,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from audioparity.errors import AudioparityError
+from audioparity.storage import storage_or_fallback, storage_supported
 from audioparity.vocabulary import BACKENDS
 from audioparity.vocabulary import STORAGE_TYPES as STORAGE_NAMES
 
@@ -184,33 +185,6 @@ def tensor_name(tensor) -> str:
 def numpy_shape(tensor) -> tuple[int, ...]:
     """Numpy-order shape of a ggml tensor (``ne`` reversed, trailing size-1 ``ne`` dropped)."""
     return _numpy_shape(tensor)
-
-
-def storage_supported(storage: str, shape: tuple[int, ...]) -> bool:
-    """Whether an array of numpy ``shape`` can be stored as ``storage`` (block types need the
-    last numpy axis, ggml ``ne[0]``, to be a multiple of their block size: 32 for q8_0)."""
-    if storage not in STORAGE_TYPES:
-        raise AudioparityError(
-            f"unknown storage type {storage!r}; valid: {', '.join(STORAGE_TYPES)}"
-        )
-    block = ggml.ggml_blck_size(STORAGE_TYPES[storage])
-    return shape[-1] % block == 0
-
-
-#: Storage a weight falls back to when the block type asked for cannot hold its rows.
-FALLBACK_STORAGE = "f16"
-
-
-def storage_or_fallback(name: str, wanted: str, shape: tuple[int, ...],
-                        notes: list[str]) -> str:
-    """``wanted`` when it can hold weight ``name`` of numpy ``shape`` (:func:`storage_supported`),
-    else :data:`FALLBACK_STORAGE`, with a line saying so appended to ``notes`` (for the dump's
-    manifest): q8_0 needs rows of a multiple of 32 values."""
-    if storage_supported(wanted, shape):
-        return wanted
-    notes.append(f"{name} {list(shape)}: {wanted} needs rows of a multiple of its block size; "
-                 f"stored as {FALLBACK_STORAGE}")
-    return FALLBACK_STORAGE
 
 
 #: A device line ggml-vulkan prints when it starts: ``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6,

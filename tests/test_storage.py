@@ -1,0 +1,195 @@
+"""audioparity.storage against ggml itself: the stored values are the bytes ggml_quantize_chunk
+writes, read back by ggml; the CPU backend's matmul equals float64 arithmetic on the emulated
+operands; a torch model made to emulate a weight type computes that arithmetic."""
+
+from __future__ import annotations
+
+import ggml
+import numpy as np
+import pytest
+import torch
+
+from audioparity.errors import AudioparityError
+from audioparity.ggml import Runtime
+from audioparity.storage import (
+    BLOCK_SIZES,
+    EMULATED_TYPES,
+    emulated_dir,
+    emulating,
+    emulations,
+    matmul_input,
+    stored,
+)
+
+RNG = np.random.default_rng(11)
+
+
+def _values(rows: int, cols: int, huge: float = 1e5) -> np.ndarray:
+    """Normal values with the cases rounding is decided on: a zero block, exact halves of a
+    q8_0 step, one ``huge`` value (beyond the f16 range), a subnormal-sized one."""
+    x = RNG.standard_normal((rows, cols)).astype(np.float32)
+    x[0, :32] = 0.0
+    x[1, :32] = np.arange(32, dtype=np.float32) - 15.5  # amax 16.5: steps of 16.5/127
+    x[2, 5] = huge
+    x[3, 7] = 1e-30
+    return x
+
+
+def test_block_sizes_are_ggml_s() -> None:
+    from audioparity.ggml.runtime import STORAGE_TYPES
+
+    assert {name: ggml.ggml_blck_size(STORAGE_TYPES[name]) for name in BLOCK_SIZES} == BLOCK_SIZES
+
+
+@pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "q8_0"])
+def test_stored_is_what_ggml_stores(storage: str) -> None:
+    """Bit for bit: ggml_quantize_chunk's bytes, dequantized by ggml's to_float."""
+    x = _values(8, 96)
+    with Runtime("cpu") as runtime:
+        weights = runtime.upload({"w": x}, {"w": storage})
+        assert weights.storage("w") == storage
+        ggml_values = weights.read("w")
+    np.testing.assert_array_equal(stored(x, storage), ggml_values)
+
+
+def _ggml_matmul(w: np.ndarray, x: np.ndarray, storage: str) -> np.ndarray:
+    """``x @ w.T`` by the CPU backend, ``w`` stored as ``storage``."""
+    with Runtime("cpu", threads=2) as runtime:
+        weights = runtime.upload({"w": w}, {"w": storage})
+        with runtime.graph() as g:
+            g.output("y", ggml.ggml_mul_mat(g.ctx, weights["w"], g.input("x", x)))
+            return g.compute()["y"]
+
+
+@pytest.mark.parametrize("storage", ["f16", "bf16", "q8_0"])
+def test_cpu_matmul_is_float64_on_the_emulated_operands(storage: str) -> None:
+    """The CPU backend's product is float64 arithmetic on stored(w) and matmul_input(x) within
+    float32 summation noise; without rounding x it is orders of magnitude off."""
+    w, x = _values(24, 256, huge=300.0), RNG.standard_normal((7, 256)).astype(np.float32)
+    y = _ggml_matmul(w, x, storage)
+    w_stored = stored(w, storage).astype(np.float64)
+    emulated = matmul_input(x, storage).astype(np.float64) @ w_stored.T
+    naive = x.astype(np.float64) @ w_stored.T
+
+    def nmse(a: np.ndarray) -> float:
+        return float(np.sum((y - a) ** 2) / np.sum(a ** 2))
+
+    assert nmse(emulated) < 1e-13
+    assert nmse(naive) > 1e3 * max(nmse(emulated), 1e-16)
+
+
+def test_q8_0_inputs_round_half_to_even_weights_half_away() -> None:
+    """A block whose scaled values fall on halves: ggml's weights round them away from zero
+    (roundf), its x86 matmul inputs to even (_mm256_round_ps)."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 1] = 127.0, 2.5  # d = 1: 2.5 scales to exactly 2.5
+    assert stored(x, "q8_0")[0, 1] == 3.0
+    assert matmul_input(x, "q8_0")[0, 1] == 2.0
+
+
+def test_stored_refuses_rows_q8_0_cannot_hold() -> None:
+    with pytest.raises(AudioparityError, match="q8_0 cannot store rows of 48 values"):
+        stored(np.zeros((2, 48), np.float32), "q8_0")
+
+
+def _lstm_float64(x: np.ndarray, lstm: torch.nn.LSTM, storage: str) -> np.ndarray:
+    """torch's LSTM equations in float64, each matmul on the emulated operands."""
+    def sigmoid(v: np.ndarray) -> np.ndarray:
+        return 1 / (1 + np.exp(-v))
+
+    hidden = lstm.hidden_size
+    for layer in range(lstm.num_layers):
+        w_ih, w_hh, b_ih, b_hh = (getattr(lstm, f"{k}_l{layer}").detach().numpy()
+                                  for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        h, c, out = np.zeros(hidden), np.zeros(hidden), []
+        for x_t in x:
+            gates = (matmul_input(x_t, storage) @ w_ih.astype(np.float64).T + b_ih
+                     + matmul_input(h.astype(np.float32), storage) @ w_hh.astype(np.float64).T
+                     + b_hh)
+            i, f, g, o = np.split(gates, 4)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+            out.append(h)
+        x = np.stack(out).astype(np.float32)
+    return x
+
+
+@pytest.mark.parametrize("storage", EMULATED_TYPES)
+def test_emulated_modules_compute_on_rounded_operands(storage: str) -> None:
+    """Linear, pointwise Conv1d and LSTM emulating ``storage``: float64 on stored weights and
+    rounded inputs; a kept module and the biases stay float32."""
+    torch.manual_seed(0)
+    net = torch.nn.ModuleDict({
+        "linear": torch.nn.Linear(64, 32), "kept": torch.nn.Linear(64, 32),
+        "pointwise": torch.nn.Conv1d(64, 32, 1), "lstm": torch.nn.LSTM(64, 32, num_layers=2),
+    }).requires_grad_(False)
+    original = {name: p.detach().clone() for name, p in net.named_parameters()}
+    x = torch.from_numpy(RNG.standard_normal((5, 64)).astype(np.float32))
+    with torch.inference_mode():
+        before = net["linear"](x), net["lstm"](x[:, None])[0]
+    with emulating(net, storage, keep={"kept"}) as notes:
+        assert notes == []
+        _check_emulated(net, original, x, storage)
+    for name, param in net.named_parameters():
+        assert torch.equal(param, original[name]), f"{name} is float32 again"
+    with torch.inference_mode():
+        assert torch.equal(net["linear"](x), before[0])
+        assert torch.equal(net["lstm"](x[:, None])[0], before[1])
+
+
+def _check_emulated(net: torch.nn.ModuleDict, original: dict, x: torch.Tensor,
+                    storage: str) -> None:
+    for name, param in net.named_parameters():
+        expected = original[name].numpy()
+        if "weight" in name and not name.startswith("kept"):
+            expected = stored(expected.reshape(expected.shape[0], -1), storage).reshape(
+                expected.shape)
+        np.testing.assert_array_equal(param.detach().numpy(), expected, err_msg=name)
+
+    w, b = net["linear"].weight.detach().double().numpy(), net["linear"].bias.double().numpy()
+    with torch.inference_mode():
+        np.testing.assert_allclose(net["linear"](x).numpy(),
+                                   matmul_input(x.numpy(), storage) @ w.T + b, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(net["kept"](x).numpy(), x.double().numpy()
+                                   @ original["kept.weight"].double().numpy().T
+                                   + original["kept.bias"].double().numpy(), rtol=0, atol=1e-5)
+        conv = net["pointwise"](x.T[None])[0].T.numpy()
+        pw = net["pointwise"].weight.detach()[:, :, 0].double().numpy()
+        np.testing.assert_allclose(conv, matmul_input(x.numpy(), storage) @ pw.T
+                                   + net["pointwise"].bias.double().numpy(), rtol=0, atol=1e-5)
+        output, (h_n, _) = net["lstm"](x[:, None])
+    expected = _lstm_float64(x.numpy(), net["lstm"], storage)
+    np.testing.assert_allclose(output[:, 0].numpy(), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(h_n[-1, 0].numpy(), expected[-1], rtol=0, atol=1e-5)
+
+
+def test_rows_q8_0_cannot_hold_fall_back_to_f16_with_a_note() -> None:
+    net = torch.nn.Linear(48, 32).requires_grad_(False)
+    weight = net.weight.detach().clone().numpy()
+    with emulating(net, "q8_0") as notes:
+        assert notes == [".weight [32, 48]: q8_0 needs rows of a multiple of its block size; "
+                         "stored as f16"]
+        np.testing.assert_array_equal(net.weight.numpy(), stored(weight, "f16"))
+
+
+def test_emulations_one_at_a_time_then_float32_again() -> None:
+    net = torch.nn.Linear(64, 32).requires_grad_(False)
+    weight = net.weight.clone()
+    seen = []
+    for variant in emulations(net, ["f16", "q8_0"]):
+        assert variant.model is net
+        expected = weight.numpy() if variant.weight_type is None \
+            else stored(weight.numpy(), variant.weight_type)
+        np.testing.assert_array_equal(net.weight.numpy(), expected)
+        seen.append((variant.weight_type, variant.fields,
+                     variant.dump_dir(emulated_dir("r/clip", None)).as_posix()))
+    assert seen == [
+        (None, {}, "r/clip"),
+        ("f16", {"emulates": {"weight_type": "f16", "backend": "cpu", "fallbacks": []}},
+         "r/clip@f16"),
+        ("q8_0", {"emulates": {"weight_type": "q8_0", "backend": "cpu", "fallbacks": []}},
+         "r/clip@q8_0"),
+    ]
+    assert torch.equal(net.weight, weight)
+    with pytest.raises(AudioparityError, match="weight type\\(s\\) f32"):
+        next(emulations(net, ["f32"]))
