@@ -18,6 +18,7 @@ from audioparity.candidates import registered as candidate_adapters
 from audioparity.compare.gates import resolve_gates
 from audioparity.errors import AudioparityError
 from audioparity.families import REPLAY, registered
+from audioparity.storage import EMULATED_TYPES, emulated_dir
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 
@@ -313,9 +314,27 @@ def reference_dir(wildcards):
     return f"results/reference/{wildcards.family}/{wildcards.model}"
 
 
-def reference_case(wildcards):
-    """The reference dump of case {case}."""
+def emulated_types(family):
+    """The weight types of {family}'s sweep that get a quantization-aware reference: the
+    reference job dumps each case again as ggml's CPU backend computes with them."""
+    return [t for t in FAMILIES[family]["weight_types"] if t in EMULATED_TYPES]
+
+
+def _emulated(wildcards):
+    """The cell's weight type where it is emulated, else None (f32, native; no weight type)."""
+    weight_type = getattr(wildcards, "weight_type", None)
+    return weight_type if weight_type in EMULATED_TYPES else None
+
+
+def f32_reference_case(wildcards):
+    """The float32 reference dump of case {case}."""
     return f"{reference_dir(wildcards)}/{wildcards.case}"
+
+
+def reference_case(wildcards):
+    """The reference dump a cell reads and is compared with: the float32 one, or for a
+    quantized weight type its quantization-aware one, <case>@<weight type>."""
+    return str(emulated_dir(f32_reference_case(wildcards), _emulated(wildcards)))
 
 
 def reference_of(wildcards):
@@ -406,9 +425,11 @@ def replay_dump(wildcards):
 
 def compare_inputs(wildcards):
     """Inputs of a compare: the reference, the candidate's dump, its replay (when it replays),
-    the compare's code."""
+    the compare's code; for a quantized cell, the float32 reference's digest too (its cost)."""
     inputs = {**reference_of(wildcards), "candidate": candidate_dump(wildcards),
               "code": compare_code(wildcards)}
+    if _emulated(wildcards):
+        inputs["cost_digest"] = f"{f32_reference_case(wildcards)}.sha256"
     if _candidate(wildcards)[0]["replay"]:
         inputs["replay"] = replay_dump(wildcards)
     return inputs
@@ -417,6 +438,17 @@ def compare_inputs(wildcards):
 def replay_flag(wildcards, input):
     """`--replay DIR` when the compare has a replay input."""
     return f"--replay {shlex.quote(input.replay)}" if "replay" in input.keys() else ""
+
+
+def cost_flag(wildcards):
+    """`--cost-reference DIR` (the float32 reference) for a quantized cell."""
+    return (f"--cost-reference {shlex.quote(f32_reference_case(wildcards))}"
+            if _emulated(wildcards) else "")
+
+
+def emulate_flag(wildcards):
+    """`--emulate TYPE` for the replay of a quantized cell."""
+    return f"--emulate {_emulated(wildcards)}" if _emulated(wildcards) else ""
 
 
 def _quoted(values):
@@ -450,15 +482,19 @@ def family_options(side):
 
 
 def reference_cases(wildcards, output):
-    """`--audio FILE --output-dir DIR` (or `--prompt`) for each case of the reference job."""
+    """`--audio FILE --output-dir DIR` (or `--prompt`) for each case of the reference job, and
+    `--emulate TYPE` for each weight type it also dumps the cases for (:func:`emulated_types`)."""
     flag = SPECS[wildcards.family].input_flag
-    return _quoted(arg for name, path in PATHS[wildcards.family]["cases"].items()
-                   for arg in (flag, path, "--output-dir", f"{output[0]}/{name}"))
+    return _quoted([*(arg for name, path in PATHS[wildcards.family]["cases"].items()
+                      for arg in (flag, path, "--output-dir", f"{output[0]}/{name}")),
+                    *(arg for t in emulated_types(wildcards.family) for arg in ("--emulate", t))])
 
 
 def reference_dumps(wildcards, output):
-    """The dump directories the reference job writes, one per case."""
-    return _quoted(f"{output[0]}/{name}" for name in PATHS[wildcards.family]["cases"])
+    """The dump directories the reference job writes: one per case and emulated weight type."""
+    return _quoted(emulated_dir(f"{output[0]}/{name}", weight_type)
+                   for weight_type in (None, *emulated_types(wildcards.family))
+                   for name in PATHS[wildcards.family]["cases"])
 
 
 def ggml_command(wildcards, output, threads):

@@ -11,6 +11,7 @@ rule compare_cell:
         reference=reference_case,
         gates=get_gates,
         replay=replay_flag,
+        cost=cost_flag,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -22,7 +23,7 @@ rule compare_cell:
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
         " --label case={wildcards.case} --label candidate={wildcards.candidate}"
         " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
-        " {params.replay} --output {output:q} 2> {log}"
+        " {params.replay} {params.cost} --output {output:q} 2> {log}"
 
 
 # Each backend other than the baseline (cpu) against the baseline, stage by stage, for the same

@@ -1,7 +1,9 @@
 # Reference activations from the PyTorch/NeMo model: one job per model writes every case's dump
-# (results/reference/<family>/<model>/<case>/), so the reference stack is imported and the model
-# loaded once (NeMo takes ~30 s for a 0.6B model), then a content digest of each dump
-# (<case>.sha256). It is a checkpoint: after it runs, Snakemake looks again at what depends on
+# (results/reference/<family>/<model>/<case>/), and for each quantized weight type of the sweep
+# a quantization-aware one (<case>@<weight type>/: torch computing with the weights as ggml
+# stores them and each matmul input as its CPU backend rounds it, src/audioparity/storage.py),
+# so the reference stack is imported and the model loaded once (NeMo takes ~30 s for a 0.6B
+# model), then a content digest of each dump (<case>.sha256). It is a checkpoint: after it runs, Snakemake looks again at what depends on
 # it and reruns only the jobs whose case digest changed (docs/design.md, "Reruns").
 
 
@@ -48,6 +50,7 @@ rule reference_replay:
         family=family_command,
         model=model_path,
         flag=lambda wildcards: SPECS[wildcards.family].input_flag,
+        emulate=emulate_flag,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -60,4 +63,4 @@ rule reference_replay:
     shell:
         "audioparity replay {params.family} --model {params.model:q} {params.flag} {input.case:q}"
         " --candidate-dir {input.candidate:q} --output-dir {output:q} --threads {threads}"
-        " 2> {log}"
+        " {params.emulate} 2> {log}"

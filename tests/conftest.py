@@ -63,11 +63,12 @@ def moss_model(fixture_model) -> Path:
 @pytest.fixture(scope="session")
 def parakeet_reference(parakeet_model: Path, clip_wav: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The NeMo reference dump directory of ``clip_wav`` through ``parakeet_model`` (1 thread)."""
+    """The NeMo reference dump directory of ``clip_wav`` through ``parakeet_model`` (1 thread),
+    with its q8_0 quantization-aware twin beside it (``clip@q8_0``)."""
     from audioparity.models.parakeet_tdt.reference import dump_reference
 
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
-    dump_reference(parakeet_model, [(clip_wav, output)], threads=1)
+    dump_reference(parakeet_model, [(clip_wav, output)], threads=1, emulate=["q8_0"])
     return output
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from audioparity.artifacts import Dump
 from audioparity.compare import compare_cell
 from audioparity.families import family
+from audioparity.storage import EMULATED_TYPES, emulated_dir
 from tests import REPO, config_gates
 
 #: A planted bug: (file of the family's package, its exact original text, the replacement);
@@ -39,9 +40,10 @@ def planted_source(root: Path, name: str, patches: list[Patch]) -> Path:
 
 
 def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
-                 reference: Path | None = None) -> Dump:
-    """The f32 ggml dump of ``case`` by :func:`planted_source`'s copy (``audioparity ggml
-    <family>`` in a subprocess, the copy first on the Python path), written to ``root/dump``.
+                 reference: Path | None = None, weight_type: str = "f32") -> Dump:
+    """The ggml dump of ``case`` at ``weight_type`` by :func:`planted_source`'s copy
+    (``audioparity ggml <family>`` in a subprocess, the copy first on the Python path), written
+    to ``root/dump``.
 
     Raises:
         AssertionError: a patch's text is not in its file exactly once, or the dump fails.
@@ -53,21 +55,33 @@ def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case:
     result = subprocess.run(
         [sys.executable, "-m", "audioparity.cli", "ggml", spec.command, "--model", str(model),
          spec.input_flag, str(case), *reference_args, "--output-dir", str(output),
-         "--weight-type", "f32", "--threads", "1"],
+         "--weight-type", weight_type, "--threads", "1"],
         env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return Dump(output)
 
 
-def planted_statuses(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
-                     reference: Path) -> dict[str, str]:
-    """{stage: status} of :func:`planted_dump` against ``reference``, under the f32 gates the
-    default config gives family ``name``."""
-    dump = planted_dump(root, name, patches, model, case, reference)
+def planted_rows(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
+                 reference: Path, weight_type: str = "f32") -> dict[str, dict]:
+    """{stage: row} of :func:`planted_dump` at ``weight_type`` against ``reference`` (the
+    float32 one; a quantized weight type reads and is compared with its quantization-aware
+    twin beside it, its cost measured against ``reference``, as the workflow does), under the
+    gates the default config gives family ``name`` at that type."""
+    emulated = weight_type in EMULATED_TYPES
+    own = emulated_dir(reference, weight_type if emulated else None)
+    dump = planted_dump(root, name, patches, model, case, own, weight_type)
     cell = root / "cell.json"
-    compare_cell(reference, dump.path, config_gates(name, "f32"), {"family": name}, cell)
-    return {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
+    compare_cell(own, dump.path, config_gates(name, weight_type), {"family": name}, cell,
+                 cost_dir=reference if emulated else None)
+    return {row["stage"]: row for row in json.loads(cell.read_text())}
+
+
+def planted_statuses(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
+                     reference: Path, weight_type: str = "f32") -> dict[str, str]:
+    """{stage: status} of :func:`planted_rows`."""
+    rows = planted_rows(root, name, patches, model, case, reference, weight_type)
+    return {stage: row["status"] for stage, row in rows.items()}
 
 
 def failing(statuses: dict[str, str]) -> set[str]:

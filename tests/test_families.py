@@ -59,7 +59,7 @@ def test_entry_point_defaults_are_the_specs(spec: FamilySpec):
         parameters = inspect.signature(spec.entry_point(side)).parameters
         for option in spec.options_for(side):
             assert parameters[option.name].default == option.default, (side, option.name)
-        expected = {"fixture": {"seed": 0}, "reference": {"threads": 1},
+        expected = {"fixture": {"seed": 0}, "reference": {"threads": 1, "emulate": ()},
                     "ggml": {"device": 0, "threads": 1}}[side]
         assert {key: parameters[key].default for key in expected} == expected, side
 

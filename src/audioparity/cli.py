@@ -16,6 +16,7 @@ from pathlib import Path
 
 from audioparity.errors import AudioparityError
 from audioparity.families import REPLAY, FamilySpec, registered
+from audioparity.storage import EMULATED_TYPES
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 log = logging.getLogger("audioparity")
@@ -106,6 +107,11 @@ def _family_commands(sub) -> None:
         p.add_argument("--output-dir", required=True, type=Path, action="append",
                        help=f"dump directory, one per {spec.input_flag}, in the same order")
         p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--emulate", action="append", default=[], choices=EMULATED_TYPES,
+                       metavar="WEIGHT_TYPE",
+                       help="also dump each case as ggml's CPU backend computes it with the "
+                       "matmul weights in this type, to <output-dir>@<type>; repeatable "
+                       f"({', '.join(EMULATED_TYPES)})")
         _add_options(p, spec, "reference")
 
         _ggml_arguments(ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port"),
@@ -133,6 +139,9 @@ def _family_commands(sub) -> None:
                            help="the candidate's dump of the case")
             p.add_argument("--output-dir", required=True, type=Path)
             p.add_argument("--threads", type=int, default=1)
+            p.add_argument("--emulate", choices=EMULATED_TYPES, metavar="WEIGHT_TYPE",
+                           help="replay as ggml's CPU backend computes with the matmul weights "
+                           f"in this type ({', '.join(EMULATED_TYPES)}): a quantized cell's")
 
 
 def _options(args: argparse.Namespace, side: str) -> dict:
@@ -154,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--candidate", required=True, type=Path)
     compare.add_argument("--replay", type=Path,
                          help="the reference's replay of the candidate (`audioparity replay`)")
+    compare.add_argument("--cost-reference", type=Path,
+                         help="where --reference is quantization-aware (<case>@<weight type>): "
+                         "the float32 reference, to measure the weight type's cost against")
     compare.add_argument("--gates", required=True,
                          help="gates for this cell: a JSON object, or a .json/.yaml file")
     compare.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
@@ -356,7 +368,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "reference":
         cases = _cases(args.inputs, args.output_dir, args.spec.input_flag)
         args.spec.entry_point("reference")(args.model, cases, threads=args.threads,
-                                           **_options(args, "reference"))
+                                           emulate=args.emulate, **_options(args, "reference"))
     elif args.command == "ggml":
         reference = {"reference_dir": args.reference_dir} if args.spec.ggml_reads_reference else {}
         args.spec.entry_point("ggml")(
@@ -378,7 +390,8 @@ def _run(args: argparse.Namespace) -> int:
         print(rerun_repro(args.folder, args.backend, args.against, args.device, args.threads))
     elif args.command == REPLAY:
         args.spec.entry_point(REPLAY)(args.model, args.input, args.candidate_dir,
-                                      args.output_dir, threads=args.threads)
+                                      args.output_dir, threads=args.threads,
+                                      emulate=args.emulate)
     elif args.command == "candidate":
         from audioparity.candidates import running
 
@@ -406,7 +419,8 @@ def _run(args: argparse.Namespace) -> int:
         from audioparity.compare import compare_cell
 
         compare_cell(args.reference, args.candidate, _load_gates(args.gates),
-                     _labels(args.label), args.output, replay_dir=args.replay)
+                     _labels(args.label), args.output, replay_dir=args.replay,
+                     cost_dir=args.cost_reference)
     elif args.command == "report":
         if args.what == "summary":
             from audioparity.report.summary import write_summary

@@ -474,3 +474,27 @@ def test_two_dumps_of_a_candidate_holding_a_view_are_compared_as_they_are(tmp_pa
     compare_cell(cpu, vulkan, gates, labels, tmp_path / "cell.json")
     (row,) = json.loads((tmp_path / "cell.json").read_text())
     assert row["status"] == "pass" and row["nmse"] < 1e-10, row
+
+
+def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_against_f32(
+        reference_dir: Path, tmp_path: Path):
+    """With ``cost_dir``: the metrics and the verdict against the (quantization-aware)
+    reference, the cost columns against the float32 one, computed here in float64."""
+    emulated = {name: (array + np.float32(1e-3) * RNG.normal(size=array.shape).astype(np.float32),
+                       layout) for name, (array, layout) in REFERENCE.items()}
+    emulated_dir = write_dump(tmp_path / "emulated", tmp_path, emulated, {"decode": DECODE})
+    candidate = write_dump(tmp_path / "cand", tmp_path, emulated, {"decode": DECODE})
+    output = tmp_path / "cell.json"
+    compare_cell(emulated_dir, candidate, gates_for(), {**LABELS, "weight_type": "q8_0"}, output,
+                 cost_dir=reference_dir)
+    rows = {row["stage"]: row for row in json.loads(output.read_text())}
+    layer, ref = emulated["layer_0"][0].astype(np.float64), REFERENCE["layer_0"][0]
+    assert rows["layer_0"]["nmse"] == 0.0 and rows["layer_0"]["status"] == "pass"
+    expected = np.sum((layer - ref) ** 2) / np.sum(ref.astype(np.float64) ** 2)
+    assert rows["layer_0"]["cost_nmse"] == pytest.approx(expected, rel=1e-9)
+    assert 0.999 < rows["layer_0"]["cost_cosine"] < 1.0
+    assert rows["decode"]["cost_token_match"] == 1.0 and rows["decode"]["cost_nmse"] is None
+    without = tmp_path / "plain.json"
+    compare_cell(emulated_dir, candidate, gates_for(), LABELS, without)
+    assert all(row[c] is None for row in json.loads(without.read_text())
+               for c in ("cost_nmse", "cost_cosine", "cost_token_match"))

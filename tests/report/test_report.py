@@ -64,8 +64,9 @@ def test_summary_columns_and_row_order(tmp_path: Path):
     assert header == [
         "family", "model", "case", "candidate", "backend", "weight_type", "against", "stage",
         "status", "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite",
-        "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "gate",
-        "reason", "seconds", "first_bad_op", "culprit",
+        "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
+        "cost_nmse", "cost_cosine", "cost_token_match", "gate", "reason", "seconds",
+        "first_bad_op", "culprit",
     ]
     order = [(r["model"], r["candidate"], r["backend"], r["weight_type"], r["stage"])
              for r in read_csv(output)]
@@ -217,3 +218,21 @@ def test_backends_against_the_cpu_have_their_own_matrix_and_first_bad_ops(tmp_pa
     assert backends.count(html.escape(op)) == 1 and ">pre_encode<" in backends
     assert "Against the CPU backend, 2 of 2 stages of other backends fail" in text
     assert "All 4 stages pass" in text  # the headline counts the reference comparisons
+
+
+def test_a_quantized_cell_shows_its_cost_and_the_tightest_bounds_it_would_pass(tmp_path: Path):
+    cell = write_cell(tmp_path / "q8_0.json", [
+        row("layer_0_isolated", weight_type="q8_0", nmse=2.5e-12, cosine=1 - 1.2e-12,
+            cost_nmse=6.3e-05, cost_cosine=0.99997,
+            gate="q8_0/layer_*_isolated: cosine>=0.999, nmse<=2e-05"),
+        row("decode", weight_type="q8_0", token_match=1.0, cost_token_match=0.5,
+            gate="q8_0/decode: token_match>=0.9"),
+    ])
+    summary = tmp_path / "summary.csv"
+    write_summary([cell], summary)
+    write_html(summary, tmp_path / "index.html")
+    page = (tmp_path / "index.html").read_text()
+    assert '2.5e-12<br><small class="cost">f32 6.3e-05</small>' in page
+    assert '100%<br><small class="cost">f32 50%</small>' in page
+    assert "would pass down to cosine&gt;=1−1.2e-12, nmse&lt;=2.5e-12" in page
+    assert "the weight type&#x27;s cost): nmse 6.3e-05, cosine 1−3e-05" in page

@@ -55,12 +55,15 @@ METRIC_COLUMNS = (
     "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
     "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
 )
+#: The cost of a weight type: the candidate measured against the float32 reference, where a
+#: quantized cell's own reference is a quantization-aware one (``audioparity.storage``).
+COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match")
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
 #: (:mod:`audioparity.report.culprit`).
-COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, "gate", "reason", "seconds",
-           "first_bad_op", "culprit")
+COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, "gate", "reason",
+           "seconds", "first_bad_op", "culprit")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -357,6 +360,13 @@ def _crashed_stage(candidate: Dump | None, family: str | None, plan: list) -> st
     return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
 
 
+def _cost(cost: Dump, candidate: Dump, cand_stage: str, ref_stage: str, kind: str,
+          ref_kind: str) -> dict[str, Any]:
+    """:data:`COST_COLUMNS` of one stage: the candidate against the float32 reference."""
+    measured, _ = _compare_stage(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
+    return {f"cost_{key}": measured.get(key) for key in ("nmse", "cosine", "token_match")}
+
+
 def _json_value(value: Any) -> Any:
     """Row values as strict JSON: numpy scalars unwrapped, non-finite floats as text."""
     if isinstance(value, np.generic):
@@ -373,6 +383,7 @@ def compare_cell(
     labels: Mapping[str, str],
     output: str | os.PathLike,
     replay_dir: str | os.PathLike | None = None,
+    cost_dir: str | os.PathLike | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -392,6 +403,9 @@ def compare_cell(
             point): each candidate stage with a replayed form gets a row ``<form>``
             (``layer_3_replayed``), the candidate's stage measured against the replay's; a form
             the replay could not write is ``missing``, with the replay's reason.
+        cost_dir: where ``reference_dir`` is a quantization-aware reference (the cell's weight
+            type emulated), the float32 reference: each compared row gets :data:`COST_COLUMNS`,
+            the candidate's stage measured against its reference stage there (None elsewhere).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
     the same candidate's dump on that backend and every stage, an isolated form too, is
@@ -406,6 +420,7 @@ def compare_cell(
     candidate_path = Path(candidate_dir)
     candidate = Dump(candidate_path) if candidate_path.exists() else None
     replay = Dump(replay_dir) if replay_dir is not None else None
+    cost = Dump(cost_dir) if cost_dir is not None else None
     seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
     rows = []
     family = labels.get("family")
@@ -458,6 +473,9 @@ def compare_cell(
         row.update({key: value for key, value in labels.items() if key not in row})
         row.update(stage=stage, status=verdict.status)
         row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
+        row.update(_cost(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
+                   if cost is not None and measured is not None and ref_dump is reference
+                   else dict.fromkeys(COST_COLUMNS))
         parts = (measured or {}).get("top1_rows")
         part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {stage}"
                 if parts and verdict.status != "pass" else "")

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, METRIC_COLUMNS, REFERENCE
+from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
 from audioparity.families import natural_key, stage_key
 from audioparity.report.summary import read_summary, row_key
 from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
@@ -71,6 +71,7 @@ table.full td.num{text-align:right;font-variant-numeric:tabular-nums;white-space
 table.full td.reason{max-width:520px}table.full td.gate{white-space:nowrap;font-size:11.5px}
 .legend span{display:inline-block;border-radius:4px;padding:1px 8px;margin-right:6px}
 img{max-width:100%;display:block;margin:6px 0 14px}
+table.matrix small.cost{color:#52525b;font-size:10.5px}
 """
 
 
@@ -124,13 +125,45 @@ def key_metric(row: pd.Series) -> str:
     return row["status"]
 
 
+def cost_metric(row: pd.Series) -> str:
+    """The weight type's cost a matrix cell shows under its own value: the candidate's NMSE
+    (or token match) against the float32 reference, where its own reference is
+    quantization-aware; else empty."""
+    if row["cost_nmse"] != "":
+        return f"f32 {float(row['cost_nmse']):.1e}"
+    if row["cost_token_match"] != "":
+        return f"f32 {100 * float(row['cost_token_match']):.4g}%"
+    return ""
+
+
+#: A bound of a gate's text (``nmse<=1e-08``): metric, comparison.
+_BOUND = re.compile(r"(\w+)(<=|>=)")
+
+
+def passing_bounds(row: pd.Series) -> str:
+    """The tightest bounds the row would still have passed: each bound of its gate set to the
+    value measured (``nmse<=3.2e-13, cosine>=1−1.6e-13``); empty for exact gates."""
+    bounds = []
+    for metric, op in dict.fromkeys(_BOUND.findall(row["gate"].partition(": ")[2])):
+        if metric in METRIC_COLUMNS and row[metric] != "":
+            bounds.append(f"{metric}{op}{_short(metric, row[metric])}")
+    return ", ".join(bounds)
+
+
 def _tooltip(row: pd.Series) -> str:
     lines = [f"{row['stage']} — {row['status']}"]
     if row["reason"]:
         lines.append(row["reason"])
     lines.append(f"gate {row['gate']}")
+    if passing_bounds(row):
+        lines.append(f"would pass down to {passing_bounds(row)}")
     shown = [f"{c} {_short(c, row[c])}" for c in METRIC_COLUMNS if row[c] != ""]
     lines.extend(", ".join(shown[i : i + 3]) for i in range(0, len(shown), 3))
+    cost = [f"{metric} {_short(metric, row[c])}" for c in COST_COLUMNS
+            if row[c] != "" for metric in [c.removeprefix("cost_")]]
+    if cost:
+        lines.append("against the float32 reference (the weight type's cost): "
+                     + ", ".join(cost))
     return "\n".join(lines)
 
 
@@ -171,8 +204,9 @@ def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
         for c in columns:
             if c == "status":
                 cells.append(f'<td class="{_status_class(row[c])}">{_esc(row[c])}</td>')
-            elif c in METRIC_COLUMNS or c == "seconds":
-                cells.append(f'<td class="num">{_esc(_short(c, row[c]))}</td>')
+            elif c in METRIC_COLUMNS or c in COST_COLUMNS or c == "seconds":
+                cells.append(f'<td class="num">{_esc(_short(c.removeprefix("cost_"), row[c]))}'
+                             "</td>")
             else:
                 cells.append(f'<td class="{c}">{_esc(row[c])}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
@@ -251,8 +285,11 @@ def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
 
 
 def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tensor stage or "
-            "the token match of a decode document; hover a cell for the reason, the gate and "
-            "every metric.") -> str:
+            "the token match of a decode document; hover a cell for the reason, the gate, the "
+            "tightest bounds it would pass and every metric. A quantized weight type is "
+            "compared with a quantization-aware reference (torch computing as ggml's CPU "
+            "backend does at that type); the small line under it (f32 ...) is the weight "
+            "type's cost: the same stage against the float32 reference.") -> str:
     """One status matrix per family: rows (model, case) groups of stages, columns candidate x
     backend x weight type."""
     parts = [
@@ -288,9 +325,12 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
                     if row is None:
                         tds.append(f'<td class="empty{edge[i]}"></td>')
                     else:
+                        cost = cost_metric(row)
                         tds.append(
                             f'<td class="{_status_class(row["status"])}{edge[i]}" '
-                            f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}</td>'
+                            f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}'
+                            + (f'<br><small class="cost">{_esc(cost)}</small>' if cost else "")
+                            + "</td>"
                         )
                 body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
         stage_th = f'<th rowspan="{len(header)}">stage</th>'
@@ -444,8 +484,14 @@ def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     return note + "".join(images)
 
 
+def _f32_nmse(row: pd.Series) -> float:
+    """A row's NMSE against the float32 reference: its cost where it has one, else its own."""
+    return float(row["cost_nmse"] if row["cost_nmse"] != "" else row["nmse"])
+
+
 def _by_weight_type(frame: pd.DataFrame) -> str:
-    """Per (family, model, case): NMSE of each non-layer tensor stage across weight types."""
+    """Per (family, model, case): NMSE of each non-layer tensor stage against the float32
+    reference across weight types (the cost of each weight type)."""
     stages = frame[~frame["stage"].str.match(LAYER.pattern) & (frame["nmse"] != "")]
     images = []
     for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
@@ -453,14 +499,14 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
         figure = Figure(figsize=(3.6 * len(backends) + 2.2, 3.3), layout="constrained")
         axes = figure.subplots(1, len(backends), squeeze=False)[0]
         names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
-        floor = _floor([float(v) for v in rows["nmse"]])
+        floor = _floor([_f32_nmse(r) for _, r in rows.iterrows()])
         candidates = _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
         styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
         for ax, backend in zip(axes, backends, strict=True):
             part = rows[rows["backend"] == backend]
             types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPES)
             for (i, stage), candidate in itertools.product(enumerate(names), candidates):
-                values = {r["weight_type"]: float(r["nmse"]) for _, r in part[
+                values = {r["weight_type"]: _f32_nmse(r) for _, r in part[
                     (part["stage"] == stage) & (part["candidate"] == candidate)].iterrows()}
                 xs = [x for x, w in enumerate(types) if w in values]
                 _log_series(ax, xs, [values[types[x]] for x in xs], floor,
@@ -469,7 +515,7 @@ def _by_weight_type(frame: pd.DataFrame) -> str:
             ax.set_xticks(range(len(types)), types)
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor * 0.8)
-            ax.set_title(f"{backend}: NMSE by weight type", fontsize=10)
+            ax.set_title(f"{backend}: NMSE against f32 reference", fontsize=10)
             ax.grid(True, which="major", alpha=0.3)
         handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", label=s)
                    for i, s in enumerate(names)]

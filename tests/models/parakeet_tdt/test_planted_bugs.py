@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.planted import Patch, failing, planted_statuses
+from tests.planted import Patch, failing, planted_rows, planted_statuses
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +60,22 @@ BUGS: dict[str, list[Patch]] = {
         "frontend.py", "    return normalize_per_feature(features)", "    return features",
     )],
 }
+
+
+#: A wrong q8_0 block scale in one matmul: the second block of 32 of every row of layer 1's
+#: first feed-forward matrix stored with a scale 5% too large (its values scaled before ggml
+#: quantizes them: the same int8 values, the f16 scale 1.05x), as a converter that botches its
+#: block scales writes it. At q8_0.
+WRONG_BLOCK_SCALE: list[Patch] = [(
+    "weights.py",
+    "                                   ((name, 0, make()) for name, (_, make) in layout.items()))",
+    "                                   ((name, 0, make() * np.where(\n"
+    "                                       (name == 'encoder.layers.1.feed_forward1.linear1.weight')\n"  # noqa: E501
+    "                                       & (self.storage[name] == 'q8_0')\n"
+    "                                       & (np.arange(self.shapes[name][-1]) // 32 == 1),\n"
+    "                                       np.float32(1.05), np.float32(1)))\n"
+    "                                    for name, (_, make) in layout.items()))",
+)]
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +168,21 @@ def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wa
         "missing"}
     assert set(status.values()) == {"pass"}, status
     assert {"mel_features", "pre_encode", "enc_out", "layer_2", "layer_0_isolated"} <= set(status)
+
+
+def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference(
+        parakeet_model, clip_wav, parakeet_reference, tmp_path):
+    """At q8_0, against the quantization-aware reference: the clean port passes every stage
+    (but the declared end-to-end decode), and one matmul with a wrong block scale fails its own
+    layer's isolated form and no other, nor anything upstream. Against the float32 reference
+    the same bug hides in the weight type's cost: layer 1's isolated NMSE there stays below the
+    clean port's layer 2."""
+    clean, bug = (planted_rows(tmp_path / name, "parakeet_tdt", patches, parakeet_model,
+                               clip_wav, parakeet_reference, weight_type="q8_0")
+                  for name, patches in (("clean", []), ("bug", WRONG_BLOCK_SCALE)))
+    assert {s for s, row in clean.items() if row["status"] != "pass"} <= {"decode"}
+    isolated = sorted(s for s in bug if s.endswith("_isolated"))
+    assert [s for s in isolated if bug[s]["status"] != "pass"] == ["layer_1_isolated"]
+    assert {bug[s]["status"] for s in ("mel_features", "pre_encode", "layer_0")} == {"pass"}
+    cost = bug["layer_1_isolated"]["cost_nmse"]
+    assert clean["layer_1_isolated"]["cost_nmse"] < cost < clean["layer_2_isolated"]["cost_nmse"]

@@ -47,6 +47,7 @@ from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.checkpoint import check_weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
 from audioparity.models.moss_voicegen.stages import Forward, write_generation, write_prefill
+from audioparity.storage import emulations
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -188,7 +189,7 @@ def forward(net, rows, cache=None) -> tuple[Forward, object]:
 
 
 def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
-                   generate_rows: int = 16) -> None:
+                   generate_rows: int = 16, emulate: Sequence[str] = ()) -> None:
     """Write one reference dump (contents in the module docstring) per ``(prompt, output_dir)``
     pair of ``cases``, importing torch and transformers and loading the model once for all of
     them (the imports alone take most of a tiny-fixture job).
@@ -198,6 +199,8 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         cases: ``(prompt JSON, dump directory)`` pairs (:func:`.text_processor.load_prompt`);
             each directory is written atomically.
         threads: torch intra-op threads.
+        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
+            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
         generate_rows: rows of greedy generation.
 
     Before torch is imported, every input goes through the checks of the ggml dump with its
@@ -227,8 +230,10 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         fields = {"family": "moss_voicegen", "threads": threads, "cases_per_load": len(cases),
                   "n_layers": config.n_layers, "generate_rows": generate_rows,
                   "modeling": "trust_remote_code" if config.auto_map else "built-in"}
-        for (prompt, output_dir), request in zip(cases, requests, strict=True):
-            _dump(net, model, config, prompt, request, output_dir, fields, seconds)
+        for variant in emulations(net, emulate):
+            for (prompt, output_dir), request in zip(cases, requests, strict=True):
+                _dump(variant.model, model, config, prompt, request,
+                      variant.dump_dir(output_dir), {**fields, **variant.fields}, seconds)
 
 
 def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,

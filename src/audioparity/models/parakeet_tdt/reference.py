@@ -33,6 +33,7 @@ from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.models.parakeet_tdt.greedy import STRATEGY, decision_margins, replay_path
+from audioparity.storage import emulations
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -248,7 +249,8 @@ def _int_list(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
-def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1) -> None:
+def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
+                   emulate: Sequence[str] = ()) -> None:
     """Dump NeMo's activations for each ``(audio, output_dir)`` pair of ``cases`` (artifact
     contract), importing NeMo and restoring the model once for all of them: for
     parakeet-tdt-0.6b-v3 on 2 cores the import takes about 7 s and the restore 20 s, a case
@@ -275,6 +277,8 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
             each directory is written atomically.
         threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
             count is restored afterwards.
+        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
+            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
 
     Raises:
         AudioparityError: no cases; a missing or unreadable model or audio file, a Hugging Face
@@ -305,9 +309,11 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
                    "load": round(time.perf_counter() - imported, 4)}
         log.info("reference parakeet-tdt: imported NeMo in %.1f s, loaded %s in %.1f s, for %d "
                  "case(s)", seconds["import"], model, seconds["load"], len(cases))
-        for (audio, output_dir), sound in zip(cases, sounds, strict=True):
-            _dump(asr_model, model, audio, sound, config, output_dir,
-                  {"threads": threads, "cases_per_load": len(cases)}, seconds)
+        for variant in emulations(asr_model, emulate):
+            for (audio, output_dir), sound in zip(cases, sounds, strict=True):
+                _dump(variant.model, model, audio, sound, config, variant.dump_dir(output_dir),
+                      {"threads": threads, "cases_per_load": len(cases), **variant.fields},
+                      seconds)
 
 
 def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig,

@@ -14,6 +14,7 @@ replayed form: the error of that block alone.
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from audioparity.models.parakeet_tdt.reference import (
     preprocessor,
     restore_model,
 )
+from audioparity.storage import emulating
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -123,7 +125,7 @@ def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
 
 
 def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
-                threads: int = 1) -> None:
+                threads: int = 1, emulate: str | None = None) -> None:
     """Replay a candidate's blocks through NeMo (module notes) and write the replayed forms as a
     dump: ``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``, ``decode_replayed``
     (``{ids, frames, durations, text}``, with its ``decode_replayed_margins``); the manifest's
@@ -139,6 +141,8 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
         candidate_dir: the candidate's dump of the case.
         output_dir: the replay dump, written atomically.
         threads: torch intra-op threads.
+        emulate: a weight type to replay as ggml's CPU backend computes with it
+            (:func:`audioparity.storage.emulating`; a quantized cell's replay), or None.
 
     Raises:
         AudioparityError: an unreadable model, audio file or candidate dump.
@@ -150,15 +154,20 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
     candidate = Dump(candidate_dir)
     with DumpWriter(output_dir, producer="nemo", model=model,
                     inputs={"audio": audio, "candidate": candidate_dir},
-                    fields={"family": "parakeet_tdt", "threads": threads, "replay": True},
+                    fields={"family": "parakeet_tdt", "threads": threads, "replay": True,
+                            **({"emulates": {"weight_type": emulate, "backend": "cpu"}}
+                               if emulate else {})},
                     versions=("torch", "nemo_toolkit")) as writer:
         if candidate.status != "ok":
             writer.set_status(candidate.status, f"the candidate dump is {candidate.status}: "
                               "nothing to replay")
             return
-        with torch_threads(threads):
+        with torch_threads(threads), ExitStack() as stack:
             with writer.timed("load"):
                 asr_model = restore_model(model)
+                if emulate:
+                    for note in stack.enter_context(emulating(asr_model, emulate)):
+                        writer.note(note)
             with writer.timed("encoder"):
                 features, length = preprocessor(asr_model, sound.samples)
                 replayed, skipped = replayed_encoder(asr_model, features, length, candidate)

@@ -35,6 +35,7 @@ from audioparity.errors import AudioparityError
 from audioparity.models.whisper_encoder.checkpoint import check_weights
 from audioparity.models.whisper_encoder.config import WhisperEncoderConfig, load_config
 from audioparity.models.whisper_encoder.frontend import trim_note
+from audioparity.storage import emulations
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -121,7 +122,8 @@ def encoder(net: Any, features: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1) -> None:
+def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
+                   emulate: Sequence[str] = ()) -> None:
     """Write one reference dump (contents in the module docstring) per ``(audio, output_dir)``
     pair of ``cases``, importing torch and transformers and loading the model once for all.
 
@@ -140,6 +142,8 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
             ``preprocessor_config.json``).
         cases: ``(audio file, dump directory)`` pairs; each directory is written atomically.
         threads: torch intra-op threads (the previous count is restored afterwards).
+        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
+            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
 
     Raises:
         AudioparityError: no cases; an unreadable or unsupported config, audio or checkpoint;
@@ -165,9 +169,13 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
                    "load": round(time.perf_counter() - imported, 4)}
         log.info("reference whisper-encoder: imported transformers in %.1f s, loaded %s in "
                  "%.1f s, for %d case(s)", seconds["import"], model, seconds["load"], len(cases))
-        for (audio, output_dir), sound in zip(cases, sounds, strict=True):
-            _dump(extractor, net, model, audio, sound, config, output_dir,
-                  {"threads": threads, "cases_per_load": len(cases)}, seconds)
+        # the port keeps the positions in float32 (weights.MATMUL)
+        for variant in emulations(net, emulate, keep={"embed_positions"}):
+            for (audio, output_dir), sound in zip(cases, sounds, strict=True):
+                _dump(extractor, variant.model, model, audio, sound, config,
+                      variant.dump_dir(output_dir),
+                      {"threads": threads, "cases_per_load": len(cases), **variant.fields},
+                      seconds)
 
 
 def _dump(extractor: Any, net: Any, model: Path, audio: Path, sound: Audio,
