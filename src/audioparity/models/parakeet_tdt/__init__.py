@@ -48,6 +48,8 @@ SPEC = FamilySpec(
                "stay on a frame up to the symbol limit", sides=("fixture",)),
         Option("xscaling", False, "scale pre_encode by sqrt(d_model) before the layers "
                "(NeMo's default; v3 has it off)", sides=("fixture",)),
+        Option("use_bias", False, "biases in the encoder's linear layers and convolutions "
+               "(NeMo's default; v3 has them off)", sides=("fixture",)),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

@@ -76,13 +76,15 @@ DURATION0_BIAS_NUDGE = 2.5
 
 
 def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
-                   xscaling: bool = False) -> dict:
+                   xscaling: bool = False, use_bias: bool = False) -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
         tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
         joint_hidden: the joint's hidden size.
         xscaling: the encoder scales ``pre_encode`` by ``sqrt(d_model)`` before the layers
+            (``ConformerEncoder``'s default; v3 turns it off).
+        use_bias: the encoder's linear layers and convolutions carry biases
             (``ConformerEncoder``'s default; v3 turns it off).
 
     Returns:
@@ -120,7 +122,7 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
             "feat_out": -1,
             "n_layers": 3,
             "d_model": d_model,
-            "use_bias": False,
+            "use_bias": use_bias,
             "subsampling": "dw_striding",
             "subsampling_factor": 8,
             "subsampling_conv_channels": 24,
@@ -282,15 +284,16 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
-                  xscaling: bool = False) -> None:
+                  xscaling: bool = False, use_bias: bool = False) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
     The options make variants that a port's loader accepts (``config/examples/ports.yaml``):
     the tokenizer's ``vocab_size``, the ``joint_hidden`` size, and the nudges of the blank and
     duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
-    zero-duration tokens and the symbols-per-frame limit at those sizes; and ``xscaling``, the
-    encoder's input scale that v3 turns off and NeMo's default keeps.
+    zero-duration tokens and the symbols-per-frame limit at those sizes; and the switches v3
+    turns off and NeMo's defaults keep: ``xscaling``, the encoder's input scale, and
+    ``use_bias``, the biases of the encoder's linear layers and convolutions.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -311,7 +314,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
         model = EncDecRNNTBPEModel(
-            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling)))
+            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling, use_bias)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))

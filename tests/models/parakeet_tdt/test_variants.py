@@ -1,0 +1,75 @@
+"""The Parakeet family as NeMo ships it: each architecture switch of config/examples/variants.yaml
+built as a tiny fixture by NeMo itself, dumped by NeMo and by the ggml port on the clip, and
+compared at f32 with config/config.yaml's gates, which every stage must pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from audioparity.artifacts import Dump
+from tests import config_gates
+from tests.models.parakeet_tdt.test_dump import run_dump
+
+pytest.importorskip("nemo.collections.asr")
+
+#: Fixture options of each variant (config/examples/variants.yaml's, less v3 itself).
+VARIANTS = {
+    "bias": {"use_bias": True},
+}
+
+
+@pytest.fixture(scope="module")
+def variant_dumps(fixture_model, clip_wav, tmp_path_factory):
+    """``variant_dumps(name)``: (model, reference dump, ggml f32 dump) of a variant on the
+    clip, each built once per module."""
+    from audioparity.models.parakeet_tdt.reference import dump_reference
+
+    built: dict[str, tuple[Path, Path, Path]] = {}
+
+    def build(name: str) -> tuple[Path, Path, Path]:
+        if name not in built:
+            model = fixture_model("parakeet_tdt", **VARIANTS[name])
+            work = tmp_path_factory.mktemp(f"variant_{name}")
+            dump_reference(model, [(clip_wav, work / "reference")], threads=1)
+            result = run_dump(model, clip_wav, work / "reference", work / "ggml",
+                              "--weight-type", "f32", "--threads", "1")
+            assert result.returncode == 0, result.stderr[-2000:]
+            built[name] = (model, work / "reference", work / "ggml")
+        return built[name]
+
+    return build
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_passes_every_f32_gate_against_nemo(variant_dumps, name, tmp_path):
+    from audioparity.compare import compare_cell
+
+    _, reference, ggml = variant_dumps(name)
+    compare_cell(reference, ggml, config_gates("parakeet_tdt", "f32"),
+                 {"family": "parakeet_tdt"}, tmp_path / "cell.json")
+    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    failing = {stage: row["reason"] for stage, row in rows.items() if row["status"] != "pass"}
+    assert not failing, failing
+    assert Dump(ggml).json("decode") == Dump(reference).json("decode")
+
+
+def test_biased_fixture_carries_every_encoder_bias_but_linear_pos(variant_dumps):
+    """NeMo's use_bias puts biases on the feed-forward, linear_q/k/v/out and the three convs
+    of the conv module; linear_pos has none (bias=False in RelPositionMultiHeadAttention)."""
+    from audioparity.models.parakeet_tdt.checkpoint import read_state
+    from audioparity.models.parakeet_tdt.config import load_config
+
+    model, _, _ = variant_dumps("bias")
+    assert load_config(model).encoder.use_bias is True
+    state, _ = read_state(model)
+    biases = {name.removeprefix("encoder.layers.0.") for name in state
+              if name.startswith("encoder.layers.0.") and name.endswith(".bias")
+              and "norm" not in name}
+    assert biases == {f"{module}.bias" for module in (
+        "feed_forward1.linear1", "feed_forward1.linear2", "feed_forward2.linear1",
+        "feed_forward2.linear2", "self_attn.linear_q", "self_attn.linear_k",
+        "self_attn.linear_v", "self_attn.linear_out", "conv.pointwise_conv1",
+        "conv.depthwise_conv", "conv.pointwise_conv2")}
