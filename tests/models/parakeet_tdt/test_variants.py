@@ -18,6 +18,7 @@ pytest.importorskip("nemo.collections.asr")
 #: Fixture options of each variant (config/examples/variants.yaml's, less v3 itself).
 VARIANTS = {
     "bias": {"use_bias": True},
+    "vocab1024": {"vocab_size": 1024, "blank_bias_nudge": 4.5},
 }
 
 
@@ -73,3 +74,19 @@ def test_biased_fixture_carries_every_encoder_bias_but_linear_pos(variant_dumps)
         "feed_forward2.linear2", "self_attn.linear_q", "self_attn.linear_k",
         "self_attn.linear_v", "self_attn.linear_out", "conv.pointwise_conv1",
         "conv.depthwise_conv", "conv.pointwise_conv2")}
+
+
+def test_1024_piece_vocabulary_decodes_blanks_and_tokens(variant_dumps):
+    """The English models' vocabulary size: the tokenizer trains to 1024 pieces, and NeMo's
+    greedy decode of the clip still emits blanks, tokens of duration 0 and several ids."""
+    from audioparity.models.parakeet_tdt.config import load_config
+
+    model, reference, _ = variant_dumps("vocab1024")
+    assert load_config(model).decoder.vocab_size == 1024
+    dump = Dump(reference)
+    decode = dump.json("decode")
+    rows = dump.tensor("joint_logits")
+    assert rows.shape[1] == 1024 + 1 + 5
+    blanks = int((rows[:, :1025].argmax(axis=1) == 1024).sum())
+    assert blanks >= 3 and len(decode["ids"]) >= 10 and len(set(decode["ids"])) >= 5
+    assert decode["durations"].count(0) >= 3 and decode["text"].strip()
