@@ -19,6 +19,7 @@ pytest.importorskip("nemo.collections.asr")
 VARIANTS = {
     "bias": {"use_bias": True},
     "vocab1024": {"vocab_size": 1024, "blank_bias_nudge": 4.5},
+    "local8": {"local_attention": 8},
 }
 
 
@@ -90,3 +91,18 @@ def test_1024_piece_vocabulary_decodes_blanks_and_tokens(variant_dumps):
     blanks = int((rows[:, :1025].argmax(axis=1) == 1024).sum())
     assert blanks >= 3 and len(decode["ids"]) >= 10 and len(set(decode["ids"])) >= 5
     assert decode["durations"].count(0) >= 3 and decode["text"].strip()
+
+
+def test_local_attention_fixture_is_nemo_longformer_with_a_window_the_clip_exceeds(
+        variant_dumps):
+    """rel_pos_local_attn [8, 8]: NeMo built RelPositionMultiHeadAttentionLongformer, fed the
+    layers the 17 positions of LocalAttRelPositionalEncoding, and the clip's encoder frames
+    exceed the 17-frame window (so the band changes what attention sees)."""
+    from audioparity.models.parakeet_tdt.config import load_config
+
+    model, reference, ggml = variant_dumps("local8")
+    assert load_config(model).encoder.local_context == 8
+    dump = Dump(reference)
+    assert dump.tensor("pos_emb").shape == (17, 64)
+    assert dump.tensor("enc_out").shape[0] > 2 * 17
+    assert Dump(ggml).tensor("pos_emb").shape == (17, 64)

@@ -15,7 +15,8 @@ SPEC = FamilySpec(
         Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames",
               replayed="pre_encode_replayed"),
         Stage("pos_emb", "tensor", "[2T-1, D]",
-              "relative positional encoding fed to the layers (RelPositionalEncoding)"),
+              "relative positional encoding fed to the layers (RelPositionalEncoding; "
+              "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
         Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
               isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
         Stage("enc_out", "tensor", "[T, D]", "encoder output"),
@@ -50,6 +51,8 @@ SPEC = FamilySpec(
                "(NeMo's default; v3 has it off)", sides=("fixture",)),
         Option("use_bias", False, "biases in the encoder's linear layers and convolutions "
                "(NeMo's default; v3 has them off)", sides=("fixture",)),
+        Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
+               "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

@@ -8,8 +8,9 @@ instantiates (``AudioToMelSpectrogramPreprocessor``, ``ConformerEncoder``, ``RNN
 ``convert_nemo_to_hf.py``.
 
 Only the architecture the ggml port implements is accepted (v3's: ``dw_striding`` subsampling,
-``rel_pos`` attention with full context, batch-norm conv module, no output projection); any
-other setting raises :class:`AudioparityError` naming the key and the value found.
+``rel_pos`` attention with full context or ``rel_pos_local_attn`` with a symmetric window,
+batch-norm conv module, no output projection); any other setting raises
+:class:`AudioparityError` naming the key and the value found.
 """
 
 from __future__ import annotations
@@ -108,6 +109,22 @@ class EncoderConfig:
         return length
 
     @property
+    def local_context(self) -> int | None:
+        """The window ``w`` of ``rel_pos_local_attn`` (``att_context_size = [w, w]``: each
+        query sees the keys ``w`` frames before it to ``w`` after it), or None for full
+        context (``rel_pos``)."""
+        if self.self_attention_model != "rel_pos_local_attn":
+            return None
+        return int(self.att_context_size[0])
+
+    def pos_emb_rows(self, n_frames: int) -> int:
+        """Rows of the relative positional encoding fed to the layers: ``2T'-1`` (positions
+        ``T'-1 ... -(T'-1)``, NeMo ``RelPositionalEncoding``) or, with local attention,
+        ``2w+1`` (positions ``w ... -w``, NeMo ``LocalAttRelPositionalEncoding``)."""
+        w = self.local_context
+        return 2 * n_frames - 1 if w is None else 2 * w + 1
+
+    @property
     def xscale(self) -> float | None:
         """``sqrt(d_model)`` if ``xscaling`` else None (NeMo ``RelPositionalEncoding.xscale``)."""
         return math.sqrt(self.d_model) if self.xscaling else None
@@ -204,8 +221,18 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
     enc = config.encoder
     _require(where, "encoder.subsampling", enc.subsampling, ("dw_striding",))
     _require(where, "encoder.causal_downsampling", enc.causal_downsampling, (False,))
-    _require(where, "encoder.self_attention_model", enc.self_attention_model, ("rel_pos",))
-    _require(where, "encoder.att_context_size", tuple(enc.att_context_size), ((-1, -1),))
+    _require(where, "encoder.self_attention_model", enc.self_attention_model,
+             ("rel_pos", "rel_pos_local_attn"))
+    context = tuple(enc.att_context_size)
+    if enc.self_attention_model == "rel_pos":
+        _require(where, "encoder.att_context_size", context, ((-1, -1),))
+    elif len(context) != 2 or context[0] != context[1] or context[0] < 1:
+        # NeMo's RelPositionMultiHeadAttentionLongformer adds the positional scores to the
+        # columns of a [w, w] window (w = max(L, R)): only L == R is a consistent band.
+        raise AudioparityError(
+            f"{where}: encoder.att_context_size={list(context)} is not supported by the ggml "
+            "port with rel_pos_local_attn (supported: [w, w], w >= 1)"
+        )
     _require(where, "encoder.conv_norm_type", enc.conv_norm_type, ("batch_norm",))
     _require(where, "encoder.feat_out", enc.feat_out, (-1, enc.d_model))
     _require(where, "encoder.conv_context_size", enc.conv_context_size,

@@ -76,7 +76,8 @@ DURATION0_BIAS_NUDGE = 2.5
 
 
 def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
-                   xscaling: bool = False, use_bias: bool = False) -> dict:
+                   xscaling: bool = False, use_bias: bool = False,
+                   local_attention: int = 0) -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
@@ -86,6 +87,9 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
             (``ConformerEncoder``'s default; v3 turns it off).
         use_bias: the encoder's linear layers and convolutions carry biases
             (``ConformerEncoder``'s default; v3 turns it off).
+        local_attention: 0 for full-context ``rel_pos`` attention (v3's), else the window w of
+            ``rel_pos_local_attn`` with ``att_context_size [w, w]`` (what NeMo's
+            ``change_attention_model`` switches a model to for long audio).
 
     Returns:
         A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
@@ -128,9 +132,9 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
             "subsampling_conv_channels": 24,
             "causal_downsampling": False,
             "ff_expansion_factor": 4,
-            "self_attention_model": "rel_pos",
+            "self_attention_model": "rel_pos_local_attn" if local_attention else "rel_pos",
             "n_heads": 4,
-            "att_context_size": [-1, -1],
+            "att_context_size": [local_attention] * 2 if local_attention else [-1, -1],
             "att_context_style": "regular",
             "xscaling": xscaling,
             "untie_biases": True,
@@ -284,7 +288,8 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
-                  xscaling: bool = False, use_bias: bool = False) -> None:
+                  xscaling: bool = False, use_bias: bool = False,
+                  local_attention: int = 0) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
@@ -293,7 +298,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
     duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
     zero-duration tokens and the symbols-per-frame limit at those sizes; and the switches v3
     turns off and NeMo's defaults keep: ``xscaling``, the encoder's input scale, and
-    ``use_bias``, the biases of the encoder's linear layers and convolutions.
+    ``use_bias``, the biases of the encoder's linear layers and convolutions; and
+    ``local_attention``, the window of ``rel_pos_local_attn`` (0: v3's full context).
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -314,7 +320,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
         model = EncDecRNNTBPEModel(
-            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling, use_bias)))
+            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling, use_bias,
+                                             local_attention)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))

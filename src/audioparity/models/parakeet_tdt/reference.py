@@ -85,12 +85,14 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
     (forward pre-hook with kwargs), every ``layers[i]`` output.
 
     Returns:
-        Canonical arrays, valid frames only: ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
-        ``layer_{i} [T', D]``, ``enc_out [T', D]`` (NeMo returns ``[B, D, T']``).
+        Canonical arrays, valid frames only: ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``
+        (``rel_pos_local_attn`` with ``att_context_size [L, R]``: ``[L+R+1, D]``, positions
+        ``L ... -R``, ``LocalAttRelPositionalEncoding``), ``layer_{i} [T', D]``,
+        ``enc_out [T', D]`` (NeMo returns ``[B, D, T']``).
 
     Raises:
         AudioparityError: a hook did not fire exactly once, or ``pos_emb`` is absent (not
-            ``rel_pos`` attention) or not ``[2T'-1, D]``.
+            ``rel_pos`` attention) or not of those rows.
     """
     import torch
 
@@ -115,6 +117,7 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
         for handle in handles:
             handle.remove()
     n_frames = int(encoded_length[0])
+    local = enc.self_attention_model == "rel_pos_local_attn"
     out: dict[str, np.ndarray] = {}
     for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(len(enc.layers)))):
         values = taps.get(name, [])
@@ -124,10 +127,14 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
                 f"({'none' if not values else type(values[0]).__name__}); rel_pos attention needed"
             )
         array = values[0][0].float().numpy()
-        out[name] = valid_positions(array, n_frames) if name == "pos_emb" else array[:n_frames]
-    if out["pos_emb"].shape != (2 * n_frames - 1, encoded.shape[1]):
+        if name != "pos_emb":
+            out[name] = array[:n_frames]
+        else:  # a local window's table does not depend on the frames
+            out[name] = array if local else valid_positions(array, n_frames)
+    rows = (sum(enc.att_context_size) + 1) if local else 2 * n_frames - 1
+    if out["pos_emb"].shape != (rows, encoded.shape[1]):
         raise AudioparityError(
-            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{2 * n_frames - 1}, "
+            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{rows}, "
             f"{encoded.shape[1]}] for T'={n_frames}"
         )
     out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
