@@ -91,6 +91,34 @@ def test_ten_zero_duration_tokens_force_the_next_frame():
     assert path.row_frames == [0] * 10 + [1]
 
 
+def rnnt_decode(table, n_frames, max_symbols=3):
+    """greedy_tdt without durations (RNNT): the joint gives V+1 outputs, the table labels."""
+    def joint(t: int, history: tuple[int, ...]) -> np.ndarray:
+        logits = np.full(BLANK + 1, -5.0, np.float32)
+        logits[table.get((t, len(history) - 1), BLANK)] = 3.0
+        return logits
+
+    calls: list = []
+    path = greedy_tdt(n_frames, joint, history_predict(calls), blank_id=BLANK, durations=(),
+                      max_symbols=max_symbols)
+    return path, calls
+
+
+def test_rnnt_tokens_stay_blanks_advance_one_frame_and_max_symbols_forces_the_step():
+    """NeMo's greedy RNNT (GreedyBatchedRNNTLabelLoopingComputer, GreedyRNNTInfer): a token
+    stays on its frame, a blank moves one frame on, max_symbols tokens on a frame move it on;
+    no durations are recorded (NeMo's RNNT hypotheses have none)."""
+    table = {(0, 0): 1, (0, 1): 2, (2, 2): 0} | {(3, k): 1 for k in range(3, 10)}
+    path, calls = rnnt_decode(table, n_frames=5)
+    assert (path.ids, path.frames, path.durations) == ([1, 2, 0, 1, 1, 1], [0, 0, 2, 3, 3, 3], [])
+    assert path.row_frames == [0, 0, 0, 1, 2, 2, 3, 3, 3, 4]
+    assert [label for label, _ in calls] == [BLANK, 1, 2, 0, 1, 1, 1]
+    rows = np.eye(BLANK + 1, dtype=np.float32)[
+        [1, 2, BLANK, BLANK, 0, BLANK, 1, 1, 1, BLANK]]
+    replayed = replay_path(rows, 5, [], 3)
+    assert (replayed.ids, replayed.frames, replayed.durations) == (path.ids, path.frames, [])
+
+
 def test_tenth_token_with_a_duration_is_not_pushed_further():
     table = {(0, k): (1, 0) for k in range(9)} | {(0, 9): (1, 1), (1, 10): (2, 0), (1, 11): (0, 2)}
     path, _ = decode(table, n_frames=3)

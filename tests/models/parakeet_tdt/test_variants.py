@@ -20,6 +20,7 @@ VARIANTS = {
     "bias": {"use_bias": True},
     "vocab1024": {"vocab_size": 1024, "blank_bias_nudge": 4.5},
     "local8": {"local_attention": 8},
+    "rnnt": {"head": "rnnt"},
 }
 
 
@@ -106,3 +107,37 @@ def test_local_attention_fixture_is_nemo_longformer_with_a_window_the_clip_excee
     assert dump.tensor("pos_emb").shape == (17, 64)
     assert dump.tensor("enc_out").shape[0] > 2 * 17
     assert Dump(ggml).tensor("pos_emb").shape == (17, 64)
+
+
+def test_rnnt_decode_is_nemo_rnnt_greedy_without_durations(variant_dumps, clip_wav):
+    """parakeet-rnnt: NeMo's label-looping (greedy_batch) and frame-looping (greedy) RNNT
+    decoders agree with each other and with the dumps (tokens stay on their frame, a blank
+    advances one, max_symbols forces the step on), and like NeMo's RNNT hypotheses the decode
+    records no token durations."""
+    import torch
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from omegaconf import open_dict
+
+    from audioparity.models.parakeet_tdt.config import load_config
+
+    model_path, reference, ggml = variant_dumps("rnnt")
+    config = load_config(model_path)
+    assert config.durations == () and config.n_joint_outputs == config.blank_id + 1
+    decode = Dump(reference).json("decode")
+    assert decode["durations"] == [] and Dump(ggml).json("decode") == decode
+    frames = decode["frames"]
+    assert max(frames.count(t) for t in set(frames)) == config.max_symbols
+    assert len(Dump(reference).tensor("joint_logits")) > len(decode["ids"])  # blanks too
+    model = EncDecRNNTBPEModel.restore_from(str(model_path), map_location="cpu").eval()
+    enc_out = torch.from_numpy(Dump(reference).tensor("enc_out").T.copy())[None]
+    length = torch.tensor([enc_out.shape[2]])
+    for strategy in ("greedy_batch", "greedy"):
+        cfg = model.cfg.decoding.copy()
+        with open_dict(cfg):
+            cfg.strategy = strategy
+        model.change_decoding_strategy(cfg, verbose=False)
+        with torch.inference_mode():
+            (hypothesis,) = model.decoding.rnnt_decoder_predictions_tensor(
+                encoder_output=enc_out, encoded_lengths=length, return_hypotheses=True)
+        assert [int(i) for i in hypothesis.y_sequence] == decode["ids"], strategy
+        assert [int(t) for t in hypothesis.timestamp] == frames, strategy

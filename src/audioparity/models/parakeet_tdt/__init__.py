@@ -53,6 +53,8 @@ SPEC = FamilySpec(
                "(NeMo's default; v3 has them off)", sides=("fixture",)),
         Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
                "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
+        Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations)",
+               sides=("fixture",), choices=("tdt", "rnnt")),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

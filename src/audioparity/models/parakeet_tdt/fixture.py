@@ -73,11 +73,19 @@ BRANCH_OUTPUTS = ("linear2", "pointwise_conv2", "linear_out")
 BLANK_BIAS_NUDGE = 10.5
 #: Added to the joint output bias of duration 0 (index V + 1) after the re-draw.
 DURATION0_BIAS_NUDGE = 2.5
+#: Added to the CTC decoder's output bias of the blank class (index V) after the re-draw.
+CTC_BLANK_BIAS_NUDGE = 0.0
+#: The decoders a fixture can have (NeMo model class, decoders): ``tdt`` (v3's,
+#: ``EncDecRNNTBPEModel``), ``rnnt`` (parakeet-rnnt: the same without durations), ``ctc``
+#: (parakeet-ctc: ``EncDecCTCModelBPE``), ``tdt_ctc`` (parakeet-tdt_ctc:
+#: ``EncDecHybridRNNTCTCBPEModel``, TDT and an auxiliary CTC decoder).
+HEADS = {"tdt": "EncDecRNNTBPEModel", "rnnt": "EncDecRNNTBPEModel",
+         "ctc": "EncDecCTCModelBPE", "tdt_ctc": "EncDecHybridRNNTCTCBPEModel"}
 
 
 def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
                    xscaling: bool = False, use_bias: bool = False,
-                   local_attention: int = 0) -> dict:
+                   local_attention: int = 0, head: str = "tdt") -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
@@ -90,12 +98,13 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
         local_attention: 0 for full-context ``rel_pos`` attention (v3's), else the window w of
             ``rel_pos_local_attn`` with ``att_context_size [w, w]`` (what NeMo's
             ``change_attention_model`` switches a model to for long audio).
+        head: the decoders, a key of :data:`HEADS`.
 
     Returns:
-        A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
+        A plain dict accepted by ``<HEADS[head]>(cfg=OmegaConf.create(...))``.
     """
     d_model, pred_hidden = 64, 48
-    return {
+    cfg = {
         "sample_rate": 16000,
         "model_defaults": {
             "enc_hidden": d_model,
@@ -185,6 +194,27 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
         },
         "optim": None,
     }
+    ctc = {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": d_model,
+           "num_classes": -1, "vocabulary": []}
+    if head == "rnnt":  # parakeet-rnnt: no duration outputs, plain RNNT loss
+        for key in ("tdt_durations", "num_tdt_durations"):
+            del cfg["model_defaults"][key]
+        cfg["joint"]["num_extra_outputs"] = 0
+        cfg["decoding"] = {"strategy": "greedy_batch", "model_type": "rnnt",
+                           "greedy": {"max_symbols": MAX_SYMBOLS}}
+        cfg["loss"] = {"loss_name": "default"}
+    elif head == "ctc":  # parakeet-ctc: a 1x1 conv to V+1 classes, log-softmax
+        for key in ("pred_hidden", "joint_hidden", "tdt_durations", "num_tdt_durations"):
+            del cfg["model_defaults"][key]
+        for key in ("joint", "loss"):
+            del cfg[key]
+        cfg["decoder"] = ctc
+        cfg["decoding"] = {"strategy": "greedy_batch"}
+    elif head == "tdt_ctc":  # parakeet-tdt_ctc: TDT and an auxiliary CTC decoder
+        cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False,
+                          "ctc_reduction": "mean_batch", "decoder": ctc,
+                          "decoding": {"strategy": "greedy_batch"}}
+    return cfg
 
 
 def corpus(vocab_size: int) -> tuple[str, ...]:
@@ -231,7 +261,8 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
 
 
 def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
-                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE) -> None:
+                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
+                   ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE) -> None:
     """Re-draw every parameter of ``model`` in place from a ``torch.Generator`` seeded ``seed``.
 
     Parameters are visited in ``named_parameters()`` order (fixed by the config):
@@ -248,8 +279,9 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
 
     BatchNorm running statistics get ``running_mean ~ 0.2 N(0, 1)``, ``running_var ~ U(0.5, 1.5)``.
     Finally ``blank_bias_nudge`` and ``duration0_bias_nudge`` are added to the joint output bias
-    at indices V (blank) and V + 1 (duration 0). Preprocessor buffers (mel filterbank,
-    window) are left as NeMo computed them.
+    at indices V (blank) and V + 1 (duration 0, when the joint has durations), and
+    ``ctc_blank_bias_nudge`` to a CTC decoder's output bias at V (its blank). Preprocessor
+    buffers (mel filterbank, window) are left as NeMo computed them.
     """
     import torch
 
@@ -259,11 +291,12 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
         for name, module in model.named_modules()
         if isinstance(module, torch.nn.LayerNorm | torch.nn.modules.batchnorm._BatchNorm)
     }
-    embedding = model.decoder.prediction["embed"]
+    joint = getattr(model, "joint", None)
+    embedding = model.decoder.prediction["embed"] if joint is not None else None
     with torch.no_grad():
         for name, param in model.named_parameters():
             draw = torch.randn(param.shape, generator=generator, dtype=param.dtype)
-            if param.ndim >= 2 and param is not embedding.weight:
+            if param.ndim >= 2 and (embedding is None or param is not embedding.weight):
                 draw *= GAIN / math.sqrt(param.numel() / param.shape[0])
                 module = name.rsplit(".", 2)[-2]
                 if name.startswith("encoder.layers.") and module in BRANCH_OUTPUTS:
@@ -273,23 +306,29 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
             elif param.ndim == 1:
                 draw *= 0.2
             param.copy_(draw)
-        embedding.weight[embedding.padding_idx].zero_()
         for module in model.modules():
             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                 shape = module.running_mean.shape
                 module.running_mean.copy_(0.2 * torch.randn(shape, generator=generator))
                 module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
-        output_bias = model.joint.joint_net[-1].bias
-        vocab = model.joint.num_classes_with_blank - 1 - len(DURATIONS)
-        output_bias[vocab] += blank_bias_nudge
-        output_bias[vocab + 1] += duration0_bias_nudge
+        if joint is not None:
+            embedding.weight[embedding.padding_idx].zero_()
+            output_bias = joint.joint_net[-1].bias
+            vocab = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
+            output_bias[vocab] += blank_bias_nudge
+            if joint.num_extra_outputs:
+                output_bias[vocab + 1] += duration0_bias_nudge
+        ctc = model.ctc_decoder if hasattr(model, "ctc_decoder") else (
+            None if joint is not None else model.decoder)
+        if ctc is not None:
+            ctc.decoder_layers[0].bias[ctc.num_classes_with_blank - 1] += ctc_blank_bias_nudge
 
 
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
                   xscaling: bool = False, use_bias: bool = False,
-                  local_attention: int = 0) -> None:
+                  local_attention: int = 0, head: str = "tdt") -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
@@ -299,7 +338,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
     zero-duration tokens and the symbols-per-frame limit at those sizes; and the switches v3
     turns off and NeMo's defaults keep: ``xscaling``, the encoder's input scale, and
     ``use_bias``, the biases of the encoder's linear layers and convolutions; and
-    ``local_attention``, the window of ``rel_pos_local_attn`` (0: v3's full context).
+    ``local_attention``, the window of ``rel_pos_local_attn`` (0: v3's full context); and the
+    decoders, ``head`` (:data:`HEADS`), with the nudge of a CTC decoder's blank bias.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -310,8 +350,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
     output = Path(output)
     with built_directory(output) as work:
         start = time.perf_counter()
+        import nemo.collections.asr.models as nemo_models
         import torch
-        from nemo.collections.asr.models import EncDecRNNTBPEModel
         from omegaconf import OmegaConf
 
         imported = time.perf_counter()
@@ -319,9 +359,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                  imported - start, seed, output)
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
-        model = EncDecRNNTBPEModel(
-            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling, use_bias,
-                                             local_attention)))
+        model = getattr(nemo_models, HEADS[head])(cfg=OmegaConf.create(fixture_config(
+            tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))

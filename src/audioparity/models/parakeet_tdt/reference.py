@@ -186,7 +186,10 @@ def greedy_tdt_decoding(
             NeMo's hypothesis under :func:`~.greedy.replay_path`.
     """
     import torch
-    from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import GreedyBatchedTDTInfer
+    from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import (
+        GreedyBatchedRNNTInfer,
+        GreedyBatchedTDTInfer,
+    )
     from omegaconf import open_dict
 
     config = model.cfg.decoding.copy()
@@ -197,11 +200,13 @@ def greedy_tdt_decoding(
         config.preserve_alignments = False
     model.change_decoding_strategy(config, verbose=False)
     infer = model.decoding.decoding
-    if not isinstance(infer, GreedyBatchedTDTInfer):
+    if not isinstance(infer, GreedyBatchedTDTInfer | GreedyBatchedRNNTInfer):
         raise AudioparityError(
-            f"decoding: expected a TDT model (GreedyBatchedTDTInfer), got {type(infer).__name__}"
+            "decoding: expected a TDT or RNNT model (GreedyBatchedTDTInfer, "
+            f"GreedyBatchedRNNTInfer), got {type(infer).__name__}"
         )
-    durations = [int(d) for d in infer.durations]
+    # an RNNT model has no durations: each token stays on its frame (greedy.py)
+    durations = [int(d) for d in getattr(infer, "durations", None) or []]
     settings = {"strategy": STRATEGY, "durations": durations, "max_symbols": infer.max_symbols}
 
     rows: list[Any] = []
