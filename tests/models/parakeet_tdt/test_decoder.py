@@ -320,3 +320,36 @@ def test_tokenizer_strips_one_space_before_vocabulary_punctuation():
     assert tokenizer.ids_to_text([1, 3, 6, 4]) == "hi. there?"
     assert tokenizer.ids_to_text([1, 5]) == "hi !"
     assert tokenizer.ids_to_text([1, len(pieces)]) == "hi"  # the blank id is dropped
+
+
+def test_log_softmax_stays_finite_far_below_the_best_class():
+    """ConvASRDecoder's log_softmax in ggml: torch's float32 values, finite for a class 200
+    below the best, where log(softmax) underflows to -inf."""
+    import torch
+
+    from audioparity.ggml import Runtime
+    from audioparity.models.parakeet_tdt.ctc import log_softmax
+
+    x = np.random.default_rng(0).standard_normal((7, 97)).astype(np.float32) * 3
+    x[2, 5] -= 200.0
+    with Runtime("cpu") as rt, rt.graph() as g:
+        g.output("y", log_softmax(g.ctx, g.input("x", x)), ndim=2)
+        out = g.compute()["y"]
+    ref = torch.log_softmax(torch.from_numpy(x), dim=-1).numpy()
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=2e-6)
+
+
+def test_greedy_ctc_folds_repeats_drops_blanks_and_keeps_each_runs_first_frame():
+    """NeMo's decode_hypothesis (fold_consecutive): a repeat after a blank is a new token."""
+    from audioparity.models.parakeet_tdt.greedy import collapse_ctc, ctc_margins, greedy_ctc
+
+    labels = [3, 1, 1, 3, 1, 2, 2, 3, 3, 0]
+    path = collapse_ctc(labels, blank_id=3)
+    assert (path.ids, path.frames) == ([1, 1, 2, 0], [1, 4, 5, 9])
+    log_probs = np.log(np.full((10, 4), 0.1, np.float32))
+    log_probs[np.arange(10), labels] = np.log(0.7)
+    log_probs[6, 0] = np.log(0.65)  # a near tie inside the run of token 2
+    assert greedy_ctc(log_probs, 3) == path
+    margins = ctc_margins(log_probs, path)
+    assert margins.shape == (4,) and margins[3] == pytest.approx(np.log(0.7 / 0.65), rel=1e-5)

@@ -21,6 +21,8 @@ VARIANTS = {
     "vocab1024": {"vocab_size": 1024, "blank_bias_nudge": 4.5},
     "local8": {"local_attention": 8},
     "rnnt": {"head": "rnnt"},
+    "ctc": {"head": "ctc"},
+    "tdt_ctc": {"head": "tdt_ctc"},
 }
 
 
@@ -56,7 +58,9 @@ def test_variant_passes_every_f32_gate_against_nemo(variant_dumps, name, tmp_pat
     rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
     failing = {stage: row["reason"] for stage, row in rows.items() if row["status"] != "pass"}
     assert not failing, failing
-    assert Dump(ggml).json("decode") == Dump(reference).json("decode")
+    documents = Dump(reference).manifest["documents"]
+    assert documents and all(Dump(ggml).json(name) == Dump(reference).json(name)
+                             for name in documents)
 
 
 def test_biased_fixture_carries_every_encoder_bias_but_linear_pos(variant_dumps):
@@ -141,3 +145,79 @@ def test_rnnt_decode_is_nemo_rnnt_greedy_without_durations(variant_dumps, clip_w
                 encoder_output=enc_out, encoded_lengths=length, return_hypotheses=True)
         assert [int(i) for i in hypothesis.y_sequence] == decode["ids"], strategy
         assert [int(t) for t in hypothesis.timestamp] == frames, strategy
+
+
+@pytest.mark.parametrize("name", ["ctc", "tdt_ctc"])
+def test_ctc_decode_is_nemos_own_transcription(variant_dumps, clip_wav, name):
+    """parakeet-ctc and parakeet-tdt_ctc: the port's greedy CTC text is NeMo's own (the
+    model's ``transcribe`` for a CTC model, the hybrid's CTC decoding for the hybrid), the
+    decode exercises blanks and repeats, and the dumps hold exactly their heads' stages (the
+    hybrid both), which check-dump accepts."""
+    import torch
+    from nemo.collections.asr.models import ASRModel
+
+    from audioparity.audio import load_audio
+    from audioparity.candidates.check import check_dump
+
+    model_path, reference, ggml = variant_dumps(name)
+    model = ASRModel.restore_from(str(model_path), map_location="cpu").eval()
+    model.preprocessor.featurizer.dither = 0.0
+    samples = torch.from_numpy(load_audio(clip_wav).samples)[None]
+    length = torch.tensor([samples.shape[1]])
+    with torch.inference_mode():
+        if name == "ctc":  # EncDecCTCModel.forward: log-probs, lengths, greedy predictions
+            log_probs, length, _ = model.forward(input_signal=samples,
+                                                 input_signal_length=length)
+            decoding = model.decoding
+        else:
+            encoded, length = model.forward(input_signal=samples, input_signal_length=length)
+            log_probs, decoding = model.ctc_decoder(encoder_output=encoded), model.ctc_decoding
+        (hypothesis,) = decoding.ctc_decoder_predictions_tensor(log_probs,
+                                                                decoder_lengths=length)
+    text = getattr(hypothesis, "text", hypothesis)
+    ours = Dump(ggml).json("ctc_decode")
+    assert ours["text"] == text and text.strip()
+    log_probs = Dump(reference).tensor("ctc_logits")
+    labels = log_probs.argmax(axis=1)
+    blank = log_probs.shape[1] - 1
+    assert (labels == blank).sum() >= 5 and len(ours["ids"]) >= 3
+    transducer = {"joint_logits", "lstm_state_0", "decode"}
+    assert transducer.isdisjoint(Dump(ggml).tensor_names + list(Dump(ggml).manifest[
+        "documents"])) == (name == "ctc")
+    assert check_dump(ggml, "parakeet_tdt") == []
+    assert check_dump(reference, "parakeet_tdt") == []
+
+
+def test_ctc_kernel_rounded_to_f16_fails_the_f32_gate(variant_dumps, clip_wav, tmp_path):
+    """The f32 gate of ctc_logits_isolated is one a sloppy port fails: the CTC decoder (and
+    every matmul) in f16 puts it at NMSE ~8e-9 against a gate of 2e-13."""
+    from audioparity.compare import compare_cell
+
+    model, reference, _ = variant_dumps("ctc")
+    result = run_dump(model, clip_wav, reference, tmp_path / "f16", "--weight-type", "f16",
+                      "--threads", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    compare_cell(reference, tmp_path / "f16", config_gates("parakeet_tdt", "f32"),
+                 {"family": "parakeet_tdt"}, tmp_path / "cell.json")
+    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    assert rows["ctc_logits_isolated"]["status"] == "fail"
+    assert 1e-10 < rows["ctc_logits_isolated"]["nmse"] < 1e-6
+
+
+def test_check_dump_requires_every_stage_of_a_head_the_dump_has(variant_dumps, tmp_path):
+    """A CTC dump without its ctc_decode, or a hybrid one without the transducer's decode, is
+    missing a stage; a CTC dump need not hold the transducer's stages."""
+    import shutil
+
+    from audioparity.candidates.check import check_dump
+
+    for name, dropped in (("ctc", "ctc_decode"), ("tdt_ctc", "decode")):
+        dump = tmp_path / name
+        shutil.copytree(variant_dumps(name)[2], dump)
+        manifest = json.loads((dump / "manifest.json").read_text())
+        (dump / manifest["documents"].pop(dropped)).unlink()
+        (dump / "manifest.json").write_text(json.dumps(manifest))
+        assert [p for p in check_dump(dump, "parakeet_tdt") if "missing stage" in p] == [
+            f"{dump}: missing stage {dropped!r} (document "
+            f"{'{ids, frames, text}' if name == 'ctc' else '{ids, frames, durations, text}'}); "
+            "expected every stage of parakeet_tdt but isolated and replayed forms"]

@@ -1,4 +1,5 @@
-"""Parakeet-TDT (NeMo ``EncDecRNNTBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
+"""Parakeet (NeMo ``EncDecRNNTBPEModel`` TDT and RNNT, ``EncDecCTCModelBPE``,
+``EncDecHybridRNNTCTCBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
 
 from audioparity.families import FamilySpec, Option, Stage
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
@@ -21,12 +22,19 @@ SPEC = FamilySpec(
               isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
         Stage("enc_out", "tensor", "[T, D]", "encoder output"),
         Stage("joint_logits", "tensor", "[steps, V+1+n_durations]",
-              "raw joint outputs along the reference's greedy path, one row per evaluation"),
+              "raw joint outputs along the reference's greedy path, one row per evaluation",
+              head="transducer"),
         Stage("lstm_state_0", "tensor", "[layers, 2, H]",
-              "prediction network state (h, c) after the blank/SOS step"),
+              "prediction network state (h, c) after the blank/SOS step", head="transducer"),
         Stage("decode", "document", "{ids, frames, durations, text}",
-              "greedy TDT decode of the whole pipeline", isolated="decoder_replay",
-              replayed="decode_replayed"),
+              "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
+              isolated="decoder_replay", replayed="decode_replayed", head="transducer"),
+        Stage("ctc_logits", "tensor", "[T, V+1]",
+              "CTC decoder log-probabilities (ConvASRDecoder) of the encoder output",
+              isolated="ctc_logits_isolated", head="ctc"),
+        Stage("ctc_decode", "document", "{ids, frames, text}",
+              "greedy CTC decode of the whole pipeline (frames: each token's first frame)",
+              isolated="ctc_decoder_replay", head="ctc"),
     ),
     entry_points={
         "fixture": "audioparity.models.parakeet_tdt.fixture:build_fixture",
@@ -53,8 +61,11 @@ SPEC = FamilySpec(
                "(NeMo's default; v3 has them off)", sides=("fixture",)),
         Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
                "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
-        Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations)",
-               sides=("fixture",), choices=("tdt", "rnnt")),
+        Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations), ctc, tdt_ctc "
+               "(TDT and an auxiliary CTC decoder)", sides=("fixture",),
+               choices=("tdt", "rnnt", "ctc", "tdt_ctc")),
+        Option("ctc_blank_bias_nudge", 4.0, "added to a CTC decoder's blank bias, so that greedy "
+               "CTC decoding emits blanks and tokens", sides=("fixture",)),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

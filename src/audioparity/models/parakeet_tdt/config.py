@@ -169,20 +169,44 @@ class JointConfig:
 
 
 @dataclass(frozen=True)
+class CtcConfig:
+    """A CTC decoder (NeMo ``ConvASRDecoder``): a 1x1 Conv1d ``feat_in -> num_classes + 1``
+    (the blank last) then log-softmax. ``prefix`` is its module's name in the model:
+    ``decoder`` in ``EncDecCTCModelBPE``, ``ctc_decoder`` in ``EncDecHybridRNNTCTCBPEModel``."""
+
+    feat_in: int
+    num_classes: int
+    prefix: str = "decoder"
+
+
+@dataclass(frozen=True)
 class ParakeetTDTConfig:
-    """Everything the ggml port needs to build the encoder, decoder and joint."""
+    """Everything the ggml port needs to build the encoder and the decoders: a transducer
+    (``decoder`` prediction network and ``joint``, TDT with ``durations`` or RNNT without), a
+    CTC decoder (``ctc``), or both (the hybrid TDT+CTC model)."""
 
     preprocessor: PreprocessorConfig
     encoder: EncoderConfig
-    decoder: DecoderConfig
-    joint: JointConfig
+    decoder: DecoderConfig | None
+    joint: JointConfig | None
     durations: tuple[int, ...]
     max_symbols: int = 10
+    ctc: CtcConfig | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        """Tokenizer pieces V (without the blank)."""
+        return self.decoder.vocab_size if self.decoder is not None else self.ctc.num_classes
 
     @property
     def blank_id(self) -> int:
-        """Index of the blank class (the last token class, ``vocab_size``)."""
-        return self.decoder.vocab_size
+        """Index of the blank class (the last token class, ``vocab_size``), of every decoder."""
+        return self.vocab_size
+
+    @property
+    def transducer(self) -> bool:
+        """The model has a transducer (prediction network and joint): TDT or RNNT."""
+        return self.joint is not None
 
     @property
     def min_samples(self) -> int:
@@ -245,7 +269,15 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
         raise AudioparityError(
             f"{where}: encoder.d_model={enc.d_model} is not a multiple of n_heads={enc.n_heads}"
         )
-    if config.joint.num_extra_outputs != len(config.durations):
+    if config.decoder is None and config.ctc is None:
+        raise AudioparityError(f"{where}: neither a transducer (decoder + joint) nor a CTC "
+                               "decoder (ConvASRDecoder)")
+    if config.ctc is not None:
+        _require(where, f"{config.ctc.prefix}.feat_in", config.ctc.feat_in, (enc.d_model,))
+        if config.decoder is not None:
+            _require(where, f"{config.ctc.prefix}.num_classes", config.ctc.num_classes,
+                     (config.decoder.vocab_size,))
+    if config.joint is not None and config.joint.num_extra_outputs != len(config.durations):
         raise AudioparityError(
             f"{where}: joint.num_extra_outputs={config.joint.num_extra_outputs} but "
             f"{len(config.durations)} durations {list(config.durations)}"
@@ -259,26 +291,46 @@ def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDT
     Raises:
         AudioparityError: a missing section or an architecture the port does not implement.
     """
-    for section in ("preprocessor", "encoder", "decoder", "joint"):
+    for section in ("preprocessor", "encoder", "decoder"):
         if not isinstance(cfg.get(section), dict):
             raise AudioparityError(f"{where}: no {section!r} section")
     encoder = dict(cfg["encoder"])
     if encoder.get("att_context_size") is not None:
         encoder["att_context_size"] = tuple(encoder["att_context_size"])
-    decoder = {**cfg["decoder"], **cfg["decoder"].get("prednet", {})}
-    joint = {**cfg["joint"], **cfg["joint"].get("jointnet", {})}
+    ctc = None
+    if _is_ctc_decoder(cfg["decoder"]):  # EncDecCTCModelBPE: the decoder is the CTC head
+        ctc, decoder, joint = _pick(CtcConfig, cfg["decoder"], f"{where} decoder"), None, None
+    else:
+        if not isinstance(cfg.get("joint"), dict):
+            raise AudioparityError(f"{where}: no 'joint' section")
+        decoder = _pick(DecoderConfig, {**cfg["decoder"], **cfg["decoder"].get("prednet", {})},
+                        f"{where} decoder")
+        joint = _pick(JointConfig, {**cfg["joint"], **cfg["joint"].get("jointnet", {})},
+                      f"{where} joint")
+        aux = (cfg.get("aux_ctc") or {}).get("decoder")
+        if isinstance(aux, dict):  # EncDecHybridRNNTCTCBPEModel: aux_ctc.decoder
+            if not _is_ctc_decoder(aux):
+                raise AudioparityError(f"{where}: aux_ctc.decoder._target_="
+                                       f"{aux.get('_target_')!r} is not a ConvASRDecoder")
+            ctc = _pick(CtcConfig, {**aux, "prefix": "ctc_decoder"}, f"{where} aux_ctc.decoder")
     decoding = cfg.get("decoding") or {}
     durations = (decoding.get("durations") or cfg.get("model_defaults", {}).get("tdt_durations")
-                 or [])
+                 or []) if joint is not None else []
     config = ParakeetTDTConfig(
         preprocessor=_pick(PreprocessorConfig, cfg["preprocessor"], f"{where} preprocessor"),
         encoder=_pick(EncoderConfig, encoder, f"{where} encoder"),
-        decoder=_pick(DecoderConfig, decoder, f"{where} decoder"),
-        joint=_pick(JointConfig, joint, f"{where} joint"),
+        decoder=decoder,
+        joint=joint,
         durations=tuple(int(d) for d in durations),
         max_symbols=int((decoding.get("greedy") or {}).get("max_symbols") or 10),
+        ctc=ctc,
     )
     return _validate(config, where)
+
+
+def _is_ctc_decoder(section: dict) -> bool:
+    """A decoder section of NeMo's ``ConvASRDecoder`` (the CTC head)."""
+    return str(section.get("_target_", "")).rsplit(".", 1)[-1] == "ConvASRDecoder"
 
 
 def from_hf_config(cfg: dict, preprocessor: dict | None = None,

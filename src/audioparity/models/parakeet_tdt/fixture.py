@@ -74,7 +74,7 @@ BLANK_BIAS_NUDGE = 10.5
 #: Added to the joint output bias of duration 0 (index V + 1) after the re-draw.
 DURATION0_BIAS_NUDGE = 2.5
 #: Added to the CTC decoder's output bias of the blank class (index V) after the re-draw.
-CTC_BLANK_BIAS_NUDGE = 0.0
+CTC_BLANK_BIAS_NUDGE = 4.0
 #: The decoders a fixture can have (NeMo model class, decoders): ``tdt`` (v3's,
 #: ``EncDecRNNTBPEModel``), ``rnnt`` (parakeet-rnnt: the same without durations), ``ctc``
 #: (parakeet-ctc: ``EncDecCTCModelBPE``), ``tdt_ctc`` (parakeet-tdt_ctc:
@@ -328,7 +328,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
                   xscaling: bool = False, use_bias: bool = False,
-                  local_attention: int = 0, head: str = "tdt") -> None:
+                  local_attention: int = 0, head: str = "tdt",
+                  ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
@@ -361,7 +362,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
         torch.manual_seed(seed)
         model = getattr(nemo_models, HEADS[head])(cfg=OmegaConf.create(fixture_config(
             tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
-        redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
+        redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))
         shutil.rmtree(tokenizer_dir)

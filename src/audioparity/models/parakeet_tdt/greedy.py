@@ -182,3 +182,49 @@ def decision_margins(joint_logits: np.ndarray, path: GreedyPath, n_durations: in
         if emitted_before < len(path.ids):
             margins[emitted_before] = min(margins[emitted_before], row_margin[row])
     return margins.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CtcPath:
+    """A greedy CTC decode: the emitted token ids and the first frame of each one's run."""
+
+    ids: list[int]
+    frames: list[int]
+
+
+def collapse_ctc(labels: list[int] | np.ndarray, blank_id: int) -> CtcPath:
+    """The tokens of per-frame CTC labels, as NeMo's ``AbstractCTCDecoding.decode_hypothesis``
+    folds them (``fold_consecutive``): a label is emitted where it differs from the previous
+    frame's or follows a blank, and is not the blank; its frame is the first of its run (NeMo's
+    token start offset)."""
+    path = CtcPath([], [])
+    previous = blank_id
+    for frame, label in enumerate(int(v) for v in labels):
+        if (label != previous or previous == blank_id) and label != blank_id:
+            path.ids.append(label)
+            path.frames.append(frame)
+        previous = label
+    return path
+
+
+def greedy_ctc(log_probs: np.ndarray, blank_id: int) -> CtcPath:
+    """Greedy CTC decoding of one utterance, NeMo's ``GreedyCTCInfer`` / ``GreedyBatchedCTCInfer``
+    (strategies ``greedy``, ``greedy_batch``) at batch size 1: the argmax class of every frame of
+    ``log_probs [T', V+1]`` (the first on a tie, as torch's ``argmax``), then
+    :func:`collapse_ctc`."""
+    return collapse_ctc(np.argmax(np.asarray(log_probs), axis=1), blank_id)
+
+
+def ctc_margins(log_probs: np.ndarray, path: CtcPath) -> np.ndarray:
+    """How firmly each emitted CTC token was decided: per position, the smallest margin (top
+    log-probability minus the runner-up) of the frames after the previous token's first frame up
+    to this token's first frame, the frames whose argmax placed it there.
+
+    Returns:
+        ``[positions]`` float32 margins in log-probability units.
+    """
+    rows = np.sort(np.asarray(log_probs, dtype=np.float64), axis=1)
+    frame_margin = rows[:, -1] - rows[:, -2]
+    starts = [-1, *path.frames]
+    return np.array([frame_margin[starts[k] + 1 : starts[k + 1] + 1].min()
+                     for k in range(len(path.ids))], dtype=np.float32)
