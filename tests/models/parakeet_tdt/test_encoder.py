@@ -336,8 +336,15 @@ def test_config_rejects_architectures_the_port_does_not_implement(parakeet_model
     cfg["encoder"]["att_context_size"] = [8, 4]
     with pytest.raises(AudioparityError, match=r"att_context_size=\[8, 4\] is not supported"):
         from_nemo_config(cfg)
+    cfg["encoder"]["att_context_size"] = [[8, 8], [8, 8]]  # multi-lookahead
+    with pytest.raises(AudioparityError, match=r"att_context_size=\[\[8, 8\], \[8, 8\]\]"):
+        from_nemo_config(cfg)
     cfg["encoder"]["att_context_size"] = [8, 8]
     assert from_nemo_config(cfg).encoder.local_context == 8
+    cfg["encoder"]["global_tokens"] = 1
+    with pytest.raises(AudioparityError, match="global_tokens=1 is not supported"):
+        from_nemo_config(cfg)
+    cfg["encoder"]["global_tokens"] = 0
     cfg["encoder"]["self_attention_model"] = "abs_pos"
     with pytest.raises(AudioparityError, match="self_attention_model='abs_pos'"):
         from_nemo_config(cfg)

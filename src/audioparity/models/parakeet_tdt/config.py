@@ -79,6 +79,7 @@ class EncoderConfig:
     self_attention_model: str = "rel_pos"
     n_heads: int = 4
     att_context_size: tuple[int, int] = (-1, -1)
+    global_tokens: int = 0
     xscaling: bool = True
     untie_biases: bool = True
     pos_emb_max_len: int = 5000
@@ -250,13 +251,16 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
     context = tuple(enc.att_context_size)
     if enc.self_attention_model == "rel_pos":
         _require(where, "encoder.att_context_size", context, ((-1, -1),))
-    elif len(context) != 2 or context[0] != context[1] or context[0] < 1:
+    elif (len(context) != 2 or not all(isinstance(c, int) for c in context)
+          or context[0] != context[1] or context[0] < 1):
         # NeMo's RelPositionMultiHeadAttentionLongformer adds the positional scores to the
         # columns of a [w, w] window (w = max(L, R)): only L == R is a consistent band.
         raise AudioparityError(
             f"{where}: encoder.att_context_size={list(context)} is not supported by the ggml "
             "port with rel_pos_local_attn (supported: [w, w], w >= 1)"
         )
+    else:  # Longformer's global tokens attend to and from every frame
+        _require(where, "encoder.global_tokens", enc.global_tokens, (0,))
     _require(where, "encoder.conv_norm_type", enc.conv_norm_type, ("batch_norm",))
     _require(where, "encoder.feat_out", enc.feat_out, (-1, enc.d_model))
     _require(where, "encoder.conv_context_size", enc.conv_context_size,
