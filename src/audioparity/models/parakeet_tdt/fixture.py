@@ -8,13 +8,17 @@ Only the sizes differ from v3; every architectural switch (128 mels, ``dw_stridi
 ``rel_pos`` attention, no xscaling, ``use_bias: false``, batch-norm conv module, 2-layer LSTM
 prediction net, TDT durations ``[0, 1, 2, 3, 4]``, 10 symbols per frame) is v3's. The sizes are
 pairwise different (``D=64``, subsampling channels 24, LSTM 48, joint 56, vocabulary 96), so a
-port that swaps two of them fails loudly.
+port that swaps two of them fails loudly. The options switch one thing at a time to what other
+Parakeet checkpoints ship (``config/examples/variants.yaml``): xscaling, biases, the vocabulary,
+local attention, and the decoders (:data:`HEADS`: RNNT, CTC as ``EncDecCTCModelBPE``, TDT and
+CTC as ``EncDecHybridRNNTCTCBPEModel``).
 
 NeMo's random init is degenerate for a parity target (the encoder output hardly varies in time
 and greedy decoding repeats one token), so :func:`redraw_weights` replaces every parameter with
 seeded draws at a larger gain, gives the norms random affine parameters and running statistics,
 and nudges the blank and duration-0 biases of the joint output so that greedy decoding of speech
-emits blanks, zero-duration tokens, and hits the 10-symbols-per-frame guard.
+emits blanks, zero-duration tokens, and hits the 10-symbols-per-frame guard (and a CTC decoder's
+blank bias, so that greedy CTC emits blanks and tokens).
 """
 
 from __future__ import annotations
