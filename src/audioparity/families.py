@@ -64,6 +64,9 @@ class Stage:
             candidate's own input to it (``layer_{i}_replayed``: NeMo's layer i on the
             candidate's layer i-1), compared against the candidate's stage; None when the
             reference cannot replay it.
+        head: for a family whose models have different output heads (Parakeet's transducer
+            and CTC decoders), the head the stage belongs to; a dump holds every stage of each
+            head its model has and none of another (None: every model has the stage).
     """
 
     name: str
@@ -72,6 +75,7 @@ class Stage:
     description: str
     isolated: str | None = None
     replayed: str | None = None
+    head: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:

@@ -182,7 +182,8 @@ CASES = (
          tensors_case(attention_probs=np.ones((T, T), np.float32)),
          "dump/attention_probs.npy: tensor 'attention_probs' is no stage of parakeet_tdt; "
          "expected one of mel_features, pre_encode, pos_emb, layer_{i}, enc_out, joint_logits, "
-         "lstm_state_0, decode, their isolated or replayed forms, or <document>_margins"),
+         "lstm_state_0, decode, ctc_logits, ctc_decode, their isolated or replayed forms, or "
+         "<document>_margins"),
     Case("listed_file_missing", "a listed `.npy` deleted",
          then(lambda dump: (dump / "pos_emb.npy").unlink()),
          "dump/pos_emb.npy: missing; manifest.json lists it as tensor 'pos_emb'"),
@@ -239,7 +240,7 @@ CASES = (
              not_exposed={"layer_0": "a port without taps"}))),
          "dump/manifest.json: not_exposed names 'layer_0', no stage of parakeet_tdt; expected "
          "stages of its spec (mel_features, pre_encode, pos_emb, layer_{i}, enc_out, "
-         "joint_logits, lstm_state_0, decode)"),
+         "joint_logits, lstm_state_0, decode, ctc_logits, ctc_decode)"),
 )
 
 

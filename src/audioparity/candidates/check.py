@@ -67,8 +67,9 @@ def check_dump(path: str | os.PathLike, family_name: str,
     one line each (what, which file, what was expected); empty when it conforms.
 
     Without ``adapter``, or with an adapter of output ``dump``, ``path`` is a dump directory
-    (``manifest.json``). Required stages: every stage of the family's spec, tensor or
-    document, that is not an isolated or replayed form; a per-layer stage (``layer_{i}``) as
+    (``manifest.json``). Required stages: every stage of the family's spec, tensor or document,
+    that is not an isolated or replayed form, of a head (:attr:`Stage.head`) only when the dump
+    holds a stage of that head (at least one head's); a per-layer stage (``layer_{i}``) as
     ``layer_0`` .. ``layer_{n-1}`` without gaps, n >= 1. Forms and ``<document>_margins``
     tensors are allowed, not required. Not required: a stage the manifest's ``not_exposed``
     names (``{stage of the spec: why}``, written by ``candidate run`` for a port that does not
@@ -325,8 +326,14 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
     if status == "ok":
         listed = {*manifest["tensors"], *(manifest.get("documents") if isinstance(
             manifest.get("documents"), dict) else {})}
+        heads = {stage.head for stage in spec.stages if stage.head}
+        present_heads = {stage.head for stage in spec.stages if stage.head
+                         and any(stage.match(n) for n in listed)}
+        if heads and not present_heads:
+            problems.append(f"{folder}: no stage of any head of {spec.name} "
+                            f"({', '.join(sorted(heads))}); expected every stage of one")
         for stage in spec.stages:
-            if stage.name in not_exposed:
+            if stage.name in not_exposed or (stage.head and stage.head not in present_heads):
                 continue
             if LAYER not in stage.name:
                 if stage.name not in listed:

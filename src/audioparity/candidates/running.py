@@ -169,12 +169,16 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
 def _not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec) -> None:
     """Record, under the manifest's ``not_exposed``, each stage of the contract the candidate
     wrote nothing for (a port that prints only its decode), with why: the compare reports
-    those stages ``unavailable``, not ``missing``."""
+    those stages ``unavailable``, not ``missing``. The stages of a head (:attr:`Stage.head`)
+    the candidate wrote nothing of are another kind of model's, not unexposed ones (unless it
+    wrote no head's stage at all)."""
     written = [*writer.manifest["tensors"], *writer.manifest["documents"]]
-    found = {located[1].name for located in map(spec.locate, written) if located}
+    stages = [located[1] for located in map(spec.locate, written) if located]
+    found = {stage.name for stage in stages}
+    heads = {stage.head for stage in stages if stage.head}
     writer.manifest["not_exposed"] = {
         stage.name: f"{adapter.title} does not expose it" for stage in spec.stages
-        if stage.name not in found}
+        if stage.name not in found and (not heads or stage.head in heads | {None})}
 
 
 def _npy_folder(folder: Path) -> tuple[dict[str, np.ndarray | dict], dict[str, str]]:

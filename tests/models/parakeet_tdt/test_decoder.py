@@ -91,6 +91,34 @@ def test_ten_zero_duration_tokens_force_the_next_frame():
     assert path.row_frames == [0] * 10 + [1]
 
 
+def rnnt_decode(table, n_frames, max_symbols=3):
+    """greedy_tdt without durations (RNNT): the joint gives V+1 outputs, the table labels."""
+    def joint(t: int, history: tuple[int, ...]) -> np.ndarray:
+        logits = np.full(BLANK + 1, -5.0, np.float32)
+        logits[table.get((t, len(history) - 1), BLANK)] = 3.0
+        return logits
+
+    calls: list = []
+    path = greedy_tdt(n_frames, joint, history_predict(calls), blank_id=BLANK, durations=(),
+                      max_symbols=max_symbols)
+    return path, calls
+
+
+def test_rnnt_tokens_stay_blanks_advance_one_frame_and_max_symbols_forces_the_step():
+    """NeMo's greedy RNNT (GreedyBatchedRNNTLabelLoopingComputer, GreedyRNNTInfer): a token
+    stays on its frame, a blank moves one frame on, max_symbols tokens on a frame move it on;
+    no durations are recorded (NeMo's RNNT hypotheses have none)."""
+    table = {(0, 0): 1, (0, 1): 2, (2, 2): 0} | {(3, k): 1 for k in range(3, 10)}
+    path, calls = rnnt_decode(table, n_frames=5)
+    assert (path.ids, path.frames, path.durations) == ([1, 2, 0, 1, 1, 1], [0, 0, 2, 3, 3, 3], [])
+    assert path.row_frames == [0, 0, 0, 1, 2, 2, 3, 3, 3, 4]
+    assert [label for label, _ in calls] == [BLANK, 1, 2, 0, 1, 1, 1]
+    rows = np.eye(BLANK + 1, dtype=np.float32)[
+        [1, 2, BLANK, BLANK, 0, BLANK, 1, 1, 1, BLANK]]
+    replayed = replay_path(rows, 5, [], 3)
+    assert (replayed.ids, replayed.frames, replayed.durations) == (path.ids, path.frames, [])
+
+
 def test_tenth_token_with_a_duration_is_not_pushed_further():
     table = {(0, k): (1, 0) for k in range(9)} | {(0, 9): (1, 1), (1, 10): (2, 0), (1, 11): (0, 2)}
     path, _ = decode(table, n_frames=3)
@@ -292,3 +320,36 @@ def test_tokenizer_strips_one_space_before_vocabulary_punctuation():
     assert tokenizer.ids_to_text([1, 3, 6, 4]) == "hi. there?"
     assert tokenizer.ids_to_text([1, 5]) == "hi !"
     assert tokenizer.ids_to_text([1, len(pieces)]) == "hi"  # the blank id is dropped
+
+
+def test_log_softmax_stays_finite_far_below_the_best_class():
+    """ConvASRDecoder's log_softmax in ggml: torch's float32 values, finite for a class 200
+    below the best, where log(softmax) underflows to -inf."""
+    import torch
+
+    from audioparity.ggml import Runtime
+    from audioparity.models.parakeet_tdt.ctc import log_softmax
+
+    x = np.random.default_rng(0).standard_normal((7, 97)).astype(np.float32) * 3
+    x[2, 5] -= 200.0
+    with Runtime("cpu") as rt, rt.graph() as g:
+        g.output("y", log_softmax(g.ctx, g.input("x", x)), ndim=2)
+        out = g.compute()["y"]
+    ref = torch.log_softmax(torch.from_numpy(x), dim=-1).numpy()
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=2e-6)
+
+
+def test_greedy_ctc_folds_repeats_drops_blanks_and_keeps_each_runs_first_frame():
+    """NeMo's decode_hypothesis (fold_consecutive): a repeat after a blank is a new token."""
+    from audioparity.models.parakeet_tdt.greedy import collapse_ctc, ctc_margins, greedy_ctc
+
+    labels = [3, 1, 1, 3, 1, 2, 2, 3, 3, 0]
+    path = collapse_ctc(labels, blank_id=3)
+    assert (path.ids, path.frames) == ([1, 1, 2, 0], [1, 4, 5, 9])
+    log_probs = np.log(np.full((10, 4), 0.1, np.float32))
+    log_probs[np.arange(10), labels] = np.log(0.7)
+    log_probs[6, 0] = np.log(0.65)  # a near tie inside the run of token 2
+    assert greedy_ctc(log_probs, 3) == path
+    margins = ctc_margins(log_probs, path)
+    assert margins.shape == (4,) and margins[3] == pytest.approx(np.log(0.7 / 0.65), rel=1e-5)

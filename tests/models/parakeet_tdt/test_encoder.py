@@ -192,6 +192,46 @@ def test_flash_attention_path_matches_nemo_within_f16_mask_rounding(nemo, layer)
     assert_close_to_float64(out, ref, limit=1e-5)
 
 
+@pytest.mark.parametrize("n_frames, context", [(23, 4), (1, 4), (6, 8), (40, 8)])
+def test_local_attention_matches_nemo_longformer(nemo, layer, n_frames, context):
+    """rel_pos_local_attn: NeMo's RelPositionMultiHeadAttentionLongformer (sliding chunks,
+    time padded to a multiple of 2w, LocalAttRelPositionalEncoding's 2w+1 positions) against
+    the band-masked full attention, for T beyond the window, inside it, and not a multiple of
+    2w; and the band matters: full-context attention differs."""
+    mha = nemo[1]
+    module = mha.RelPositionMultiHeadAttentionLongformer(
+        n_head=HEADS, n_feat=D, dropout_rate=0.0, pos_bias_u=None, pos_bias_v=None,
+        att_context_size=[context, context], use_bias=layer.self_attn.linear_q.bias is not None)
+    module.load_state_dict(layer.self_attn.state_dict())
+    module.double().eval()
+    pos_enc = mha.LocalAttRelPositionalEncoding(att_context_size=[context, context],
+                                                d_model=D, dropout_rate=0.0)
+    pos_enc.extend_pe(n_frames, "cpu", torch.float32)
+    x = np.random.default_rng(4).standard_normal((n_frames, D))
+    _, pos_emb = pos_enc(torch.zeros(1, n_frames, D))
+    local = enc.local_rel_pos_encoding(context, D)
+    assert np.abs(local - pos_emb[0].numpy()).max() <= 2 * context * 2.0**-23 + 2.0**-23
+    with torch.no_grad():
+        t = torch.from_numpy(x)[None]
+        pad_mask = torch.zeros(1, n_frames, dtype=torch.bool)
+        ref = module(t, t, t, pad_mask, pos_emb.double())[0].numpy()
+    cfg = EncoderConfig(feat_in=MELS, n_layers=1, d_model=D, n_heads=HEADS,
+                        self_attention_model="rel_pos_local_attn",
+                        att_context_size=(context, context))
+    grid = enc.local_positions_on_full_grid(pos_emb[0].numpy().astype(np.float64), n_frames)
+    mask = enc.band_mask(n_frames, context)
+    out = run_block(graph_arrays(layer.self_attn, "att."),
+                    {"x": x, "pos": grid, "mask": mask},
+                    lambda ctx, w, t, p, m: enc.rel_pos_attention(ctx, w, "att.", cfg, t, p,
+                                                                  mask=m))
+    assert_close_to_float64(out, ref)
+    if n_frames > context + 1:
+        with torch.no_grad():
+            full = layer.self_attn(t, t, t, None, torch.from_numpy(
+                nemo_pos_emb(nemo, n_frames).astype(np.float64))[None])[0].numpy()
+        assert nmse(full, ref) > 1e-3
+
+
 def test_rel_shift_view_equals_nemo_rel_shift(nemo):
     n_frames = 6
     bd = np.random.default_rng(5).standard_normal((HEADS, n_frames, 2 * n_frames - 1))
@@ -291,7 +331,22 @@ def test_config_rejects_architectures_the_port_does_not_implement(parakeet_model
         cfg = yaml.safe_load(tar.extractfile(member))
     assert from_nemo_config(cfg).encoder.subsampling == "dw_striding"
     cfg["encoder"]["self_attention_model"] = "rel_pos_local_attn"
-    with pytest.raises(AudioparityError, match="self_attention_model='rel_pos_local_attn'"):
+    with pytest.raises(AudioparityError, match=r"att_context_size=\[-1, -1\] is not supported"):
+        from_nemo_config(cfg)
+    cfg["encoder"]["att_context_size"] = [8, 4]
+    with pytest.raises(AudioparityError, match=r"att_context_size=\[8, 4\] is not supported"):
+        from_nemo_config(cfg)
+    cfg["encoder"]["att_context_size"] = [[8, 8], [8, 8]]  # multi-lookahead
+    with pytest.raises(AudioparityError, match=r"att_context_size=\[\[8, 8\], \[8, 8\]\]"):
+        from_nemo_config(cfg)
+    cfg["encoder"]["att_context_size"] = [8, 8]
+    assert from_nemo_config(cfg).encoder.local_context == 8
+    cfg["encoder"]["global_tokens"] = 1
+    with pytest.raises(AudioparityError, match="global_tokens=1 is not supported"):
+        from_nemo_config(cfg)
+    cfg["encoder"]["global_tokens"] = 0
+    cfg["encoder"]["self_attention_model"] = "abs_pos"
+    with pytest.raises(AudioparityError, match="self_attention_model='abs_pos'"):
         from_nemo_config(cfg)
 
 

@@ -1,4 +1,5 @@
-"""Parakeet-TDT (NeMo ``EncDecRNNTBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
+"""Parakeet (NeMo ``EncDecRNNTBPEModel`` TDT and RNNT, ``EncDecCTCModelBPE``,
+``EncDecHybridRNNTCTCBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
 
 from audioparity.families import FamilySpec, Option, Stage
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
@@ -15,17 +16,25 @@ SPEC = FamilySpec(
         Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames",
               replayed="pre_encode_replayed"),
         Stage("pos_emb", "tensor", "[2T-1, D]",
-              "relative positional encoding fed to the layers (RelPositionalEncoding)"),
+              "relative positional encoding fed to the layers (RelPositionalEncoding; "
+              "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
         Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
               isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
         Stage("enc_out", "tensor", "[T, D]", "encoder output"),
         Stage("joint_logits", "tensor", "[steps, V+1+n_durations]",
-              "raw joint outputs along the reference's greedy path, one row per evaluation"),
+              "raw joint outputs along the reference's greedy path, one row per evaluation",
+              head="transducer"),
         Stage("lstm_state_0", "tensor", "[layers, 2, H]",
-              "prediction network state (h, c) after the blank/SOS step"),
+              "prediction network state (h, c) after the blank/SOS step", head="transducer"),
         Stage("decode", "document", "{ids, frames, durations, text}",
-              "greedy TDT decode of the whole pipeline", isolated="decoder_replay",
-              replayed="decode_replayed"),
+              "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
+              isolated="decoder_replay", replayed="decode_replayed", head="transducer"),
+        Stage("ctc_logits", "tensor", "[T, V+1]",
+              "CTC decoder log-probabilities (ConvASRDecoder) of the encoder output",
+              isolated="ctc_logits_isolated", head="ctc"),
+        Stage("ctc_decode", "document", "{ids, frames, text}",
+              "greedy CTC decode of the whole pipeline (frames: each token's first frame)",
+              isolated="ctc_decoder_replay", head="ctc"),
     ),
     entry_points={
         "fixture": "audioparity.models.parakeet_tdt.fixture:build_fixture",
@@ -48,6 +57,15 @@ SPEC = FamilySpec(
                "stay on a frame up to the symbol limit", sides=("fixture",)),
         Option("xscaling", False, "scale pre_encode by sqrt(d_model) before the layers "
                "(NeMo's default; v3 has it off)", sides=("fixture",)),
+        Option("use_bias", False, "biases in the encoder's linear layers and convolutions "
+               "(NeMo's default; v3 has them off)", sides=("fixture",)),
+        Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
+               "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
+        Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations), ctc, tdt_ctc "
+               "(TDT and an auxiliary CTC decoder)", sides=("fixture",),
+               choices=("tdt", "rnnt", "ctc", "tdt_ctc")),
+        Option("ctc_blank_bias_nudge", 4.0, "added to a CTC decoder's blank bias, so that greedy "
+               "CTC decoding emits blanks and tokens", sides=("fixture",)),
     ),
     fixture_model="model.nemo",
     ggml_reads_reference=True,

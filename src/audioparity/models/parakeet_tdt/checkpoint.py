@@ -53,7 +53,8 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
     """Checkpoint (NeMo) name -> shape of every tensor the port reads, from the config.
 
     Mirrors the parameters of ``ConvSubsampling`` (dw_striding), ``ConformerLayer``,
-    ``RNNTDecoder`` and ``RNNTJoint``. Linear/conv biases of the layers only when ``use_bias``.
+    ``RNNTDecoder`` and ``RNNTJoint`` (a transducer), ``ConvASRDecoder`` (a CTC decoder).
+    Linear/conv biases of the layers only when ``use_bias``.
     """
     enc, dec, joint = config.encoder, config.decoder, config.joint
     d, c, k = enc.d_model, enc.subsampling_conv_channels, enc.conv_kernel_size
@@ -106,6 +107,12 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
                 layer[f"{name}.bias"] = (d,)
             layer["conv.pointwise_conv1.bias"] = (2 * d,)
         shapes.update({p + name: shape for name, shape in layer.items()})
+    if config.ctc is not None:
+        prefix, classes = config.ctc.prefix, config.ctc.num_classes + 1
+        shapes[f"{prefix}.decoder_layers.0.weight"] = (classes, config.ctc.feat_in, 1)
+        shapes[f"{prefix}.decoder_layers.0.bias"] = (classes,)
+    if not config.transducer:
+        return shapes
     h = dec.pred_hidden
     shapes["decoder.prediction.embed.weight"] = (dec.vocab_size + 1, h)
     for layer_index in range(dec.pred_rnn_layers):

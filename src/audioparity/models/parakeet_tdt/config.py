@@ -8,8 +8,9 @@ instantiates (``AudioToMelSpectrogramPreprocessor``, ``ConformerEncoder``, ``RNN
 ``convert_nemo_to_hf.py``.
 
 Only the architecture the ggml port implements is accepted (v3's: ``dw_striding`` subsampling,
-``rel_pos`` attention with full context, batch-norm conv module, no output projection); any
-other setting raises :class:`AudioparityError` naming the key and the value found.
+``rel_pos`` attention with full context or ``rel_pos_local_attn`` with a symmetric window,
+batch-norm conv module, no output projection); any other setting raises
+:class:`AudioparityError` naming the key and the value found.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class EncoderConfig:
     self_attention_model: str = "rel_pos"
     n_heads: int = 4
     att_context_size: tuple[int, int] = (-1, -1)
+    global_tokens: int = 0
     xscaling: bool = True
     untie_biases: bool = True
     pos_emb_max_len: int = 5000
@@ -106,6 +108,22 @@ class EncoderConfig:
         for _ in range(int(math.log2(self.subsampling_factor))):
             length = (length + 2 - 3) // 2 + 1
         return length
+
+    @property
+    def local_context(self) -> int | None:
+        """The window ``w`` of ``rel_pos_local_attn`` (``att_context_size = [w, w]``: each
+        query sees the keys ``w`` frames before it to ``w`` after it), or None for full
+        context (``rel_pos``)."""
+        if self.self_attention_model != "rel_pos_local_attn":
+            return None
+        return int(self.att_context_size[0])
+
+    def pos_emb_rows(self, n_frames: int) -> int:
+        """Rows of the relative positional encoding fed to the layers: ``2T'-1`` (positions
+        ``T'-1 ... -(T'-1)``, NeMo ``RelPositionalEncoding``) or, with local attention,
+        ``2w+1`` (positions ``w ... -w``, NeMo ``LocalAttRelPositionalEncoding``)."""
+        w = self.local_context
+        return 2 * n_frames - 1 if w is None else 2 * w + 1
 
     @property
     def xscale(self) -> float | None:
@@ -152,20 +170,44 @@ class JointConfig:
 
 
 @dataclass(frozen=True)
+class CtcConfig:
+    """A CTC decoder (NeMo ``ConvASRDecoder``): a 1x1 Conv1d ``feat_in -> num_classes + 1``
+    (the blank last) then log-softmax. ``prefix`` is its module's name in the model:
+    ``decoder`` in ``EncDecCTCModelBPE``, ``ctc_decoder`` in ``EncDecHybridRNNTCTCBPEModel``."""
+
+    feat_in: int
+    num_classes: int
+    prefix: str = "decoder"
+
+
+@dataclass(frozen=True)
 class ParakeetTDTConfig:
-    """Everything the ggml port needs to build the encoder, decoder and joint."""
+    """Everything the ggml port needs to build the encoder and the decoders: a transducer
+    (``decoder`` prediction network and ``joint``, TDT with ``durations`` or RNNT without), a
+    CTC decoder (``ctc``), or both (the hybrid TDT+CTC model)."""
 
     preprocessor: PreprocessorConfig
     encoder: EncoderConfig
-    decoder: DecoderConfig
-    joint: JointConfig
+    decoder: DecoderConfig | None
+    joint: JointConfig | None
     durations: tuple[int, ...]
     max_symbols: int = 10
+    ctc: CtcConfig | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        """Tokenizer pieces V (without the blank)."""
+        return self.decoder.vocab_size if self.decoder is not None else self.ctc.num_classes
 
     @property
     def blank_id(self) -> int:
-        """Index of the blank class (the last token class, ``vocab_size``)."""
-        return self.decoder.vocab_size
+        """Index of the blank class (the last token class, ``vocab_size``), of every decoder."""
+        return self.vocab_size
+
+    @property
+    def transducer(self) -> bool:
+        """The model has a transducer (prediction network and joint): TDT or RNNT."""
+        return self.joint is not None
 
     @property
     def min_samples(self) -> int:
@@ -204,8 +246,21 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
     enc = config.encoder
     _require(where, "encoder.subsampling", enc.subsampling, ("dw_striding",))
     _require(where, "encoder.causal_downsampling", enc.causal_downsampling, (False,))
-    _require(where, "encoder.self_attention_model", enc.self_attention_model, ("rel_pos",))
-    _require(where, "encoder.att_context_size", tuple(enc.att_context_size), ((-1, -1),))
+    _require(where, "encoder.self_attention_model", enc.self_attention_model,
+             ("rel_pos", "rel_pos_local_attn"))
+    context = tuple(enc.att_context_size)
+    if enc.self_attention_model == "rel_pos":
+        _require(where, "encoder.att_context_size", context, ((-1, -1),))
+    elif (len(context) != 2 or not all(isinstance(c, int) for c in context)
+          or context[0] != context[1] or context[0] < 1):
+        # NeMo's RelPositionMultiHeadAttentionLongformer adds the positional scores to the
+        # columns of a [w, w] window (w = max(L, R)): only L == R is a consistent band.
+        raise AudioparityError(
+            f"{where}: encoder.att_context_size={list(context)} is not supported by the ggml "
+            "port with rel_pos_local_attn (supported: [w, w], w >= 1)"
+        )
+    else:  # Longformer's global tokens attend to and from every frame
+        _require(where, "encoder.global_tokens", enc.global_tokens, (0,))
     _require(where, "encoder.conv_norm_type", enc.conv_norm_type, ("batch_norm",))
     _require(where, "encoder.feat_out", enc.feat_out, (-1, enc.d_model))
     _require(where, "encoder.conv_context_size", enc.conv_context_size,
@@ -218,7 +273,15 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
         raise AudioparityError(
             f"{where}: encoder.d_model={enc.d_model} is not a multiple of n_heads={enc.n_heads}"
         )
-    if config.joint.num_extra_outputs != len(config.durations):
+    if config.decoder is None and config.ctc is None:
+        raise AudioparityError(f"{where}: neither a transducer (decoder + joint) nor a CTC "
+                               "decoder (ConvASRDecoder)")
+    if config.ctc is not None:
+        _require(where, f"{config.ctc.prefix}.feat_in", config.ctc.feat_in, (enc.d_model,))
+        if config.decoder is not None:
+            _require(where, f"{config.ctc.prefix}.num_classes", config.ctc.num_classes,
+                     (config.decoder.vocab_size,))
+    if config.joint is not None and config.joint.num_extra_outputs != len(config.durations):
         raise AudioparityError(
             f"{where}: joint.num_extra_outputs={config.joint.num_extra_outputs} but "
             f"{len(config.durations)} durations {list(config.durations)}"
@@ -232,26 +295,46 @@ def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDT
     Raises:
         AudioparityError: a missing section or an architecture the port does not implement.
     """
-    for section in ("preprocessor", "encoder", "decoder", "joint"):
+    for section in ("preprocessor", "encoder", "decoder"):
         if not isinstance(cfg.get(section), dict):
             raise AudioparityError(f"{where}: no {section!r} section")
     encoder = dict(cfg["encoder"])
     if encoder.get("att_context_size") is not None:
         encoder["att_context_size"] = tuple(encoder["att_context_size"])
-    decoder = {**cfg["decoder"], **cfg["decoder"].get("prednet", {})}
-    joint = {**cfg["joint"], **cfg["joint"].get("jointnet", {})}
+    ctc = None
+    if _is_ctc_decoder(cfg["decoder"]):  # EncDecCTCModelBPE: the decoder is the CTC head
+        ctc, decoder, joint = _pick(CtcConfig, cfg["decoder"], f"{where} decoder"), None, None
+    else:
+        if not isinstance(cfg.get("joint"), dict):
+            raise AudioparityError(f"{where}: no 'joint' section")
+        decoder = _pick(DecoderConfig, {**cfg["decoder"], **cfg["decoder"].get("prednet", {})},
+                        f"{where} decoder")
+        joint = _pick(JointConfig, {**cfg["joint"], **cfg["joint"].get("jointnet", {})},
+                      f"{where} joint")
+        aux = (cfg.get("aux_ctc") or {}).get("decoder")
+        if isinstance(aux, dict):  # EncDecHybridRNNTCTCBPEModel: aux_ctc.decoder
+            if not _is_ctc_decoder(aux):
+                raise AudioparityError(f"{where}: aux_ctc.decoder._target_="
+                                       f"{aux.get('_target_')!r} is not a ConvASRDecoder")
+            ctc = _pick(CtcConfig, {**aux, "prefix": "ctc_decoder"}, f"{where} aux_ctc.decoder")
     decoding = cfg.get("decoding") or {}
     durations = (decoding.get("durations") or cfg.get("model_defaults", {}).get("tdt_durations")
-                 or [])
+                 or []) if joint is not None else []
     config = ParakeetTDTConfig(
         preprocessor=_pick(PreprocessorConfig, cfg["preprocessor"], f"{where} preprocessor"),
         encoder=_pick(EncoderConfig, encoder, f"{where} encoder"),
-        decoder=_pick(DecoderConfig, decoder, f"{where} decoder"),
-        joint=_pick(JointConfig, joint, f"{where} joint"),
+        decoder=decoder,
+        joint=joint,
         durations=tuple(int(d) for d in durations),
         max_symbols=int((decoding.get("greedy") or {}).get("max_symbols") or 10),
+        ctc=ctc,
     )
     return _validate(config, where)
+
+
+def _is_ctc_decoder(section: dict) -> bool:
+    """A decoder section of NeMo's ``ConvASRDecoder`` (the CTC head)."""
+    return str(section.get("_target_", "")).rsplit(".", 1)[-1] == "ConvASRDecoder"
 
 
 def from_hf_config(cfg: dict, preprocessor: dict | None = None,

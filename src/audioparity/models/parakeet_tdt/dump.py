@@ -15,7 +15,12 @@ Stages, each timed into the manifest (``seconds``) and logged once:
   ``lstm_state_0``;
 - ``decoder_replay``: the ggml greedy decoder run free on the reference ``enc_out`` ->
   ``decoder_replay.json``;
-- ``decode``: the ggml greedy decoder on the ggml ``enc_out`` -> ``decode.json``.
+- ``decode``: the ggml greedy decoder on the ggml ``enc_out`` -> ``decode.json``;
+- a CTC model's (and the hybrid's) ``ctc_decoder_replay`` and ``ctc_decode``: the ggml CTC
+  decoder and greedy CTC on the reference ``enc_out`` -> ``ctc_logits_isolated``,
+  ``ctc_decoder_replay.json``, and on the ggml ``enc_out`` -> ``ctc_logits``, ``ctc_decode.json``.
+
+The transducer's stages (``joint_logits`` to ``decode``) exist for a TDT or RNNT model only.
 
 A backend that is not built into this ggml writes a manifest with status ``unavailable`` and no
 tensors, and returns normally (exit code 0).
@@ -34,11 +39,16 @@ from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, open_runtime
 from audioparity.models.parakeet_tdt.config import load_config
+from audioparity.models.parakeet_tdt.ctc import CtcDecoder
 from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 from audioparity.models.parakeet_tdt.encoder import Encoder
 from audioparity.models.parakeet_tdt.frontend import mel_features
 from audioparity.models.parakeet_tdt.greedy import STRATEGY, replay_path
-from audioparity.models.parakeet_tdt.tokenizer import decode_document, load_tokenizer
+from audioparity.models.parakeet_tdt.tokenizer import (
+    ctc_document,
+    decode_document,
+    load_tokenizer,
+)
 from audioparity.models.parakeet_tdt.weights import load_weights
 
 log = logging.getLogger("audioparity")
@@ -47,7 +57,7 @@ FB = "preprocessor.featurizer.fb"
 WINDOW = "preprocessor.featurizer.window"
 
 
-def _reference_inputs(reference: Dump, n_layers: int) -> None:
+def _reference_inputs(reference: Dump, config) -> None:
     """Check that the reference dump holds what the teacher-forced stages read.
 
     Raises:
@@ -55,8 +65,10 @@ def _reference_inputs(reference: Dump, n_layers: int) -> None:
     """
     if reference.status != "ok":
         raise AudioparityError(f"{reference.path}: reference dump has status {reference.status!r}")
-    needed = ["pre_encode", "pos_emb", "enc_out", "joint_logits", "decode"]
-    needed += [f"layer_{i}" for i in range(n_layers)]
+    n_layers = config.encoder.n_layers
+    needed = ["pre_encode", "pos_emb", "enc_out", *(f"layer_{i}" for i in range(n_layers))]
+    needed += ["joint_logits", "decode"] if config.transducer else []
+    needed += ["ctc_logits", "ctc_decode"] if config.ctc is not None else []
     missing = [name for name in needed if not reference.has(name)]
     if missing:
         raise AudioparityError(f"{reference.path}: reference dump lacks {', '.join(missing)}")
@@ -135,7 +147,7 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
     model's rate."""
     seconds = writer.manifest["seconds"]
     n_layers = config.encoder.n_layers
-    _reference_inputs(reference, n_layers)
+    _reference_inputs(reference, config)
 
     with writer.timed("load"):
         host = load_weights(model, config, weight_type, conv_weight_type)
@@ -179,6 +191,18 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
         writer.add_tensor(f"layer_{i}_isolated", output, "[T, D]")
     log.info("%s: %d isolated layers in %.2f s", label, n_layers, seconds["layers_isolated"])
 
+    if config.transducer:
+        _dump_transducer(writer, runtime, weights, reference, config, taps["enc_out"],
+                         tokenizer, label)
+    if config.ctc is not None:
+        _dump_ctc(writer, runtime, weights, reference, config, taps["enc_out"], tokenizer, label)
+
+
+def _dump_transducer(writer: DumpWriter, runtime: Runtime, weights, reference: Dump, config,
+                     enc_out: np.ndarray, tokenizer, label: str) -> None:
+    """The transducer's stages: ``joint_logits`` and ``lstm_state_0`` along the reference path,
+    ``decoder_replay`` (on the reference ``enc_out``) and ``decode`` (on ours)."""
+    seconds = writer.manifest["seconds"]
     ref_enc_out = reference.tensor("enc_out")
     with TdtDecoder(runtime, weights, config) as decoder:
         with writer.timed("joint_logits"):
@@ -193,12 +217,32 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
             replay = decode_document(decoder.greedy(ref_enc_out), tokenizer)
         writer.add_json("decoder_replay", replay)
         with writer.timed("decode"):
-            decode = decode_document(decoder.greedy(taps["enc_out"]), tokenizer)
+            decode = decode_document(decoder.greedy(enc_out), tokenizer)
         writer.add_json("decode", decode)
     writer.note(f"decode and decoder_replay: greedy TDT ({STRATEGY} rules, batch 1) on the host "
                 "around ggml prediction-network and joint graphs")
     log.info("%s: decoder_replay %d tokens in %.2f s, decode %d tokens in %.2f s", label,
              len(replay["ids"]), seconds["decoder_replay"], len(decode["ids"]), seconds["decode"])
+
+
+def _dump_ctc(writer: DumpWriter, runtime: Runtime, weights, reference: Dump, config,
+              enc_out: np.ndarray, tokenizer, label: str) -> None:
+    """The CTC decoder's stages: ``ctc_logits`` and ``ctc_decode`` of our ``enc_out``, and
+    their isolated forms on the reference's: ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
+    seconds = writer.manifest["seconds"]
+    decoder = CtcDecoder(runtime, weights, config)
+    with writer.timed("ctc_decoder_replay"):
+        isolated, replay = decoder.greedy(reference.tensor("enc_out"))
+    writer.add_tensor("ctc_logits_isolated", isolated, "[T, V+1]")
+    writer.add_json("ctc_decoder_replay", ctc_document(replay, tokenizer))
+    with writer.timed("ctc_decode"):
+        log_probs, path = decoder.greedy(enc_out)
+    writer.add_tensor("ctc_logits", log_probs, "[T, V+1]")
+    writer.add_json("ctc_decode", ctc_document(path, tokenizer))
+    writer.note("ctc_decode and ctc_decoder_replay: greedy CTC (argmax, repeats folded, blanks "
+                "dropped) on the host of the ggml ConvASRDecoder's log-probabilities")
+    log.info("%s: ctc_decoder_replay %d tokens in %.2f s, ctc_decode %d tokens in %.2f s", label,
+             len(replay.ids), seconds["ctc_decoder_replay"], len(path.ids), seconds["ctc_decode"])
 
 
 def _reference_path(reference: Dump, n_frames: int, config):

@@ -4,14 +4,16 @@ Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
 (``ConvSubsampling``, dw_striding), ``rel_pos_encoding`` (``RelPositionalEncoding``), then per
 ``ConformerLayer``: ``feed_forward`` (``ConformerFeedForward``), ``rel_pos_attention``
 (``RelPositionMultiHeadAttention``), ``conv_module`` (``ConformerConvolution``), assembled by
-``conformer_layer``. Weight names are NeMo's (see :mod:`.weights`: pointwise kernels squeezed to
-matrices, BatchNorm folded into the depthwise conv).
+``conformer_layer``; ``rel_pos_local_attn`` (``RelPositionMultiHeadAttentionLongformer``,
+``LocalAttRelPositionalEncoding``) is the same attention on a band. Weight names are NeMo's
+(see :mod:`.weights`: pointwise kernels squeezed to matrices, BatchNorm folded into the
+depthwise conv).
 
 Shapes in docstrings are NeMo's, batch dropped: ``[T, D]`` is time-major. ggml's ``ne`` is the
 reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; 4-D conv activations
 ``[C, H=T, W=F]`` are ``ne = [F, T, C]``. Only the valid frames are computed: with zero-padded
-convolutions this equals NeMo's masked convolutions on those frames, and there is no
-attention mask (batch size 1, full context).
+convolutions this equals NeMo's masked convolutions on those frames, and attention needs no
+mask (batch size 1) but the band of local attention (``rel_pos_local_attn``).
 
 Every weight's storage type (f32/f16/bf16/q8_0) is carried by the tensor itself: the same graph
 builders serve every weight type and backend.
@@ -82,7 +84,29 @@ def _add_channel_bias(ctx, x, bias):
 def rel_pos_encoding(n_frames: int, d_model: int) -> np.ndarray:
     """``RelPositionalEncoding`` embedding for ``n_frames`` frames, computed on the host.
 
-    Rows are positions ``T-1, T-2, ..., -(T-1)``; column ``2i`` is ``sin(pos * div_i)`` and
+    Rows are positions ``T-1, T-2, ..., -(T-1)`` (:func:`sinusoids`).
+
+    Returns:
+        ``[2T-1, D]`` float32.
+    """
+    return sinusoids(np.arange(n_frames - 1, -n_frames, -1, dtype=np.float32), d_model)
+
+
+def local_rel_pos_encoding(context: int, d_model: int) -> np.ndarray:
+    """``LocalAttRelPositionalEncoding`` embedding of a ``[w, w]`` window (``context`` = w),
+    computed on the host: rows are positions ``w, w-1, ..., -w`` (:func:`sinusoids`), whatever
+    the number of frames.
+
+    Returns:
+        ``[2w+1, D]`` float32.
+    """
+    return sinusoids(np.arange(context, -context - 1, -1, dtype=np.float32), d_model)
+
+
+def sinusoids(positions: np.ndarray, d_model: int) -> np.ndarray:
+    """NeMo's ``PositionalEncoding.create_pe`` of float32 ``positions`` ``[P]``.
+
+    Column ``2i`` is ``sin(pos * div_i)`` and
     ``2i+1`` is ``cos(pos * div_i)`` with ``div_i = exp(2i * -(ln 10000 / D))``, following
     NeMo's float32 ``create_pe``: the exponent and the angle ``pos * div_i`` are rounded to
     float32 as torch rounds them, and exp, sin and cos are evaluated in float64 and rounded
@@ -91,17 +115,48 @@ def rel_pos_encoding(n_frames: int, d_model: int) -> np.ndarray:
     differs by one ulp of ``pos * div_i`` (about 2.4e-4 at position 3000).
 
     Returns:
-        ``[2T-1, D]`` float32.
+        ``[P, D]`` float32.
     """
-    positions = np.arange(n_frames - 1, -n_frames, -1, dtype=np.float32)[:, None]
+    positions = np.asarray(positions, dtype=np.float32)[:, None]
     exponent = np.arange(0, d_model, 2, dtype=np.float32) * np.float32(
         -(math.log(POSITION_BASE) / d_model))
     div_term = np.exp(exponent.astype(np.float64)).astype(np.float32)
     angles = (positions * div_term).astype(np.float64)
-    pe = np.zeros((2 * n_frames - 1, d_model), dtype=np.float32)
+    pe = np.zeros((positions.shape[0], d_model), dtype=np.float32)
     pe[:, 0::2] = np.sin(angles)
     pe[:, 1::2] = np.cos(angles)
     return pe
+
+
+def local_positions_on_full_grid(pos_emb: np.ndarray, n_frames: int) -> np.ndarray:
+    """A local window's positional encoding ``[2w+1, D]`` (positions ``w ... -w``) placed on
+    the full grid of :func:`rel_pos_encoding`, ``[2T-1, D]`` (positions ``T-1 ... -(T-1)``),
+    zero at the positions outside the window (those beyond ``T-1`` dropped).
+
+    ``linear_pos`` has no bias in NeMo, so a zero row gives a zero positional score: with
+    :func:`band_mask`, :func:`rel_pos_attention` on this grid computes what
+    ``RelPositionMultiHeadAttentionLongformer`` computes on its diagonals.
+    """
+    context = (pos_emb.shape[0] - 1) // 2
+    grid = np.zeros((2 * n_frames - 1, pos_emb.shape[1]), dtype=np.float32)
+    span = min(context, n_frames - 1)
+    # grid row r is position T-1-r; window row c is position w-c
+    grid[n_frames - 1 - span : n_frames + span] = pos_emb[context - span : context + span + 1]
+    return grid
+
+
+def band_mask(n_frames: int, context: int) -> np.ndarray:
+    """The additive attention mask of a ``[w, w]`` window: ``[T_q, T_k]`` float32, 0 where
+    ``|i - j| <= w`` and ``-inf`` elsewhere.
+
+    NeMo's ``RelPositionMultiHeadAttentionLongformer`` scores only the keys ``i-w .. i+w``
+    (``sliding_chunks_matmul_qk``), sets the keys before the first frame to ``-inf``
+    (``mask_invalid_locations``) and those past the last (its padding to a multiple of
+    ``2w``) to ``-INF_VAL`` (-10000); both give a softmax weight of exactly 0 in float32, as
+    ``-inf`` does here.
+    """
+    offset = np.arange(n_frames)[:, None] - np.arange(n_frames)[None, :]
+    return np.where(np.abs(offset) <= context, 0.0, -np.inf).astype(np.float32)
 
 
 def feed_forward(ctx, w: Weights, prefix: str, x):
@@ -123,12 +178,16 @@ def rel_shift(ctx, bd, n_frames: int):
 
 
 def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_emb,
-                      flash_attention: bool = False):
-    """``RelPositionMultiHeadAttention`` (Transformer-XL relative attention, full context).
+                      flash_attention: bool = False, mask=None):
+    """``RelPositionMultiHeadAttention`` (Transformer-XL relative attention), and with ``mask``
+    ``RelPositionMultiHeadAttentionLongformer`` (``rel_pos_local_attn``, no global tokens).
 
     ``q, k, v = linear_q/k/v(x)``, ``p = linear_pos(pos_emb)``, split in H heads of ``d_k``;
     ``ac = (q + pos_bias_u) k^T``, ``bd = rel_shift((q + pos_bias_v) p^T)``;
-    ``out = linear_out(softmax((ac + bd) / sqrt(d_k)) v)``.
+    ``out = linear_out(softmax((ac + bd) / sqrt(d_k) + mask) v)``. Local attention is the
+    full score matrix restricted to the window by :func:`band_mask`, with the window's
+    positions on the full grid (:func:`local_positions_on_full_grid`): the scores NeMo
+    computes on its diagonals, the same softmax over the same keys.
 
     With ``flash_attention`` the content part runs in ``ggml_flash_attn_ext`` with the scaled
     positional term ``bd / sqrt(d_k)`` as its additive mask (F16, as flash attention requires) —
@@ -138,6 +197,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     Args:
         x: ``[T, D]`` (after ``norm_self_att``).
         pos_emb: ``[2T-1, D]``.
+        mask: None (full context) or ``[T_q, T_k]`` f32 (ne ``[T_k, T_q]``), 0 or ``-inf``.
 
     Returns:
         ``[T, D]``.
@@ -166,13 +226,16 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     bd = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(p)), q_v)  # ne [2T-1, T, H]
     bd = rel_shift(ctx, bd, n_frames)  # [H, T, T]
     if flash_attention:
-        mask = ggml.ggml_cast(ctx, ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale),
-                              ggml.GGML_TYPE_F16)
-        out = ggml.ggml_flash_attn_ext(ctx, q_u, per_head(k), per_head(v), mask, scale, 0.0, 0.0)
+        positional = ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale)
+        if mask is not None:
+            positional = ggml.ggml_add(ctx, positional, mask)
+        out = ggml.ggml_flash_attn_ext(ctx, q_u, per_head(k), per_head(v),
+                                       ggml.ggml_cast(ctx, positional, ggml.GGML_TYPE_F16),
+                                       scale, 0.0, 0.0)
         # out ne [d_k, H, T]: already heads-then-time
     else:
         ac = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(k)), q_u)  # ne [T_k, T_q, H]
-        attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), None, scale, 0.0)
+        attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), mask, scale, 0.0)
         # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
         pad = -n_frames % SGEMM_INNER_MULTIPLE
         v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
@@ -214,12 +277,13 @@ def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
 
 
 def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
-                    flash_attention: bool = False):
+                    flash_attention: bool = False, mask=None):
     """``ConformerLayer`` (macaron): ``x += FF1(LN x) / 2; x += MHA(LN x); x += Conv(LN x);
     x += FF2(LN x) / 2; return LN_out(x)``.
 
     Args:
-        x: ``[T, D]``; pos_emb: ``[2T-1, D]``.
+        x: ``[T, D]``; pos_emb: ``[2T-1, D]``; mask: the attention mask (local attention,
+            :func:`band_mask`) or None.
 
     Returns:
         ``[T, D]``.
@@ -233,7 +297,7 @@ def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
     h = feed_forward(ctx, w, p + "feed_forward1.", norm("norm_feed_forward1", x))
     x = ggml.ggml_add(ctx, x, ggml.ggml_scale(ctx, h, 0.5))
     h = rel_pos_attention(ctx, w, p + "self_attn.", cfg, norm("norm_self_att", x), pos_emb,
-                          flash_attention)
+                          flash_attention, mask)
     x = ggml.ggml_add(ctx, x, h)
     x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))
     h = feed_forward(ctx, w, p + "feed_forward2.", norm("norm_feed_forward2", x))
@@ -274,9 +338,10 @@ class Encoder:
             mel: ``[T, n_mels]`` float32, valid frames only.
 
         Returns:
-            ``pre_encode`` ``[T', D]``, ``pos_emb`` ``[2T'-1, D]`` (host-computed, as fed to the
-            layers), ``layer_{i}`` ``[T', D]`` for every layer, and ``enc_out`` ``[T', D]`` (the
-            last layer's output: this architecture has no output projection), all float32.
+            ``pre_encode`` ``[T', D]``, ``pos_emb`` (host-computed, as NeMo feeds it to the
+            layers: ``[2T'-1, D]``, or ``[2w+1, D]`` with local attention), ``layer_{i}``
+            ``[T', D]`` for every layer, and ``enc_out`` ``[T', D]`` (the last layer's output:
+            this architecture has no output projection), all float32.
 
         Raises:
             AudioparityError: mel is not ``[T, feat_in]`` or too short for one output frame.
@@ -289,20 +354,31 @@ class Encoder:
         n_out = cfg.subsampled_length(mel.shape[0])
         if n_out < 1:
             raise AudioparityError(f"{mel.shape[0]} mel frames give no encoder frame")
-        pos_emb = rel_pos_encoding(n_out, cfg.d_model)
+        pos_emb = (rel_pos_encoding(n_out, cfg.d_model) if cfg.local_context is None
+                   else local_rel_pos_encoding(cfg.local_context, cfg.d_model))
         with self.runtime.graph() as g:
             x = conv_subsampling(g.ctx, self.weights, cfg, g.input("mel_features", mel))
             g.output("pre_encode", x, ndim=2)
             if cfg.xscale is not None:
                 x = ggml.ggml_scale(g.ctx, x, cfg.xscale)
-            pos = g.input("pos_emb", pos_emb)
+            pos, mask = self._attention_inputs(g, pos_emb, n_out)
             for i in range(cfg.n_layers):
-                x = conformer_layer(g.ctx, self.weights, i, cfg, x, pos, self.flash_attention)
+                x = conformer_layer(g.ctx, self.weights, i, cfg, x, pos, self.flash_attention,
+                                    mask)
                 g.output(f"layer_{i}", x, ndim=2)
             taps = g.compute()
         taps["pos_emb"] = pos_emb
         taps["enc_out"] = taps[f"layer_{cfg.n_layers - 1}"].copy()
         return taps
+
+    def _attention_inputs(self, g, pos_emb: np.ndarray, n_frames: int):
+        """The graph inputs the layers' attention reads: the positional encoding on the full
+        ``[2T-1, D]`` grid and, with local attention, the :func:`band_mask` (else None)."""
+        context = self.cfg.local_context
+        if context is None:
+            return g.input("pos_emb", pos_emb), None
+        return (g.input("pos_emb", local_positions_on_full_grid(pos_emb, n_frames)),
+                g.input("band_mask", band_mask(n_frames, context)))
 
     def layers_isolated(self, inputs: Sequence[np.ndarray],
                         pos_emb: np.ndarray) -> list[np.ndarray]:
@@ -312,7 +388,7 @@ class Encoder:
             inputs: ``[pre_encode, layer_0, ..., layer_{N-2}]``, each ``[T', D]``: layer 0 gets
                 ``pre_encode`` times ``xscale`` (as NeMo's ``pos_enc`` scales it, when
                 ``xscaling``), layer i > 0 gets the output of layer i-1.
-            pos_emb: ``[2T'-1, D]``.
+            pos_emb: as :meth:`forward` returns it (``[2T'-1, D]``, local: ``[2w+1, D]``).
 
         Returns:
             one ``[T', D]`` float32 array per layer.
@@ -327,7 +403,7 @@ class Encoder:
 
     def layer(self, index: int, x: np.ndarray, pos_emb: np.ndarray) -> np.ndarray:
         """Layer ``index`` alone on its input x ``[T', D]`` (already scaled for layer 0), with
-        pos_emb ``[2T'-1, D]``; returns ``[T', D]``."""
+        pos_emb as :meth:`forward` returns it; returns ``[T', D]``."""
         if not 0 <= index < self.cfg.n_layers:
             raise AudioparityError(f"layer {index} out of range (n_layers={self.cfg.n_layers})")
         return self._run_layers([(index, x)], pos_emb)[0]
@@ -336,19 +412,21 @@ class Encoder:
                     pos_emb: np.ndarray) -> list[np.ndarray]:
         cfg = self.cfg
         pos_emb = np.asarray(pos_emb, dtype=np.float32)
+        rows = "2T-1" if cfg.local_context is None else str(2 * cfg.local_context + 1)
         for index, x in jobs:
             if x.ndim != 2 or x.shape[1] != cfg.d_model or pos_emb.shape != (
-                2 * x.shape[0] - 1, cfg.d_model
-            ):
+                cfg.pos_emb_rows(x.shape[0]), cfg.d_model
+            ) or x.shape[0] != jobs[0][1].shape[0]:
                 raise AudioparityError(
                     f"layer {index}: input {list(x.shape)} and pos_emb {list(pos_emb.shape)}; "
-                    f"expected [T, {cfg.d_model}] and [2T-1, {cfg.d_model}]"
+                    f"expected [T, {cfg.d_model}] and [{rows}, {cfg.d_model}]"
                 )
         with self.runtime.graph() as g:
-            pos = g.input("pos_emb", pos_emb)
+            pos, mask = self._attention_inputs(g, pos_emb, jobs[0][1].shape[0])
             for index, x in jobs:
                 h = g.input(f"input_{index}", np.asarray(x, dtype=np.float32))
-                h = conformer_layer(g.ctx, self.weights, index, cfg, h, pos, self.flash_attention)
+                h = conformer_layer(g.ctx, self.weights, index, cfg, h, pos, self.flash_attention,
+                                    mask)
                 g.output(f"layer_{index}", h, ndim=2)
             outs = g.compute()
         return [outs[f"layer_{index}"] for index, _ in jobs]

@@ -8,13 +8,17 @@ Only the sizes differ from v3; every architectural switch (128 mels, ``dw_stridi
 ``rel_pos`` attention, no xscaling, ``use_bias: false``, batch-norm conv module, 2-layer LSTM
 prediction net, TDT durations ``[0, 1, 2, 3, 4]``, 10 symbols per frame) is v3's. The sizes are
 pairwise different (``D=64``, subsampling channels 24, LSTM 48, joint 56, vocabulary 96), so a
-port that swaps two of them fails loudly.
+port that swaps two of them fails loudly. The options switch one thing at a time to what other
+Parakeet checkpoints ship (``config/examples/variants.yaml``): xscaling, biases, the vocabulary,
+local attention, and the decoders (:data:`HEADS`: RNNT, CTC as ``EncDecCTCModelBPE``, TDT and
+CTC as ``EncDecHybridRNNTCTCBPEModel``).
 
 NeMo's random init is degenerate for a parity target (the encoder output hardly varies in time
 and greedy decoding repeats one token), so :func:`redraw_weights` replaces every parameter with
 seeded draws at a larger gain, gives the norms random affine parameters and running statistics,
 and nudges the blank and duration-0 biases of the joint output so that greedy decoding of speech
-emits blanks, zero-duration tokens, and hits the 10-symbols-per-frame guard.
+emits blanks, zero-duration tokens, and hits the 10-symbols-per-frame guard (and a CTC decoder's
+blank bias, so that greedy CTC emits blanks and tokens).
 """
 
 from __future__ import annotations
@@ -73,10 +77,19 @@ BRANCH_OUTPUTS = ("linear2", "pointwise_conv2", "linear_out")
 BLANK_BIAS_NUDGE = 10.5
 #: Added to the joint output bias of duration 0 (index V + 1) after the re-draw.
 DURATION0_BIAS_NUDGE = 2.5
+#: Added to the CTC decoder's output bias of the blank class (index V) after the re-draw.
+CTC_BLANK_BIAS_NUDGE = 4.0
+#: The decoders a fixture can have (NeMo model class, decoders): ``tdt`` (v3's,
+#: ``EncDecRNNTBPEModel``), ``rnnt`` (parakeet-rnnt: the same without durations), ``ctc``
+#: (parakeet-ctc: ``EncDecCTCModelBPE``), ``tdt_ctc`` (parakeet-tdt_ctc:
+#: ``EncDecHybridRNNTCTCBPEModel``, TDT and an auxiliary CTC decoder).
+HEADS = {"tdt": "EncDecRNNTBPEModel", "rnnt": "EncDecRNNTBPEModel",
+         "ctc": "EncDecCTCModelBPE", "tdt_ctc": "EncDecHybridRNNTCTCBPEModel"}
 
 
 def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
-                   xscaling: bool = False) -> dict:
+                   xscaling: bool = False, use_bias: bool = False,
+                   local_attention: int = 0, head: str = "tdt") -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
@@ -84,12 +97,18 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
         joint_hidden: the joint's hidden size.
         xscaling: the encoder scales ``pre_encode`` by ``sqrt(d_model)`` before the layers
             (``ConformerEncoder``'s default; v3 turns it off).
+        use_bias: the encoder's linear layers and convolutions carry biases
+            (``ConformerEncoder``'s default; v3 turns it off).
+        local_attention: 0 for full-context ``rel_pos`` attention (v3's), else the window w of
+            ``rel_pos_local_attn`` with ``att_context_size [w, w]`` (what NeMo's
+            ``change_attention_model`` switches a model to for long audio).
+        head: the decoders, a key of :data:`HEADS`.
 
     Returns:
-        A plain dict accepted by ``EncDecRNNTBPEModel(cfg=OmegaConf.create(...))``.
+        A plain dict accepted by ``<HEADS[head]>(cfg=OmegaConf.create(...))``.
     """
     d_model, pred_hidden = 64, 48
-    return {
+    cfg = {
         "sample_rate": 16000,
         "model_defaults": {
             "enc_hidden": d_model,
@@ -120,15 +139,15 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
             "feat_out": -1,
             "n_layers": 3,
             "d_model": d_model,
-            "use_bias": False,
+            "use_bias": use_bias,
             "subsampling": "dw_striding",
             "subsampling_factor": 8,
             "subsampling_conv_channels": 24,
             "causal_downsampling": False,
             "ff_expansion_factor": 4,
-            "self_attention_model": "rel_pos",
+            "self_attention_model": "rel_pos_local_attn" if local_attention else "rel_pos",
             "n_heads": 4,
-            "att_context_size": [-1, -1],
+            "att_context_size": [local_attention] * 2 if local_attention else [-1, -1],
             "att_context_style": "regular",
             "xscaling": xscaling,
             "untie_biases": True,
@@ -179,6 +198,27 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
         },
         "optim": None,
     }
+    ctc = {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": d_model,
+           "num_classes": -1, "vocabulary": []}
+    if head == "rnnt":  # parakeet-rnnt: no duration outputs, plain RNNT loss
+        for key in ("tdt_durations", "num_tdt_durations"):
+            del cfg["model_defaults"][key]
+        cfg["joint"]["num_extra_outputs"] = 0
+        cfg["decoding"] = {"strategy": "greedy_batch", "model_type": "rnnt",
+                           "greedy": {"max_symbols": MAX_SYMBOLS}}
+        cfg["loss"] = {"loss_name": "default"}
+    elif head == "ctc":  # parakeet-ctc: a 1x1 conv to V+1 classes, log-softmax
+        for key in ("pred_hidden", "joint_hidden", "tdt_durations", "num_tdt_durations"):
+            del cfg["model_defaults"][key]
+        for key in ("joint", "loss"):
+            del cfg[key]
+        cfg["decoder"] = ctc
+        cfg["decoding"] = {"strategy": "greedy_batch"}
+    elif head == "tdt_ctc":  # parakeet-tdt_ctc: TDT and an auxiliary CTC decoder
+        cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False,
+                          "ctc_reduction": "mean_batch", "decoder": ctc,
+                          "decoding": {"strategy": "greedy_batch"}}
+    return cfg
 
 
 def corpus(vocab_size: int) -> tuple[str, ...]:
@@ -225,7 +265,8 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
 
 
 def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
-                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE) -> None:
+                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
+                   ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE) -> None:
     """Re-draw every parameter of ``model`` in place from a ``torch.Generator`` seeded ``seed``.
 
     Parameters are visited in ``named_parameters()`` order (fixed by the config):
@@ -242,8 +283,9 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
 
     BatchNorm running statistics get ``running_mean ~ 0.2 N(0, 1)``, ``running_var ~ U(0.5, 1.5)``.
     Finally ``blank_bias_nudge`` and ``duration0_bias_nudge`` are added to the joint output bias
-    at indices V (blank) and V + 1 (duration 0). Preprocessor buffers (mel filterbank,
-    window) are left as NeMo computed them.
+    at indices V (blank) and V + 1 (duration 0, when the joint has durations), and
+    ``ctc_blank_bias_nudge`` to a CTC decoder's output bias at V (its blank). Preprocessor
+    buffers (mel filterbank, window) are left as NeMo computed them.
     """
     import torch
 
@@ -253,11 +295,12 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
         for name, module in model.named_modules()
         if isinstance(module, torch.nn.LayerNorm | torch.nn.modules.batchnorm._BatchNorm)
     }
-    embedding = model.decoder.prediction["embed"]
+    joint = getattr(model, "joint", None)
+    embedding = model.decoder.prediction["embed"] if joint is not None else None
     with torch.no_grad():
         for name, param in model.named_parameters():
             draw = torch.randn(param.shape, generator=generator, dtype=param.dtype)
-            if param.ndim >= 2 and param is not embedding.weight:
+            if param.ndim >= 2 and (embedding is None or param is not embedding.weight):
                 draw *= GAIN / math.sqrt(param.numel() / param.shape[0])
                 module = name.rsplit(".", 2)[-2]
                 if name.startswith("encoder.layers.") and module in BRANCH_OUTPUTS:
@@ -267,30 +310,41 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
             elif param.ndim == 1:
                 draw *= 0.2
             param.copy_(draw)
-        embedding.weight[embedding.padding_idx].zero_()
         for module in model.modules():
             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                 shape = module.running_mean.shape
                 module.running_mean.copy_(0.2 * torch.randn(shape, generator=generator))
                 module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
-        output_bias = model.joint.joint_net[-1].bias
-        vocab = model.joint.num_classes_with_blank - 1 - len(DURATIONS)
-        output_bias[vocab] += blank_bias_nudge
-        output_bias[vocab + 1] += duration0_bias_nudge
+        if joint is not None:
+            embedding.weight[embedding.padding_idx].zero_()
+            output_bias = joint.joint_net[-1].bias
+            vocab = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
+            output_bias[vocab] += blank_bias_nudge
+            if joint.num_extra_outputs:
+                output_bias[vocab + 1] += duration0_bias_nudge
+        ctc = model.ctc_decoder if hasattr(model, "ctc_decoder") else (
+            None if joint is not None else model.decoder)
+        if ctc is not None:
+            ctc.decoder_layers[0].bias[ctc.num_classes_with_blank - 1] += ctc_blank_bias_nudge
 
 
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
-                  xscaling: bool = False) -> None:
+                  xscaling: bool = False, use_bias: bool = False,
+                  local_attention: int = 0, head: str = "tdt",
+                  ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
     The options make variants that a port's loader accepts (``config/examples/ports.yaml``):
     the tokenizer's ``vocab_size``, the ``joint_hidden`` size, and the nudges of the blank and
     duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
-    zero-duration tokens and the symbols-per-frame limit at those sizes; and ``xscaling``, the
-    encoder's input scale that v3 turns off and NeMo's default keeps.
+    zero-duration tokens and the symbols-per-frame limit at those sizes; and the switches v3
+    turns off and NeMo's defaults keep: ``xscaling``, the encoder's input scale, and
+    ``use_bias``, the biases of the encoder's linear layers and convolutions; and
+    ``local_attention``, the window of ``rel_pos_local_attn`` (0: v3's full context); and the
+    decoders, ``head`` (:data:`HEADS`), with the nudge of a CTC decoder's blank bias.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
@@ -301,8 +355,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
     output = Path(output)
     with built_directory(output) as work:
         start = time.perf_counter()
+        import nemo.collections.asr.models as nemo_models
         import torch
-        from nemo.collections.asr.models import EncDecRNNTBPEModel
         from omegaconf import OmegaConf
 
         imported = time.perf_counter()
@@ -310,9 +364,9 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                  imported - start, seed, output)
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
-        model = EncDecRNNTBPEModel(
-            cfg=OmegaConf.create(fixture_config(tokenizer_dir, joint_hidden, xscaling)))
-        redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge)
+        model = getattr(nemo_models, HEADS[head])(cfg=OmegaConf.create(fixture_config(
+            tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
+        redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
         model.save_to(str(work / SPEC.fixture_model))
         shutil.rmtree(tokenizer_dir)

@@ -15,6 +15,13 @@ blank on the same frame and counts blanks towards ``max_symbols``.)
 :func:`replay_path` runs the same rules over recorded joint rows: the reference checks NeMo's
 hypothesis with it, and the ggml dump reads the reference's path (where to evaluate the joint
 teacher-forced) off the reference's ``joint_logits``.
+
+A model without durations (parakeet-rnnt: no duration outputs, ``durations`` empty) is decoded
+by the same loop as NeMo's label-looping greedy RNNT decoder (``GreedyBatchedRNNTInfer``,
+``GreedyBatchedRNNTLabelLoopingComputer.torch_impl`` in ``rnnt_label_looping.py``) decodes it:
+every token has duration 0 (it stays on its frame), a blank advances one frame, and after
+``max_symbols`` tokens on one frame the frame advances; as in NeMo's RNNT hypotheses, the path
+records no token durations.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ def replay_path(
         joint_logits: ``[steps, V+1+n_durations]`` joint outputs (raw or log-softmaxed: only
             argmaxes are used); the blank is class V.
         n_frames: number of valid encoder frames T'.
-        durations: duration values, e.g. ``[0, 1, 2, 3, 4]``.
+        durations: duration values, e.g. ``[0, 1, 2, 3, 4]`` (empty: RNNT).
         max_symbols: NeMo's ``max_symbols`` (None: no limit).
 
     Raises:
@@ -76,7 +83,8 @@ class GreedyPath:
     Attributes:
         ids: emitted token ids.
         frames: encoder frame of each emitted token.
-        durations: predicted duration value (not index) of each emitted token.
+        durations: predicted duration value (not index) of each emitted token; empty for a
+            model without durations (RNNT).
         row_frames: encoder frame of each joint evaluation (row of ``joint_logits``).
         row_history: number of tokens emitted before each joint evaluation; the prediction-net
             input of row ``i`` is ``ids[row_history[i] - 1]`` (blank/SOS when 0).
@@ -107,7 +115,8 @@ def greedy_tdt(
         predict: ``predict(label, state) -> (g, state)``, one prediction-network step;
             ``state`` None is the zero state. Called first with the blank (SOS) label.
         blank_id: the blank class V (also the SOS label).
-        durations: duration values, e.g. ``(0, 1, 2, 3, 4)``.
+        durations: duration values, e.g. ``(0, 1, 2, 3, 4)``; empty for RNNT (module doc: each
+            token's duration is 0, and none is recorded).
         max_symbols: NeMo's ``max_symbols`` (None: no limit).
 
     Returns:
@@ -131,14 +140,15 @@ def greedy_tdt(
         path.row_frames.append(t)
         path.row_history.append(len(path.ids))
         token = int(np.argmax(logits[: blank_id + 1]))
-        duration = int(durations[int(np.argmax(logits[blank_id + 1 :]))])
+        duration = int(durations[int(np.argmax(logits[blank_id + 1 :]))]) if durations else 0
         if token == blank_id:
             t += max(duration, 1)
             continue
         run = run + 1 if path.frames and path.frames[-1] == t else 1
         path.ids.append(token)
         path.frames.append(t)
-        path.durations.append(duration)
+        if durations:
+            path.durations.append(duration)
         g, state = predict(token, state)
         t += duration
         if max_symbols is not None and run >= max_symbols and duration == 0:
@@ -172,3 +182,49 @@ def decision_margins(joint_logits: np.ndarray, path: GreedyPath, n_durations: in
         if emitted_before < len(path.ids):
             margins[emitted_before] = min(margins[emitted_before], row_margin[row])
     return margins.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CtcPath:
+    """A greedy CTC decode: the emitted token ids and the first frame of each one's run."""
+
+    ids: list[int]
+    frames: list[int]
+
+
+def collapse_ctc(labels: list[int] | np.ndarray, blank_id: int) -> CtcPath:
+    """The tokens of per-frame CTC labels, as NeMo's ``AbstractCTCDecoding.decode_hypothesis``
+    folds them (``fold_consecutive``): a label is emitted where it differs from the previous
+    frame's or follows a blank, and is not the blank; its frame is the first of its run (NeMo's
+    token start offset)."""
+    path = CtcPath([], [])
+    previous = blank_id
+    for frame, label in enumerate(int(v) for v in labels):
+        if (label != previous or previous == blank_id) and label != blank_id:
+            path.ids.append(label)
+            path.frames.append(frame)
+        previous = label
+    return path
+
+
+def greedy_ctc(log_probs: np.ndarray, blank_id: int) -> CtcPath:
+    """Greedy CTC decoding of one utterance, NeMo's ``GreedyCTCInfer`` / ``GreedyBatchedCTCInfer``
+    (strategies ``greedy``, ``greedy_batch``) at batch size 1: the argmax class of every frame of
+    ``log_probs [T', V+1]`` (the first on a tie, as torch's ``argmax``), then
+    :func:`collapse_ctc`."""
+    return collapse_ctc(np.argmax(np.asarray(log_probs), axis=1), blank_id)
+
+
+def ctc_margins(log_probs: np.ndarray, path: CtcPath) -> np.ndarray:
+    """How firmly each emitted CTC token was decided: per position, the smallest margin (top
+    log-probability minus the runner-up) of the frames after the previous token's first frame up
+    to this token's first frame, the frames whose argmax placed it there.
+
+    Returns:
+        ``[positions]`` float32 margins in log-probability units.
+    """
+    rows = np.sort(np.asarray(log_probs, dtype=np.float64), axis=1)
+    frame_margin = rows[:, -1] - rows[:, -2]
+    starts = [-1, *path.frames]
+    return np.array([frame_margin[starts[k] + 1 : starts[k + 1] + 1].min()
+                     for k in range(len(path.ids))], dtype=np.float32)

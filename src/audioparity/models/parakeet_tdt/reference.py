@@ -2,15 +2,18 @@
 activations named in the artifact contract.
 
 Stages, in NeMo's order (``EncDecRNNTBPEModel``): ``preprocessor`` (mel), ``encoder``
-(``pre_encode`` -> ``pos_enc`` -> ``layers[i]``), then greedy TDT decoding (``decoder`` LSTM
-prediction net + ``joint``). Taps are forward hooks on NeMo's own modules, so every dumped tensor
-is what NeMo computed in one end-to-end run, batch size 1, eval mode, no dither.
+(``pre_encode`` -> ``pos_enc`` -> ``layers[i]``), then greedy TDT or RNNT decoding (``decoder``
+LSTM prediction net + ``joint``) and, for ``EncDecCTCModelBPE`` and the hybrid
+``EncDecHybridRNNTCTCBPEModel``, greedy CTC decoding (``ConvASRDecoder``). Taps are forward
+hooks on NeMo's own modules, so every dumped tensor is what NeMo computed in one end-to-end run,
+batch size 1, eval mode, no dither.
 
 Decoding is NeMo's label-looping greedy TDT decoder (``GreedyBatchedTDTInfer``, strategy
-``greedy_batch``, the strategy v3 ships with) run on one utterance, with the model's own durations
-and ``max_symbols``. The recorded joint rows are checked by replaying them through the project's
-one implementation of its rules, :func:`audioparity.models.parakeet_tdt.decoder.greedy_tdt`
-(:func:`~.greedy.replay_path`).
+``greedy_batch``, the strategy v3 ships with; ``GreedyBatchedRNNTInfer`` for RNNT) run on one
+utterance, with the model's own durations and ``max_symbols``. The recorded joint rows are
+checked by replaying them through the project's one implementation of its rules,
+:func:`audioparity.models.parakeet_tdt.greedy.greedy_tdt` (:func:`~.greedy.replay_path`); a CTC
+decode likewise through :func:`~.greedy.greedy_ctc`.
 
 Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
 fixture. Importing this module does not import torch or NeMo (it imports ggml, through the
@@ -32,30 +35,45 @@ from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
-from audioparity.models.parakeet_tdt.greedy import STRATEGY, decision_margins, replay_path
+from audioparity.models.parakeet_tdt.greedy import (
+    STRATEGY,
+    collapse_ctc,
+    ctc_margins,
+    decision_margins,
+    greedy_ctc,
+    replay_path,
+)
 from audioparity.storage import emulations
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
+#: The NeMo model classes the reference restores, by the decoders they have.
+MODEL_CLASSES = ("EncDecRNNTBPEModel", "EncDecCTCModelBPE", "EncDecHybridRNNTCTCBPEModel")
+
+
 def restore_model(path: Path) -> Any:
-    """``EncDecRNNTBPEModel.restore_from(path, map_location="cpu")`` in eval mode, dither off.
+    """``ASRModel.restore_from(path, map_location="cpu")`` (the class the checkpoint names:
+    one of :data:`MODEL_CLASSES`) in eval mode, dither off.
 
     Raises:
-        AudioparityError: NeMo cannot restore the file, or the model is not a TDT transducer with
-            an LSTM prediction network and relative-position attention.
+        AudioparityError: NeMo cannot restore the file, the model is of another class, or its
+            transducer has no LSTM prediction network.
     """
-    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from nemo.collections.asr.models import ASRModel
 
     try:
-        model = EncDecRNNTBPEModel.restore_from(str(path), map_location="cpu")
+        model = ASRModel.restore_from(str(path), map_location="cpu")
     except Exception as err:  # NeMo raises many types; the CLI needs one line naming the file
         raise AudioparityError(
-            f"{path}: NeMo cannot restore it as EncDecRNNTBPEModel ({err})"
+            f"{path}: NeMo cannot restore it as an ASRModel ({err})"
         ) from err
+    if type(model).__name__ not in MODEL_CLASSES:
+        raise AudioparityError(f"{path}: a {type(model).__name__}; expected one of "
+                               f"{', '.join(MODEL_CLASSES)}")
     model.eval()
     model.preprocessor.featurizer.dither = 0.0
-    if "dec_rnn" not in getattr(model.decoder, "prediction", {}):
+    if hasattr(model, "joint") and "dec_rnn" not in getattr(model.decoder, "prediction", {}):
         raise AudioparityError(
             f"{path}: decoder has no LSTM prediction network (decoder.prediction.dec_rnn)"
         )
@@ -86,12 +104,14 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
     (forward pre-hook with kwargs), every ``layers[i]`` output.
 
     Returns:
-        Canonical arrays, valid frames only: ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
-        ``layer_{i} [T', D]``, ``enc_out [T', D]`` (NeMo returns ``[B, D, T']``).
+        Canonical arrays, valid frames only: ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``
+        (``rel_pos_local_attn`` with ``att_context_size [L, R]``: ``[L+R+1, D]``, positions
+        ``L ... -R``, ``LocalAttRelPositionalEncoding``), ``layer_{i} [T', D]``,
+        ``enc_out [T', D]`` (NeMo returns ``[B, D, T']``).
 
     Raises:
         AudioparityError: a hook did not fire exactly once, or ``pos_emb`` is absent (not
-            ``rel_pos`` attention) or not ``[2T'-1, D]``.
+            ``rel_pos`` attention) or not of those rows.
     """
     import torch
 
@@ -116,6 +136,7 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
         for handle in handles:
             handle.remove()
     n_frames = int(encoded_length[0])
+    local = enc.self_attention_model == "rel_pos_local_attn"
     out: dict[str, np.ndarray] = {}
     for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(len(enc.layers)))):
         values = taps.get(name, [])
@@ -125,10 +146,14 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
                 f"({'none' if not values else type(values[0]).__name__}); rel_pos attention needed"
             )
         array = values[0][0].float().numpy()
-        out[name] = valid_positions(array, n_frames) if name == "pos_emb" else array[:n_frames]
-    if out["pos_emb"].shape != (2 * n_frames - 1, encoded.shape[1]):
+        if name != "pos_emb":
+            out[name] = array[:n_frames]
+        else:  # a local window's table does not depend on the frames
+            out[name] = array if local else valid_positions(array, n_frames)
+    rows = (sum(enc.att_context_size) + 1) if local else 2 * n_frames - 1
+    if out["pos_emb"].shape != (rows, encoded.shape[1]):
         raise AudioparityError(
-            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{2 * n_frames - 1}, "
+            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{rows}, "
             f"{encoded.shape[1]}] for T'={n_frames}"
         )
     out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
@@ -180,7 +205,10 @@ def greedy_tdt_decoding(
             NeMo's hypothesis under :func:`~.greedy.replay_path`.
     """
     import torch
-    from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import GreedyBatchedTDTInfer
+    from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import (
+        GreedyBatchedRNNTInfer,
+        GreedyBatchedTDTInfer,
+    )
     from omegaconf import open_dict
 
     config = model.cfg.decoding.copy()
@@ -191,11 +219,13 @@ def greedy_tdt_decoding(
         config.preserve_alignments = False
     model.change_decoding_strategy(config, verbose=False)
     infer = model.decoding.decoding
-    if not isinstance(infer, GreedyBatchedTDTInfer):
+    if not isinstance(infer, GreedyBatchedTDTInfer | GreedyBatchedRNNTInfer):
         raise AudioparityError(
-            f"decoding: expected a TDT model (GreedyBatchedTDTInfer), got {type(infer).__name__}"
+            "decoding: expected a TDT or RNNT model (GreedyBatchedTDTInfer, "
+            f"GreedyBatchedRNNTInfer), got {type(infer).__name__}"
         )
-    durations = [int(d) for d in infer.durations]
+    # an RNNT model has no durations: each token stays on its frame (greedy.py)
+    durations = [int(d) for d in getattr(infer, "durations", None) or []]
     settings = {"strategy": STRATEGY, "durations": durations, "max_symbols": infer.max_symbols}
 
     rows: list[Any] = []
@@ -241,6 +271,61 @@ def greedy_tdt_decoding(
     return decode, joint_logits, states[0].numpy(), settings, margins
 
 
+def greedy_ctc_decoding(model: Any, enc_out: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """NeMo's CTC decoder (``ConvASRDecoder``: ``model.decoder`` of ``EncDecCTCModelBPE``,
+    ``model.ctc_decoder`` of the hybrid) and its greedy decoding (``CTCBPEDecoding``, strategy
+    :data:`STRATEGY`: ``GreedyBatchedCTCInfer``) of one utterance.
+
+    The decoding config is the model's (``decoding``, the hybrid's ``aux_ctc.decoding``) with
+    the strategy set to :data:`STRATEGY` and timestamps off. NeMo's hypothesis holds the argmax
+    label of every frame; its tokens are those labels folded as NeMo folds them
+    (:func:`~.greedy.collapse_ctc`), each at the first frame of its run, its text NeMo's own.
+
+    Args:
+        enc_out: ``[T', D]`` encoder output.
+
+    Returns:
+        ``(ctc_decode, ctc_logits [T', V+1], margins [positions])``: ``{"ids", "frames",
+        "text"}``, the log-probabilities, and how firmly each token was decided
+        (:func:`~.greedy.ctc_margins`).
+
+    Raises:
+        AudioparityError: the argmax of the log-probabilities is not NeMo's hypothesis.
+    """
+    import torch
+    from omegaconf import open_dict
+
+    hybrid = hasattr(model, "ctc_decoder")
+    config = (model.cfg.aux_ctc.decoding if hybrid else model.cfg.decoding).copy()
+    with open_dict(config):
+        config.strategy = STRATEGY
+        config.compute_timestamps = False
+        config.preserve_alignments = False
+    if hybrid:
+        model.change_decoding_strategy(config, decoder_type="ctc", verbose=False)
+    else:
+        model.change_decoding_strategy(config, verbose=False)
+    module, decoding = ((model.ctc_decoder, model.ctc_decoding) if hybrid
+                        else (model.decoder, model.decoding))
+    encoded = torch.from_numpy(enc_out).transpose(0, 1).unsqueeze(0)
+    length = torch.tensor([enc_out.shape[0]], dtype=torch.int64)
+    with torch.inference_mode():
+        log_probs = module(encoder_output=encoded)
+        (hypothesis,) = decoding.ctc_decoder_predictions_tensor(
+            log_probs, decoder_lengths=length, return_hypotheses=True)
+    ctc_logits = log_probs[0].float().numpy()
+    labels = _int_list(hypothesis.y_sequence)[: enc_out.shape[0]]
+    path = collapse_ctc(labels, ctc_logits.shape[1] - 1)
+    replay = greedy_ctc(ctc_logits, ctc_logits.shape[1] - 1)
+    if (replay.ids, replay.frames) != (path.ids, path.frames):
+        raise AudioparityError(
+            f"ctc_logits: greedy CTC of the log-probabilities gives ids {replay.ids[:20]}..., "
+            f"NeMo's hypothesis {path.ids[:20]}... ({len(replay.ids)} vs {len(path.ids)})"
+        )
+    decode = {"ids": path.ids, "frames": path.frames, "text": hypothesis.text}
+    return decode, ctc_logits, ctc_margins(ctc_logits, path)
+
+
 def _int_list(values: Any) -> list[int]:
     if values is None:
         return []
@@ -257,13 +342,15 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     about 1 s per 10 s of audio (``BENCHMARKS.md``).
 
     Each dump holds ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
-    ``layer_{i} [T', D]``, ``enc_out [T', D]``, ``joint_logits [steps, V+1+n_durations]`` (raw,
-    one row per joint evaluation of the greedy decode), ``lstm_state_0 [layers, 2, H]`` (h then
-    c after the blank/SOS step), ``decode.json`` and ``decode_margins [positions]`` (how firmly
-    each token was decided, for the compare's ``logit_gap``). Manifest fields: family, threads,
+    ``layer_{i} [T', D]``, ``enc_out [T', D]``; a transducer's ``joint_logits
+    [steps, V+1+n_durations]`` (raw, one row per joint evaluation of the greedy decode),
+    ``lstm_state_0 [layers, 2, H]`` (h then c after the blank/SOS step), ``decode.json`` and
+    ``decode_margins [positions]`` (how firmly each token was decided, for the compare's
+    ``logit_gap``); a CTC decoder's ``ctc_logits [T', V+1]``, ``ctc_decode.json`` and
+    ``ctc_decode_margins`` (:func:`greedy_ctc_decoding`). Manifest fields: family, threads,
     cases_per_load (how many dumps shared the import and load whose ``seconds`` it records),
-    n_layers, decoding (strategy, durations, max_symbols), audio (the file's format, see
-    :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
+    n_layers, decoding (strategy, durations, max_symbols), ctc_decoding, audio (the file's
+    format, see :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
 
     Before NeMo is imported, every input goes through the checks of the ggml dump, in its order
     and with its messages: the config (:func:`~.config.load_config`), each audio file
@@ -272,7 +359,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     this reads the weights once more, a few seconds for a 0.6B model).
 
     Args:
-        model: ``.nemo`` file (``EncDecRNNTBPEModel`` with TDT decoding).
+        model: ``.nemo`` file (:data:`MODEL_CLASSES`).
         cases: ``(audio file, dump directory)`` pairs; audio is read at the model's sample rate,
             each directory is written atomically.
         threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
@@ -355,21 +442,39 @@ def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: Parake
             writer.manifest["seconds"]["preprocessor"] + writer.manifest["seconds"]["encoder"],
         )
 
-        with writer.timed("decoding"):
-            decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(
-                asr_model, taps["enc_out"]
-            )
-        writer.manifest["decoding"] = settings
-        writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
-        writer.add_tensor("lstm_state_0", lstm_state, "[layers, 2, H]")
-        writer.add_json("decode", decode)
-        writer.add_tensor("decode_margins", margins, "[positions]")
-        writer.note(
-            f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows replayed "
-            f"through the greedy TDT rules reproduce its ids, frames and durations"
-        )
-        log.info(
-            "reference parakeet-tdt: decoded %d tokens in %d joint steps in %.2f s",
-            len(decode["ids"]), len(joint_logits), writer.manifest["seconds"]["decoding"],
-        )
+        if config.transducer:
+            _dump_transducer(writer, asr_model, taps["enc_out"])
+        if config.ctc is not None:
+            with writer.timed("ctc_decoding"):
+                ctc_decode, ctc_logits, ctc_margins_ = greedy_ctc_decoding(asr_model,
+                                                                          taps["enc_out"])
+            writer.manifest["ctc_decoding"] = {"strategy": STRATEGY}
+            writer.add_tensor("ctc_logits", ctc_logits, "[T, V+1]")
+            writer.add_json("ctc_decode", ctc_decode)
+            writer.add_tensor("ctc_decode_margins", ctc_margins_, "[positions]")
+            writer.note(f"ctc_decode: NeMo CTCBPEDecoding {STRATEGY}, batch 1; the argmax of "
+                        "ctc_logits folded reproduces its ids and frames")
+            log.info("reference parakeet-tdt: CTC decoded %d tokens in %.2f s",
+                     len(ctc_decode["ids"]), writer.manifest["seconds"]["ctc_decoding"])
     log.info("reference parakeet-tdt: wrote %s in %.1f s", output_dir, time.perf_counter() - start)
+
+
+def _dump_transducer(writer: DumpWriter, asr_model: Any, enc_out: np.ndarray) -> None:
+    """The transducer's stages of a reference dump (:func:`greedy_tdt_decoding`)."""
+    with writer.timed("decoding"):
+        decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(
+            asr_model, enc_out
+        )
+    writer.manifest["decoding"] = settings
+    writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
+    writer.add_tensor("lstm_state_0", lstm_state, "[layers, 2, H]")
+    writer.add_json("decode", decode)
+    writer.add_tensor("decode_margins", margins, "[positions]")
+    writer.note(
+        f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows replayed "
+        f"through the greedy TDT rules reproduce its ids, frames and durations"
+    )
+    log.info(
+        "reference parakeet-tdt: decoded %d tokens in %d joint steps in %.2f s",
+        len(decode["ids"]), len(joint_logits), writer.manifest["seconds"]["decoding"],
+    )

@@ -173,7 +173,9 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
                 replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
             for name, array in replayed.items():
                 writer.add_tensor(name, array, "[T, D]")
-            if candidate.has("enc_out"):
+            if not config.transducer:
+                skipped["decode_replayed"] = "a CTC model: no transducer decode to replay"
+            elif candidate.has("enc_out"):
                 with writer.timed("decoding"):
                     decode, *_, margins = greedy_tdt_decoding(asr_model,
                                                               candidate.tensor("enc_out"))

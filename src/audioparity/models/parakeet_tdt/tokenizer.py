@@ -1,5 +1,5 @@
-"""Token ids to text, as NeMo's ``RNNTBPEDecoding`` writes ``hypothesis.text``, and the
-``decode.json`` document of a greedy path."""
+"""Token ids to text, as NeMo's ``RNNTBPEDecoding`` and ``CTCBPEDecoding`` write
+``hypothesis.text``, and the ``decode.json`` / ``ctc_decode.json`` documents of a greedy path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from audioparity.checkpoints.nemo import read_nemo_member
 from audioparity.errors import AudioparityError
-from audioparity.models.parakeet_tdt.greedy import GreedyPath
+from audioparity.models.parakeet_tdt.greedy import CtcPath, GreedyPath
 
 
 class Tokenizer:
@@ -80,3 +80,11 @@ def decode_document(path: GreedyPath, tokenizer: Tokenizer) -> dict:
     ``{"ids", "frames", "durations", "text"}``."""
     return {"ids": list(path.ids), "frames": list(path.frames),
             "durations": list(path.durations), "text": tokenizer.ids_to_text(path.ids)}
+
+
+def ctc_document(path: CtcPath, tokenizer: Tokenizer) -> dict:
+    """The ``ctc_decode.json`` / ``ctc_decoder_replay.json`` document of a greedy CTC path:
+    ``{"ids", "frames", "text"}`` (NeMo's ``CTCBPEDecoding`` strips the same spaces before
+    punctuation as ``RNNTBPEDecoding``)."""
+    return {"ids": list(path.ids), "frames": list(path.frames),
+            "text": tokenizer.ids_to_text(path.ids)}

@@ -5,7 +5,8 @@ What :func:`load_weights` plans (canonical names, float32 arrays in the shapes t
 
 - every tensor of :func:`~.checkpoint.expected_shapes` as in the checkpoint, except
 - 1x1 (pointwise) conv kernels squeezed to matrices ``[out, in]`` (they run as matmuls):
-  ``encoder.pre_encode.conv.{3,6}.weight``, ``encoder.layers.{i}.conv.pointwise_conv{1,2}.weight``;
+  ``encoder.pre_encode.conv.{3,6}.weight``, ``encoder.layers.{i}.conv.pointwise_conv{1,2}.weight``,
+  a CTC decoder's ``{decoder,ctc_decoder}.decoder_layers.0.weight``;
 - the conv module's BatchNorm folded into its depthwise conv (eps from the config):
   ``depthwise_conv.weight`` ``[C, 1, 1, k]`` (a 2-D kernel of height 1) and
   ``depthwise_conv.bias`` ``[C]`` (always present); the ``batch_norm.*`` tensors are dropped.
@@ -13,7 +14,7 @@ What :func:`load_weights` plans (canonical names, float32 arrays in the shapes t
 Storage types (a property of each tensor; the graph code has no per-type branches):
 
 - matmul weights (linear layers, pointwise convs, LSTM matrices, the prediction-net embedding,
-  the joint): the weight type; ``native`` means the checkpoint's own dtype;
+  the joint, the CTC decoder): the weight type; ``native`` means the checkpoint's own dtype;
 - conv kernels (the 3x3 subsampling convs, the depthwise convs): ``conv_weight_type``;
 - norms, biases, ``pos_bias_u/v``: always f32.
 
@@ -110,7 +111,7 @@ def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarr
 
 
 _CONV_KERNEL = re.compile(r"(pre_encode\.conv\.\d+|depthwise_conv)\.weight$")
-_POINTWISE = re.compile(r"(pre_encode\.conv\.\d+|pointwise_conv\d)\.weight$")
+_POINTWISE = re.compile(r"(pre_encode\.conv\.\d+|pointwise_conv\d|decoder_layers\.0)\.weight$")
 _NORM_WEIGHT = re.compile(r"(norm_\w+|batch_norm)\.weight$")
 _BATCH_NORM = re.compile(r"^(.*\.conv\.)batch_norm\.(weight|bias|running_mean|running_var)$")
 _BN_KEYS = ("weight", "bias", "running_mean", "running_var")
