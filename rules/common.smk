@@ -541,6 +541,7 @@ def get_gates(wildcards, against="reference"):
         candidate=wildcards.candidate,
         case=wildcards.case,
         against=against,
+        ggml_backend=ggml_backend(wildcards),
     )
     return json.dumps(gates, sort_keys=True)
 

@@ -119,7 +119,9 @@ def test_the_schema_enums_are_the_vocabulary():
     definitions = schema["definitions"]
     assert definitions["backend"]["enum"] == list(BACKENDS)
     assert definitions["weight_types"]["items"]["enum"] == list(WEIGHT_TYPES)
-    assert definitions["gates"]["propertyNames"]["enum"] == ["default", *WEIGHT_TYPES]
+    names = "|".join(["default", *WEIGHT_TYPES])
+    assert definitions["gates"]["propertyNames"]["pattern"] == (
+        f"^({names})(@({'|'.join(BACKENDS)}))?$")
 
 
 def test_the_default_config_sweeps_every_family():

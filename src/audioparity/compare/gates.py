@@ -152,6 +152,7 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
 def resolve_gates(
     section: Mapping[str, Any], *, model: str, backend: str, weight_type: str,
     candidate: str = OUR_PORT, case: str = "", against: str = "reference",
+    ggml_backend: str | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The gates of one cell (model, backend, weight type, candidate, case) from a config
     section.
@@ -166,11 +167,15 @@ def resolve_gates(
             comparison is a diagnosis (the same candidate on the CPU, say) that takes the gates
             and no expected failure: a declaration states why a cell differs from the
             reference.
+        ggml_backend: the ggml backend the cell's ``backend`` (a setting's name) runs on;
+            default ``backend``.
 
     Returns:
-        ``{"gates": [...], "expected_failures": [...]}``: the weight type's entries then
-        ``default``'s, each with ``from`` added; the matching expected failures as
-        ``{"stage", "reason"}``.
+        ``{"gates": [...], "expected_failures": [...]}``: the entries of
+        ``<weight type>@<ggml backend>`` (a backend's own list, where the section has one:
+        the quantization-aware references emulate the CPU's rounding, not another backend's),
+        then the weight type's, then ``default``'s, each with ``from`` added; the matching
+        expected failures as ``{"stage", "reason"}``.
 
     Raises:
         AudioparityError: a malformed section (names the list, the entry index and the key).
@@ -179,7 +184,7 @@ def resolve_gates(
     if not isinstance(gates, Mapping) or not gates:
         raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
     resolved = []
-    for name in (weight_type, "default"):
+    for name in (f"{weight_type}@{ggml_backend or backend}", weight_type, "default"):
         entries = gates.get(name, [])
         if not isinstance(entries, list):
             raise _entry_error(name, f"expected a list of entries, got {entries!r}")
