@@ -343,10 +343,12 @@ def reference_of(wildcards):
     checksum. So a reference job that runs again (its code changed) reruns a dependent only
     where the dump it reads changed (docs/design.md, "Reruns")."""
     checkpoints.reference_dump.get(family=wildcards.family, model=wildcards.model)
-    return {
-        "reference": ancient(reference_dir(wildcards)),
-        "reference_digest": f"{reference_case(wildcards)}.sha256",
-    }
+    digest = f"{reference_case(wildcards)}.sha256"
+    if not os.path.exists(digest):
+        # the reference job of another sweep, which dumped other cases or weight types: its
+        # plan is newer, so it reruns first, and this is evaluated again once it has
+        return {"reference": reference_dir(wildcards)}
+    return {"reference": ancient(reference_dir(wildcards)), "reference_digest": digest}
 
 
 def _candidate(wildcards):
@@ -479,6 +481,26 @@ def family_options(side):
 
     get.__name__ = f"get_{side}_options"
     return get
+
+
+def reference_plan(wildcards):
+    """The file naming what the reference job of {family}/{model} dumps (:func:`_write_plans`)."""
+    return f"{reference_dir(wildcards)}.plan.json"
+
+
+def _write_plans():
+    """Write each reference job's plan, its cases and emulated weight types, where it differs
+    from the one on disk: a job input whose time stamp changes only when the plan does, so a
+    sweep that needs other dumps from a model reruns its reference job first (a checkpoint
+    with an output on disk is otherwise taken as done)."""
+    for family in FAMILIES:
+        plan = json.dumps({"cases": PATHS[family]["cases"],
+                           "emulate": emulated_types(family)}, sort_keys=True) + "\n"
+        for model in PATHS[family]["models"]:
+            path = Path(f"results/reference/{family}/{model}.plan.json")
+            if not path.is_file() or path.read_text() != plan:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(plan)
 
 
 def reference_cases(wildcards, output):
@@ -673,3 +695,6 @@ def all_cells(wildcards):
         else:
             cells.append(f"results/compare_backends/{cell}.json")
     return cells
+
+
+_write_plans()

@@ -11,6 +11,7 @@ checkpoint reference_dump:
     input:
         model=model_input,
         cases=case_paths,
+        plan=reference_plan,
         code=family_code("reference"),
     output:
         directory("results/reference/{family}/{model}"),
