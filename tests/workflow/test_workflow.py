@@ -126,6 +126,33 @@ def test_a_config_naming_a_new_model_plans_its_jobs_over_an_old_summary(sweep):
     assert {"fixture_build", "reference_dump", "report_cells", "report_summary"} <= set(planned)
 
 
+def test_adding_a_case_reruns_only_what_the_new_case_needs(sweep, tmp_path):
+    """A new case reruns the model's reference job (one load for all its cases), and then only
+    the new case's dumps and compares: the other cases' reference dumps come out identical, so
+    nothing that reads them runs again, and nothing of MOSS does."""
+    import soundfile
+
+    audio, rate = soundfile.read(REPO / "resources/speech/clip.wav", dtype="float32")
+    head = tmp_path / "head.wav"
+    soundfile.write(head, audio[: 3 * rate], rate)
+    config = sweep / "sweep.yaml"
+    original = config.read_text()
+    sweep_config = yaml.safe_load(original)
+    sweep_config["parakeet_tdt"]["cases"].append({"name": "head", "path": str(head)})
+    config.write_text(yaml.safe_dump(sweep_config))
+    try:
+        result = snakemake(sweep, "--cores", "2")
+        log = result.stdout + result.stderr
+        assert "reference_dump" in ran_rules(result)
+        cells = re.findall(r"output: results/(?:ggml|compare|compare_backends|drilldown)/(\S+)",
+                           log)
+        assert cells and all(re.search(r"/head(\.json)?(,|$)", cell) for cell in cells), cells
+        assert "moss_voicegen" not in "".join(cells)
+    finally:
+        config.write_text(original)
+        snakemake(sweep, "--cores", "2")
+
+
 def test_editing_the_report_code_reruns_only_the_html(sweep):
     with edited(sweep / "src/audioparity/report/html.py"):
         assert planned_rules(sweep) == ["report_html"]
