@@ -483,6 +483,57 @@ def family_options(side):
     return get
 
 
+#: Resident memory of a job's process before the model (MB): the Python stack of each side.
+BASE_MEMORY_MB = {"reference": 1500, "ggml": 600, "convert": 1000}
+#: Bytes per weight of each storage type (q8_0: 34 per block of 32), and of the checkpoint's
+#: own dtype assumed where a weight's bytes are counted from its file (the smallest, 2: an
+#: overestimate for an f32 checkpoint, never an underestimate).
+STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
+CHECKPOINT_BYTES = 2
+
+
+def _size_mb(path):
+    """Bytes on disk of a model file or directory, in MB."""
+    path = Path(path)
+    files = path.rglob("*") if path.is_dir() else [path]
+    return sum(f.stat().st_size for f in files if f.is_file()) / 1e6
+
+
+def memory_mb(side, copies=1):
+    """Resource function: the memory (MB) a job of `side` needs for its model (`input.model`,
+    evaluated once the model exists): the side's base, plus on the reference side (and for a
+    port's converter, `convert`) three float32 copies of the weights (the model, the emulation's saved originals, the checkpoint read), on
+    the ggml side the weights in the cell's storage type (`native`: float32, the worst case);
+    `copies` dumps in one job (a drill-down runs two). A job that would not fit the memory given
+    to Snakemake (`--resources mem_mb=M`) is refused in one line before it starts: Snakemake
+    would otherwise shrink its request to M silently."""
+
+    def get(wildcards, input):
+        model = input.get("model")
+        if model is None or not os.path.exists(model):
+            # asked while the job's inputs are not all known (a checkpoint pending) or not yet
+            # built: Snakemake asks again before the job runs
+            return BASE_MEMORY_MB[side]
+        weights = _size_mb(model) / CHECKPOINT_BYTES
+        if side == "ggml":
+            per_weight = STORAGE_BYTES.get(wildcards.weight_type, STORAGE_BYTES["f32"])
+        else:
+            per_weight = 3 * STORAGE_BYTES["f32"]
+        need = int(copies * (BASE_MEMORY_MB[side] + weights * per_weight)) + 1
+        limit = workflow.global_resources.get("mem_mb")
+        limit = getattr(limit, "value", limit)  # a snakemake Resource, or a plain number
+        if isinstance(limit, int | float) and need > limit:
+            weight_type = wildcards.get("weight_type")
+            cell = (f"{wildcards.family}/{wildcards.model}" if weight_type is None
+                    else f"{wildcards.family}/{wildcards.model}/{weight_type}")
+            raise WorkflowError(f"{side} job of {cell} needs about {need} MB, more than "
+                                f"--resources mem_mb={limit}: give it more memory")
+        return need
+
+    get.__name__ = f"memory_{side}"
+    return get
+
+
 def reference_plan(wildcards):
     """The file naming what the reference job of {family}/{model} dumps (:func:`_write_plans`)."""
     return f"{reference_dir(wildcards)}.plan.json"

@@ -68,6 +68,6 @@ rule drilldown:
         "results/benchmarks/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=memory_mb("ggml", copies=2),
     shell:
         "{params.command} 2> {log}"

@@ -23,7 +23,7 @@ rule candidate_model:
         "logs/candidate_model/{family}/{model}/{candidate}/{weight_type}.log",
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=memory_mb("convert"),
     shell:
         "audioparity candidate convert --adapter {params.adapter} --options {params.options}"
         " --model {params.model:q} --weight-type {wildcards.weight_type}"
@@ -45,7 +45,7 @@ rule ggml_dump:
         "results/benchmarks/ggml_dump/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=memory_mb("ggml"),
     shell:
         "audioparity guard --output-dir {output:q} --field backend={wildcards.backend}"
         " --field weight_type={wildcards.weight_type} -- {params.command} 2> {log}"

@@ -29,7 +29,7 @@ checkpoint reference_dump:
         "results/benchmarks/reference_dump/{family}/{model}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=memory_mb("reference"),
     shell:
         "audioparity reference {params.family} --model {params.model:q} {params.cases}"
         " --threads {threads} {params.options} 2> {log}"
@@ -60,7 +60,7 @@ rule reference_replay:
         "results/benchmarks/reference_replay/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=memory_mb("reference"),
     shell:
         "audioparity replay {params.family} --model {params.model:q} {params.flag} {input.case:q}"
         " --candidate-dir {input.candidate:q} --output-dir {output:q} --threads {threads}"

@@ -19,11 +19,13 @@ import yaml
 from tests import REPO
 from tests.workflow.workdir import (
     edited,
+    environment,
     make_workdir,
     parakeet_config,
     planned_rules,
     ran_rules,
     snakemake,
+    snakemake_command,
 )
 
 pytestmark = pytest.mark.slow
@@ -151,6 +153,28 @@ def test_adding_a_case_reruns_only_what_the_new_case_needs(sweep, tmp_path):
     finally:
         config.write_text(original)
         snakemake(sweep, "--cores", "2")
+
+
+def test_a_dump_asks_memory_for_its_model_and_weight_type_and_one_that_cannot_fit_is_refused(
+        sweep):
+    """mem_mb from the model's size and the cell's weight type (f32 above q8_0); a job whose
+    estimate exceeds --resources mem_mb is refused in one line, not shrunk to fit."""
+    dumps = "results/ggml/parakeet_tdt/tiny/audioparity/cpu"
+
+    def asked(weight_type: str, *args: str) -> subprocess.CompletedProcess:
+        argv = snakemake_command(sweep, "-n", "--cores", "2", "-f",
+                                 f"{dumps}/{weight_type}/clip", *args)
+        return subprocess.run(argv, env=environment(sweep), capture_output=True, text=True)
+
+    memory = {}
+    for weight_type in ("f32", "q8_0"):
+        log = asked(weight_type).stdout
+        memory[weight_type] = int(re.search(r"rule ggml_dump:.*?mem_mb=(\d+)", log, re.S)[1])
+    assert memory["f32"] > memory["q8_0"] > 600
+    refused = asked("f32", "--resources", f"mem_mb={memory['f32'] - 1}")
+    assert refused.returncode != 0
+    assert (f"ggml job of parakeet_tdt/tiny/f32 needs about {memory['f32']} MB, more than "
+            f"--resources mem_mb={memory['f32'] - 1}") in refused.stdout + refused.stderr
 
 
 def test_editing_the_report_code_reruns_only_the_html(sweep):
