@@ -67,6 +67,9 @@ class Stage:
         head: for a family whose models have different output heads (Parakeet's transducer
             and CTC decoders), the head the stage belongs to; a dump holds every stage of each
             head its model has and none of another (None: every model has the stage).
+        reference_path: its rows follow the reference's own decisions (Parakeet's joint rows
+            along the reference's greedy path), so it has no distance from another reference
+            that decided otherwise: a quantized cell's cost (``cost_*``) is left empty.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Stage:
     isolated: str | None = None
     replayed: str | None = None
     head: str | None = None
+    reference_path: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -343,6 +347,14 @@ def reference_stage(family_name: str | None, stage: str) -> str:
     if spec is not None:
         return spec.reference_stage(stage)
     return _form_of(stage)[0]
+
+
+def on_reference_path(family_name: str | None, stage: str) -> bool:
+    """Whether a family's stage follows the reference's own decisions (:attr:`Stage.
+    reference_path`); False for a stage or family not registered here."""
+    spec = registered().get(family_name or "")
+    found = spec.locate(stage) if spec is not None else None
+    return found is not None and found[1].reference_path
 
 
 def isolated_form(family_name: str | None, stage: str) -> str | None:

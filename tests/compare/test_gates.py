@@ -479,7 +479,8 @@ def test_two_dumps_of_a_candidate_holding_a_view_are_compared_as_they_are(tmp_pa
 def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_against_f32(
         reference_dir: Path, tmp_path: Path):
     """With ``cost_dir``: the metrics and the verdict against the (quantization-aware)
-    reference, the cost columns against the float32 one, computed here in float64."""
+    reference, the cost columns against the float32 one, computed here in float64, but for a
+    stage on the reference's own path."""
     emulated = {name: (array + np.float32(1e-3) * RNG.normal(size=array.shape).astype(np.float32),
                        layout) for name, (array, layout) in REFERENCE.items()}
     emulated_dir = write_dump(tmp_path / "emulated", tmp_path, emulated, {"decode": DECODE})
@@ -494,6 +495,8 @@ def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_again
     assert rows["layer_0"]["cost_nmse"] == pytest.approx(expected, rel=1e-9)
     assert 0.999 < rows["layer_0"]["cost_cosine"] < 1.0
     assert rows["decode"]["cost_token_match"] == 1.0 and rows["decode"]["cost_nmse"] is None
+    # joint rows follow the reference's own greedy path: no distance from another reference
+    assert rows["joint_logits"]["nmse"] == 0.0 and rows["joint_logits"]["cost_nmse"] is None
     without = tmp_path / "plain.json"
     compare_cell(emulated_dir, candidate, gates_for(), LABELS, without)
     assert all(row[c] is None for row in json.loads(without.read_text())

@@ -35,6 +35,7 @@ from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
 from audioparity.families import (
     isolated_form,
+    on_reference_path,
     reference_stage,
     registered,
     replayed_form,
@@ -56,7 +57,9 @@ METRIC_COLUMNS = (
     "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
 )
 #: The cost of a weight type: the candidate measured against the float32 reference, where a
-#: quantized cell's own reference is a quantization-aware one (``audioparity.storage``).
+#: quantized cell's own reference is a quantization-aware one (``audioparity.storage``); empty
+#: for a stage whose rows follow the reference's own decisions (``Stage.reference_path``), and
+#: where the two do not line up.
 COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match")
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
@@ -362,8 +365,11 @@ def _crashed_stage(candidate: Dump | None, family: str | None, plan: list) -> st
 
 def _cost(cost: Dump, candidate: Dump, cand_stage: str, ref_stage: str, kind: str,
           ref_kind: str) -> dict[str, Any]:
-    """:data:`COST_COLUMNS` of one stage: the candidate against the float32 reference."""
-    measured, _ = _compare_stage(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
+    """:data:`COST_COLUMNS` of one stage: the candidate against the float32 reference; empty
+    where the two do not line up (a problem such as rows compared over a common prefix only)."""
+    measured, problems = _compare_stage(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
+    if problems:
+        return dict.fromkeys(COST_COLUMNS)
     return {f"cost_{key}": measured.get(key) for key in ("nmse", "cosine", "token_match")}
 
 
@@ -475,6 +481,7 @@ def compare_cell(
         row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
         row.update(_cost(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
                    if cost is not None and measured is not None and ref_dump is reference
+                   and not on_reference_path(family, ref_stage)
                    else dict.fromkeys(COST_COLUMNS))
         parts = (measured or {}).get("top1_rows")
         part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {stage}"

@@ -541,10 +541,12 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     against_backend = frame[frame["against"] != REFERENCE]
     frame = frame[frame["against"] == REFERENCE]
     colours = _colours(list(frame["weight_type"].unique()))
-    described = ", ".join(
-        f"{frame[c].nunique()} {c.replace('_', ' ')}{'s' if frame[c].nunique() != 1 else ''}"
-        for c in ("model", "case", "candidate", "backend", "weight_type")
-    )
+    # models and cases are named per family (two families may both have a "tiny")
+    counts = {c: len(frame[["family", c]].drop_duplicates()) if c in ("model", "case")
+              else frame[c].nunique() for c in ("model", "case", "candidate", "backend",
+                                                "weight_type")}
+    described = ", ".join(f"{n} {c.replace('_', ' ')}{'s' if n != 1 else ''}"
+                          for c, n in counts.items())
     sections = [
         ("Needs attention", _attention(frame)),
         ("Status matrix", _matrix(frame)),

@@ -23,7 +23,7 @@ SPEC = FamilySpec(
         Stage("enc_out", "tensor", "[T, D]", "encoder output"),
         Stage("joint_logits", "tensor", "[steps, V+1+n_durations]",
               "raw joint outputs along the reference's greedy path, one row per evaluation",
-              head="transducer"),
+              head="transducer", reference_path=True),
         Stage("lstm_state_0", "tensor", "[layers, 2, H]",
               "prediction network state (h, c) after the blank/SOS step", head="transducer"),
         Stage("decode", "document", "{ids, frames, durations, text}",
