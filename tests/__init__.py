@@ -19,3 +19,17 @@ def config_gates(family: str, weight_type: str, model: str = "tiny") -> dict:
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     return resolve_gates(config[family], model=model, backend="cpu", weight_type=weight_type)
+
+
+def cell_rows(reference: Path, candidate: Path, output: Path, family: str = "parakeet_tdt",
+              weight_type: str = "f32", cost: Path | None = None) -> dict[str, dict]:
+    """{stage: row} of ``candidate`` compared with ``reference`` under the gates the default
+    config gives ``family`` at ``weight_type`` (``cost``: the float32 reference of a quantized
+    cell), the cell written to ``output``."""
+    import json
+
+    from audioparity.compare import compare_cell
+
+    compare_cell(reference, candidate, config_gates(family, weight_type), {"family": family},
+                 output, cost_dir=cost)
+    return {row["stage"]: row for row in json.loads(Path(output).read_text())}

@@ -3,7 +3,6 @@ a user's would be: what every family's planted-bug tests share."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -11,10 +10,9 @@ import sys
 from pathlib import Path
 
 from audioparity.artifacts import Dump
-from audioparity.compare import compare_cell
 from audioparity.families import family
 from audioparity.storage import EMULATED_TYPES, emulated_dir
-from tests import REPO, config_gates
+from tests import REPO, cell_rows
 
 #: A planted bug: (file of the family's package, its exact original text, the replacement);
 #: the text must occur in the file exactly once.
@@ -71,10 +69,8 @@ def planted_rows(root: Path, name: str, patches: list[Patch], model: Path, case:
     emulated = weight_type in EMULATED_TYPES
     own = emulated_dir(reference, weight_type if emulated else None)
     dump = planted_dump(root, name, patches, model, case, own, weight_type)
-    cell = root / "cell.json"
-    compare_cell(own, dump.path, config_gates(name, weight_type), {"family": name}, cell,
-                 cost_dir=reference if emulated else None)
-    return {row["stage"]: row for row in json.loads(cell.read_text())}
+    return cell_rows(own, dump.path, root / "cell.json", name, weight_type,
+                     reference if emulated else None)
 
 
 def planted_statuses(root: Path, name: str, patches: list[Patch], model: Path, case: Path,

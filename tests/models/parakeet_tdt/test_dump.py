@@ -101,12 +101,9 @@ def test_an_xscaling_model_passes_at_f32_its_isolated_layers_included(fixture_mo
     """NeMo's ConformerEncoder scales pre_encode by sqrt(d_model) by default (v3 turns it
     off): layer 0 alone must get the reference's pre_encode scaled once, as NeMo scales it
     (it was scaled twice, and layer_0_isolated failed with cosine 0.9998)."""
-    import json
-
-    from audioparity.compare import compare_cell
     from audioparity.models.parakeet_tdt.config import load_config
     from audioparity.models.parakeet_tdt.reference import dump_reference
-    from tests import config_gates
+    from tests import cell_rows
 
     model = fixture_model("parakeet_tdt", xscaling=True)
     assert load_config(model).encoder.xscale == pytest.approx(8.0)  # d_model 64
@@ -115,9 +112,7 @@ def test_an_xscaling_model_passes_at_f32_its_isolated_layers_included(fixture_mo
     result = run_dump(model, clip_wav, reference, tmp_path / "ggml", "--weight-type", "f32",
                       "--threads", "1")
     assert result.returncode == 0, result.stderr[-2000:]
-    compare_cell(reference, tmp_path / "ggml", config_gates("parakeet_tdt", "f32"),
-                 {"family": "parakeet_tdt"}, tmp_path / "cell.json")
-    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    rows = cell_rows(reference, tmp_path / "ggml", tmp_path / "cell.json")
     failing = {stage: row["reason"] for stage, row in rows.items() if row["status"] != "pass"}
     assert not failing, failing
     assert rows["layer_0_isolated"]["nmse"] < 1e-11

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.artifacts import Dump
-from tests import config_gates
+from tests import cell_rows
 from tests.models.parakeet_tdt.test_dump import run_dump
 
 pytest.importorskip("nemo.collections.asr")
@@ -50,12 +50,8 @@ def variant_dumps(fixture_model, clip_wav, tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_passes_every_f32_gate_against_nemo(variant_dumps, name, tmp_path):
-    from audioparity.compare import compare_cell
-
     _, reference, ggml = variant_dumps(name)
-    compare_cell(reference, ggml, config_gates("parakeet_tdt", "f32"),
-                 {"family": "parakeet_tdt"}, tmp_path / "cell.json")
-    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    rows = cell_rows(reference, ggml, tmp_path / "cell.json")
     failing = {stage: row["reason"] for stage, row in rows.items() if row["status"] != "pass"}
     assert not failing, failing
     documents = Dump(reference).manifest["documents"]
@@ -191,15 +187,11 @@ def test_ctc_decode_is_nemos_own_transcription(variant_dumps, clip_wav, name):
 def test_ctc_kernel_rounded_to_f16_fails_the_f32_gate(variant_dumps, clip_wav, tmp_path):
     """The f32 gate of ctc_logits_isolated is one a sloppy port fails: the CTC decoder (and
     every matmul) in f16 puts it at NMSE ~8e-9 against a gate of 2e-13."""
-    from audioparity.compare import compare_cell
-
     model, reference, _ = variant_dumps("ctc")
     result = run_dump(model, clip_wav, reference, tmp_path / "f16", "--weight-type", "f16",
                       "--threads", "1")
     assert result.returncode == 0, result.stderr[-2000:]
-    compare_cell(reference, tmp_path / "f16", config_gates("parakeet_tdt", "f32"),
-                 {"family": "parakeet_tdt"}, tmp_path / "cell.json")
-    rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
+    rows = cell_rows(reference, tmp_path / "f16", tmp_path / "cell.json")
     assert rows["ctc_logits_isolated"]["status"] == "fail"
     assert 1e-10 < rows["ctc_logits_isolated"]["nmse"] < 1e-6
 
