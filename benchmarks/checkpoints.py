@@ -92,8 +92,8 @@ def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
 
     base_config = fixture.fixture_config
 
-    def fixture_config(tokenizer_dir: Path, joint_hidden: int) -> dict:
-        cfg = base_config(tokenizer_dir)
+    def fixture_config(tokenizer_dir: Path, *args) -> dict:
+        cfg = base_config(tokenizer_dir, *args)
         cfg["model_defaults"].update(enc_hidden=shape.d_model, pred_hidden=shape.pred_hidden,
                                      joint_hidden=shape.joint_hidden)
         cfg["encoder"].update(d_model=shape.d_model, n_layers=shape.n_layers,
