@@ -43,6 +43,35 @@ def test_fixture_checkpoint_equals_torch_load(parakeet_model: Path, tmp_path: Pa
     assert len(arrays) > 100
 
 
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_a_nemo_checkpoint_is_read_in_place_or_extracted_when_compressed(
+        parakeet_model: Path, tmp_path: Path, mode: str) -> None:
+    """NeMo's own uncompressed tar is read where it lies (a window on the file); a gzipped one
+    has no such window and is extracted; both give every tensor as torch.load does."""
+    import tarfile
+
+    from audioparity.checkpoints.nemo import nemo_member_span
+    from audioparity.models.parakeet_tdt.checkpoint import Checkpoint
+
+    ckpt = tmp_path / "model_weights.ckpt"
+    ckpt.write_bytes(read_nemo_member(parakeet_model, "model_weights.ckpt"))
+    nemo = tmp_path / "model.nemo"
+    with tarfile.open(nemo, mode) as tar:
+        tar.add(ckpt, arcname="./model_weights.ckpt")
+    span = nemo_member_span(nemo, "model_weights.ckpt")
+    assert (span is None) == (mode == "w:gz")
+    if span is not None:
+        with open(nemo, "rb") as handle:
+            handle.seek(span[0])
+            assert handle.read(span[1]) == ckpt.read_bytes()
+    expected = torch.load(ckpt, map_location="cpu", weights_only=True)
+    with Checkpoint(nemo) as checkpoint:
+        assert (checkpoint._scratch is None) == (mode == "w")
+        for name, entry in checkpoint.entries.items():
+            np.testing.assert_array_equal(entry.read(), expected[name].float().numpy(),
+                                          err_msg=name)
+
+
 def open_files(path: Path) -> int:
     """How many of this process's file descriptors are open on ``path``."""
     fds = Path("/proc/self/fd")

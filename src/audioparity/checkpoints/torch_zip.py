@@ -9,6 +9,7 @@ of the zip with numpy; anything else is an error. Nothing is read until a tensor
 from __future__ import annotations
 
 import collections
+import contextlib
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints import to_float32
+from audioparity.checkpoints.nemo import FileWindow
 from audioparity.errors import AudioparityError
 
 #: torch storage class (``torch.<name>``) -> (stored dtype, numpy dtype of its bytes).
@@ -44,7 +46,8 @@ class TorchEntry:
 
     Attributes:
         path: the checkpoint file; where: how messages name it; record: its storage's zip
-            record (``<prefix>data/<key>``).
+            record (``<prefix>data/<key>``); span: ``(offset, size)`` of the zip inside
+            ``path`` when it is a member of an uncompressed tar (a ``.nemo``), else None.
         kind: the stored dtype ``f32|f16|bf16``; shape: numpy shape; offset, stride: in values
             of the storage (``torch._utils._rebuild_tensor_v2``).
     """
@@ -56,11 +59,12 @@ class TorchEntry:
     shape: tuple[int, ...]
     offset: int
     stride: tuple[int, ...]
+    span: tuple[int, int] | None = None
 
     def read(self) -> np.ndarray:
         """The tensor as a new float32 array (f16/bf16 widened exactly), read from its storage
         record alone (a zip member read; the other records stay on disk)."""
-        with zipfile.ZipFile(self.path) as archive:
+        with _open_zip(self.path, self.span) as archive:
             data = np.frombuffer(archive.read(self.record), dtype=_NUMPY_DTYPES[self.kind])
         view = np.lib.stride_tricks.as_strided(
             data[self.offset:], shape=self.shape,
@@ -84,9 +88,10 @@ class _StateDictUnpickler(pickle.Unpickler):
     """
 
     def __init__(self, stream, archive: zipfile.ZipFile, path: Path, prefix: str,
-                 where: str) -> None:
+                 where: str, span: tuple[int, int] | None) -> None:
         super().__init__(stream)
         self._archive, self._path, self._prefix, self._where = archive, path, prefix, where
+        self._span = span
 
     def find_class(self, module: str, name: str):
         if (module, name) == ("collections", "OrderedDict"):
@@ -131,10 +136,16 @@ class _StateDictUnpickler(pickle.Unpickler):
                 f"{self._where}: a tensor of size {list(size)}, stride {list(stride)} at offset "
                 f"{offset} lies outside its storage data/{storage.key} ({storage.numel} values)")
         return TorchEntry(self._path, self._where, record, _TORCH_STORAGES[storage.kind][0],
-                          tuple(size), offset, tuple(stride))
+                          tuple(size), offset, tuple(stride), self._span)
 
 
-def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]:
+def _open_zip(path: Path, span: tuple[int, int] | None) -> zipfile.ZipFile:
+    """The zip at ``path``, or the one at ``span`` (offset, size) inside it, read in place."""
+    return zipfile.ZipFile(path if span is None else FileWindow(path, *span))
+
+
+def torch_entries(path: Path, where: str | None = None,
+                  span: tuple[int, int] | None = None) -> dict[str, TorchEntry]:
     """Float tensors of a state dict saved by ``torch.save`` (zip format), without torch and
     without reading their data (only ``data.pkl`` and the zip directory).
 
@@ -144,6 +155,8 @@ def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]
     Args:
         path: the checkpoint file (e.g. a ``.nemo``'s ``model_weights.ckpt``).
         where: how messages name the file (default ``path``).
+        span: ``(offset, size)`` of the checkpoint inside ``path`` (a member of an
+            uncompressed ``.nemo`` tar, :func:`~.nemo.nemo_member_span`), read in place.
 
     Returns:
         name -> :class:`TorchEntry`; tensors of other types are left out.
@@ -154,9 +167,10 @@ def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]
             record that is missing or of the wrong size.
     """
     where = where or str(path)
-    if not zipfile.is_zipfile(path):
-        raise AudioparityError(f"{where}: not a torch zip checkpoint (torch.save >= 1.6)")
-    with zipfile.ZipFile(path) as archive:
+    with contextlib.closing(FileWindow(path, *span)) if span else open(path, "rb") as handle:
+        if not zipfile.is_zipfile(handle):
+            raise AudioparityError(f"{where}: not a torch zip checkpoint (torch.save >= 1.6)")
+    with _open_zip(path, span) as archive:
         pickles = [name for name in archive.namelist() if name.endswith("data.pkl")]
         if len(pickles) != 1:
             raise AudioparityError(f"{where}: expected one data.pkl record, found {len(pickles)}")
@@ -166,7 +180,8 @@ def torch_entries(path: Path, where: str | None = None) -> dict[str, TorchEntry]
             raise AudioparityError(f"{where}: big-endian checkpoint; expected little-endian")
         try:
             with archive.open(f"{prefix}data.pkl") as stream:
-                state = _StateDictUnpickler(stream, archive, Path(path), prefix, where).load()
+                state = _StateDictUnpickler(stream, archive, Path(path), prefix, where,
+                                            span).load()
         except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as err:
             raise AudioparityError(f"{where}: unreadable data.pkl ({err})") from None
     if not isinstance(state, dict):

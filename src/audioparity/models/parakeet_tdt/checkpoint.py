@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints import check_finite
-from audioparity.checkpoints.nemo import copy_nemo_member
+from audioparity.checkpoints.nemo import copy_nemo_member, nemo_member_span
 from audioparity.checkpoints.safetensors import DTYPES, checkpoint_entries
 from audioparity.checkpoints.torch_zip import torch_entries
 from audioparity.errors import AudioparityError
@@ -138,8 +138,8 @@ def hf_to_nemo_name(name: str) -> str:
 class Checkpoint:
     """The float tensors of a ``.nemo`` file or Hugging Face directory, NeMo-named, from the
     headers; each read on demand. A context manager: a ``.nemo``'s ``model_weights.ckpt`` is
-    extracted to a temporary file (so its zip can be read by random access) until
-    :meth:`close`.
+    read in place inside the tar, or, when the tar is compressed, extracted to a temporary file
+    (so its zip can be read by random access) until :meth:`close`.
 
     Attributes:
         model: the checkpoint.
@@ -160,12 +160,17 @@ class Checkpoint:
                             for name, entry in checkpoint_entries(self.model).items()
                             if entry.dtype in DTYPES}
             return
+        where = f"{self.model}: model_weights.ckpt"
+        span = nemo_member_span(self.model, "model_weights.ckpt")
+        if span is not None:  # an uncompressed tar (NeMo's own): the zip is read in place
+            self.entries = torch_entries(self.model, where=where, span=span)
+            return
         self._scratch = tempfile.TemporaryDirectory(prefix="audioparity_ckpt_")
         try:
             ckpt = Path(self._scratch.name) / "model_weights.ckpt"
             with open(ckpt, "wb") as out:
                 copy_nemo_member(self.model, "model_weights.ckpt", out)
-            self.entries = torch_entries(ckpt, where=f"{self.model}: model_weights.ckpt")
+            self.entries = torch_entries(ckpt, where=where)
         except BaseException:
             self.close()
             raise

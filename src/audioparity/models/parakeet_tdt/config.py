@@ -429,7 +429,9 @@ def load_config(model: Path) -> ParakeetTDTConfig:
 
     where = f"{model}:model_config.yaml"
     try:
-        cfg = yaml.safe_load(read_nemo_member(model, "model_config.yaml"))
+        # libyaml's loader when PyYAML has it: a 0.6B model's config lists 8192 pieces
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        cfg = yaml.load(read_nemo_member(model, "model_config.yaml"), Loader=loader)  # noqa: S506
     except yaml.YAMLError as err:
         raise AudioparityError(f"{where}: not YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(cfg, dict):
