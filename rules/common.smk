@@ -17,7 +17,7 @@ from audioparity.candidates import adapter_module
 from audioparity.candidates import registered as candidate_adapters
 from audioparity.compare.gates import resolve_gates
 from audioparity.errors import AudioparityError
-from audioparity.families import REPLAY, registered
+from audioparity.families import REPLAY, WEIGHTS, registered
 from audioparity.storage import EMULATED_TYPES, emulated_dir
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
@@ -383,6 +383,24 @@ def converted_model(wildcards):
             f"{wildcards.weight_type}")
 
 
+def weights_file(wildcards):
+    """The GGUF file of {model}'s weights at {weight_type} that the family's own port maps
+    (rule ggml_weights), or None for another candidate or a family without the entry point."""
+    entry, port = _candidate(wildcards)
+    if not port.ADAPTER.family_port or WEIGHTS not in SPECS[wildcards.family].entry_points:
+        return None
+    return (f"results/weights/{wildcards.family}/{wildcards.model}/{wildcards.candidate}/"
+            f"{wildcards.weight_type}.gguf")
+
+
+def weights_options(wildcards):
+    """The weight conversion's options (those of the entry's options that change the
+    weights: Parakeet's conv_weight_type), as flags."""
+    entry, _ = _candidate(wildcards)
+    return _quoted(arg for option in SPECS[wildcards.family].options_for(WEIGHTS)
+                   for arg in option.argv(entry["options"][option.name]))
+
+
 def ggml_backend(wildcards):
     """The ggml backend of backend {backend} of {family} (a setting's own backend)."""
     return BACKEND_SETTINGS[wildcards.family][wildcards.backend]["backend"]
@@ -409,6 +427,8 @@ def ggml_inputs(wildcards):
         code, reads = [*runner, *src_files("guard")], adapter.reads_reference
     inputs = {"model": converted_model(wildcards) or model_input(wildcards),
               "case": case_path(wildcards), "code": code, "port": port_files(wildcards)}
+    if weights_file(wildcards):
+        inputs["weights"] = weights_file(wildcards)
     if reads:
         inputs.update(reference_of(wildcards))
     return inputs
@@ -591,12 +611,14 @@ def ggml_command(wildcards, output, threads):
                            output[0], "--weight-type", wildcards.weight_type,
                            "--backend", setting["backend"], "--threads", str(threads)],
                          setting["env"])
+    weights = weights_file(wildcards)
     try:
         commands = port.run(
             model, case_path(wildcards), output[0], spec=spec,
             family_options=FAMILIES[wildcards.family]["options"], options=entry["options"],
             weight_type=wildcards.weight_type, backend=setting["backend"], threads=threads,
-            reference=reference_case(wildcards))
+            reference=reference_case(wildcards),
+            **({"weights_file": weights} if weights else {}))
     except AudioparityError as err:
         raise WorkflowError(f"config {wildcards.family}.candidates "
                             f"{wildcards.candidate!r}: {err}") from None

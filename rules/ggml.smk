@@ -30,6 +30,34 @@ rule candidate_model:
         " --output-dir {output:q} 2> {log}"
 
 
+# This project's port converts each model's weights once per weight type into a GGUF file
+# (the bytes ggml holds, in their storage types), which every case's dump then memory-maps: a
+# dump's load is near free, and the cases' jobs stay one per case, so adding a case runs only
+# its own (docs/design.md, "Weights").
+rule ggml_weights:
+    input:
+        model=model_input,
+        code=family_code("weights"),
+    output:
+        "results/weights/{family}/{model}/{candidate}/{weight_type}.gguf",
+    params:
+        family=family_command,
+        model=model_path,
+        options=weights_options,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        "logs/ggml_weights/{family}/{model}/{candidate}/{weight_type}.log",
+    benchmark:
+        "results/benchmarks/ggml_weights/{family}/{model}/{candidate}/{weight_type}.tsv"
+    threads: 1
+    resources:
+        mem_mb=memory_mb("ggml"),
+    shell:
+        "audioparity weights {params.family} --model {params.model:q}"
+        " --weight-type {wildcards.weight_type} --output {output:q} {params.options} 2> {log}"
+
+
 rule ggml_dump:
     input:
         unpack(ggml_inputs),

@@ -15,7 +15,15 @@ import yaml
 
 from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option, Stage, family, registered, stage_key
+from audioparity.families import (
+    WEIGHTS,
+    FamilySpec,
+    Option,
+    Stage,
+    family,
+    registered,
+    stage_key,
+)
 from audioparity.vocabulary import BACKENDS, SIDES, WEIGHT_TYPES
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
@@ -55,12 +63,15 @@ def test_entry_point_defaults_are_the_specs(spec: FamilySpec):
     """Called from Python, an entry point's keyword defaults are the spec's option defaults."""
     import inspect
 
-    for side in SIDES:
+    converts = WEIGHTS in spec.entry_points
+    for side in (*SIDES, *([WEIGHTS] if converts else [])):
         parameters = inspect.signature(spec.entry_point(side)).parameters
         for option in spec.options_for(side):
             assert parameters[option.name].default == option.default, (side, option.name)
         expected = {"fixture": {"seed": 0}, "reference": {"threads": 1, "emulate": ()},
-                    "ggml": {"device": 0, "threads": 1}}[side]
+                    "ggml": {"device": 0, "threads": 1,
+                             **({"weights_file": None} if converts else {})},
+                    WEIGHTS: {"weight_type": "native"}}[side]
         assert {key: parameters[key].default for key in expected} == expected, side
 
 

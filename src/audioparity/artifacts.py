@@ -60,6 +60,53 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def _stat_key(path: Path) -> str:
+    """Size and modification time of a file, or of every file under a directory, as one
+    string: what changes when the file's bytes do (short of a rewrite that keeps both)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return ";".join(f"{f.relative_to(path) if path.is_dir() else ''}:{f.stat().st_size}:"
+                    f"{f.stat().st_mtime_ns}" for f in files)
+
+
+def model_record(model: str | os.PathLike) -> dict[str, str]:
+    """What a file derived from ``model`` (a converted weights file) records of it: its
+    sha256 and :func:`_stat_key`, for :func:`model_digest`."""
+    model = Path(model)
+    return {"model_sha256": sha256_of(model), "model_stat": _stat_key(model)}
+
+
+def model_digest(model: str | os.PathLike, weights: str | os.PathLike | None = None) -> str:
+    """The sha256 of ``model``; with ``weights`` (a GGUF file whose metadata holds
+    :func:`model_record` of its model, under ``audioparity.*``) the one recorded there when the
+    model's size and time are unchanged since, so a dump that maps converted weights does not
+    read the whole model again.
+
+    Raises:
+        AudioparityError: the model is absent, or ``weights`` was converted from another model.
+    """
+    model = Path(model)
+    if weights is None:
+        return sha256_of(model)
+    import gguf
+
+    try:
+        fields = gguf.GGUFReader(weights).fields
+        recorded = {key: bytes(fields[f"audioparity.{key}"].parts[-1]).decode()
+                    for key in ("model_sha256", "model_stat")}
+    except (OSError, ValueError, KeyError) as err:
+        raise AudioparityError(f"weights file {weights}: unreadable or without the record of "
+                               f"its model ({err}); convert it again") from None
+    if not model.exists():
+        raise AudioparityError(f"{model}: no such file or directory")
+    if recorded["model_stat"] == _stat_key(model):
+        return recorded["model_sha256"]
+    digest = sha256_of(model)
+    if digest != recorded["model_sha256"]:
+        raise AudioparityError(f"weights file {weights} was converted from another model than "
+                               f"{model}; convert it again")
+    return digest
+
+
 def library_versions(*names: str) -> dict[str, str]:
     """Installed versions of the named distributions (``"absent"`` when not installed)."""
     versions = {"python": platform.python_version()}
@@ -103,6 +150,8 @@ class DumpWriter:
             Both may be omitted for a dump that only records a status (``crashed``).
         fields: further manifest fields (backend, weight_type, threads, ...).
         versions: distributions whose versions to record besides python and numpy.
+        weights: the converted weights file the dump maps (``weights_file`` in the manifest);
+            the model's sha256 is the one it records (:func:`model_digest`).
     """
 
     def __init__(
@@ -114,6 +163,7 @@ class DumpWriter:
         inputs: dict[str, str | os.PathLike] | None = None,
         fields: dict[str, Any] | None = None,
         versions: tuple[str, ...] = (),
+        weights: str | os.PathLike | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.partial = self.output_dir.with_name(self.output_dir.name + ".partial")
@@ -121,7 +171,9 @@ class DumpWriter:
         self.running: str | None = None
         self.manifest: dict[str, Any] = {
             "producer": producer,
-            "model": None if model is None else {"path": str(model), "sha256": sha256_of(model)},
+            "model": None if model is None else {"path": str(model),
+                                                 "sha256": model_digest(model, weights)},
+            **({} if weights is None else {"weights_file": str(weights)}),
             "inputs": {
                 role: {"path": str(p), "sha256": sha256_of(p)} for role, p in (inputs or {}).items()
             },

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from audioparity.errors import AudioparityError
-from audioparity.families import REPLAY, FamilySpec, registered
+from audioparity.families import REPLAY, WEIGHTS, FamilySpec, registered
 from audioparity.storage import EMULATED_TYPES
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
@@ -81,13 +81,15 @@ def _family_commands(sub) -> None:
     fixture = sub.add_parser("fixture", help="build a tiny seeded model (tests, default run)")
     reference = sub.add_parser("reference", help="dump reference activations (PyTorch/NeMo)")
     ggml = sub.add_parser("ggml", help="dump activations from the built-in ggml port")
+    weights = sub.add_parser(WEIGHTS, help="convert a model's weights once per weight type into "
+                             "a GGUF file that ggml dumps map (--weights-file)")
     replay = sub.add_parser(REPLAY, help="the reference's blocks run on a candidate's own "
                             "inputs to them (docs/candidates.md, \"Replay\")")
     drilldown = sub.add_parser("drilldown", help="run the port's graphs node by node on two "
                                "backends; name the first op that breaks (drilldown.json)")
-    fixture_sub, reference_sub, ggml_sub, replay_sub, drilldown_sub = (
+    fixture_sub, reference_sub, ggml_sub, weights_sub, replay_sub, drilldown_sub = (
         command.add_subparsers(dest="family", required=True, metavar="FAMILY")
-        for command in (fixture, reference, ggml, replay, drilldown))
+        for command in (fixture, reference, ggml, weights, replay, drilldown))
     for spec in specs:
         p = fixture_sub.add_parser(spec.command, help=f"tiny seeded {spec.title}")
         p.set_defaults(spec=spec)
@@ -114,8 +116,21 @@ def _family_commands(sub) -> None:
                        f"({', '.join(EMULATED_TYPES)})")
         _add_options(p, spec, "reference")
 
-        _ggml_arguments(ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port"),
-                        spec)
+        p = ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port")
+        _ggml_arguments(p, spec)
+        if WEIGHTS in spec.entry_points:
+            p.add_argument("--weights-file", type=Path,
+                           help=f"the weights converted once (`audioparity {WEIGHTS} "
+                           f"{spec.command}` at the same types), mapped instead of read from "
+                           "--model")
+            p = weights_sub.add_parser(spec.command, help=f"{spec.title}: convert the weights")
+            p.set_defaults(spec=spec)
+            p.add_argument("--model", required=True, type=Path, help=spec.model)
+            p.add_argument("--weight-type", default="native",
+                           type=_value("weight type", choices=WEIGHT_TYPES),
+                           help="storage type of the matmul weights; native: the checkpoint's")
+            p.add_argument("--output", required=True, type=Path, help="the GGUF file to write")
+            _add_options(p, spec, WEIGHTS)
 
         p = drilldown_sub.add_parser(spec.command, help=f"{spec.title}: drill into a cell")
         _ggml_arguments(p, spec)
@@ -371,10 +386,15 @@ def _run(args: argparse.Namespace) -> int:
                                            emulate=args.emulate, **_options(args, "reference"))
     elif args.command == "ggml":
         reference = {"reference_dir": args.reference_dir} if args.spec.ggml_reads_reference else {}
+        weights_file = getattr(args, "weights_file", None)
+        weights = {"weights_file": weights_file} if weights_file else {}
         args.spec.entry_point("ggml")(
             args.model, args.input, args.output_dir, weight_type=args.weight_type,
             backend=args.backend, device=args.device, threads=args.threads, **reference,
-            **_options(args, "ggml"))
+            **weights, **_options(args, "ggml"))
+    elif args.command == WEIGHTS:
+        args.spec.entry_point(WEIGHTS)(args.model, args.output, weight_type=args.weight_type,
+                                       **_options(args, WEIGHTS))
     elif args.command == "drilldown":
         from audioparity.drilldown import drill_cell
 

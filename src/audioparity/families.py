@@ -43,6 +43,9 @@ FORMS = ("", "isolated", "replayed")
 
 #: The optional entry point of a family: the reference replaying a candidate's blocks.
 REPLAY = "replay"
+#: The optional entry point that converts a model's weights once per weight type into a file
+#: its ggml dumps map (``save_weights(model, output, weight_type, **options)``).
+WEIGHTS = "weights"
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ class Option:
         name: the config key (``conv_weight_type``); the flag is ``--conv-weight-type``.
         default: its value when the config does not set it (``bool`` makes a flag without value).
         help: one line for ``--help`` and the docs.
-        sides: the commands that take it (:data:`~audioparity.vocabulary.SIDES`).
+        sides: the commands that take it (:data:`~audioparity.vocabulary.SIDES`, and
+            :data:`WEIGHTS` for one the weight conversion takes).
         choices: the values allowed (empty: any of the default's type).
         minimum: the least value of an integer option.
     """
@@ -125,8 +129,9 @@ class Option:
     minimum: int | None = None
 
     def __post_init__(self) -> None:
-        if not set(self.sides) <= set(SIDES):
-            raise ValueError(f"option {self.name!r}: sides {self.sides}; expected some of {SIDES}")
+        if not set(self.sides) <= {*SIDES, WEIGHTS}:
+            raise ValueError(f"option {self.name!r}: sides {self.sides}; expected some of "
+                             f"{(*SIDES, WEIGHTS)}")
 
     @property
     def flag(self) -> str:
@@ -167,7 +172,8 @@ class FamilySpec:
         model: what ``--model`` takes, for ``--help``.
         stages: the dump contract, in pipeline order (summary and report rows follow it).
         entry_points: ``{side: "module:function"}`` for ``fixture``, ``reference`` and ``ggml``,
-            and optionally :data:`REPLAY` (signatures in docs/adding-a-family.md).
+            and optionally :data:`REPLAY` and :data:`WEIGHTS` (signatures in
+            docs/adding-a-family.md).
         options: family-specific settings (config section ``options``, command flags).
         fixture_model: where a fixture's model lies inside its directory (``model.nemo``); ""
             when the directory is the model (a checkpoint directory).
@@ -190,9 +196,9 @@ class FamilySpec:
         if self.input not in INPUT_KINDS:
             raise ValueError(f"family {self.name!r}: input {self.input!r}; expected one of "
                              f"{', '.join(INPUT_KINDS)}")
-        if not set(SIDES) <= set(self.entry_points) <= {*SIDES, REPLAY}:
+        if not set(SIDES) <= set(self.entry_points) <= {*SIDES, REPLAY, WEIGHTS}:
             raise ValueError(f"family {self.name!r}: entry_points {sorted(self.entry_points)}; "
-                             f"expected {list(SIDES)} and optionally {REPLAY!r}")
+                             f"expected {list(SIDES)} and optionally {REPLAY!r}, {WEIGHTS!r}")
         if any(stage.replayed for stage in self.stages) != (REPLAY in self.entry_points):
             raise ValueError(f"family {self.name!r}: stages with a replayed form need a "
                              f"{REPLAY!r} entry point, and it needs them")

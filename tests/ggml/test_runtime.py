@@ -255,3 +255,55 @@ def test_a_graph_computed_again_after_another_on_two_backends():
                 np.testing.assert_allclose(got, scale * ACTIVATION @ WEIGHT.T, rtol=1e-2,
                                            atol=5e-2)
                 np.testing.assert_array_equal(second.compute()["z"], 2 * ACTIVATION)
+
+
+WEIGHTS = {"w": WEIGHT, "norm": RNG.standard_normal(64).astype(np.float32)}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "vulkan"])
+@pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "q8_0"])
+def test_mapped_weights_hold_and_compute_the_bytes_that_were_saved(tmp_path, backend, storage):
+    """A saved file mapped back holds the same bytes (read back through ggml's own
+    dequantisation) and gives the same matmul, bit for bit, as the weights it was saved from;
+    on the CPU in place, on another backend copied from the mapping."""
+    if backend == "vulkan":
+        from tests.conftest import vulkan_or_skip
+
+        vulkan_or_skip()
+    types = {"w": storage, "norm": "f32"}
+    shapes = {name: array.shape for name, array in WEIGHTS.items()}
+    with Runtime(backend, threads=1) as rt:
+        uploaded = rt.upload(WEIGHTS, types)
+        uploaded.save(tmp_path / "w.gguf", {"note": "x"})
+        mapped = rt.map(tmp_path / "w.gguf", shapes, types)
+        products = []
+        for weights in (uploaded, mapped):
+            np.testing.assert_array_equal(weights.read("w"), uploaded.read("w"))
+            np.testing.assert_array_equal(weights.read("norm"), WEIGHTS["norm"])
+            with rt.graph() as g:
+                g.output("y", ggml.ggml_mul_mat(g.ctx, weights["w"], g.input("x", ACTIVATION)))
+                products.append(g.compute()["y"])
+        np.testing.assert_array_equal(products[0], products[1])
+    assert [p.name for p in tmp_path.iterdir()] == ["w.gguf"]  # no partial file left
+
+
+@pytest.mark.parametrize("shapes, types, message", [
+    ({"w": (96, 64), "norm": (64,)}, {"w": "f16", "norm": "f32"},
+     r"tensor 'w' is \[96, 64\] f32; the model wants \[96, 64\] f16"),
+    ({"w": (64, 96), "norm": (64,)}, {"w": "f32", "norm": "f32"},
+     r"tensor 'w' is \[96, 64\] f32; the model wants \[64, 96\] f32"),
+    ({"w": (96, 64)}, {"w": "f32"}, r"tensor 'norm' is \[64\] f32; the model wants none"),
+    ({"w": (96, 64), "norm": (64,), "b": (3,)}, {"w": "f32", "norm": "f32", "b": "f32"},
+     r"tensor 'b' is absent; the model wants \[3\] f32"),
+])
+def test_a_weights_file_of_other_shapes_or_types_is_refused(runtime, tmp_path, shapes, types,
+                                                            message):
+    runtime.upload(WEIGHTS, {"w": "f32", "norm": "f32"}).save(tmp_path / "w.gguf")
+    with pytest.raises(AudioparityError, match=message + r" \(convert it again\)"):
+        runtime.map(tmp_path / "w.gguf", shapes, types)
+
+
+def test_an_unreadable_weights_file_is_one_error(runtime, tmp_path):
+    (tmp_path / "w.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(AudioparityError, match=r"weights file .*w\.gguf: unreadable"):
+        runtime.map(tmp_path / "w.gguf", {"w": (96, 64)}, {"w": "f32"})

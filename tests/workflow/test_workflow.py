@@ -6,6 +6,7 @@ workflow, so editing a source file in the copy never touches this checkout.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -103,12 +104,29 @@ def test_editing_the_encoder_reruns_only_ggml_compare_and_report(sweep):
 
 
 def test_editing_the_ggml_runtime_reruns_no_reference_job(sweep):
-    """The reference side imports nothing of ggml: the slowest jobs stay done."""
+    """The reference side imports nothing of ggml: the slowest jobs stay done. The weights
+    are converted again (the runtime writes them)."""
     with edited(sweep / "src/audioparity/ggml/runtime.py"):
         assert planned_rules(sweep) == [
-            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "report_html",
-            "report_summary"
+            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "ggml_weights",
+            "report_html", "report_summary"
         ]
+
+
+def test_each_model_is_converted_once_per_weight_type_and_every_dump_maps_it(sweep):
+    """One GGUF file per (model, weight type), shared by the model's cases and backends; every
+    dump of this project's port names the one it mapped."""
+    converted = sorted(str(p.relative_to(sweep / "results/weights"))
+                       for p in (sweep / "results/weights").rglob("*.gguf"))
+    assert converted == ["moss_voicegen/tiny/audioparity/f32.gguf",
+                         "parakeet_tdt/tiny/audioparity/f32.gguf",
+                         "parakeet_tdt/tiny/audioparity/q8_0.gguf"]
+    manifests = list((sweep / "results/ggml").glob("*/*/audioparity/*/*/*/manifest.json"))
+    assert len(manifests) == 1 + 2 * 2
+    for manifest in manifests:
+        family_, model, _, _, weight_type = manifest.parts[-7:-2]
+        assert json.loads(manifest.read_text())["weights_file"] == (
+            f"results/weights/{family_}/{model}/audioparity/{weight_type}.gguf")
 
 
 def test_a_config_naming_a_new_model_plans_its_jobs_over_an_old_summary(sweep):
@@ -146,6 +164,7 @@ def test_adding_a_case_reruns_only_what_the_new_case_needs(sweep, tmp_path):
         result = snakemake(sweep, "--cores", "2")
         log = result.stdout + result.stderr
         assert "reference_dump" in ran_rules(result)
+        assert "ggml_weights" not in ran_rules(result)  # the model's weights stay converted
         cells = re.findall(r"output: results/(?:ggml|compare|compare_backends|drilldown)/(\S+)",
                            log)
         assert cells and all(re.search(r"/head(\.json)?(,|$)", cell) for cell in cells), cells

@@ -21,7 +21,9 @@ Design (facts about ggml-python 0.0.45 measured for this project):
   its rows) at a time, each host copy dropped before the next: a process holds its weights once,
   in their storage type. Conversion uses ggml's own ``ggml_quantize_chunk`` (which also does the
   f16/bf16 rounding), so the bytes are what a C++ converter would write. The storage type is a
-  property of the tensor; graph code is the same for every type.
+  property of the tensor; graph code is the same for every type. :meth:`Weights.save` writes
+  those bytes as a GGUF file and :meth:`Runtime.map` maps one back (a CPU backend computes on
+  the mapped pages in place): a model converted once is loaded near free.
 - :class:`State` (from :meth:`Runtime.state`) holds persistent mutable tensors (a KV cache): one
   zero-filled backend buffer that outlives graphs and is not marked as weights. Graphs write into
   it with ``ggml_cpy`` nodes added by :meth:`Graph.expand`.
@@ -77,6 +79,7 @@ import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -415,6 +418,12 @@ class Runtime:
         from ``blocks`` streamed one at a time (see :class:`Weights`)."""
         return Weights(self, shapes, storage, blocks)
 
+    def map(self, path: Path, shapes: Mapping[str, tuple[int, ...]],
+            storage: Mapping[str, str]) -> Weights:
+        """Weights from a GGUF file :meth:`Weights.save` wrote, memory-mapped (see
+        :class:`Weights`); it must hold exactly ``shapes`` in ``storage`` types."""
+        return Weights.mapped(self, path, shapes, storage)
+
     def state(self, specs: Mapping[str, tuple[tuple[int, ...], str]]) -> State:
         """Allocate zero-filled persistent tensors, ``name -> (numpy shape, storage type)``
         (see :class:`State`)."""
@@ -521,7 +530,11 @@ class _Tensors(Mapping):
     _what = "tensor"
 
     def __init__(self, runtime: Runtime, shapes: Mapping[str, tuple[int, ...]],
-                 storage: Mapping[str, str]) -> None:
+                 storage: Mapping[str, str], host: tuple[int, int, dict[str, int]] | None = None
+                 ) -> None:
+        """``host``: ``(address, size, name -> address)`` of memory that already holds every
+        tensor's bytes (a mapped file), used in place by a CPU runtime instead of a new
+        buffer."""
         self._runtime = runtime
         self._storage: dict[str, str] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -549,7 +562,14 @@ class _Tensors(Mapping):
             ggml.ggml_set_name(tensor, name.encode()[: ggml.GGML_MAX_NAME - 1])
             self._tensors[name] = tensor
         self._buffer = None
-        if shapes:
+        if shapes and host is not None and runtime.backend_name == "cpu":
+            start, size, addresses = host
+            self._buffer = ggml.ggml_backend_cpu_buffer_from_ptr(ctypes.c_void_p(start), size)
+            for name, tensor in self._tensors.items():
+                ggml.ggml_backend_tensor_alloc(self._buffer, tensor,
+                                               ctypes.c_void_p(addresses[name]))
+            runtime._persistent.add(self._buffer)
+        elif shapes:
             self._buffer = ggml.ggml_backend_alloc_ctx_tensors(self._ctx, runtime.backend)
             if not self._buffer:
                 raise AudioparityError(f"could not allocate {len(shapes)} {self._what}s on "
@@ -625,11 +645,18 @@ class Weights(_Tensors):
 
     def __init__(self, runtime: Runtime, shapes: Mapping[str, tuple[int, ...]],
                  storage: Mapping[str, str],
-                 blocks: Iterable[tuple[str, int, np.ndarray]]) -> None:
-        super().__init__(runtime, shapes, storage)
+                 blocks: Iterable[tuple[str, int, np.ndarray]] = (),
+                 host: tuple[int, int, dict[str, int]] | None = None) -> None:
+        super().__init__(runtime, shapes, storage, host)
         if self._buffer:
             ggml.ggml_backend_buffer_set_usage(self._buffer,
                                                ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        if host is not None:  # the bytes are there already: used in place, or copied once
+            if runtime.backend_name != "cpu":
+                for name, tensor in self._tensors.items():
+                    ggml.ggml_backend_tensor_set(tensor, ctypes.c_void_p(host[2][name]), 0,
+                                                 ggml.ggml_nbytes(tensor))
+            return
         filled = dict.fromkeys(self._shapes, 0)
         for name, first, array in blocks:
             self._set_rows(name, first, array, filled)
@@ -661,6 +688,74 @@ class Weights(_Tensors):
                                    f"{row_bytes} bytes")
         ggml.ggml_backend_tensor_set(tensor, _ptr(data), first * row_bytes, data.nbytes)
         filled[name] = first + rows
+
+
+    @classmethod
+    def mapped(cls, runtime: Runtime, path: Path, shapes: Mapping[str, tuple[int, ...]],
+               storage: Mapping[str, str]) -> Weights:
+        """The weights a GGUF file holds (:meth:`save`), memory-mapped read-only: a CPU runtime
+        computes on the mapped bytes in place (nothing is read until a graph touches it, and
+        processes mapping one file share its pages); another backend copies each tensor from
+        the mapping once.
+
+        Raises:
+            AudioparityError: an unreadable file, or one that does not hold exactly ``shapes``
+                (numpy order) in the ``storage`` types (one line naming the first tensor that
+                differs).
+        """
+        import gguf
+
+        try:
+            reader = gguf.GGUFReader(path)
+        except (OSError, ValueError) as err:
+            raise AudioparityError(f"weights file {path}: unreadable ({err})") from None
+        found = {t.name: t for t in reader.tensors}
+        for name in sorted(set(shapes) | set(found)):
+            tensor = found.get(name)
+            want = (tuple(shapes[name]), storage[name]) if name in shapes else None
+            have = None if tensor is None else (
+                tuple(int(n) for n in reversed(tensor.shape)),
+                _TYPE_NAMES.get(int(tensor.tensor_type), tensor.tensor_type.name))
+            if have != want:
+                raise AudioparityError(
+                    f"weights file {path}: tensor {name!r} is "
+                    f"{'absent' if have is None else f'{list(have[0])} {have[1]}'}; the model "
+                    f"wants {'none' if want is None else f'{list(want[0])} {want[1]}'} "
+                    "(convert it again)")
+        base = reader.data.ctypes.data
+        addresses = {name: base + found[name].data_offset for name in shapes}
+        start = min(addresses.values(), default=base)
+        end = max((addresses[n] + found[n].n_bytes for n in shapes), default=base)
+        weights = cls(runtime, shapes, storage, host=(start, end - start, addresses))
+        weights._mapping = reader.data  # the mapping lives as long as the weights
+        return weights
+
+    def save(self, path: Path, metadata: Mapping[str, str] | None = None) -> None:
+        """Write the weights, each in its storage type (the bytes ggml holds), as a GGUF file
+        (architecture ``audioparity-weights``, string ``metadata`` under ``audioparity.*``),
+        atomically: a file at ``path`` is always complete."""
+        import gguf
+
+        path = Path(path)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        writer = gguf.GGUFWriter(str(partial), arch="audioparity-weights")
+        for key, value in (metadata or {}).items():
+            writer.add_string(f"audioparity.{key}", value)
+        for name, tensor in self._tensors.items():
+            shape, type_ = self._shapes[name], tensor.contents.type
+            writer.add_tensor_info(name, (*shape[:-1], ggml.ggml_row_size(type_, shape[-1])),
+                                   np.dtype(np.uint8), ggml.ggml_nbytes(tensor),
+                                   raw_dtype=gguf.GGMLQuantizationType(type_))
+        try:
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            for tensor in self._tensors.values():
+                writer.write_tensor_data(tensor_bytes(tensor))
+            writer.close()
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 def _n_rows(shape: tuple[int, ...]) -> int:

@@ -30,6 +30,7 @@ SPEC = FamilySpec(
         "fixture": "audioparity.models.moss_voicegen.fixture:build_fixture",
         "reference": "audioparity.models.moss_voicegen.reference:dump_reference",
         "ggml": "audioparity.models.moss_voicegen.dump:dump_ggml",
+        "weights": "audioparity.models.moss_voicegen.weights:save_weights",
     },
     options=(
         Option("kv_cache_type", "f32", "storage type of the KV cache", choices=FLOAT_STORAGE_TYPES),

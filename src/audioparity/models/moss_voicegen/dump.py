@@ -45,7 +45,7 @@ log = logging.getLogger("audioparity")
 
 def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, backend: str,
               device: int = 0, threads: int = 1, kv_cache_type: str = "f32",
-              generate_rows: int = 16) -> None:
+              generate_rows: int = 16, weights_file: Path | None = None) -> None:
     """Write the ggml dump directory (contents in the module docstring).
 
     Args:
@@ -57,6 +57,8 @@ def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, 
         kv_cache_type: ``f32`` or ``f16``.
         threads: CPU threads.
         generate_rows: rows of greedy generation.
+        weights_file: the weights converted once (:func:`~.weights.save_weights` at the same
+            type), mapped instead of read from the checkpoint.
 
     Raises:
         AudioparityError: unreadable config, prompt or weights; a prompt shorter than 3 rows;
@@ -69,17 +71,19 @@ def dump_ggml(model: Path, prompt: Path, output_dir: Path, *, weight_type: str, 
               "device": device, "kv_cache_type": kv_cache_type, "threads": threads,
               "n_layers": config.n_layers, "generate_rows": generate_rows}
     with DumpWriter(output_dir, producer="ggml", model=model, inputs={"prompt": prompt},
-                    fields=fields, versions=("ggml_python", "tokenizers")) as writer:
+                    fields=fields, versions=("ggml_python", "tokenizers"),
+                    weights=weights_file) as writer:
         runtime = open_runtime(writer, backend, device, threads)
         if runtime is None:
             return
         with runtime:
             _dump(writer, runtime, model, config, request, weight_type, kv_cache_type,
-                  generate_rows)
+                  generate_rows, weights_file)
 
 
 def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
-          weight_type: str, kv_cache_type: str, generate_rows: int) -> None:
+          weight_type: str, kv_cache_type: str, generate_rows: int,
+          weights_file: Path | None) -> None:
     with writer.timed("prompt"):
         encoded = text_processor.encode(model, config, request)
     writer.add_json("prompt", encoded.document())
@@ -87,7 +91,7 @@ def _dump(writer: DumpWriter, runtime: Runtime, model: Path, config, request,
     if n_rows < 3:
         raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
     with writer.timed("load"):
-        loaded = weights.upload_weights(runtime, model, config, weight_type)
+        loaded = weights.upload_weights(runtime, model, config, weight_type, weights_file)
         nonzero, storage, stored = loaded.nonzero_pad_rows, loaded.storage, loaded.stored
     writer.note("codebook pad rows: " + (
         f"all {config.n_vq} zero (checked)" if not nonzero

@@ -40,11 +40,13 @@ SPEC = FamilySpec(
         "fixture": "audioparity.models.parakeet_tdt.fixture:build_fixture",
         "reference": "audioparity.models.parakeet_tdt.reference:dump_reference",
         "ggml": "audioparity.models.parakeet_tdt.dump:dump_ggml",
+        "weights": "audioparity.models.parakeet_tdt.weights:save_weights",
         "replay": "audioparity.models.parakeet_tdt.replay:dump_replay",
     },
     options=(
         Option("conv_weight_type", "f32", "storage type of the convolution kernels "
-               "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES),
+               "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES,
+               sides=("ggml", "weights")),
         Option("flash_attention", 0, "1: attention through ggml_flash_attn_ext",
                choices=(0, 1)),
         Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",

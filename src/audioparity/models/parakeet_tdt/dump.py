@@ -86,6 +86,7 @@ def dump_ggml(
     threads: int = 1,
     conv_weight_type: str = "f32",
     flash_attention: int = 0,
+    weights_file: Path | None = None,
 ) -> None:
     """Dump the ggml port's activations for one audio file into ``output_dir`` (module doc).
 
@@ -99,6 +100,8 @@ def dump_ggml(
         threads: CPU threads.
         conv_weight_type: ``f32|f16`` for the subsampling and depthwise conv kernels.
         flash_attention: 1: attention through ``ggml_flash_attn_ext``.
+        weights_file: the model's weights converted once (:func:`~.weights.save_weights` at
+            the same types), mapped instead of read from the model.
 
     Raises:
         AudioparityError: unreadable model, audio (see :func:`~audioparity.audio.load_audio`;
@@ -128,7 +131,7 @@ def dump_ggml(
     }
     with DumpWriter(output_dir, producer="ggml", model=model,
                     inputs={"audio": audio, "reference": reference_dir}, fields=fields,
-                    versions=("ggml-python",)) as writer:
+                    versions=("ggml-python",), weights=weights_file) as writer:
         for note in sound.notes:
             writer.note(note)
         runtime = open_runtime(writer, backend, device, threads)
@@ -136,13 +139,14 @@ def dump_ggml(
             return
         with runtime:
             _dump_stages(writer, runtime, reference, model, sound.samples, config, label,
-                         weight_type, conv_weight_type, bool(flash_attention))
+                         weight_type, conv_weight_type, bool(flash_attention), weights_file)
     log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)
 
 
 def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: Path,
                  samples: np.ndarray, config, label: str, weight_type: str,
-                 conv_weight_type: str, flash_attention: bool) -> None:
+                 conv_weight_type: str, flash_attention: bool,
+                 weights_file: Path | None) -> None:
     """Every stage of the module docstring, into ``writer``; ``samples`` ``[L]`` float32 at the
     model's rate."""
     seconds = writer.manifest["seconds"]
@@ -151,7 +155,7 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
 
     with writer.timed("load"):
         host = load_weights(model, config, weight_type, conv_weight_type)
-        weights = host.upload(runtime)
+        weights = host.upload(runtime, weights_file)
         tokenizer = load_tokenizer(model)
     for note in host.notes:
         writer.note(note)

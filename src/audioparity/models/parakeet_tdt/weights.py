@@ -32,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
+from audioparity.artifacts import model_record
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights, storage_or_fallback
 from audioparity.models.parakeet_tdt.checkpoint import Checkpoint, expected_shapes
-from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES, WEIGHT_TYPES
 
 
@@ -67,19 +68,23 @@ class ParakeetWeights:
     eps: float = 1e-5
     _checkpoint: Checkpoint | None = field(default=None, repr=False)
 
-    def upload(self, runtime: Runtime) -> Weights:
+    def upload(self, runtime: Runtime, weights_file: Path | None = None) -> Weights:
         """Stream every weight once into ``runtime``'s backend, each in its storage type: the
         buffer is allocated from :attr:`shapes`, then each tensor is read, checked finite,
         laid out (:func:`graph_layout`), converted and copied before the next is read
         (:meth:`Runtime.load`); then the checkpoint's other float tensors are checked finite.
-        The checkpoint :func:`load_weights` opened is closed after (a second call opens it
-        again).
+        With ``weights_file`` (:func:`save_weights` of the same model and types, checked when
+        it was written) the weights are mapped from it instead (:meth:`Runtime.map`). The
+        checkpoint :func:`load_weights` opened is closed after (a second call opens it again).
 
         Raises:
-            AudioparityError: a tensor holding NaN or infinity (see :func:`check_weights`).
+            AudioparityError: a tensor holding NaN or infinity (see :func:`check_weights`), or
+                a weights file that does not hold these shapes and types.
         """
         checkpoint, self._checkpoint = self._checkpoint or Checkpoint(self.model), None
         with checkpoint:
+            if weights_file is not None:
+                return runtime.map(weights_file, self.shapes, self.storage)
             layout = graph_layout(self.sources, checkpoint.read, self.eps)
             weights = runtime.load(self.shapes, self.storage,
                                    ((name, 0, make()) for name, (_, make) in layout.items()))
@@ -247,3 +252,17 @@ def load_weights(model: Path, config: ParakeetTDTConfig, weight_type: str = "nat
     return ParakeetWeights(shapes=shapes, storage=storage, native=native,
                            preprocessor=preprocessor, notes=notes, model=Path(model),
                            sources=sources, eps=eps, _checkpoint=checkpoint)
+
+
+def save_weights(model: Path, output: Path, weight_type: str = "native",
+                 conv_weight_type: str = "f32") -> None:
+    """The model's graph weights at ``weight_type`` (conv kernels at ``conv_weight_type``),
+    checked, laid out and converted once, written to the GGUF file ``output``
+    (:meth:`Weights.save`) for dumps to map (:meth:`ParakeetWeights.upload`).
+
+    Raises:
+        AudioparityError: as :func:`load_weights` and :meth:`ParakeetWeights.upload`.
+    """
+    host = load_weights(model, load_config(model), weight_type, conv_weight_type)
+    with Runtime("cpu") as runtime:
+        host.upload(runtime).save(output, model_record(model))

@@ -25,6 +25,7 @@ SPEC = FamilySpec(
         "fixture": "audioparity.models.whisper_encoder.fixture:build_fixture",
         "reference": "audioparity.models.whisper_encoder.reference:dump_reference",
         "ggml": "audioparity.models.whisper_encoder.dump:dump_ggml",
+        "weights": "audioparity.models.whisper_encoder.weights:save_weights",
     },
     fixture_model="",
     ggml_reads_reference=True,

@@ -57,7 +57,8 @@ def reference_inputs(reference: Dump, n_layers: int) -> list[np.ndarray]:
 
 
 def dump_ggml(model: Path, audio: Path, output_dir: Path, *, reference_dir: Path,
-              weight_type: str, backend: str, device: int = 0, threads: int = 1) -> None:
+              weight_type: str, backend: str, device: int = 0, threads: int = 1,
+              weights_file: Path | None = None) -> None:
     """Dump the ggml port's activations for one audio file into ``output_dir`` (module doc).
 
     Args:
@@ -69,6 +70,8 @@ def dump_ggml(model: Path, audio: Path, output_dir: Path, *, reference_dir: Path
         weight_type: ``native|f32|f16|bf16|q8_0`` for the matmul weights.
         backend: ``cpu|cuda|vulkan``; device: its device index.
         threads: CPU threads.
+        weights_file: the encoder's weights converted once (:func:`~.weights.save_weights` at
+            the same type), mapped instead of read from the checkpoint.
 
     Raises:
         AudioparityError: unreadable or unsupported config, audio or reference dump, a
@@ -89,7 +92,7 @@ def dump_ggml(model: Path, audio: Path, output_dir: Path, *, reference_dir: Path
               "audio": sound.source}
     with DumpWriter(output_dir, producer="ggml", model=model,
                     inputs={"audio": audio, "reference": reference_dir}, fields=fields,
-                    versions=("ggml-python",)) as writer:
+                    versions=("ggml-python",), weights=weights_file) as writer:
         for note in [*sound.notes, trim_note(len(sound.samples), config.feature_extractor)]:
             if note:
                 writer.note(note)
@@ -98,13 +101,13 @@ def dump_ggml(model: Path, audio: Path, output_dir: Path, *, reference_dir: Path
             return
         with runtime:
             _dump_stages(writer, runtime, reference, model, sound.samples, config, label,
-                         weight_type)
+                         weight_type, weights_file)
     log.info("%s: wrote %s in %.1f s", label, output_dir, time.perf_counter() - start)
 
 
 def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: Path,
                  samples: np.ndarray, config: WhisperEncoderConfig, label: str,
-                 weight_type: str) -> None:
+                 weight_type: str, weights_file: Path | None) -> None:
     """Every stage of the module docstring, into ``writer``; ``samples`` ``[L]`` float32 at the
     extractor's rate."""
     seconds = writer.manifest["seconds"]
@@ -113,7 +116,7 @@ def _dump_stages(writer: DumpWriter, runtime: Runtime, reference: Dump, model: P
 
     with writer.timed("load"):
         host = load_weights(model, config, weight_type)
-        weights = host.upload(runtime)
+        weights = host.upload(runtime, weights_file)
     for note in host.notes:
         writer.note(note)
     writer.note("storage: " + ", ".join(f"{count} x {kind}" for kind, count in

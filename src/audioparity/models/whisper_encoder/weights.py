@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from audioparity.artifacts import model_record
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights, storage_or_fallback
 from audioparity.models.whisper_encoder.checkpoint import EncoderTensors, checked_entries
-from audioparity.models.whisper_encoder.config import WhisperEncoderConfig
+from audioparity.models.whisper_encoder.config import WhisperEncoderConfig, load_config
 from audioparity.vocabulary import WEIGHT_TYPES
 
 #: The weights that enter a matmul as its first operand (``nn.Linear`` of the layers).
@@ -73,15 +74,20 @@ class WhisperWeights:
     tensors: EncoderTensors
     notes: list[str] = field(default_factory=list)
 
-    def upload(self, runtime: Runtime) -> Weights:
+    def upload(self, runtime: Runtime, weights_file: Path | None = None) -> Weights:
         """Stream every weight once into ``runtime``'s backend, each in its storage type: the
         buffer is allocated from :attr:`shapes`, then each block of rows is read, checked finite,
-        converted and copied before the next is read.
+        converted and copied before the next is read. With ``weights_file`` (:func:`save_weights`
+        of the same checkpoint and type, checked when it was written) they are mapped from it
+        instead (:meth:`Runtime.map`).
 
         Raises:
             AudioparityError: a tensor holding NaN or infinity, or a short read (see
-                :func:`~.checkpoint.check_weights`).
+                :func:`~.checkpoint.check_weights`), or a weights file that does not hold these
+                shapes and types.
         """
+        if weights_file is not None:
+            return runtime.map(weights_file, self.shapes, self.storage)
         return runtime.load(self.shapes, self.storage, self.tensors.blocks())
 
 
@@ -105,3 +111,15 @@ def load_weights(model: Path, config: WhisperEncoderConfig,
     storage, notes = storage_types(shapes, native, weight_type)
     return WhisperWeights(shapes=shapes, storage=storage, native=native, tensors=tensors,
                           notes=notes)
+
+
+def save_weights(model: Path, output: Path, weight_type: str = "native") -> None:
+    """The encoder's weights at ``weight_type``, checked and converted once, written to the
+    GGUF file ``output`` (:meth:`Weights.save`) for dumps to map (:meth:`WhisperWeights.upload`).
+
+    Raises:
+        AudioparityError: as :func:`load_weights` and :meth:`WhisperWeights.upload`.
+    """
+    with Runtime("cpu") as runtime:
+        weights = load_weights(model, load_config(model), weight_type).upload(runtime)
+        weights.save(output, model_record(model))
