@@ -20,6 +20,14 @@ include: "rules/compare.smk"
 include: "rules/report.smk"
 
 
+# Seconds of work over many small files: on a cluster they run where Snakemake runs.
+localrules:
+    all,
+    report_cells,
+    report_summary,
+    report_html,
+
+
 rule all:
     default_target: True
     input:
