@@ -137,6 +137,36 @@ def moss_nan(state: dict) -> None:
     state["language_model.layers.0.mlp.up_proj.weight"][3, 5] = float("nan")
 
 
+def weights_of_tiny(weight_type: str, other_model: str | None = None
+                    ) -> Callable[[Path, Fixtures], None]:
+    """The tiny model's weights converted at ``weight_type`` (``<type>.gguf``), and with
+    ``other_model`` a copy of the model holding one more file (another model)."""
+
+    def make(cwd: Path, fx: Fixtures) -> None:
+        from audioparity.models.parakeet_tdt.weights import save_weights
+
+        save_weights(fx.nemo, cwd / f"{weight_type}.gguf", weight_type)
+        if other_model:
+            shutil.copy(fx.nemo, cwd / other_model)
+            with tarfile.open(cwd / other_model, "a") as tar:
+                info = tarfile.TarInfo("./notes.txt")
+                info.size = 5
+                tar.addfile(info, io.BytesIO(b"notes"))
+
+    return make
+
+
+def long_clip(seconds: float) -> Callable[[Path, Fixtures], None]:
+    """``long.wav``: the clip tiled to ``seconds``."""
+
+    def make(cwd: Path, fx: Fixtures) -> None:
+        samples = clip_samples(fx)
+        write_wav(cwd / "long.wav", np.tile(samples, int(seconds * 16000) // len(samples) + 1)
+                  [: int(seconds * 16000)])
+
+    return make
+
+
 def clip_samples(fx: Fixtures) -> np.ndarray:
     return sf.read(fx.clip, dtype="float64")[0]
 
@@ -262,6 +292,15 @@ CASES = (
              fx, cwd / "ff2.nemo", lambda c: c["encoder"].update(ff_expansion_factor=2))),
     Case("nemo_nan_weight", "model", "weights holding a NaN and an Inf", parakeet("nan.nemo"),
          lambda cwd, fx: nemo_with_nan(fx, cwd / "nan.nemo")),
+    Case("weights_of_another_type", "model", "converted weights file of another weight type "
+         "than the dump's (`audioparity weights ... --weight-type q8_0`)",
+         (GGML.format(model="tiny.nemo", audio="clip.wav")
+          + " --weight-type f16 --weights-file q8_0.gguf",), weights_of_tiny("q8_0")),
+    Case("weights_of_another_model", "model", "converted weights file of another model (the "
+         "model's bytes changed since)",
+         (GGML.format(model="other.nemo", audio="clip.wav")
+          + " --weight-type q8_0 --weights-file q8_0.gguf",),
+         weights_of_tiny("q8_0", other_model="other.nemo")),
     Case("hf_missing_tensor", "model", "Hugging Face Parakeet directory missing a tensor",
          parakeet("hf", ggml_only=True), lambda cwd, fx: hf_directory_missing_a_tensor(cwd / "hf")),
     # audio (both sides read it with audioparity.audio.load_audio before anything else)
@@ -278,6 +317,14 @@ CASES = (
     Case("audio_shorter_than_a_frame", "audio", "audio shorter than one encoder frame (159 "
          "samples)", parakeet(audio="short.wav"),
          lambda cwd, fx: write_wav(cwd / "short.wav", clip_samples(fx)[:159])),
+    Case("audio_too_long_for_memory", "audio", "audio too long for the memory the dump may use "
+         "(60 s through the tiny model, whose attention then needs more than 8 MB)",
+         ("AUDIOPARITY_MEMORY_MB=8 " + GGML.format(model="tiny.nemo", audio="long.wav"),),
+         long_clip(60.0)),
+    Case("audio_too_long_for_reference_memory", "audio", "audio too long for the memory the "
+         "NeMo reference may use (the same 60 s; refused before NeMo is imported)",
+         ("AUDIOPARITY_MEMORY_MB=8 " + REFERENCE.format(model="tiny.nemo", audio="long.wav"),),
+         long_clip(60.0)),
     Case("audio_nan", "audio", "float WAV holding NaN samples", parakeet(audio="nan.wav"),
          lambda cwd, fx: write_wav(cwd / "nan.wav", np.where(
              np.arange(4000) % 1000 == 7, np.nan, 0.1), subtype="FLOAT")),
@@ -430,12 +477,15 @@ def sine(rate: int, seconds: float = 2.0, hz: float = 440.0) -> np.ndarray:
 def run(cwd: Path, command: str) -> subprocess.CompletedProcess:
     """``command`` (starting ``audioparity`` or ``snakemake``) in ``cwd``, as a subprocess."""
     argv = shlex.split(command)
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}
+    while "=" in argv[0]:  # NAME=value before the command: its environment
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
     if argv[0] == "audioparity":
         argv = [sys.executable, "-m", "audioparity.cli", *argv[1:]]
     else:
         argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
                 "--directory", str(cwd), *argv[1:]]
-    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 

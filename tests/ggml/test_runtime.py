@@ -307,3 +307,24 @@ def test_an_unreadable_weights_file_is_one_error(runtime, tmp_path):
     (tmp_path / "w.gguf").write_bytes(b"not a gguf")
     with pytest.raises(AudioparityError, match=r"weights file .*w\.gguf: unreadable"):
         runtime.map(tmp_path / "w.gguf", {"w": (96, 64)}, {"w": "f32"})
+
+
+def test_a_graph_whose_buffers_exceed_free_memory_is_refused_before_it_computes(runtime,
+                                                                               monkeypatch):
+    """The compute buffers are sized first and compared with the memory free: a graph that
+    would not fit is one error line, not a process killed for memory."""
+    from audioparity.ggml import runtime as module
+
+    monkeypatch.setattr(module, "_free_bytes", lambda handle: 1024)
+    with runtime.graph() as g:
+        x = g.input("x", np.ones((64, 512), np.float32))
+        g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))  # [64, 64] from [64, 512] twice
+        with pytest.raises(AudioparityError, match=r"a graph of \d+ nodes needs 0 MiB of compute "
+                           r"buffers on CPU, more than the 0 MiB free \(machine or "
+                           r"AUDIOPARITY_MEMORY_MB\): the input is too long"):
+            g.compute()
+    monkeypatch.undo()
+    with runtime.graph() as g:
+        x = g.input("x", np.ones((64, 512), np.float32))
+        g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))
+        np.testing.assert_array_equal(g.compute()["y"], np.full((64, 64), 512, np.float32))

@@ -58,7 +58,11 @@ def nemo_member_span(path: Path, suffix: str) -> tuple[int, int] | None:
         return None
     found: list[tuple[int, int]] = []
     _find_member(path, suffix, lambda _, member: found.append((member.offset_data, member.size)))
-    return found[0]
+    offset, size = found[0]
+    if offset + size > path.stat().st_size:
+        raise AudioparityError(f"{path}: truncated or corrupt .nemo archive ({suffix} ends "
+                               f"past the end of the file) while looking for {suffix}")
+    return offset, size
 
 
 def _compressed(path: Path) -> bool:

@@ -84,6 +84,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.errors import AudioparityError
+from audioparity.memory import MEMORY_LIMIT, host_free_bytes
 from audioparity.storage import storage_or_fallback, storage_supported
 from audioparity.vocabulary import BACKENDS
 from audioparity.vocabulary import STORAGE_TYPES as STORAGE_NAMES
@@ -797,6 +798,17 @@ def _free_tensors(ctx, buffer, persistent: set[int]) -> None:
     ggml.ggml_free(ctx)
 
 
+def _free_bytes(handle) -> int | None:
+    """Memory free for buffers of backend ``handle``: a CPU's :func:`host_free_bytes`, a
+    device's what ``ggml_backend_dev_memory`` reports; None when unknown."""
+    device = ggml.ggml_backend_get_device(handle)
+    if ggml.ggml_backend_dev_type(device) != ggml.GGML_BACKEND_DEVICE_TYPE_CPU:
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        return free.value or None
+    return host_free_bytes()
+
+
 def address(pointer) -> int | None:
     """The address a ctypes pointer (a ggml tensor) holds, None for NULL: an element read from
     a ctypes array aliases the array's slot, so a later write to the slot would change it."""
@@ -848,6 +860,7 @@ class Graph:
         self._computed = False
         self._sources: dict[int, tuple[int | None, ...]] | None = None  # node sources as built
         self._saved = False
+        self._reserved = False  # compute buffers sized and checked against free memory
         self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
 
     def input(self, name: str, array: np.ndarray):
@@ -948,6 +961,8 @@ class Graph:
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
             self._as_built()
+            if not self._reserved:
+                self._reserve()
             if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
                 raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
                                        f"on {rt.backend_name}")
@@ -968,6 +983,28 @@ class Graph:
             ggml.ggml_backend_tensor_get(tensor, _ptr(out), 0, out.nbytes)
             results[name] = out
         return results
+
+    def _reserve(self) -> None:
+        """Size the graph's compute buffers (``ggml_backend_sched_reserve``: address space, no
+        page touched yet) and refuse the graph when a buffer exceeds the memory its backend has
+        free (the host's ``MemAvailable`` or :data:`MEMORY_LIMIT`, a device's free memory),
+        before computing would run the process out of memory."""
+        rt = self._runtime
+        if not ggml.ggml_backend_sched_reserve(rt._sched, self._gf):
+            raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes on "
+                                   f"{rt.backend_name}")
+        for handle in rt._backends:
+            need = ggml.ggml_backend_sched_get_buffer_size(rt._sched, handle)
+            free = _free_bytes(handle)
+            if free is not None and need > free:
+                where = ggml.ggml_backend_name(handle).decode()
+                raise AudioparityError(
+                    f"a graph of {self.n_nodes} nodes needs {need / 2**20:.0f} MiB of compute "
+                    f"buffers on {where}, more than the {free / 2**20:.0f} MiB free (machine or "
+                    f"{MEMORY_LIMIT}): the input is too long for this memory")
+        self._reserved = True
+        ggml.ggml_backend_sched_reset(rt._sched)  # reserving rewired the graph's sources
+        self._as_built()
 
     def _save(self, capture) -> None:
         """Hand this graph as built, with the values its inputs get now, to ``capture``

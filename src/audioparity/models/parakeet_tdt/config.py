@@ -130,6 +130,17 @@ class EncoderConfig:
         """``sqrt(d_model)`` if ``xscaling`` else None (NeMo ``RelPositionalEncoding.xscale``)."""
         return math.sqrt(self.d_model) if self.xscaling else None
 
+    def attention_bytes(self, n_frames: int) -> int:
+        """About how many bytes NeMo's attention holds at its peak over ``n_frames`` encoder
+        frames: full context (``RelPositionMultiHeadAttention``) keeps ``matrix_ac`` ``[H, T',
+        T']``, ``matrix_bd`` ``[H, T', 2T'-1]`` with its ``rel_shift`` copy, the scores, the
+        masked scores and the softmax in float32 at once, measured at about ``10.4 H T'^2``
+        floats (the v3 shape at T'=5250: 13.1 GB peak RSS, of which 9.2 GB beyond the weights
+        and the Python stack), counted as 11; a local window ``w`` holds ``H T' (2w+1)`` per
+        tensor instead."""
+        width = n_frames if self.local_context is None else 2 * self.local_context + 1
+        return 11 * self.n_heads * n_frames * width * 4
+
     def position_table_note(self, n_frames: int) -> str | None:
         """What happens to ``n_frames`` encoder frames beyond ``pos_emb_max_len``, or None.
 
