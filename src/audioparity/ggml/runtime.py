@@ -634,6 +634,8 @@ class Weights(_Tensors):
             which is exact for f16/bf16/f32 sources; shape ``[n, *shape[1:]]`` or ``[n,
             shape[-1]]``). A whole weight is one block at row 0; together the blocks must cover
             every row of every weight exactly once.
+        host: instead of ``blocks``, ``(address, size, name -> address)`` of host memory that
+            holds every weight's bytes in its storage type already (:meth:`mapped`).
 
     Raises:
         AudioparityError: a name without a storage type, an unknown type, or a shape the type
@@ -689,7 +691,6 @@ class Weights(_Tensors):
                                    f"{row_bytes} bytes")
         ggml.ggml_backend_tensor_set(tensor, _ptr(data), first * row_bytes, data.nbytes)
         filled[name] = first + rows
-
 
     @classmethod
     def mapped(cls, runtime: Runtime, path: Path, shapes: Mapping[str, tuple[int, ...]],
