@@ -104,6 +104,14 @@ clean:
 # make bench: the ggml ports vs PyTorch/NeMo on full-size random-weight models (BENCHMARKS.md);
 # BENCH_ARGS=--quick (2 threads, fewer repetitions) or --small (MOSS with the Qwen3-0.6B shape).
 BENCH_ARGS ?=
-.PHONY: bench
+.PHONY: bench bench-sweep
 bench: setup
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+# make bench-sweep: the workflow itself at scale (BENCHMARKS.md, "Sweeps"): Parakeet v3 shape over
+# 8, 16 and 32 clips of 2-30 s, MOSS 1.7B over 16 prompts, every weight type; hours on 2 cores.
+# SWEEP_ARGS="--clips 4,8 --weight-types f32,q8_0 --prompts 4" for a shorter run.
+SWEEP_ARGS ?=
+bench-sweep: setup
+	setup/apt.sh espeak-ng
+	$(BIN)/python benchmarks/sweep.py --cores $(CORES) $(SWEEP_ARGS)

@@ -1,0 +1,301 @@
+"""``make bench-sweep``: the whole workflow at real scale, its wall time against the compute it
+holds.
+
+Parakeet-TDT at the v3 shape (random weights, :mod:`checkpoints`) over clips of 2-30 s of speech
+made here (espeak-ng in several languages, slices of jfk.wav, the project clip), every weight
+type, CPU; MOSS at the 1.7B shape over prompts made from the shipped ones. Each size of the
+sweep (``--clips 8,16,32``) runs cold, in its own results folder, through ``snakemake --cores
+N`` as a user runs it. For each run:
+
+- ``wall``: Snakemake's wall time;
+- ``compute``: the sum, over every dump of the run, of the seconds its manifest gives to its
+  stages, less the import and the model load (reference: encoder, decoding, ...; ggml: mel,
+  encoder, ...; MOSS: prefill, generate, step): the work a sweep cannot avoid;
+- ``wall / compute``: how much the workflow adds (process starts, imports, loads, compares,
+  the report), less what the cores run side by side;
+- peak memory: the machine's used memory at its highest during the run, less before it, and
+  the largest resident set of any one job (Snakemake's benchmark files).
+
+Results: ``--out`` (default ``benchmarks/results``) ``sweep.json`` and ``sweep.md`` (the
+tables of BENCHMARKS.md, "Sweeps").
+
+Usage::
+
+    python benchmarks/sweep.py                                # the issue's plan (hours)
+    python benchmarks/sweep.py --clips 4,8 --weight-types f32,q8_0 --prompts 0   # minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from run import ensure_checkpoint  # noqa: E402
+
+log = logging.getLogger("audioparity.bench")
+
+JFK = ROOT.parent / "shared" / "data" / "jfk.wav"
+CLIP = ROOT / "resources" / "speech" / "clip.wav"
+RATE = 16000
+#: espeak-ng voices and a sentence in each (public domain text of this project).
+VOICES = {
+    "en": "A port is right when every stage computes what the reference computes.",
+    "de": "Ein Modell wird Schicht fuer Schicht mit der Referenz verglichen.",
+    "fr": "Chaque couche du modele est comparee a la reference, une a une.",
+    "es": "Cada capa del modelo se compara con la referencia, una por una.",
+    "it": "Ogni strato del modello viene confrontato con il riferimento.",
+    "nl": "Elke laag van het model wordt met de referentie vergeleken.",
+}
+#: Compute stages of each side's manifest: everything but these.
+NOT_COMPUTE = {"import", "load"}
+
+
+def espeak(voice: str, text: str) -> np.ndarray:
+    """``text`` spoken by espeak-ng's ``voice``, float32 at 16 kHz (resampled with soxr)."""
+    import soundfile
+    import soxr
+
+    wav = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], capture_output=True,
+                         check=True).stdout
+    import io
+
+    samples, rate = soundfile.read(io.BytesIO(wav), dtype="float32")
+    return soxr.resample(samples, rate, RATE).astype(np.float32)
+
+
+def make_clips(n: int, folder: Path) -> list[dict]:
+    """``n`` clips with lengths spread evenly over 2-30 s (a seeded order), each a mix of a
+    jfk.wav slice, the project clip and espeak-ng speech in turn, cut to its length."""
+    import soundfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    jfk, _ = soundfile.read(JFK, dtype="float32")
+    clip, _ = soundfile.read(CLIP, dtype="float32")
+    voices = list(VOICES)
+    lengths = np.random.default_rng(0).permutation(np.linspace(2.0, 30.0, n))
+    cases = []
+    for i, seconds in enumerate(lengths):
+        pieces, total = [], 0
+        k = 0
+        while total < seconds * RATE:
+            kind = (i + k) % 3
+            if kind == 0:
+                start = (i * 7919) % (len(jfk) - 2 * RATE)
+                piece = jfk[start:start + int(min(8, seconds) * RATE)]
+            elif kind == 1:
+                piece = clip
+            else:
+                voice = voices[(i + k) % len(voices)]
+                piece = espeak(voice, VOICES[voice])
+            pieces.append(piece)
+            total += len(piece)
+            k += 1
+        path = folder / f"c{i:02d}.wav"
+        soundfile.write(path, np.concatenate(pieces)[: int(seconds * RATE)], RATE)
+        cases.append({"name": f"c{i:02d}", "path": str(path)})
+    return cases
+
+
+def make_prompts(n: int, folder: Path) -> list[dict]:
+    """``n`` MOSS prompts: the shipped prompts' instructions and languages with new texts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shipped = [json.loads(p.read_text()) for p in sorted((ROOT / "resources/moss").glob("*.json"))]
+    texts = list(VOICES.values())
+    cases = []
+    for i in range(n):
+        prompt = dict(shipped[i % len(shipped)])
+        if prompt.get("language") != "Chinese":
+            prompt["text"] = " ".join(texts[(i + j) % len(texts)] for j in range(1 + i % 3))
+        path = folder / f"p{i:02d}.json"
+        path.write_text(json.dumps(prompt, ensure_ascii=False) + "\n")
+        cases.append({"name": f"p{i:02d}", "path": str(path)})
+    return cases
+
+
+def sweep_config(parakeet: Path | None, clips: list[dict], moss: Path | None,
+                 prompts: list[dict], weight_types: list[str]) -> dict:
+    """The default config (its gates and options) with the benchmark's models and cases."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["fixtures"] = {}
+    config["families"] = []
+    for family, model, cases in (("parakeet_tdt", parakeet, clips),
+                                 ("moss_voicegen", moss, prompts)):
+        if model is None or not cases:
+            config.pop(family, None)
+            continue
+        config["families"].append(family)
+        name = (model.stem if model.is_file() else model.name).replace(".", "_")
+        config[family].update(models=[{"name": name, "path": str(model)}],
+                              cases=cases, weight_types=weight_types, backends=["cpu"])
+    config.pop("whisper_encoder", None)
+    return config
+
+
+class MemoryWatch:
+    """The machine's used memory (MemTotal - MemAvailable) sampled every 0.2 s: its peak."""
+
+    def __init__(self) -> None:
+        self.baseline = self.peak = self._used()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    @staticmethod
+    def _used() -> int:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self._used())
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def compute_seconds(results: Path) -> dict[str, float]:
+    """Per family and side, the seconds the dumps' manifests give to their compute stages."""
+    totals: dict[str, float] = {}
+    for side in ("reference", "ggml"):
+        for manifest in (results / side).rglob("manifest.json"):
+            document = json.loads(manifest.read_text())
+            family = manifest.relative_to(results / side).parts[0]
+            seconds = sum(v for k, v in document.get("seconds", {}).items()
+                          if k not in NOT_COMPUTE)
+            key = f"{family}/{side}"
+            totals[key] = totals.get(key, 0.0) + seconds
+    return totals
+
+
+def job_peak_rss(results: Path) -> tuple[float, str]:
+    """The largest ``max_rss`` (MB) of Snakemake's benchmark files, and its job."""
+    best = (0.0, "")
+    for tsv in (results / "benchmarks").rglob("*.tsv"):
+        header, row = tsv.read_text().splitlines()[:2]
+        values = dict(zip(header.split("\t"), row.split("\t"), strict=False))
+        try:
+            rss = float(values["max_rss"])
+        except (KeyError, ValueError):
+            continue
+        best = max(best, (rss, str(tsv.relative_to(results / "benchmarks"))))
+    return best
+
+
+def run_sweep(work: Path, config: dict, cores: int) -> dict:
+    """One cold run of the workflow on ``config`` in ``work``: wall, compute, memory."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / "sweep.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    argv = [sys.executable, "-m", "snakemake", "--directory", str(work), "--snakefile",
+            str(ROOT / "Snakefile"), "--configfile", str(work / "sweep.yaml"), "--cores",
+            str(cores)]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    with MemoryWatch() as memory:
+        start = time.perf_counter()
+        with open(work / "snakemake.log", "w") as out:
+            code = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                                  ).returncode
+        wall = time.perf_counter() - start
+    if code:
+        raise SystemExit(f"the sweep in {work} failed (exit {code}); see {work}/snakemake.log")
+    compute = compute_seconds(work / "results")
+    rss, job = job_peak_rss(work / "results")
+    return {"wall_s": round(wall, 1), "compute_s": {k: round(v, 1) for k, v in compute.items()},
+            "compute_total_s": round(sum(compute.values()), 1),
+            "wall_over_compute": round(wall / max(sum(compute.values()), 1e-9), 2),
+            "peak_used_mb": round((memory.peak - memory.baseline) / 2**20),
+            "peak_job_rss_mb": round(rss), "peak_job": job}
+
+
+def table(runs: list[dict]) -> str:
+    """The Markdown tables of the runs."""
+    lines = ["| sweep | cases | weight types | wall s | compute s | wall / compute | "
+             "peak used MB | largest job RSS MB |", "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        lines.append(f"| {run['family']} | {run['cases']} | {run['weight_types']} | "
+                     f"{run['wall_s']} | {run['compute_total_s']} | {run['wall_over_compute']} | "
+                     f"{run['peak_used_mb']} | {run['peak_job_rss_mb']} ({run['peak_job']}) |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clips", default="8,16,32", help="Parakeet sweep sizes, in order")
+    parser.add_argument("--prompts", type=int, default=16, help="MOSS prompts (0: no MOSS)")
+    parser.add_argument("--weight-types", default="native,f32,f16,bf16,q8_0")
+    parser.add_argument("--moss-shape", default="1.7b", choices=("1.7b", "0.6b", "tiny"))
+    parser.add_argument("--parakeet-shape", default="v3", choices=("v3", "tiny"))
+    parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
+        "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the runs go (default: a folder under --cache)")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if shutil.which("espeak-ng") is None:
+        raise SystemExit("bench-sweep: no espeak-ng (apt-get install espeak-ng; make bench-sweep "
+                         "installs it)")
+    if not JFK.is_file():
+        raise SystemExit(f"bench-sweep: no {JFK} (the clips slice it)")
+    sizes = [int(n) for n in args.clips.split(",") if n]
+    weight_types = args.weight_types.split(",")
+    work = args.work or args.cache / "sweep"
+    logs = args.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    parakeet = ensure_checkpoint("parakeet", args.parakeet_shape, args.cache, logs) \
+        if sizes else None
+    moss = ensure_checkpoint("moss", args.moss_shape, args.cache, logs) if args.prompts else None
+    runs = []
+    plans = [("parakeet_tdt", n) for n in sizes] + ([("moss_voicegen", args.prompts)]
+                                                    if args.prompts else [])
+    for family, n in plans:
+        if family == "parakeet_tdt":
+            config = sweep_config(parakeet, make_clips(n, work / "inputs" / f"clips{n}"), None,
+                                  [], weight_types)
+        else:
+            config = sweep_config(None, [], moss, make_prompts(n, work / "inputs" / "prompts"),
+                                  weight_types)
+        log.info("sweep %s: %d cases x %d weight types (cores %d)", family, n, len(weight_types),
+                 args.cores)
+        result = run_sweep(work / f"{family}-{n}", config, args.cores)
+        result.update(family=family, cases=n, weight_types=len(weight_types))
+        log.info("sweep %s %d: wall %.0f s, compute %.0f s, ratio %.2f, peak %d MB", family, n,
+                 result["wall_s"], result["compute_total_s"], result["wall_over_compute"],
+                 result["peak_used_mb"])
+        runs.append(result)
+    growth = [r for r in runs if r["family"] == "parakeet_tdt"]
+    if len(growth) > 1:
+        first = growth[0]
+        for run in growth:
+            run["wall_per_case_vs_first"] = round(
+                (run["wall_s"] / run["cases"]) / (first["wall_s"] / first["cases"]), 2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sweep.json").write_text(json.dumps(
+        {"cores": args.cores, "weight_types": weight_types, "runs": runs}, indent=1) + "\n")
+    (args.out / "sweep.md").write_text(table(runs))
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
