@@ -123,3 +123,19 @@ def test_digest_covers_what_later_stages_read_and_ignores_how_the_run_went(tmp_p
     for changed in ({"scale": 2.0}, {"layout": "[T,D]"}):
         write_small_dump(tmp_path / "c", model_file, **changed)
         assert content_digest(tmp_path / "c") != content_digest(tmp_path / "a"), changed
+
+
+def test_a_model_digest_is_remembered_only_while_its_file_stays_the_same(tmp_path):
+    """The reference job hashes its model once for all its dumps; a model rewritten since (its
+    size or time changed) is hashed again, never given the old digest."""
+    import hashlib
+    import os
+
+    from audioparity.artifacts import model_digest
+
+    model = tmp_path / "model.nemo"
+    model.write_bytes(b"first")
+    assert model_digest(model) == hashlib.sha256(b"first").hexdigest()
+    model.write_bytes(b"second model")
+    os.utime(model, ns=(1, 1))
+    assert model_digest(model) == hashlib.sha256(b"second model").hexdigest()

@@ -13,6 +13,7 @@ when the writer commits, so a job that dies leaves nothing that a later stage ta
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -75,6 +76,14 @@ def model_record(model: str | os.PathLike) -> dict[str, str]:
     return {"model_sha256": sha256_of(model), "model_stat": _stat_key(model)}
 
 
+@functools.lru_cache(maxsize=8)
+def _model_sha256(path: str, stat_key: str) -> str:
+    """:func:`sha256_of` a model, once per process while its size and time stay: a reference
+    job writes one dump per case and quantization-aware type from one model (a v3-shape
+    ``.nemo`` is 2.4 GB to hash)."""
+    return sha256_of(path)
+
+
 def model_digest(model: str | os.PathLike, weights: str | os.PathLike | None = None) -> str:
     """The sha256 of ``model``; with ``weights`` (a GGUF file whose metadata holds
     :func:`model_record` of its model, under ``audioparity.*``) the one recorded there when the
@@ -86,7 +95,9 @@ def model_digest(model: str | os.PathLike, weights: str | os.PathLike | None = N
     """
     model = Path(model)
     if weights is None:
-        return sha256_of(model)
+        if not model.exists():
+            raise AudioparityError(f"{model}: no such file or directory")
+        return _model_sha256(str(model.resolve()), _stat_key(model))
     import gguf
 
     try:
