@@ -193,3 +193,19 @@ def test_emulations_one_at_a_time_then_float32_again() -> None:
     assert torch.equal(net.weight, weight)
     with pytest.raises(AudioparityError, match="weight type\\(s\\) f32"):
         next(emulations(net, ["f32"]))
+
+
+@pytest.mark.parametrize("storage", ["f16", "bf16", "q8_0"])
+def test_a_weight_of_more_rows_than_one_pass_rounds_holds_ggml_s_bytes_everywhere(storage):
+    """A large embedding is rounded a block of rows at a time (bounded temporaries): every
+    row, those of the last partial block too, holds what ggml stores, and leaving restores it."""
+    from audioparity.storage import _ROWS_AT_ONCE, emulating
+
+    rows = 2 * _ROWS_AT_ONCE + 5
+    embedding = torch.nn.Embedding(rows, 64)
+    original = embedding.weight.detach().clone().numpy()
+    with Runtime("cpu") as rt:
+        expected = rt.upload({"w": original}, {"w": storage}).read("w")
+    with emulating(torch.nn.Sequential(embedding), storage):
+        np.testing.assert_array_equal(embedding.weight.detach().numpy(), expected)
+    np.testing.assert_array_equal(embedding.weight.detach().numpy(), original)
