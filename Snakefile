@@ -36,3 +36,5 @@ rule all:
         # named too, since the summary's cells are known only once these have run: a summary
         # left by another config would otherwise pass for up to date
         reference_dirs,
+        # started at once, beside the reference jobs
+        weights_files,

@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -722,6 +723,22 @@ def reference_dirs(wildcards):
     """The reference job's directory of every model of the sweep (the checkpoints)."""
     return [f"results/reference/{family}/{model}" for family in FAMILIES
             for model in PATHS[family]["models"]]
+
+
+def weights_files(wildcards):
+    """The converted weights of every model, candidate and weight type of the sweep that maps
+    them (rule ggml_weights), so that the conversions run beside the reference jobs instead of
+    after them (the dumps that read them are known only once the references are done)."""
+    files = []
+    for family in FAMILIES:
+        for candidate in CANDIDATES[family]:
+            for model in PATHS[family]["models"]:
+                for weight_type in FAMILIES[family]["weight_types"]:
+                    cell = SimpleNamespace(family=family, model=model, candidate=candidate,
+                                           weight_type=weight_type)
+                    if weights_file(cell):
+                        files.append(weights_file(cell))
+    return files
 
 
 def summary_input(wildcards):
