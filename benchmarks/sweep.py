@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -72,8 +73,6 @@ def espeak(voice: str, text: str) -> np.ndarray:
 
     wav = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], capture_output=True,
                          check=True).stdout
-    import io
-
     samples, rate = soundfile.read(io.BytesIO(wav), dtype="float32")
     return soxr.resample(samples, rate, RATE).astype(np.float32)
 
