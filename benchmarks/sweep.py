@@ -199,8 +199,9 @@ def job_peak_rss(results: Path) -> tuple[float, str]:
     return best
 
 
-def run_sweep(work: Path, config: dict, cores: int) -> dict:
-    """One cold run of the workflow on ``config`` in ``work``: wall, compute, memory."""
+def run_sweep(work: Path, config: dict, cores: int, keep: bool = False) -> dict:
+    """One cold run of the workflow on ``config`` in ``work``: wall, compute, memory; the
+    run's folder is removed after unless ``keep``."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -219,6 +220,8 @@ def run_sweep(work: Path, config: dict, cores: int) -> dict:
         raise SystemExit(f"the sweep in {work} failed (exit {code}); see {work}/snakemake.log")
     compute = compute_seconds(work / "results")
     rss, job = job_peak_rss(work / "results")
+    if not keep:  # full-size dumps: about 2 GB per clip and weight type, references included
+        shutil.rmtree(work)
     return {"wall_s": round(wall, 1), "compute_s": {k: round(v, 1) for k, v in compute.items()},
             "compute_total_s": round(sum(compute.values()), 1),
             "wall_over_compute": round(wall / max(sum(compute.values()), 1e-9), 2),
@@ -250,6 +253,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="where the runs go (default: a folder under --cache)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each run's results (tens of GB at the full plan)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if shutil.which("espeak-ng") is None:
@@ -277,7 +282,7 @@ def main() -> None:
                                   weight_types)
         log.info("sweep %s: %d cases x %d weight types (cores %d)", family, n, len(weight_types),
                  args.cores)
-        result = run_sweep(work / f"{family}-{n}", config, args.cores)
+        result = run_sweep(work / f"{family}-{n}", config, args.cores, args.keep)
         result.update(family=family, cases=n, weight_types=len(weight_types))
         log.info("sweep %s %d: wall %.0f s, compute %.0f s, ratio %.2f, peak %d MB", family, n,
                  result["wall_s"], result["compute_total_s"], result["wall_over_compute"],
