@@ -220,7 +220,7 @@ def run_sweep(work: Path, config: dict, cores: int, keep: bool = False) -> dict:
         raise SystemExit(f"the sweep in {work} failed (exit {code}); see {work}/snakemake.log")
     compute = compute_seconds(work / "results")
     rss, job = job_peak_rss(work / "results")
-    if not keep:  # full-size dumps: about 2 GB per clip and weight type, references included
+    if not keep:  # full-size dumps: about 0.5 GB per clip and weight type, references included
         shutil.rmtree(work)
     return {"wall_s": round(wall, 1), "compute_s": {k: round(v, 1) for k, v in compute.items()},
             "compute_total_s": round(sum(compute.values()), 1),
