@@ -55,6 +55,7 @@ def timed(argv: list[str], log_file: Path) -> dict:
     wall, rss = next(line.split()[1:] for line in reversed(lines) if line.startswith("TIME "))
     message = next((line for line in reversed(lines) if line.startswith("audioparity: error")),
                    "") if code else ""
+    message = message.replace(f"{log_file.parent}/", "")  # no path of this machine in results
     return {"exit": code, "wall_s": float(wall), "peak_rss_mb": round(int(rss) / 1024),
             "message": message}
 
