@@ -729,16 +729,10 @@ def weights_files(wildcards):
     """The converted weights of every model, candidate and weight type of the sweep that maps
     them (rule ggml_weights), so that the conversions run beside the reference jobs instead of
     after them (the dumps that read them are known only once the references are done)."""
-    files = []
-    for family in FAMILIES:
-        for candidate in CANDIDATES[family]:
-            for model in PATHS[family]["models"]:
-                for weight_type in FAMILIES[family]["weight_types"]:
-                    cell = SimpleNamespace(family=family, model=model, candidate=candidate,
-                                           weight_type=weight_type)
-                    if weights_file(cell):
-                        files.append(weights_file(cell))
-    return files
+    cells = (SimpleNamespace(family=family, model=model, candidate=candidate, weight_type=type_)
+             for family in FAMILIES for candidate in CANDIDATES[family]
+             for model in PATHS[family]["models"] for type_ in FAMILIES[family]["weight_types"])
+    return [path for cell in cells if (path := weights_file(cell))]
 
 
 def summary_input(wildcards):
