@@ -14,6 +14,8 @@ SPEC = FamilySpec(
     stages=(
         Stage("prompt", "document", "{text, rows}",
               "the rendered prompt and its input rows [S, 1+n_vq] (text processor)"),
+        Stage("input_embeddings", "tensor", "[S, H]",
+              "each prompt row's text embedding plus its n_vq codebook embeddings"),
         Stage("layer_{i}", "tensor", "[H]", "output of decoder layer i at the last prompt row"),
         Stage("last_hidden", "tensor", "[H]", "final hidden state at the last row, full prefill"),
         Stage("probe_hidden", "tensor", "[3, H]",

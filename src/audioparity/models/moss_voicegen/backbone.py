@@ -246,7 +246,8 @@ class Backbone:
             columns = [ggml.ggml_view_1d(ctx, ids, n, column * c) for c in range(config.n_vq + 1)]
             cos_t, sin_t = g.input("cos", cos), g.input("sin_signed", sin_signed)
             mask = g.input("mask", causal_mask(start, n)) if causal else None
-            x = compute_input_embeddings(ctx, self.weights, config, columns)
+            x = g.output("input_embeddings",
+                         compute_input_embeddings(ctx, self.weights, config, columns), ndim=2)
             last = ggml.ggml_row_size(F32_ROW, lang.hidden_size) * (n - 1)
             for layer in range(lang.num_hidden_layers):
                 x = decoder_layer(g, self.weights, config, layer, x, cos_t, sin_t, mask,
@@ -265,6 +266,7 @@ class Backbone:
         audio = np.stack([out[f"head_{j}"] for j in range(1, config.n_vq + 1)])
         audio[:, -1] = -np.inf
         return Forward(
+            embeddings=out["input_embeddings"],
             hidden=out["hidden"],
             layers=np.stack([out[f"layer_{i}"] for i in range(lang.num_hidden_layers)]),
             text_logits=out["head_0"],

@@ -169,8 +169,8 @@ def forward(net, rows, cache=None) -> tuple[Forward, object]:
     try:
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
-        out = net.language_model(None, None, None, cache,
-                                 inputs_embeds=net._compute_input_embeddings(rows),
+        embeddings = net._compute_input_embeddings(rows)
+        out = net.language_model(None, None, None, cache, inputs_embeds=embeddings,
                                  use_cache=True)
     finally:
         for handle in handles:
@@ -180,6 +180,7 @@ def forward(net, rows, cache=None) -> tuple[Forward, object]:
     audio = torch.stack(heads[1:])
     audio[:, -1] = float("-inf")
     result = Forward(
+        embeddings=embeddings[0].numpy(),
         hidden=hidden.numpy(),
         layers=np.stack([taps[i].numpy() for i in range(len(net.language_model.layers))]),
         text_logits=heads[0].numpy(),
