@@ -998,7 +998,7 @@ class Graph:
         Whisper drill-down on lavapipe, none in 40 without it).
         """
         rt = self._runtime
-        for handle, available in zip(rt._backends, free):
+        for handle, available in zip(rt._backends, free, strict=True):
             need = ggml.ggml_backend_sched_get_buffer_size(rt._sched, handle)
             if available is not None and need > available:
                 where = ggml.ggml_backend_name(handle).decode()
