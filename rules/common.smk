@@ -163,9 +163,11 @@ def _candidates(family):
         if family not in adapter.families:
             raise WorkflowError(f"{where}: adapter {adapter.name!r} implements "
                                 f"{', '.join(adapter.families)}, not {family}")
-        unknown = sorted(set(entry.get("models", ())) - set(PATHS[family]["models"]))
-        if unknown:
-            raise WorkflowError(f"{where}: models {unknown} are not in {family}.models")
+        for key, known in (("models", PATHS[family]["models"]),
+                           ("weight_types", FAMILIES[family]["weight_types"])):
+            unknown = sorted(set(entry.get(key, ())) - set(known))
+            if unknown:
+                raise WorkflowError(f"{where}: {key} {unknown} are not in {family}.{key}")
         try:
             if adapter.family_port:  # the family's options, these overriding the section's
                 options = SPECS[family].check_options(
@@ -179,8 +181,10 @@ def _candidates(family):
         if replay and not can_replay:
             raise WorkflowError(f"{where}: replay is set, but family {family} has no replay "
                                 "entry point")
-        entries[entry["name"]] = {**entry, "options": options, "replay": replay,
-                                  "models": entry.get("models") or list(PATHS[family]["models"])}
+        entries[entry["name"]] = {
+            **entry, "options": options, "replay": replay,
+            "models": entry.get("models") or list(PATHS[family]["models"]),
+            "weight_types": entry.get("weight_types") or FAMILIES[family]["weight_types"]}
     return entries
 
 
@@ -730,8 +734,8 @@ def weights_files(wildcards):
     them (rule ggml_weights), so that the conversions run beside the reference jobs instead of
     after them (the dumps that read them are known only once the references are done)."""
     cells = (SimpleNamespace(family=family, model=model, candidate=candidate, weight_type=type_)
-             for family in FAMILIES for candidate in CANDIDATES[family]
-             for model in PATHS[family]["models"] for type_ in FAMILIES[family]["weight_types"])
+             for family in FAMILIES for candidate, entry in CANDIDATES[family].items()
+             for model in entry["models"] for type_ in entry["weight_types"])
     return [path for cell in cells if (path := weights_file(cell))]
 
 
@@ -744,11 +748,11 @@ def summary_input(wildcards):
 def _cells():
     """(family, model, candidate, backend, weight type, case, against) of every cell of the
     sweep, from the config alone."""
-    for family, section in FAMILIES.items():
+    for family in FAMILIES:
         for candidate, entry in CANDIDATES[family].items():
             for model in entry["models"]:
                 for backend in BACKEND_SETTINGS[family]:
-                    for weight_type in section["weight_types"]:
+                    for weight_type in entry["weight_types"]:
                         for case in PATHS[family]["cases"]:
                             yield family, model, candidate, backend, weight_type, case, "reference"
                             if backend != BASELINE_BACKEND and (

@@ -104,6 +104,12 @@ class Port:
             configure step), for ``make ports`` after ``make setup-vulkan``; empty: none.
         vulkan_patch: a patch (``-p1``, in ``candidates/patches/``) the Vulkan build applies to
             the unpacked tree first, kept outside the snapshot.
+        download: a source package on the package index (``name==version``) fetched into the
+            cache (``pip download --no-binary :all:``) when the ports folder has no
+            ``archive``; ``download_sha256`` is the file's digest, checked.
+        drivers: files of ``candidates/drivers/`` (ours, against the port's public API) copied
+            into the tree's ``drivers/`` before the commands run; they are part of the tree's
+            key, so editing one rebuilds.
     """
 
     archive: str
@@ -111,6 +117,9 @@ class Port:
     products: tuple[str, ...]
     vulkan: tuple[str, ...] = ()
     vulkan_patch: str | None = None
+    download: str | None = None
+    download_sha256: str | None = None
+    drivers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,9 @@ class Adapter:
             if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
                 raise AudioparityError(f"{where}[{name!r}]: {value!r}; expected "
                                        f"{kind.__name__}")
+            if known[name].choices and value not in known[name].choices:
+                raise AudioparityError(f"{where}[{name!r}]: {value!r}; expected one of "
+                                       f"{', '.join(map(str, known[name].choices))}")
         return {**{name: option.default for name, option in known.items()}, **values}
 
     def port_files(self, options: dict[str, Any]) -> list[str]:

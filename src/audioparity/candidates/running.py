@@ -107,7 +107,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     options = adapter.check_options(options, f"adapter {adapter_name!r} options")
     family_options = spec.check_options(family_options or {}, f"family {family_name} options")
     fields = {"family": family_name, "candidate_adapter": adapter_name, "backend": backend,
-              "weight_type": weight_type, "threads": threads}
+              "weight_type": weight_type, "threads": threads, "candidate_options": options}
     with DumpWriter(output_dir, producer=adapter_name, model=model, inputs={"case": case},
                     fields=fields) as writer:
         for note in adapter.notes:
@@ -285,12 +285,10 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
     for adapter in registered().values() if adapters is None else adapters:
         if adapter.port is None:
             continue
-        archives = sorted(Path(source).glob(adapter.port.archive))
-        if len(archives) != 1:
-            raise AudioparityError(f"{source}: expected one {adapter.port.archive}, found "
-                                   f"{len(archives)}")
-        archive = archives[0]
-        stem = f"{archive.name.removesuffix('.tar.gz')}-{sha256_of(archive)[:12]}"
+        archive = _archive(adapter, Path(source), Path(cache))
+        drivers = [DRIVERS / name for name in adapter.port.drivers]
+        stem = "-".join([archive.name.removesuffix('.tar.gz'), sha256_of(archive)[:12],
+                         *(sha256_of(driver)[:8] for driver in drivers)])
         variants = [(adapter.name, stem, (), None)]
         if vulkan and adapter.port.vulkan:
             patch = PATCHES / adapter.port.vulkan_patch if adapter.port.vulkan_patch else None
@@ -314,6 +312,34 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
 
 #: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`).
 PATCHES = Path(__file__).resolve().parent / "patches"
+#: Our drivers of ports' public APIs, built into their trees (:attr:`Port.drivers`).
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+
+
+def _archive(adapter: Adapter, source: Path, cache: Path) -> Path:
+    """The port's source archive: the one snapshot in ``source`` matching
+    :attr:`Port.archive`, or, for a port with a :attr:`Port.download`, that package fetched once
+    into ``cache/downloads`` and checked against its sha256."""
+    port = adapter.port
+    archives = sorted(source.glob(port.archive))
+    if not archives and port.download:
+        downloads = cache / "downloads"
+        archives = sorted(downloads.glob(port.archive))
+        if not archives:
+            log.info("ports: downloading %s (the source package)", port.download)
+            _run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                       "--no-binary", ":all:", "--dest", str(downloads), port.download], {},
+                      f"download {adapter.name}", echo=False)
+            archives = sorted(downloads.glob(port.archive))
+        if len(archives) == 1 and port.download_sha256 and (
+                sha256_of(archives[0]) != port.download_sha256):
+            bad = archives[0]
+            bad.unlink()
+            raise AudioparityError(f"{bad}: sha256 differs from {port.download_sha256} "
+                                   f"({port.download}); removed, run again to fetch it anew")
+    if len(archives) != 1:
+        raise AudioparityError(f"{source}: expected one {port.archive}, found {len(archives)}")
+    return archives[0]
 
 
 def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
@@ -333,6 +359,10 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
     if patch is not None:
         _run_tool(["patch", "-p1", "--quiet", "-i", str(patch)], {}, f"patch {adapter.name}",
                   cwd=tree_root, echo=False)
+    if adapter.port.drivers:
+        (tree_root / "drivers").mkdir()
+        for name in adapter.port.drivers:
+            shutil.copy(DRIVERS / name, tree_root / "drivers" / name)
     for step, command in enumerate(adapter.port.commands):
         argv = [arg.format(jobs=jobs) for arg in command] + list(configure if step == 0 else ())
         _run_tool(argv, {}, f"build {adapter.name}", cwd=tree_root, echo=False)
