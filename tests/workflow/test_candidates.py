@@ -4,6 +4,7 @@ whisper.cpp, built by `make ports`, judged beside our port on one report."""
 
 from __future__ import annotations
 
+import json
 import os
 from fnmatch import fnmatchcase
 
@@ -76,8 +77,10 @@ PORTS = REPO / ".ports"
 
 @pytest.fixture(scope="module")
 def ports_sweep(tmp_path_factory):
-    """config/examples/ports.yaml on the shipped clip at f32, run to completion."""
-    if not all((PORTS / name).is_dir() for name in ("transcribe_cpp", "whisper_cpp")):
+    """config/examples/ports.yaml, run to completion: Parakeet on the shipped clip at f32,
+    MOSS as it ships (both fixtures, the four prompts, every weight type it sweeps)."""
+    if not all((PORTS / name).is_dir() for name in ("transcribe_cpp", "whisper_cpp",
+                                                     "llama_cpp")):
         message = f"{PORTS} has no built ports: run `make ports`"
         if os.environ.get("AUDIOPARITY_REQUIRE_PORTS"):
             pytest.fail(message)
@@ -89,16 +92,18 @@ def ports_sweep(tmp_path_factory):
     section["expected_failures"] = [e for e in section["expected_failures"]
                                     if e.get("case", "*") != "jfk"
                                     and fnmatchcase("f32", e.get("weight_type", "*"))]
-    for candidate in section["candidates"]:
+    for candidate in section["candidates"] + config["moss_voicegen"]["candidates"]:
         if "options" in candidate:
             candidate["options"]["root"] = str(PORTS / candidate["adapter"])
     workdir = make_workdir(tmp_path_factory.mktemp("ports") / "run", config)
+    (workdir / "resources").symlink_to(REPO / "resources")  # the MOSS prompts config.yaml names
     run_to_completion(workdir)
     return workdir, pd.read_csv(workdir / "results/report/summary.csv")
 
 
 def rows(summary: pd.DataFrame, candidate: str) -> dict[str, pd.Series]:
-    return {row.stage: row for row in summary[summary.candidate == candidate].itertuples()}
+    return {row.stage: row for row in summary[(summary.candidate == candidate)
+                                              & (summary.family == "parakeet_tdt")].itertuples()}
 
 
 def test_transcribe_cpp_every_stage_is_compared_and_its_f16_roundings_are_localised(ports_sweep):
@@ -141,3 +146,52 @@ def test_editing_our_encoder_reruns_our_port_only(ports_sweep):
     with edited(workdir / "src/audioparity/models/parakeet_tdt/encoder.py"):
         planned = planned_jobs(workdir)
     assert planned == {"ggml_dump": 1, "compare_cell": 1, "report_summary": 1, "report_html": 1}
+
+
+#: What llama.cpp computes of the MOSS backbone (the driver's files), and what it does not.
+LLAMA_STAGES = {"layer_0", "layer_1", "last_hidden", "probe_hidden", "step_last_hidden",
+                "text_logits"}
+NOT_LLAMA = {"prompt", "input_embeddings", "audio_logits", "generation"}
+
+
+def moss_rows(summary: pd.DataFrame, candidate: str) -> pd.DataFrame:
+    return summary[(summary.family == "moss_voicegen") & (summary.candidate == candidate)
+                   & (summary.against == "reference")]
+
+
+def test_llama_cpp_meets_the_f32_gates_and_like_with_like_at_every_weight_type(ports_sweep):
+    """llama.cpp with flash attention off and an f32 KV cache is a float32 port of the
+    backbone: every stage it exposes passes, at f32 within float32 noise, on both fixtures and
+    the four prompts; at bf16 and q8_0 against the quantization-aware references."""
+    _, summary = ports_sweep
+    got = moss_rows(summary, "llama.cpp")
+    assert len(set(zip(got.model, got.case, strict=True))) == 8
+    assert set(got.weight_type) == {"f32", "f16", "bf16", "q8_0"}
+    exposed = got[got.stage.isin(LLAMA_STAGES)]
+    assert set(exposed.stage) == LLAMA_STAGES
+    like = exposed[exposed.weight_type.isin(["f32", "bf16", "q8_0"])]
+    assert set(like.status) == {"pass"}, like[like.status != "pass"][["stage", "reason"]]
+    assert exposed[exposed.weight_type == "f32"].max_rel.max() < 1e-6
+    assert set(got[got.stage.isin(NOT_LLAMA)].status) == {"unavailable"}
+
+
+def test_llama_cpp_settings_are_recorded_and_their_f16_roundings_named(ports_sweep):
+    """An f16 KV cache, and flash attention (which casts an f32 cache to f16), fail the f32
+    gates: each of their cells is an expected failure that would be a failure without its
+    declaration; flash attention's one-row step rounds Q as well, so its step_last_hidden is
+    further off than the f16 cache's."""
+    workdir, summary = ports_sweep
+    step = {}
+    for candidate in ("llama.cpp-kv-f16", "llama.cpp-flash", "llama.cpp-flash-kv-f16"):
+        got = moss_rows(summary, candidate)
+        assert set(got.weight_type) == {"f32"}
+        exposed = got[got.stage.isin(LLAMA_STAGES)]
+        assert set(exposed.status) == {"xfail"} and exposed.max_rel.min() > 1e-5
+        step[candidate] = exposed[exposed.stage == "step_last_hidden"].max_rel.max()
+    assert step["llama.cpp-flash"] > 3 * step["llama.cpp-kv-f16"]
+    dump = workdir / "results/ggml/moss_voicegen/tiny/llama.cpp-flash/cpu/f32/en-instruction"
+    manifest = json.loads((dump / "manifest.json").read_text())
+    assert manifest["candidate_options"]["flash_attn"] == "on"
+    assert manifest["candidate_options"]["kv_cache_type"] == "f32"
+    settings = (dump / "raw/stdout.txt").read_text()
+    assert '"flash_attn": "enabled", "type_k": "f32", "type_v": "f32"' in settings
