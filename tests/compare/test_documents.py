@@ -234,7 +234,9 @@ def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path:
 
     def gates(weight_type: str) -> list[dict]:
         max_rel, kl = limits[weight_type]
-        return [{"stage": "prompt", "exact": True}, {"stage": "*hidden", "max_rel_max": max_rel},
+        return [{"stage": "prompt", "exact": True},
+                {"stage": "input_embeddings", "max_rel_max": max_rel},
+                {"stage": "*hidden", "max_rel_max": max_rel},
                 {"stage": "layer_*", "max_rel_max": max_rel},
                 {"stage": "*_logits", "max_rel_max": max_rel, "top1_min": 1.0, "kl_max": kl},
                 {"stage": "generation", "exact": True}]
