@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from audioparity.models.moss_voicegen.config import LanguageConfig, MossTTSDelayConfig
-from audioparity.models.moss_voicegen.delay_pattern import DelayPatternState, greedy_generate
+from audioparity.models.moss_voicegen.delay_pattern import (
+    FORCED,
+    DelayPatternState,
+    _argmax_with_margin,
+    greedy_generate,
+)
 
 PAD, IM_START, IM_END, A_START, A_END, USER, GEN, DELAY = 10, 11, 12, 13, 14, 15, 8, 9
 N_VQ, CODES = 3, 5  # pad code = 5
@@ -76,6 +81,12 @@ def test_margins_are_runner_up_gaps_and_forced_values_are_infinite() -> None:
     _, margins = state.step(text_logits([A_START, 1]), audio_logits([1, 2, 3]))
     assert margins[0] == pytest.approx(1.0)  # 10 - 9
     assert all(math.isinf(m) for m in margins[1:])  # no code sampled: all forced pads
+
+
+def test_a_value_the_masks_leave_alone_is_forced_and_non_finite_logits_are_nan() -> None:
+    assert _argmax_with_margin(np.array([-np.inf, 2.0, -np.inf])) == (1, FORCED)
+    for logits in ([np.nan, 1.0, 0.0], [np.inf, 1.0, 0.0], [-np.inf, -np.inf]):
+        assert math.isnan(_argmax_with_margin(np.array(logits))[1])
 
 
 def test_im_end_is_masked_until_step_n_vq() -> None:

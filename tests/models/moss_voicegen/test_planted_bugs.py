@@ -36,8 +36,10 @@ def test_planted_bug_is_caught_at_its_stage(tmp_path: Path, moss_model: Path,
     if bug == "rope_offset_in_step":  # RoPE is relative: only the cached step sees the offset
         assert err["step_last_hidden"] > 1e-2
         assert max(err["last_hidden"], err["probe_hidden"]) <= F32_GATE
-    elif bug == "no_causal_mask":  # the last row attends to everything anyway
-        assert err["probe_hidden"] > 0.1 and err["layer_0"] <= F32_GATE
+    elif bug == "no_causal_mask":  # the last row attends to everything anyway: every other
+        # row of the first layer is off, its last row is not
+        assert err["probe_hidden"] > 0.1 and err["layer_0"] > 0.1
+        assert max_rel(cand.tensor("layer_0")[-1], ref.tensor("layer_0")[-1]) <= F32_GATE
         assert err["probe_hidden"] > 5 * err["last_hidden"]
     elif bug == "skipped_codebook":  # prompt codes are all pad (zero rows): only generation
         assert max(err.values()) <= F32_GATE

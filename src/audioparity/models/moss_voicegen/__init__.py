@@ -16,7 +16,8 @@ SPEC = FamilySpec(
               "the rendered prompt and its input rows [S, 1+n_vq] (text processor)"),
         Stage("input_embeddings", "tensor", "[S, H]",
               "each prompt row's text embedding plus its n_vq codebook embeddings"),
-        Stage("layer_{i}", "tensor", "[H]", "output of decoder layer i at the last prompt row"),
+        Stage("layer_{i}", "tensor", "[S, H]", "output of decoder layer i at every prompt row",
+              replayed="layer_{i}_replayed"),
         Stage("last_hidden", "tensor", "[H]", "final hidden state at the last row, full prefill"),
         Stage("probe_hidden", "tensor", "[3, H]",
               "final hidden states at rows 0, 1 and S/2 (a missing causal mask shows here)"),
@@ -33,6 +34,7 @@ SPEC = FamilySpec(
         "reference": "audioparity.models.moss_voicegen.reference:dump_reference",
         "ggml": "audioparity.models.moss_voicegen.dump:dump_ggml",
         "weights": "audioparity.models.moss_voicegen.weights:save_weights",
+        "replay": "audioparity.models.moss_voicegen.replay:dump_replay",
     },
     options=(
         Option("kv_cache_type", "f32", "storage type of the KV cache", choices=FLOAT_STORAGE_TYPES),

@@ -252,8 +252,7 @@ class Backbone:
             for layer in range(lang.num_hidden_layers):
                 x = decoder_layer(g, self.weights, config, layer, x, cos_t, sin_t, mask,
                                   self.cache, start, n)
-                g.output(f"layer_{layer}",
-                         ggml.ggml_view_1d(ctx, x, lang.hidden_size, last), ndim=1)
+                g.output(f"layer_{layer}", x, ndim=2)
             hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],
                               lang.rms_norm_eps)
             g.output("hidden", hidden, ndim=2)

@@ -133,11 +133,14 @@ class DelayPatternState:
 
 def _argmax_with_margin(logits: np.ndarray) -> tuple[int, float]:
     """First index of the maximum (as ``torch.argmax``) and the maximum minus the runner-up;
-    NaN when a logit is NaN or fewer than two are finite."""
+    :data:`FORCED` when the masks leave one value (every other logit ``-inf``); NaN when a
+    logit is NaN or ``+inf``, or none is finite."""
     best = int(np.argmax(logits))
     finite = np.sort(logits[np.isfinite(logits)])
-    if np.isnan(logits).any() or finite.size < 2:
+    if np.isnan(logits).any() or np.isposinf(logits).any() or finite.size == 0:
         return best, float("nan")
+    if finite.size == 1:
+        return best, FORCED
     return best, float(finite[-1] - finite[-2])
 
 

@@ -6,7 +6,7 @@ Same tensor and document names and layouts as the reference dump
 
 - document ``prompt``: ``{"text", "rows"}`` from our text processor;
 - ``last_hidden`` ``[H]``, ``probe_hidden`` ``[3, H]`` (rows ``[0, 1, S//2]``), ``layer_{i}``
-  ``[H]``, ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``:
+  ``[S, H]``, ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``:
   one prefill of all ``S`` rows;
 - ``step_last_hidden`` ``[H]``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step;
 - document ``generation``: greedy rows after the full prefill (:mod:`.delay_pattern`), schema::

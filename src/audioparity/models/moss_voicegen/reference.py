@@ -17,7 +17,7 @@ Dump (canonical layouts, batch dropped; float32):
   (rows ``[S, 1+n_vq]``);
 - ``last_hidden`` ``[H]``: final (normed) hidden state at the last prompt row, full prefill;
 - ``probe_hidden`` ``[3, H]``: the same at rows ``[0, 1, S//2]``;
-- ``layer_{i}`` ``[H]``: output of decoder layer ``i`` at the last row (forward hooks; before
+- ``layer_{i}`` ``[S, H]``: output of decoder layer ``i`` at every row (forward hooks; before
   the final norm for the last layer);
 - ``step_last_hidden`` ``[H]``: final hidden of row ``S-1`` fed as one cached step after a
   prefill of rows ``0..S-2`` (transformers' KV cache);
@@ -132,16 +132,15 @@ def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
     text = tokenizer.apply_chat_template([{"role": "user", "content": content}],
                                          add_generation_prompt=True, tokenize=False)
     if processor_class is None:
-        ids = tokenizer.encode(text)
-        rows = np.full((len(ids), 1 + config.n_vq), config.audio_pad_code, dtype=np.int64)
-        rows[:, 0] = ids
+        rows = text_processor.generation_rows(tokenizer.encode(text), config)
     return text_processor.EncodedPrompt(text=text, rows=np.asarray(rows, dtype=np.int64))
 
 
-def forward(net, rows, cache=None) -> tuple[Forward, object]:
+def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
     modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
-    logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``.
+    logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``, and, for
+    the replay, per-layer inputs substituted by forward pre-hooks.
 
     The modules are driven one by one rather than through ``net.forward`` because upstream's
     forward returns its own ``ModelOutput`` subclass declaring ``past_key_values``, which
@@ -151,6 +150,9 @@ def forward(net, rows, cache=None) -> tuple[Forward, object]:
         net: a loaded ``MossTTSDelayModel``.
         rows: ``[1, n, 1+n_vq]`` long tensor.
         cache: the transformers cache of the previous rows, or None.
+        layer_inputs: ``{layer: [n, H] float32 array}`` or None: the hidden states each named
+            decoder layer runs on instead of its predecessor's output (layer 0: instead of the
+            input embeddings); the layers not named run on their predecessor's output.
 
     Returns:
         The :class:`~.stages.Forward` of the rows, and transformers' cache after them.
@@ -161,11 +163,21 @@ def forward(net, rows, cache=None) -> tuple[Forward, object]:
 
     def keep(index):
         def hook(module, args, output):
-            taps[index] = (output[0] if isinstance(output, tuple) else output)[0, -1]
+            taps[index] = (output[0] if isinstance(output, tuple) else output)[0]
         return hook
 
-    handles = [layer.register_forward_hook(keep(i))
-               for i, layer in enumerate(net.language_model.layers)]
+    def substitute(index):
+        def hook(module, args, kwargs):
+            given = torch.from_numpy(layer_inputs[index])[None]
+            if args:
+                return (given, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": given}
+        return hook
+
+    layers = net.language_model.layers
+    handles = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
+    handles += [layers[i].register_forward_pre_hook(substitute(i), with_kwargs=True)
+                for i in layer_inputs or {}]
     try:
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.

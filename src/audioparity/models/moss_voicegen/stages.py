@@ -20,8 +20,8 @@ class Forward:
 
     ``embeddings`` ``[n, H]``: the input embeddings (``_compute_input_embeddings``, the text
     embedding plus the ``n_vq`` codebook embeddings of each row); ``hidden`` ``[n, H]``: final
-    normed hidden states; ``layers`` ``[n_layers, H]``: each decoder
-    layer's output at the last row; ``text_logits`` ``[vocab_size]`` and ``audio_logits``
+    normed hidden states; ``layers`` ``[n_layers, n, H]``: each decoder
+    layer's output at every row; ``text_logits`` ``[vocab_size]`` and ``audio_logits``
     ``[n_vq, audio_vocab_size+1]`` (pad logit ``-inf``): the heads at the last row.
     """
 
@@ -40,19 +40,20 @@ def probe_rows(n_rows: int) -> list[int]:
 def write_prefill(writer: DumpWriter, full) -> None:
     """The tensors of the full prefill, as both sides write them: ``input_embeddings``
     ``[S, H]``, ``last_hidden`` ``[H]``,
-    ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`), ``layer_{i}`` ``[H]``,
+    ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`), ``layer_{i}`` ``[S, H]``,
     ``text_logits`` ``[V_text]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``.
 
     Args:
         writer: the dump being written.
         full: the forward over all ``S`` prompt rows, with numpy ``hidden`` ``[S, H]``,
-            ``layers`` ``[n_layers, H]``, ``text_logits`` and ``audio_logits`` (:class:`Forward`).
+            ``layers`` ``[n_layers, S, H]``, ``text_logits`` and ``audio_logits``
+            (:class:`Forward`).
     """
     writer.add_tensor("input_embeddings", full.embeddings, "[S, H]")
     writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
     writer.add_tensor("probe_hidden", full.hidden[probe_rows(len(full.hidden))], "[3, H]")
     for i, layer in enumerate(full.layers):
-        writer.add_tensor(f"layer_{i}", layer, "[H]")
+        writer.add_tensor(f"layer_{i}", layer, "[S, H]")
     writer.add_tensor("text_logits", full.text_logits, "[V_text]")
     writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
 

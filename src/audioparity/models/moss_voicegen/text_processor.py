@@ -11,7 +11,8 @@ without reference audio:
 3. The whole string is encoded in one pass (BPE merges may cross field boundaries), with the
    ``tokenizers`` library, special tokens matched in the text.
 4. Rows: column 0 the text ids, columns 1..n_vq the audio codes, all ``audio_pad_code`` (no
-   reference audio).
+   reference audio); then one more row, ``audio_start`` and the pads, which ``mode="generation"``
+   appends after the encoded string (so generation continues the audio segment it opens).
 
 The upstream ``build_user_message`` also runs a text normaliser (``normalize_tts_text``) over
 ``text``; this processor does not, so a prompt whose text that normaliser would change gives
@@ -165,7 +166,7 @@ def load_tokenizer(model_dir: Path, config: MossTTSDelayConfig):
 
 
 def encode(model_dir: Path, config: MossTTSDelayConfig, prompt: Prompt) -> EncodedPrompt:
-    """Render ``prompt`` and build its rows ``[S, 1+n_vq]`` (int64; audio columns at the pad).
+    """Render ``prompt`` and build its rows ``[S, 1+n_vq]`` (:func:`generation_rows`).
 
     Raises:
         AudioparityError: see :func:`load_tokenizer`; a text id outside the text vocabulary.
@@ -177,6 +178,14 @@ def encode(model_dir: Path, config: MossTTSDelayConfig, prompt: Prompt) -> Encod
             f"{model_dir}: token id {int(ids.max())} outside the text vocabulary "
             f"({config.language_config.vocab_size})"
         )
-    rows = np.full((ids.size, 1 + config.n_vq), config.audio_pad_code, dtype=np.int64)
-    rows[:, 0] = ids
-    return EncodedPrompt(text=text, rows=rows)
+    return EncodedPrompt(text=text, rows=generation_rows(ids, config))
+
+
+def generation_rows(ids: np.ndarray, config: MossTTSDelayConfig) -> np.ndarray:
+    """The input rows ``[len(ids)+1, 1+n_vq]`` (int64) of a rendered prompt's text ids
+    ``[len(ids)]``: each id with the pad in every audio column, then the ``audio_start`` row
+    (``MossTTSDelayProcessor.__call__``, ``mode="generation"``)."""
+    rows = np.full((len(ids) + 1, 1 + config.n_vq), config.audio_pad_code, dtype=np.int64)
+    rows[:-1, 0] = ids
+    rows[-1, 0] = config.audio_start_token_id
+    return rows

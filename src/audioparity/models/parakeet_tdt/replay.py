@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump, DumpWriter
+from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
 from audioparity.models.parakeet_tdt.config import load_config
 from audioparity.models.parakeet_tdt.reference import (
@@ -28,7 +28,7 @@ from audioparity.models.parakeet_tdt.reference import (
     preprocessor,
     restore_model,
 )
-from audioparity.storage import emulating
+from audioparity.replay import load_emulated, nothing_to_replay, record_skipped, replay_writer
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -152,22 +152,13 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
     sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
                        min_samples=config.min_samples, purpose="one encoder frame")
     candidate = Dump(candidate_dir)
-    with DumpWriter(output_dir, producer="nemo", model=model,
-                    inputs={"audio": audio, "candidate": candidate_dir},
-                    fields={"family": "parakeet_tdt", "threads": threads, "replay": True,
-                            **({"emulates": {"weight_type": emulate, "backend": "cpu"}}
-                               if emulate else {})},
-                    versions=("torch", "nemo_toolkit")) as writer:
-        if candidate.status != "ok":
-            writer.set_status(candidate.status, f"the candidate dump is {candidate.status}: "
-                              "nothing to replay")
+    with replay_writer(output_dir, candidate, producer="nemo", model=model,
+                       inputs={"audio": audio}, family="parakeet_tdt", threads=threads,
+                       emulate=emulate, versions=("torch", "nemo_toolkit")) as writer:
+        if nothing_to_replay(writer, candidate):
             return
         with torch_threads(threads), ExitStack() as stack:
-            with writer.timed("load"):
-                asr_model = restore_model(model)
-                if emulate:
-                    for note in stack.enter_context(emulating(asr_model, emulate)):
-                        writer.note(note)
+            asr_model = load_emulated(writer, stack, lambda: restore_model(model), emulate)
             with writer.timed("encoder"):
                 features, length = preprocessor(asr_model, sound.samples)
                 replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
@@ -183,8 +174,6 @@ def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
                 writer.add_tensor("decode_replayed_margins", margins, "[positions]")
             else:
                 skipped["decode_replayed"] = "the candidate dump has no enc_out"
-        writer.manifest["skipped"] = skipped
-        for name, why in skipped.items():
-            writer.note(f"{name} not replayed: {why}")
+        record_skipped(writer, skipped)
         log.info("replay parakeet-tdt: %s: %d blocks replayed, %d not", candidate_dir,
                  len(replayed) + ("decode_replayed" not in skipped), len(skipped))

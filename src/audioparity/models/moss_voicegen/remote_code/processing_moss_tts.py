@@ -4,7 +4,8 @@ Mirrors OpenMOSS ``processing_moss_tts.py`` (``UserMessage``, ``MossTTSDelayProc
 in ``mode="generation"``): the user message is the ``<user_inst>`` block with every field
 ``str(value)`` (so ``"None"`` when unused), wrapped by the tokenizer's chat template with the
 generation prompt, encoded with ``tokenizer.encode`` in one pass; every audio column is
-``audio_pad_code``. Reference audio (which needs the audio tokenizer) is not supported here.
+``audio_pad_code``; then the ``audio_start`` row the generation mode appends. Reference audio
+(which needs the audio tokenizer) is not supported here.
 """
 
 import torch
@@ -66,7 +67,11 @@ class MossTTSDelayProcessor:
             ids = torch.tensor(self.tokenizer.encode(content), dtype=torch.long)
             audio = torch.full((ids.shape[0], n_vq), self.model_config.audio_pad_code,
                                dtype=torch.long)
-            rows.append(torch.cat([ids[:, None], audio], dim=1))
+            start = torch.full((1, 1 + n_vq), self.model_config.audio_pad_code,
+                               dtype=torch.long)
+            start[0, 0] = self.tokenizer.encode(self.tokenizer.convert_ids_to_tokens(
+                self.model_config.audio_start_token_id))[0]
+            rows.append(torch.cat([torch.cat([ids[:, None], audio], dim=1), start]))
         if len({r.shape[0] for r in rows}) != 1:
             raise ValueError("batches of different lengths need padding; pass one conversation")
         input_ids = torch.stack(rows)
