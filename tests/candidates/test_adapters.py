@@ -4,6 +4,7 @@ ports (their end-to-end run is tests/workflow/test_candidates.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -184,14 +185,14 @@ def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
     assert "unreadable: raw/x.f32: 8 bytes, expected 48" in rows["layer_1"]["reason"]
 
 
-def snapshot(folder, script: str):
-    """A port's source snapshot: a tar.gz of one top folder holding build.sh."""
+def snapshot(folder, script: str, name: str = "toy-1.0", file: str = "build.sh"):
+    """A port's source snapshot: a tar.gz of one top folder ``name`` holding ``file``."""
     import io
     import tarfile
 
     data = script.encode()
-    with tarfile.open(folder / "toy-1.0.tar.gz", "w:gz") as tar:
-        info = tarfile.TarInfo("toy-1.0/build.sh")
+    with tarfile.open(folder / f"{name}.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/{file}")
         info.size, info.mode = len(data), 0o755
         tar.addfile(info, io.BytesIO(data))
 
@@ -209,6 +210,34 @@ def test_ports_are_built_once_and_reused(tmp_path):
         built = running.build_ports(tmp_path / "src", tmp_path / "cache", jobs=3, adapters=[TOY])
     assert (built["toy"] / "bin/toy").is_file()
     assert (tmp_path / "cache/builds").read_text() == "built 3\n"
+
+
+def test_a_port_builds_with_another_ports_folder_vendored_into_it(tmp_path):
+    """Port.vendors: the folder of the other port's archive lands where the snapshot leaves a
+    submodule empty, before the commands run; that archive is part of the tree's key."""
+    (tmp_path / "src").mkdir()
+    snapshot(tmp_path / "src", "vendored source\n", name="lib-2.0", file="vendor/lib/lib.h")
+    snapshot(tmp_path / "src", "cat third/lib/lib.h > found; mkdir -p bin; touch bin/toy\n")
+    library = Adapter(name="lib", title="lib", families=("parakeet_tdt",), output="tokens",
+                      weight_types=("f32",), port=Port(archive="lib-*.tar.gz", commands=(),
+                                                       products=()))
+    toy = replace(TOY, port=replace(TOY.port, vendors=(("lib", "vendor/lib", "third/lib"),)))
+    built = running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[library, toy])
+    assert (built["toy"] / "found").read_text() == "vendored source\n"
+    (tmp_path / "src/lib-2.0.tar.gz").unlink()
+    with pytest.raises(AudioparityError, match=r"expected one lib-\*\.tar\.gz, found 0"):
+        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy, library])
+
+
+def test_a_downloaded_source_package_with_another_digest_is_removed_and_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "cache/downloads").mkdir(parents=True)
+    snapshot(tmp_path / "cache/downloads", "touch bin/toy\n")
+    toy = replace(TOY, port=replace(TOY.port, download="toy==1.0", download_sha256="0" * 64))
+    with pytest.raises(AudioparityError, match=r"toy-1.0.tar.gz: sha256 differs from 0{64} "
+                                               r"\(toy==1.0\); removed, run again"):
+        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy])
+    assert not (tmp_path / "cache/downloads/toy-1.0.tar.gz").exists()
 
 
 def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):

@@ -110,6 +110,9 @@ class Port:
         drivers: files of ``candidates/drivers/`` (ours, against the port's public API) copied
             into the tree's ``drivers/`` before the commands run; they are part of the tree's
             key, so editing one rebuilds.
+        vendors: ``(adapter, folder, destination)``: the folder of another port's source
+            archive unpacked into the tree at ``destination`` before the commands run (a
+            submodule the snapshot leaves empty); that archive is part of the tree's key.
     """
 
     archive: str
@@ -120,6 +123,7 @@ class Port:
     download: str | None = None
     download_sha256: str | None = None
     drivers: tuple[str, ...] = ()
+    vendors: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

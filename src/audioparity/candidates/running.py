@@ -4,6 +4,7 @@ contract (``audioparity candidate convert|run``); building the ports (``make por
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
 import os
@@ -162,7 +163,11 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
             return
         if hasattr(module, "parse"):
             name, document = module.parse(stdout, stderr, Path(model), options=options)
-            writer.add_json(name, document)
+            found = adapter.tensor_map(name)
+            stage = found[0].concrete(found[2]) if found else name
+            writer.add_json(stage, document)
+            if found:
+                _conventions(writer, found[0], stage)
         _not_exposed(writer, adapter, spec)
 
 
@@ -282,13 +287,19 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
         raise AudioparityError(f"{source}: no such folder; expected the ports' source snapshots "
                                "(PORTS_SOURCE=<folder>)")
     built = {}
+    known = {**registered(), **{adapter.name: adapter for adapter in adapters or ()}}
     for adapter in registered().values() if adapters is None else adapters:
         if adapter.port is None:
             continue
-        archive = _archive(adapter, Path(source), Path(cache))
+        archive, digest = _archive(adapter, Path(source), Path(cache))
         drivers = [DRIVERS / name for name in adapter.port.drivers]
-        stem = "-".join([archive.name.removesuffix('.tar.gz'), sha256_of(archive)[:12],
-                         *(sha256_of(driver)[:8] for driver in drivers)])
+        vendored = [(*_archive(known[name], Path(source), Path(cache)), folder, into)
+                    for name, folder, into in adapter.port.vendors]
+        commands = json.dumps([adapter.port.commands, adapter.port.vendors]).encode()
+        stem = "-".join([archive.name.removesuffix('.tar.gz'), digest[:12],
+                         hashlib.sha256(commands).hexdigest()[:8],
+                         *(sha256_of(driver)[:8] for driver in drivers),
+                         *(other_digest[:8] for _, other_digest, _, _ in vendored)])
         variants = [(adapter.name, stem, (), None)]
         if vulkan and adapter.port.vulkan:
             patch = PATCHES / adapter.port.vulkan_patch if adapter.port.vulkan_patch else None
@@ -299,7 +310,8 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
             tree_root = Path(cache) / tree
             stamp = tree_root / ".built"
             if not stamp.is_file():
-                _build(adapter, archive, tree_root, jobs, extra, patch)
+                _build(adapter, archive, tree_root, jobs, extra, patch,
+                       [(other, folder, into) for other, _, folder, into in vendored])
                 stamp.write_text(" ".join(adapter.port.products) + "\n")
             link = Path(cache) / name
             if link.is_symlink() or link.exists():
@@ -310,19 +322,41 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
     return built
 
 
+def _unpack_folder(archive: Path, folder: str, destination: Path) -> None:
+    """The files under ``<top>/<folder>/`` of ``archive`` unpacked into ``destination``.
+
+    Raises:
+        AudioparityError: the archive has no such folder.
+    """
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        prefix = f"{members[0].name.split('/')[0]}/{folder}/"
+        inside = [m.replace(name=m.name.removeprefix(prefix)) for m in members
+                  if m.name.startswith(prefix)]
+        if not inside:
+            raise AudioparityError(f"{archive}: no folder {folder}; expected it to vendor")
+        destination.mkdir(parents=True, exist_ok=True)
+        tar.extractall(destination, members=inside, filter="data")
+
+
 #: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`).
 PATCHES = Path(__file__).resolve().parent / "patches"
 #: Our drivers of ports' public APIs, built into their trees (:attr:`Port.drivers`).
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 
 
-def _archive(adapter: Adapter, source: Path, cache: Path) -> Path:
-    """The port's source archive: the one snapshot in ``source`` matching
+def _archive(adapter: Adapter, source: Path, cache: Path) -> tuple[Path, str]:
+    """The port's source archive and its sha256: the one snapshot in ``source`` matching
     :attr:`Port.archive`, or, for a port with a :attr:`Port.download`, that package fetched once
-    into ``cache/downloads`` and checked against its sha256."""
+    into ``cache/downloads`` and checked against its sha256.
+
+    Raises:
+        AudioparityError: no archive or several; a download of another digest (removed).
+    """
     port = adapter.port
     archives = sorted(source.glob(port.archive))
-    if not archives and port.download:
+    downloaded = not archives and port.download
+    if downloaded:
         downloads = cache / "downloads"
         archives = sorted(downloads.glob(port.archive))
         if not archives:
@@ -331,20 +365,24 @@ def _archive(adapter: Adapter, source: Path, cache: Path) -> Path:
                        "--no-binary", ":all:", "--dest", str(downloads), port.download], {},
                       f"download {adapter.name}", echo=False)
             archives = sorted(downloads.glob(port.archive))
-        if len(archives) == 1 and port.download_sha256 and (
-                sha256_of(archives[0]) != port.download_sha256):
-            bad = archives[0]
-            bad.unlink()
-            raise AudioparityError(f"{bad}: sha256 differs from {port.download_sha256} "
-                                   f"({port.download}); removed, run again to fetch it anew")
+        if not archives:
+            raise AudioparityError(f"{downloads}: pip download {port.download} left no "
+                                   f"{port.archive}")
     if len(archives) != 1:
         raise AudioparityError(f"{source}: expected one {port.archive}, found {len(archives)}")
-    return archives[0]
+    digest = sha256_of(archives[0])
+    if downloaded and port.download_sha256 and digest != port.download_sha256:
+        archives[0].unlink()
+        raise AudioparityError(f"{archives[0]}: sha256 differs from {port.download_sha256} "
+                               f"({port.download}); removed, run again to fetch it anew")
+    return archives[0], digest
 
 
 def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
-           configure: tuple[str, ...] = (), patch: Path | None = None) -> None:
-    """Unpack ``archive`` into ``tree_root``, apply ``patch``, and run the port's commands,
+           configure: tuple[str, ...] = (), patch: Path | None = None,
+           vendored: Sequence[tuple[Path, str, str]] = ()) -> None:
+    """Unpack ``archive`` into ``tree_root``, each ``(archive, folder, destination)`` of
+    ``vendored`` (:attr:`Port.vendors`) into it, apply ``patch``, and run the port's commands,
     ``configure`` appended to the first; a Vulkan build (``configure`` given) leaves
     :data:`VULKAN_MARK` in the tree."""
     if tree_root.exists():
@@ -356,6 +394,8 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
     for entry in top.iterdir():
         entry.rename(tree_root / entry.name)
     top.rmdir()
+    for other, folder, into in vendored:
+        _unpack_folder(other, folder, tree_root / into)
     if patch is not None:
         _run_tool(["patch", "-p1", "--quiet", "-i", str(patch)], {}, f"patch {adapter.name}",
                   cwd=tree_root, echo=False)
