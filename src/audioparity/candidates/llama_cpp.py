@@ -33,16 +33,14 @@ ADAPTER = Adapter(
                choices=("f32", "f16")),
     ),
     tensors=(
-        TensorMap("layer_{i}", "layer_{i}"),
+        TensorMap("l_out-{i}", "layer_{i}"),
         TensorMap("last_hidden", "last_hidden"),
         TensorMap("probe_hidden", "probe_hidden"),
         TensorMap("step_last_hidden", "step_last_hidden"),
         TensorMap("text_logits", "text_logits"),
     ),
-    unmapped=("l_out-{i}",),
     converts=True,
     reads_reference=True,
-    replays=False,
     port=Port(
         archive="llama_cpp_python-0.3.36.tar.gz",
         download="llama-cpp-python==0.3.36",
@@ -75,9 +73,10 @@ def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> li
     """The backbone re-laid as Qwen3 and converted by ``convert_hf_to_gguf.py --outtype
     <weight type>`` (its own f16, bf16 and q8_0) into ``output/model-<weight type>.gguf``."""
     root = Path(options["root"])
-    return [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")), str(model),
+    return [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")),
              str(Path(output) / "qwen3"), str(_gguf(output, weight_type)), "--outtype",
-             weight_type, "--llama-cpp", str(root / "vendor" / "llama.cpp")]]
+             weight_type, "--llama-cpp", str(root / "vendor" / "llama.cpp"), "--from-moss",
+             str(model)]]
 
 
 def prepare(reference: Path, folder: Path, *, options: dict) -> None:

@@ -1,8 +1,9 @@
 """The MOSS checkpoint's Qwen3 backbone as a GGUF made by llama.cpp's own converter.
 
-``python llama_cpp_convert.py MOSS_DIR WORK_DIR OUTFILE --outtype T --llama-cpp DIR``
+``python llama_cpp_convert.py QWEN3_DIR OUTFILE --outtype T --llama-cpp DIR [--from-moss MOSS]``
 
-1. Re-lays the backbone as a Hugging Face Qwen3 directory in ``WORK_DIR``: ``config.json`` is
+1. With ``--from-moss``, re-lays the backbone as a Hugging Face Qwen3 directory in
+   ``QWEN3_DIR`` (openmoss's converter re-lays it itself and runs only step 2): ``config.json`` is
    the checkpoint's ``language_config`` (architecture ``Qwen3ForCausalLM``), the weights are
    ``language_model.*`` as ``model.*`` and the text head ``lm_heads.0`` as ``lm_head``, bytes
    unchanged; the tokenizer files are copied. The codebook embeddings and audio heads are not
@@ -73,13 +74,14 @@ def qwen2_pre_tokenizer(work: Path) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("moss_dir", type=Path)
-    parser.add_argument("work", type=Path)
+    parser.add_argument("work", type=Path, help="the Qwen3 directory")
     parser.add_argument("outfile", type=Path)
     parser.add_argument("--outtype", required=True, choices=("f32", "f16", "bf16", "q8_0"))
     parser.add_argument("--llama-cpp", required=True, type=Path)
+    parser.add_argument("--from-moss", type=Path, help="the MOSS checkpoint to re-lay first")
     args = parser.parse_args()
-    relayout(args.moss_dir, args.work)
+    if args.from_moss:
+        relayout(args.from_moss, args.work)
 
     sys.path.insert(0, str(args.llama_cpp))
     import convert_hf_to_gguf  # noqa: PLC0415 (llama.cpp's, from --llama-cpp)

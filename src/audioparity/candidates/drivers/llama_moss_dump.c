@@ -7,7 +7,6 @@
  * E.f32 holds the prompt's S rows of input embeddings [S, H] (the text embedding plus the
  * codebook embeddings, summed on the host). Written to D:
  *   l_out-{i}          [S, H]  layer i's output, every row (the eval callback's l_out-i)
- *   layer_{i}          [H]     its last row
  *   last_hidden        [H]     the final normed hidden state at the last row (embeddings=true)
  *   probe_hidden       [3, H]  the same at rows 0, 1, S/2
  *   text_logits        [V]     the text head (the GGUF's output matrix) at the last row
@@ -158,8 +157,6 @@ int main(int argc, char **argv) {
         const float *rows = taps.rows + (size_t)l * n * n_embd;
         snprintf(name, sizeof name, "l_out-%d", l);
         write_tensor(out, name, rows, n, n_embd);
-        snprintf(name, sizeof name, "layer_%d", l);
-        write_tensor(out, name, rows + (size_t)(n - 1) * n_embd, 0, n_embd);
     }
     const int probe[3] = {0, 1, n / 2};
     float *probes = malloc(sizeof(float) * 3 * n_embd);
