@@ -1,6 +1,6 @@
 # make setup: the virtual environment (torch pinned and first, then the rest); idempotent.
 # make run:   the default sweep (results/report/index.html).   make test: the test suite.
-# make ports: the third-party ports (transcribe.cpp, whisper.cpp, llama.cpp), built once into a cache.
+# make ports: the third-party ports (transcribe.cpp, whisper.cpp, llama.cpp, openmoss), built once into a cache.
 # make setup-vulkan, make setup-cuda: ggml-python rebuilt with that backend (docs/backends.md).
 PYTHON ?= python3
 VENV ?= .venv

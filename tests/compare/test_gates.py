@@ -501,3 +501,15 @@ def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_again
     compare_cell(emulated_dir, candidate, gates_for(), LABELS, without)
     assert all(row[c] is None for row in json.loads(without.read_text())
                for c in ("cost_nmse", "cost_cosine", "cost_token_match"))
+
+
+def test_a_threshold_on_a_field_the_candidate_omits_is_not_read_and_any_other_is_an_error():
+    gates = {"gates": [{"stage": "prompt", "exact": True, "wer_max": 0.0, "from": "default"}],
+             "expected_failures": []}
+    omitted = {"exact": True, "differing": [], "wer": None,
+               "not_measured": {"wer": "the candidate writes no text"}}
+    assert status("prompt", gates, metrics=omitted).status == "pass"
+    assert status("prompt", gates, metrics={**omitted, "exact": False,
+                                            "differing": ["rows"]}).status == "fail"
+    with pytest.raises(AudioparityError, match="sets wer_max, which does not apply"):
+        status("prompt", gates, metrics={"exact": True, "differing": [], "wer": None})

@@ -1,6 +1,7 @@
-"""Candidates other than our port, through the real workflow: a stand-in external tool with a
-fault planted in one layer, localised by the reference's replay alone; and transcribe.cpp and
-whisper.cpp, built by `make ports`, judged beside our port on one report."""
+"""Candidates other than our port, through the real workflow: a stand-in external tool of each
+family with a fault planted in one layer, localised by the reference's replay alone; and
+transcribe.cpp, whisper.cpp and llama.cpp, built by `make ports`, judged beside our port on one
+report."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests import REPO
+from audioparity.families import family as family_spec
+from tests import MOSS_PROMPTS, REPO
+from tests.models.moss_voicegen.test_replay import LAYER_0_FAULT
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS
 from tests.planted import planted_source
 from tests.workflow.workdir import (
@@ -25,51 +28,82 @@ from tests.workflow.workdir import (
 
 pytestmark = pytest.mark.slow
 
-#: A user's dump tool, as the `command` adapter runs it: our port from a copy with a planted
-#: fault (PLANTED_SRC first on the Python path), its dump passed on without the isolated forms
-#: and the decoder replay, so that only the reference's replay can localise the fault.
+#: A user's dump tool, as the `command` adapter runs it (`tool.py <family command> ARGS`): our
+#: port from a copy with a planted fault (PLANTED_SRC first on the Python path), its dump passed
+#: on without the isolated forms (`*_isolated`, Parakeet's `decoder_replay`), so that only the
+#: reference's replay can localise the fault.
 STAND_IN = """\
 import subprocess, sys, tempfile
 from pathlib import Path
 from audioparity.artifacts import Dump, DumpWriter
-args = sys.argv[1:]
+family, *args = sys.argv[1:]
 output = Path(args[args.index("--output-dir") + 1])
 with tempfile.TemporaryDirectory() as work:
     full = Path(work) / "dump"
     argv = [a if a != str(output) else str(full) for a in args]
-    subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt", *argv],
+    subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", family, *argv],
                    check=True, env={"PYTHONPATH": "PLANTED_SRC", "PATH": "/usr/bin:/bin"})
     dump = Dump(full)
     with DumpWriter(output, producer="external", model=dump.manifest["model"]["path"]) as out:
         for name in dump.tensor_names:
             if not name.endswith("_isolated"):
                 out.add_tensor(name, dump.tensor(name), dump.layout(name))
-        out.add_json("decode", dump.json("decode"))
+        for name in dump.manifest["documents"]:
+            if not name.endswith("_replay"):
+                out.add_json(name, dump.json(name))
 """
 
 
-def test_a_one_layer_fault_in_an_external_tool_is_localised_by_replay_alone(tmp_path):
-    source = planted_source(tmp_path / "planted", "parakeet_tdt",
-                            BUGS["layer_1_norm_bias_dropped"])
+def stand_in(tmp_path, family: str, patches) -> str:
+    """The `command` adapter's template running :data:`STAND_IN` on a planted copy of
+    ``family``'s port (a family without ``ggml_reads_reference`` is not given the reference)."""
+    spec = family_spec(family)
+    source = planted_source(tmp_path / "planted", family, patches)
     tool = tmp_path / "tool.py"
     tool.write_text(STAND_IN.replace("PLANTED_SRC", str(source)))
-    command = (f"python {tool} --model {{model}} --audio {{case}} --reference-dir {{reference}} "
-               "--output-dir {output} --weight-type {weight_type} --backend {backend} "
-               "--threads {threads} {options}")
+    reference = " --reference-dir {reference}" if spec.ggml_reads_reference else ""
+    return (f"python {tool} {spec.command} --model {{model}} {spec.input_flag} {{case}}"
+            f"{reference} --output-dir {{output}} --weight-type {{weight_type}} "
+            "--backend {backend} --threads {threads} {options}")
+
+
+def replayed_statuses(workdir) -> tuple[dict[str, str], dict[str, str]]:
+    """({stage: status}, {replayed form: status}) of the sweep's summary."""
+    summary = pd.read_csv(workdir / "results/report/summary.csv")
+    status = dict(zip(summary.stage, summary.status, strict=True))
+    return status, {stage: s for stage, s in status.items() if stage.endswith("_replayed")}
+
+
+def test_a_one_layer_fault_in_an_external_tool_is_localised_by_replay_alone(tmp_path):
+    command = stand_in(tmp_path, "parakeet_tdt", BUGS["layer_1_norm_bias_dropped"])
     workdir = make_workdir(tmp_path / "run", parakeet_config(
         weight_types=["f32"], candidates=[
             {"name": "planted", "adapter": "command", "options": {"command": command}}]))
     run_to_completion(workdir)
 
-    summary = pd.read_csv(workdir / "results/report/summary.csv")
-    status = dict(zip(summary.stage, summary.status, strict=True))
+    status, replayed = replayed_statuses(workdir)
     assert not any(stage.endswith("_isolated") for stage in status)
-    replayed = {stage: s for stage, s in status.items() if stage.endswith("_replayed")}
     assert [stage for stage, s in replayed.items() if s != "pass"] == ["layer_1_replayed"]
     assert set(replayed) == {"pre_encode_replayed", "layer_0_replayed", "layer_1_replayed",
                              "layer_2_replayed", "decode_replayed"}
     assert status["layer_0"] == "pass" and status["layer_1"] == "fail"
     assert status["enc_out"] == "fail"
+
+
+def test_a_one_layer_fault_in_an_external_moss_tool_is_localised_by_replay_alone(tmp_path):
+    """Layer 0 faulty: end to end, layer 1 fails too; replayed, layer 1 passes."""
+    command = stand_in(tmp_path, "moss_voicegen", LAYER_0_FAULT)
+    workdir = make_workdir(tmp_path / "run", {"families": ["moss_voicegen"], "moss_voicegen": {
+        "models": [{"name": "tiny", "path": "results/fixtures/moss_voicegen/tiny"}],
+        "cases": [{"name": "en-instruction", "path": str(MOSS_PROMPTS[0])}],
+        "weight_types": ["f32"],
+        "candidates": [{"name": "planted", "adapter": "command", "replay": True,
+                        "options": {"command": command}}]}})
+    run_to_completion(workdir)
+
+    status, replayed = replayed_statuses(workdir)
+    assert replayed == {"layer_0_replayed": "fail", "layer_1_replayed": "pass"}
+    assert status["layer_0"] == status["layer_1"] == status["last_hidden"] == "fail"
 
 
 PORTS = REPO / ".ports"
@@ -80,7 +114,7 @@ def ports_sweep(tmp_path_factory):
     """config/examples/ports.yaml, run to completion: Parakeet on the shipped clip at f32,
     MOSS as it ships (both fixtures, the four prompts, every weight type it sweeps)."""
     if not all((PORTS / name).is_dir() for name in ("transcribe_cpp", "whisper_cpp",
-                                                     "llama_cpp")):
+                                                     "llama_cpp", "openmoss")):
         message = f"{PORTS} has no built ports: run `make ports`"
         if os.environ.get("AUDIOPARITY_REQUIRE_PORTS"):
             pytest.fail(message)
@@ -148,9 +182,11 @@ def test_editing_our_encoder_reruns_our_port_only(ports_sweep):
     assert planned == {"ggml_dump": 1, "compare_cell": 1, "report_summary": 1, "report_html": 1}
 
 
-#: What llama.cpp computes of the MOSS backbone (the driver's files), and what it does not.
+#: What llama.cpp computes of the MOSS backbone (the driver's files), the reference's replay of
+#: its layers, and what it does not compute.
 LLAMA_STAGES = {"layer_0", "layer_1", "last_hidden", "probe_hidden", "step_last_hidden",
                 "text_logits"}
+REPLAYED = {"layer_0_replayed", "layer_1_replayed"}
 NOT_LLAMA = {"prompt", "input_embeddings", "audio_logits", "generation"}
 
 
@@ -167,8 +203,8 @@ def test_llama_cpp_meets_the_f32_gates_and_like_with_like_at_every_weight_type(p
     got = moss_rows(summary, "llama.cpp")
     assert len(set(zip(got.model, got.case, strict=True))) == 8
     assert set(got.weight_type) == {"f32", "f16", "bf16", "q8_0"}
-    exposed = got[got.stage.isin(LLAMA_STAGES)]
-    assert set(exposed.stage) == LLAMA_STAGES
+    exposed = got[got.stage.isin(LLAMA_STAGES | REPLAYED)]
+    assert set(exposed.stage) == LLAMA_STAGES | REPLAYED
     like = exposed[exposed.weight_type.isin(["f32", "bf16", "q8_0"])]
     assert set(like.status) == {"pass"}, like[like.status != "pass"][["stage", "reason"]]
     assert exposed[exposed.weight_type == "f32"].max_rel.max() < 1e-6
@@ -195,3 +231,35 @@ def test_llama_cpp_settings_are_recorded_and_their_f16_roundings_named(ports_swe
     assert manifest["candidate_options"]["kv_cache_type"] == "f32"
     settings = (dump / "raw/stdout.txt").read_text()
     assert '"flash_attn": "enabled", "type_k": "f32", "type_v": "f32"' in settings
+
+
+def by_cell(summary: pd.DataFrame, candidate: str) -> dict[tuple, float]:
+    """{(model, case, stage): max_rel} of a candidate's f32 rows."""
+    got = moss_rows(summary, candidate)
+    got = got[(got.weight_type == "f32") & got.max_rel.notna()]
+    return {(r.model, r.case, r.stage): r.max_rel for r in got.itertuples()}
+
+
+def test_openmoss_builds_the_reference_prompt_and_runs_llama_cpps_backbone(ports_sweep):
+    """openmoss's own prompt rows and input embeddings are the reference's exactly; its
+    backbone's figures are llama.cpp's at the same settings to the digit (an f16 KV cache,
+    flash attention as set), so each f32 difference is that stored precision, declared."""
+    workdir, summary = ports_sweep
+    got = moss_rows(summary, "openmoss")
+    assert set(got.weight_type) == {"f32", "bf16"}
+    assert len(set(zip(got.model, got.case, strict=True))) == 8
+    exact = got[got.stage.isin(["prompt", "input_embeddings"])]
+    assert set(exact.status) == {"pass"} and len(exact) == 32
+    assert exact[exact.stage == "input_embeddings"].max_rel.max() == 0.0
+    assert set(got[got.stage == "generation"].status) == {"unavailable"}
+    assert "fail" not in set(got.status)
+    f32 = got[(got.weight_type == "f32") & got.stage.isin(LLAMA_STAGES | {"audio_logits"})]
+    assert set(f32.status) == {"xfail"} and f32.max_rel.min() > 1e-5
+    for openmoss, llama in (("openmoss", "llama.cpp-flash-kv-f16"),
+                            ("openmoss-flash-off", "llama.cpp-kv-f16")):
+        theirs, ours = by_cell(summary, llama), by_cell(summary, openmoss)
+        assert theirs and {cell: ours[cell] for cell in theirs} == theirs, openmoss
+    dump = workdir / "results/ggml/moss_voicegen/tiny/openmoss/cpu/f32/en-instruction"
+    manifest = json.loads((dump / "manifest.json").read_text())
+    assert manifest["candidate_options"]["flash_attn"] == "on"
+    assert '"flash_attn":true,"kv_cache_type":"f16"' in (dump / "raw/stdout.txt").read_text()

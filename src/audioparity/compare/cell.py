@@ -241,6 +241,8 @@ def _compare_stage(
             metrics = document_metrics(*documents, **margins)
         except AudioparityError as err:
             raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
+        if "text" in omitted:
+            metrics["not_measured"] = {"wer": "the candidate writes no text"}
         return metrics, ()
     cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
     problems = []

@@ -291,13 +291,16 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
     """One reason per threshold of ``gate`` that ``metrics`` miss, e.g. ``cosine 0.9981 < 0.99999``.
 
     Raises:
-        AudioparityError: a threshold whose metric does not apply to this stage (None).
+        AudioparityError: a threshold whose metric does not apply to this stage (None, and
+            not among ``not_measured``).
     """
     failures = []
     for key, (metric, op) in _LIMITS.items():
         if key not in gate:
             continue
         value = metrics.get(metric)
+        if value is None and metric in metrics.get("not_measured", {}):
+            continue
         if value is None:
             raise AudioparityError(
                 f"gates: {gate_text(gate)!r} sets {key}, which does not apply to stage {stage!r} "
@@ -391,7 +394,9 @@ def status(
         metrics: the stage's metrics (``compare`` computes them); ``None`` for a metric that does
             not apply. Besides the summary columns it may hold ``ref_non_finite`` (count in the
             reference), and for documents ``exact`` and ``differing`` (the fields that differ);
-            a document's ``non_finite`` counts the NaN decision margins of the candidate.
+            a document's ``non_finite`` counts the NaN decision margins of the candidate;
+            ``not_measured`` (``{metric: why}``) names the metrics left out because the
+            candidate does not write their field (its ``omits``): their thresholds are not read.
         problems: reasons that fail the stage outright (shape, layout or kind mismatch).
 
     Returns:
