@@ -19,3 +19,18 @@ def test_the_prompt_line_is_the_prompt_document():
 def test_a_missing_or_unreadable_prompt_line_is_one_error(stdout):
     with pytest.raises(AudioparityError, match="openmoss-moss-dump"):
         openmoss.parse(stdout, "", None, options={})
+
+
+def test_check_dump_reads_the_prompt_stage_from_the_tools_stdout(tmp_path):
+    from audioparity.candidates.check import _parsed_problems
+
+    mapping = next(m for m in openmoss.ADAPTER.tensors if m.stage == "prompt")
+    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == [
+        f"{tmp_path}: missing stdout.txt (stage prompt); expected the tool's output, from "
+        "which adapter 'openmoss' reads it"]
+    (tmp_path / "stdout.txt").write_text("settings: {}\n")
+    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == [
+        f"{tmp_path / 'stdout.txt'}: openmoss-moss-dump printed no 'prompt: {{\"rows\": ...}}' "
+        "line"]
+    (tmp_path / "stdout.txt").write_text('prompt: {"rows": [[1, 2]]}\n')
+    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == []

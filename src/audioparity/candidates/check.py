@@ -453,6 +453,9 @@ def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Chec
         by_layer = found.get(mapping, {})
         stage_found = spec.locate(concrete(mapping.stage, 0))
         document = stage_found is not None and stage_found[1].kind == "document"
+        if document and adapter.output == "f32json":
+            problems += _parsed_problems(folder, adapter, mapping)
+            continue
         suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
         if any(LAYER in source for source in mapping.sources()):
             present = {k for k in by_layer if k is not None}
@@ -475,6 +478,23 @@ def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Chec
     checked = (f"{files} file(s) of adapter {adapter.name!r}{declared} onto {len(stages)} "
                f"stage(s) of {spec.name}{_layers_text(layers)}")
     return Checked(problems, checked)
+
+
+def _parsed_problems(folder: Path, adapter: Adapter, mapping: TensorMap) -> list[str]:
+    """A document stage of an ``f32json`` adapter (whose files hold tensors only): what its
+    ``parse`` cannot read of the tool's ``stdout.txt`` in ``folder``, one line."""
+    stdout = folder / "stdout.txt"
+    if not stdout.is_file():
+        return [f"{folder}: missing stdout.txt (stage {mapping.stage}); expected the tool's "
+                f"output, from which adapter {adapter.name!r} reads it"]
+    stderr = folder / "stderr.txt"
+    try:
+        adapter_module(adapter.name).parse(
+            stdout.read_text(), stderr.read_text() if stderr.is_file() else "", None,
+            options={})
+    except AudioparityError as err:
+        return [f"{stdout}: {err}"]
+    return []
 
 
 def _unmapped_problems(folder: Path, name: str, file: Path, suffix: str,
