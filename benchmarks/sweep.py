@@ -232,11 +232,13 @@ def run_sweep(work: Path, config: dict, cores: int, keep: bool = False) -> dict:
 def table(runs: list[dict]) -> str:
     """The Markdown tables of the runs."""
     lines = ["| sweep | cases | weight types | wall s | compute s | wall / compute | "
-             "peak used MB | largest job RSS MB |", "|---|---|---|---|---|---|---|---|"]
+             "wall per case vs first | peak used MB | largest job RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         lines.append(f"| {run['family']} | {run['cases']} | {run['weight_types']} | "
                      f"{run['wall_s']} | {run['compute_total_s']} | {run['wall_over_compute']} | "
-                     f"{run['peak_used_mb']} | {run['peak_job_rss_mb']} ({run['peak_job']}) |")
+                     f"{run.get('wall_per_case_vs_first', '')} | {run['peak_used_mb']} | "
+                     f"{run['peak_job_rss_mb']} ({run['peak_job']}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -288,17 +290,21 @@ def main() -> None:
                  result["wall_s"], result["compute_total_s"], result["wall_over_compute"],
                  result["peak_used_mb"])
         runs.append(result)
-    growth = [r for r in runs if r["family"] == "parakeet_tdt"]
-    if len(growth) > 1:
-        first = growth[0]
-        for run in growth:
-            run["wall_per_case_vs_first"] = round(
-                (run["wall_s"] / run["cases"]) / (first["wall_s"] / first["cases"]), 2)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sweep.json").write_text(json.dumps(
-        {"cores": args.cores, "weight_types": weight_types, "runs": runs}, indent=1) + "\n")
-    (args.out / "sweep.md").write_text(table(runs))
+        write_results(args.out, args.cores, weight_types, runs)  # a later run may fail: hours
     print(table(runs))
+
+
+def write_results(out: Path, cores: int, weight_types: list[str], runs: list[dict]) -> None:
+    """``sweep.json`` and ``sweep.md`` of the runs so far, with each Parakeet run's wall time
+    per clip against the first's (the growth)."""
+    growth = [r for r in runs if r["family"] == "parakeet_tdt"]
+    for run in growth:
+        run["wall_per_case_vs_first"] = round(
+            (run["wall_s"] / run["cases"]) / (growth[0]["wall_s"] / growth[0]["cases"]), 2)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(
+        {"cores": cores, "weight_types": weight_types, "runs": runs}, indent=1) + "\n")
+    (out / "sweep.md").write_text(table(runs))
 
 
 if __name__ == "__main__":
