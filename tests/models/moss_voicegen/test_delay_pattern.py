@@ -83,10 +83,27 @@ def test_margins_are_runner_up_gaps_and_forced_values_are_infinite() -> None:
     assert all(math.isinf(m) for m in margins[1:])  # no code sampled: all forced pads
 
 
-def test_a_value_the_masks_leave_alone_is_forced_and_non_finite_logits_are_nan() -> None:
-    assert _argmax_with_margin(np.array([-np.inf, 2.0, -np.inf])) == (1, FORCED)
-    for logits in ([np.nan, 1.0, 0.0], [np.inf, 1.0, 0.0], [-np.inf, -np.inf]):
-        assert math.isnan(_argmax_with_margin(np.array(logits))[1])
+def test_one_allowed_value_is_forced_and_a_non_finite_allowed_logit_is_nan() -> None:
+    everything = np.ones(3, dtype=bool)
+    assert _argmax_with_margin(np.array([5.0, 2.0, 7.0]), np.array([False, True, False])) \
+        == (1, FORCED)
+    assert _argmax_with_margin(np.array([1.0, 3.0, 2.5]), everything) == (1, 0.5)
+    # an overflow that leaves one finite logit is not a forced choice
+    for logits in ([-np.inf, 2.0, -np.inf], [np.nan, 1.0, 0.0], [np.inf, 1.0, 0.0]):
+        assert math.isnan(_argmax_with_margin(np.array(logits), everything)[1])
+    # a non-finite logit the masks exclude decides nothing
+    assert _argmax_with_margin(np.array([np.nan, 1.0, 0.0]),
+                               np.array([False, True, True])) == (1, 1.0)
+
+
+def test_a_step_whose_audio_logits_overflowed_is_undecided_not_forced() -> None:
+    state = DelayPatternState.from_prompt(CONFIG, PROMPT)
+    state.step(text_logits([A_START, 1]), audio_logits([1, 2, 3]))  # audio opens
+    overflowed = audio_logits([1, 2, 3])
+    overflowed[0, :] = -np.inf
+    overflowed[0, 2] = 0.0
+    _, margins = state.step(text_logits([GEN, 1]), overflowed)
+    assert math.isnan(margins[1])
 
 
 def test_im_end_is_masked_until_step_n_vq() -> None:

@@ -70,21 +70,19 @@ class DelayPatternState:
         if self.delayed_length == n_vq:
             self.is_audio = False
             return cfg.audio_end_token_id, FORCED
-        masked = np.array(logits, dtype=np.float64)
+        allowed = np.zeros(len(logits), dtype=bool)
         if self.is_audio:
-            allowed = [cfg.audio_assistant_gen_slot_token_id,
-                       cfg.audio_assistant_delay_slot_token_id]
-            keep = masked[allowed]
-            masked[:] = -np.inf
-            masked[allowed] = keep
+            allowed[[cfg.audio_assistant_gen_slot_token_id,
+                     cfg.audio_assistant_delay_slot_token_id]] = True
         else:
-            masked[[cfg.pad_token_id, cfg.audio_assistant_gen_slot_token_id,
-                    cfg.audio_assistant_delay_slot_token_id, cfg.audio_end_token_id]] = -np.inf
+            allowed[:] = True
+            allowed[[cfg.pad_token_id, cfg.audio_assistant_gen_slot_token_id,
+                     cfg.audio_assistant_delay_slot_token_id, cfg.audio_end_token_id]] = False
         if self.time_step == 0:
-            masked[cfg.audio_assistant_delay_slot_token_id] = -np.inf
+            allowed[cfg.audio_assistant_delay_slot_token_id] = False
         if self.time_step <= n_vq:
-            masked[cfg.im_end_token_id] = -np.inf
-        return _argmax_with_margin(masked)
+            allowed[cfg.im_end_token_id] = False
+        return _argmax_with_margin(logits, allowed)
 
     def step(self, text_logits: np.ndarray,
              audio_logits: np.ndarray) -> tuple[list[int], list[float]]:
@@ -109,9 +107,9 @@ class DelayPatternState:
             sampled = k < self.audio_length and (
                 self.delayed_length is None or k >= self.delayed_length)
             if sampled:
-                masked = np.array(audio_logits[k], dtype=np.float64)
-                masked[cfg.audio_pad_code] = -np.inf
-                code, margin = _argmax_with_margin(masked)
+                allowed = np.ones(len(audio_logits[k]), dtype=bool)
+                allowed[cfg.audio_pad_code] = False
+                code, margin = _argmax_with_margin(audio_logits[k], allowed)
             else:
                 code, margin = cfg.audio_pad_code, FORCED
             codes.append(code)
@@ -131,17 +129,29 @@ class DelayPatternState:
         return [text, *codes], margins
 
 
-def _argmax_with_margin(logits: np.ndarray) -> tuple[int, float]:
-    """First index of the maximum (as ``torch.argmax``) and the maximum minus the runner-up;
-    :data:`FORCED` when the masks leave one value (every other logit ``-inf``); NaN when a
-    logit is NaN or ``+inf``, or none is finite."""
-    best = int(np.argmax(logits))
-    finite = np.sort(logits[np.isfinite(logits)])
-    if np.isnan(logits).any() or np.isposinf(logits).any() or finite.size == 0:
+def _argmax_with_margin(logits: np.ndarray, allowed: np.ndarray) -> tuple[int, float]:
+    """The rules' choice among the values they allow, as upstream's ``torch.argmax`` over the
+    logits with every other value set to ``-inf``, and how clear it was.
+
+    Args:
+        logits: ``[n]`` one head's logits at the last position, as the model computed them.
+        allowed: ``[n]`` bool, the values the masks leave (at least one).
+
+    Returns:
+        The first index of the largest allowed logit, and its margin: the largest minus the
+        runner-up among the allowed; :data:`FORCED` when one value is allowed; NaN when an
+        allowed logit is not finite (an overflow or a NaN is never a decision, even where
+        it leaves one finite value).
+    """
+    index = np.flatnonzero(allowed)
+    values = np.asarray(logits, dtype=np.float64)[index]
+    best = int(index[np.argmax(values)])
+    if not np.isfinite(values).all():
         return best, float("nan")
-    if finite.size == 1:
+    if index.size == 1:
         return best, FORCED
-    return best, float(finite[-1] - finite[-2])
+    runner_up, top = np.partition(values, -2)[-2:]
+    return best, float(top - runner_up)
 
 
 def generation_document(config: MossTTSDelayConfig, rows: list[list[int]], requested: int,
