@@ -13,6 +13,7 @@ import pytest
 
 from audioparity.artifacts import DumpWriter
 from audioparity.compare import COLUMNS, compare_cell
+from audioparity.compare.cell import document_metrics
 from audioparity.errors import AudioparityError
 from tests import RESOURCES
 
@@ -150,6 +151,20 @@ def test_prompt_rows_exact_and_wer_on_text(tmp_path: Path):
     assert row["reason"] == (
         "wer 0.2 > 0.0; not exact: rows, text differ (first divergence at position 2)"
     )
+
+
+def test_a_field_the_candidate_omits_is_compared_nowhere_and_its_metric_is_not_measured():
+    ref = prompt("<|im_start|>user say a b c<|im_end|>", [1, 9, 10, 11, 2])
+    rows_only = {"rows": ref["rows"]}
+    metrics = document_metrics(rows_only, ref, omits=["text"])
+    assert metrics["exact"] and metrics["token_match"] == 1.0 and metrics["wer"] is None
+    assert metrics["not_measured"] == {"wer": "the candidate writes no text"}
+    # without the declaration the missing text is a difference, and wer still not computable
+    undeclared = document_metrics(rows_only, ref)
+    assert undeclared["differing"] == ["text"] and "not_measured" not in undeclared
+    # omitting a list field leaves the sequence metrics to the others
+    partial = document_metrics({"text": ref["text"]}, ref, omits=["rows"])
+    assert partial["exact"] and partial["token_match"] is None and partial["wer"] == 0.0
 
 
 NAN_HIDDEN = REFERENCE["last_hidden"][0].copy()

@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +138,17 @@ def _check_margins(margins: np.ndarray, positions: list[tuple]) -> None:
         )
 
 
+#: The document fields each document metric reads, where it reads no others: a candidate that
+#: omits them all leaves the metric not measured (the sequence metrics run over whichever list
+#: fields are left).
+METRIC_FIELDS = {"wer": ("text",)}
+
+
 def document_metrics(
     cand: Mapping[str, Any],
     ref: Mapping[str, Any],
     *,
+    omits: Sequence[str] = (),
     ref_margins: np.ndarray | None = None,
     cand_margins: np.ndarray | None = None,
 ) -> dict[str, Any]:
@@ -157,6 +164,9 @@ def document_metrics(
 
     Args:
         cand, ref: the two documents.
+        omits: fields of the reference the candidate does not write (its adapter's
+            ``omits``): left out of every metric; ``not_measured`` (``{metric: why}``) names
+            each metric whose fields (:data:`METRIC_FIELDS`) are all left out.
         ref_margins: the reference's auxiliary margins (module notes), ``[positions]`` or
             ``[positions, values]``: ``logit_gap`` is :func:`~audioparity.compare.metrics.
             logit_gap` at the first divergence (None when there is none, or when the
@@ -168,6 +178,7 @@ def document_metrics(
     Raises:
         AudioparityError: ``ref_margins`` does not fit the reference's positions.
     """
+    ref = {key: value for key, value in ref.items() if key not in omits}
     sequence_keys = sorted(k for k, v in ref.items() if isinstance(v, list))
 
     def positions(doc: Mapping[str, Any]) -> list[tuple]:
@@ -195,6 +206,10 @@ def document_metrics(
         "exact": not differing,
         "differing": differing,
     }
+    not_measured = {metric: f"the candidate writes no {' or '.join(fields)}"
+                    for metric, fields in METRIC_FIELDS.items() if set(fields) <= set(omits)}
+    if not_measured:
+        metrics["not_measured"] = not_measured
     if ref_margins is not None:
         metrics["ref_non_finite"] = int(_undecided(ref_margins).sum())
     if cand_margins is not None:
@@ -233,16 +248,12 @@ def _compare_stage(
             tensor = _margins_name(dump, name)
             if tensor is not None:
                 margins[key] = dump.tensor(tensor)
-        omitted = conventions(candidate, stage).get("omits", [])
-        documents = _document(candidate, stage), {
-            key: value for key, value in _document(reference, ref_stage).items()
-            if key not in omitted}
         try:
-            metrics = document_metrics(*documents, **margins)
+            metrics = document_metrics(_document(candidate, stage), _document(reference, ref_stage),
+                                       omits=conventions(candidate, stage).get("omits", []),
+                                       **margins)
         except AudioparityError as err:
             raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
-        if "text" in omitted:
-            metrics["not_measured"] = {"wer": "the candidate writes no text"}
         return metrics, ()
     cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
     problems = []
