@@ -1,5 +1,5 @@
 """The llama.cpp MOSS candidate's pieces that run without llama.cpp: the pre-tokenizer answer
-given to its converter, and the Qwen3 re-layout of a MOSS checkpoint."""
+given to its converter, the Qwen3 re-layout of a MOSS checkpoint, and why its cells lack stages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import json
 import numpy as np
 import pytest
 
+from audioparity.artifacts import DumpWriter
 from audioparity.candidates import llama_cpp_convert as convert
+from audioparity.candidates import registered
+from audioparity.candidates.running import _not_exposed
+from audioparity.families import family
 
 
 def tokenizer(tmp_path, regex=convert.QWEN2_SPLIT, add_prefix_space=False):
@@ -45,3 +49,15 @@ def test_the_backbone_is_re_laid_as_qwen3_bytes_unchanged(tmp_path, moss_model):
     name = "model.layers.1.self_attn.k_norm.weight"
     assert np.array_equal(laid[name].float().numpy(),
                           original["language_" + name].float().numpy())
+
+
+def test_its_input_embeddings_are_named_as_its_input_and_the_audio_heads_as_not_exposed(tmp_path):
+    adapter = registered()["llama_cpp"]
+    with DumpWriter(tmp_path / "dump", producer="llama_cpp",
+                    fields={"family": "moss_voicegen"}) as writer:
+        writer.add_tensor("last_hidden", np.zeros(4, np.float32), "[H]")
+        _not_exposed(writer, adapter, family("moss_voicegen"))
+    reasons = writer.manifest["not_exposed"]
+    assert reasons["input_embeddings"] == (
+        f"{adapter.title} takes it from the reference as its input")
+    assert reasons["audio_logits"] == f"{adapter.title} does not expose it"

@@ -146,6 +146,8 @@ class Adapter:
             type.
         reads_reference: its commands read the reference dump of the case (``prepare``, or a
             ``{reference}`` field).
+        inputs: stages of the reference dump it takes as its input (llama.cpp is fed the
+            reference's ``input_embeddings``): ``unavailable`` in its cells, saying so.
         family_port: it is the family's own ggml port (``audioparity ggml <family>``): its
             cells run the family's ``ggml`` entry point, and read the reference when the spec
             says so (``ggml_reads_reference``).
@@ -166,6 +168,7 @@ class Adapter:
     unmapped: tuple[str, ...] = ()
     converts: bool = False
     reads_reference: bool = False
+    inputs: tuple[str, ...] = ()
     family_port: bool = False
     replays: bool = True
     port: Port | None = None
@@ -175,6 +178,9 @@ class Adapter:
         if self.output not in OUTPUTS:
             raise ValueError(f"adapter {self.name!r}: output {self.output!r}; expected one of "
                              f"{', '.join(OUTPUTS)}")
+        if self.inputs and not self.reads_reference:
+            raise ValueError(f"adapter {self.name!r}: inputs {list(self.inputs)} from a reference "
+                             "it does not read (reads_reference)")
 
     def check_options(self, values: Any, where: str) -> dict[str, Any]:
         """``values`` (a candidate entry's ``options``) checked, with the defaults filled in.

@@ -41,6 +41,7 @@ ADAPTER = Adapter(
     ),
     converts=True,
     reads_reference=True,
+    inputs=("input_embeddings",),
     port=Port(
         archive="llama_cpp_python-0.3.36.tar.gz",
         download="llama-cpp-python==0.3.36",

@@ -176,13 +176,16 @@ def _not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec) -> None
     wrote nothing for (a port that prints only its decode), with why: the compare reports
     those stages ``unavailable``, not ``missing``. The stages of a head (:attr:`Stage.head`)
     the candidate wrote nothing of are another kind of model's, not unexposed ones (unless it
-    wrote no head's stage at all)."""
+    wrote no head's stage at all). A stage it takes as its input (:attr:`Adapter.inputs`) is
+    named as such."""
     written = [*writer.manifest["tensors"], *writer.manifest["documents"]]
     stages = [located[1] for located in map(spec.locate, written) if located]
     found = {stage.name for stage in stages}
     heads = {stage.head for stage in stages if stage.head}
     writer.manifest["not_exposed"] = {
-        stage.name: f"{adapter.title} does not expose it" for stage in spec.stages
+        stage.name: (f"{adapter.title} takes it from the reference as its input"
+                     if stage.name in adapter.inputs else f"{adapter.title} does not expose it")
+        for stage in spec.stages
         if stage.name not in found and (not heads or stage.head in heads | {None})}
 
 
