@@ -19,6 +19,7 @@ from audioparity.candidates import registered as candidate_adapters
 from audioparity.compare.gates import resolve_gates
 from audioparity.errors import AudioparityError
 from audioparity.families import REPLAY, WEIGHTS, registered
+from audioparity.memory import float_values, reference_bytes
 from audioparity.storage import EMULATED_TYPES, emulated_dir
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
@@ -508,27 +509,19 @@ def family_options(side):
     return get
 
 
-#: Resident memory of a job's process before the model (MB): the Python stack of each side.
-BASE_MEMORY_MB = {"reference": 1500, "ggml": 600, "convert": 1000}
-#: Bytes per weight of each storage type (q8_0: 34 per block of 32), and of the checkpoint's
-#: own dtype assumed where a weight's bytes are counted from its file (the smallest, 2: an
-#: overestimate for an f32 checkpoint, never an underestimate).
+#: Resident memory (MiB) of a ggml-side job's process before the model: the Python stack.
+BASE_MEMORY_MB = {"ggml": 600, "convert": 1000}
+#: Bytes per weight of each storage type (q8_0: 34 per block of 32; native: float32, the worst
+#: case of a checkpoint's own types).
 STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
-CHECKPOINT_BYTES = 2
-
-
-def _size_mb(path):
-    """Bytes on disk of a model file or directory, in MB."""
-    path = Path(path)
-    files = path.rglob("*") if path.is_dir() else [path]
-    return sum(f.stat().st_size for f in files if f.is_file()) / 1e6
 
 
 def memory_mb(side, copies=1):
-    """Resource function: the memory (MB) a job of `side` needs for its model (`input.model`,
-    evaluated once the model exists): the side's base, plus on the reference side (and for a
-    port's converter, `convert`) three float32 copies of the weights (the model, the emulation's saved originals, the checkpoint read), on
-    the ggml side the weights in the cell's storage type (`native`: float32, the worst case);
+    """Resource function: the memory (MiB) a job of `side` needs for its model (`input.model`,
+    evaluated once the model exists), counted from its weights (`float_values`, the
+    checkpoint's headers): on the reference side `reference_bytes` (the stack, the float32
+    model, and a second float32 copy when the job emulates a weight type); on the ggml side
+    and for a converter (`convert`) its base plus the weights in the cell's storage type;
     `copies` dumps in one job (a drill-down runs two). A job that would not fit the memory given
     to Snakemake (`--resources mem_mb=M`) is refused in one line before it starts: Snakemake
     would otherwise shrink its request to M silently."""
@@ -538,17 +531,19 @@ def memory_mb(side, copies=1):
         if model is None or not os.path.exists(model):
             # asked while the job's inputs are not all known (a checkpoint pending) or not yet
             # built: Snakemake asks again before the job runs
-            return BASE_MEMORY_MB[side]
-        weights = _size_mb(model) / CHECKPOINT_BYTES
-        if side == "ggml":
-            per_weight = STORAGE_BYTES.get(wildcards.weight_type, STORAGE_BYTES["f32"])
+            return BASE_MEMORY_MB["ggml"]
+        weight_type = wildcards.get("weight_type")
+        if side == "reference":  # a replay emulates its cell's type, a reference job its sweep's
+            emulates = bool(_emulated(wildcards) if weight_type
+                            else emulated_types(wildcards.family))
+            need = reference_bytes(model, emulates) / 2**20
         else:
-            per_weight = 3 * STORAGE_BYTES["f32"]
-        need = int(copies * (BASE_MEMORY_MB[side] + weights * per_weight)) + 1
+            need = (BASE_MEMORY_MB[side] + float_values(model) / 2**20
+                    * STORAGE_BYTES.get(weight_type, STORAGE_BYTES["f32"]))
+        need = int(copies * need) + 1
         limit = workflow.global_resources.get("mem_mb")
         limit = getattr(limit, "value", limit)  # a snakemake Resource, or a plain number
         if isinstance(limit, int | float) and need > limit:
-            weight_type = wildcards.get("weight_type")
             cell = (f"{wildcards.family}/{wildcards.model}" if weight_type is None
                     else f"{wildcards.family}/{wildcards.model}/{weight_type}")
             raise WorkflowError(f"{side} job of {cell} needs about {need} MB, more than "

@@ -338,6 +338,11 @@ CASES = (
          prompt_file('["hello"]')),
     Case("prompt_missing_text", "moss", "prompt without `text`", moss("bad.json"),
          prompt_file('{"instruction": "calm"}')),
+    Case("moss_reference_over_memory", "moss", "a model and prompt needing more memory than the "
+         "MOSS reference may use (its float32 weights, the Python stack and the activations; "
+         "refused before torch is imported)",
+         ("AUDIOPARITY_MEMORY_MB=8 audioparity reference moss-voicegen --model moss --prompt "
+          "prompt.json --output-dir out",)),
     Case("prompt_text_mistyped", "moss", "prompt whose `text` is a number", moss("bad.json"),
          prompt_file('{"text": 42}')),
     Case("prompt_empty_text", "moss", "prompt with empty `text`", moss("bad.json"),

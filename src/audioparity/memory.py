@@ -1,14 +1,24 @@
-"""The host memory a process may use: what the machine has free, at most what the user (or the
-job's scheduler) granted. Read by both sides' checks that refuse an input too large for it."""
+"""The host memory a process may use (what the machine has free, at most what the user or the
+job's scheduler granted), what a reference process needs for its model, and the one-line
+refusal of a job that would not fit. Read by both sides' checks and by the rules' ``mem_mb``."""
 
 from __future__ import annotations
 
+import math
 import os
+from functools import lru_cache
 from pathlib import Path
+
+from audioparity.errors import AudioparityError
 
 #: Environment variable: the host memory (MB) a process may use for its activations, when less
 #: than the machine has free (a job granted less by its scheduler).
 MEMORY_LIMIT = "AUDIOPARITY_MEMORY_MB"
+#: Resident memory of a reference process before its model: Python, torch, NeMo or transformers.
+REFERENCE_STACK_BYTES = 1500 * 2**20
+#: Bytes per value assumed for a checkpoint whose headers cannot be read: the smallest storage
+#: type of a float checkpoint (bf16, f16), so that its value count is never underestimated.
+SMALLEST_VALUE_BYTES = 2
 
 
 def host_free_bytes() -> int | None:
@@ -24,3 +34,59 @@ def host_free_bytes() -> int | None:
     except OSError:
         pass
     return min(limits, default=None)
+
+
+def float_values(model: Path) -> int:
+    """How many float values (weights) a checkpoint holds, from its headers alone: the F32,
+    F16 and BF16 tensors of a Hugging Face directory's safetensors, the float tensors of an
+    uncompressed ``.nemo``'s ``model_weights.ckpt`` (its ``data.pkl``; no weight is read).
+    Anything else (a compressed ``.nemo``, an unreadable file, which the job itself reports)
+    counts its bytes on disk at :data:`SMALLEST_VALUE_BYTES` each: never fewer values than it
+    holds."""
+    model = Path(model)
+    stat = model.stat()
+    return _float_values(model, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _float_values(model: Path, mtime_ns: int, size: int) -> int:
+    from audioparity.checkpoints.nemo import nemo_member_span
+    from audioparity.checkpoints.safetensors import DTYPES, checkpoint_entries
+    from audioparity.checkpoints.torch_zip import torch_entries
+
+    entries = None
+    try:
+        if model.is_dir():
+            entries = [e for e in checkpoint_entries(model).values() if e.dtype in DTYPES]
+        elif (span := nemo_member_span(model, "model_weights.ckpt")) is not None:
+            entries = list(torch_entries(model, span=span).values())
+    except (AudioparityError, OSError):
+        pass
+    if entries is None:
+        files = model.rglob("*") if model.is_dir() else [model]
+        return sum(f.stat().st_size for f in files if f.is_file()) // SMALLEST_VALUE_BYTES
+    return sum(math.prod(entry.shape) for entry in entries)
+
+
+def reference_bytes(model: Path, emulates: bool) -> int:
+    """What a reference process holds for ``model`` besides its activations: the stack
+    (:data:`REFERENCE_STACK_BYTES`), the model in float32 (:func:`float_values`), and when it
+    emulates a weight type (:func:`audioparity.storage.emulations`) the float32 originals it
+    saves, a second copy."""
+    return REFERENCE_STACK_BYTES + float_values(model) * 4 * (2 if emulates else 1)
+
+
+def refuse_if_over(need: int, subject: str, remedy: str, detail: str = "") -> None:
+    """Refuse, in one line and before any work, a process that would need ``need`` bytes of
+    host memory when fewer are free (:func:`host_free_bytes`): ``<subject> needs about N MiB
+    <detail>, more than the F MiB free (machine or AUDIOPARITY_MEMORY_MB): <remedy>``. A process
+    killed for memory says nothing, and can take its parent with it.
+
+    Raises:
+        AudioparityError: ``need`` exceeds the memory free.
+    """
+    free = host_free_bytes()
+    if free is not None and need > free:
+        raise AudioparityError(
+            f"{subject} needs about {need / 2**20:.0f} MiB{detail}, more than the "
+            f"{free / 2**20:.0f} MiB free (machine or {MEMORY_LIMIT}): {remedy}")

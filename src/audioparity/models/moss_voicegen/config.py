@@ -64,6 +64,18 @@ class MossTTSDelayConfig:
     def n_layers(self) -> int:
         return self.language_config.num_hidden_layers
 
+    def activation_bytes(self, rows: int) -> int:
+        """About how many bytes the float32 reference holds beside its weights for a prompt of
+        ``rows`` rows at its peak, counted from the shapes (not measured): the heads at every
+        row (text ``[rows, vocab_size]``, audio ``n_vq x [rows, audio_vocab_size+1]``), every
+        layer's output ``[L+1, rows, H]``, and eager attention's scores and probabilities
+        ``[heads, rows, rows]`` of one layer, each counted twice (the tensor and its copy: a
+        dump's numpy array, a softmax)."""
+        lang = self.language_config
+        per_row = lang.vocab_size + self.n_vq * (self.audio_vocab_size + 1) \
+            + (self.n_layers + 1) * self.hidden_size
+        return 2 * 4 * (rows * per_row + 2 * lang.num_attention_heads * rows * rows)
+
 
 #: What a config value must be, by the type it is read as (bool is not an int here).
 _KINDS = {int: "an integer", float: "a number", dict: "an object"}

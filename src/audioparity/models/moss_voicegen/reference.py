@@ -43,6 +43,7 @@ import numpy as np
 
 from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
+from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.checkpoint import check_weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
@@ -222,8 +223,9 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     of the checkpoint, a tensor at a time).
 
     Raises:
-        AudioparityError: no cases; unreadable config, prompt or weights; weights missing,
-            misshapen or not finite; a prompt shorter than 3 rows. The failing case's directory
+        AudioparityError: no cases; unreadable config, prompt or weights; more memory needed
+            than is free (:func:`check_memory`); weights missing, misshapen or not finite; a
+            prompt shorter than 3 rows. The failing case's directory
             is not left behind; an input error leaves none at all.
     """
     model = Path(model)
@@ -232,6 +234,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
         raise AudioparityError("reference moss-voicegen: no prompt file given")
     config = load_config(model)
     requests = [text_processor.load_prompt(prompt) for prompt, _ in cases]
+    check_memory(model, config, requests, generate_rows, bool(emulate))
     check_weights(model, config)
 
     with torch_threads(threads):
@@ -247,6 +250,27 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
             for (prompt, output_dir), request in zip(cases, requests, strict=True):
                 _dump(variant.model, model, config, prompt, request,
                       variant.dump_dir(output_dir), {**fields, **variant.fields}, seconds)
+
+
+def check_memory(model: Path, config: MossTTSDelayConfig,
+                 requests: Sequence[text_processor.Prompt], generate_rows: int,
+                 emulates: bool) -> None:
+    """Refuse, before torch is imported, a job that would not fit the memory free: the model
+    as the reference holds it (:func:`~audioparity.memory.reference_bytes`: the stack, the
+    float32 weights, their saved originals when it ``emulates`` a weight type) and the
+    activations (:meth:`~.config.MossTTSDelayConfig.activation_bytes`) of the longest prompt
+    and its generated rows. A prompt's rows are bounded without its tokenizer: byte-level BPE
+    gives at most one token per byte of the rendered prompt, plus the ``audio_start`` row.
+
+    Raises:
+        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
+    """
+    rows = max(len(text_processor.render(r).encode()) for r in requests) + 1 + generate_rows
+    twice = ", twice: its quantization-aware passes keep the originals" if emulates else ""
+    refuse_if_over(reference_bytes(model, emulates) + config.activation_bytes(rows),
+                   f"{model}: the MOSS reference",
+                   "give it more memory" + (" or fewer --emulate weight types" if emulates else ""),
+                   f" (the float32 model{twice}; prompts of at most {rows} rows)")
 
 
 def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,

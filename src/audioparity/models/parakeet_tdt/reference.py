@@ -33,7 +33,7 @@ import numpy as np
 from audioparity.artifacts import DumpWriter
 from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
-from audioparity.memory import MEMORY_LIMIT, host_free_bytes
+from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
 from audioparity.models.parakeet_tdt.greedy import (
@@ -388,7 +388,7 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
     for (audio, _), sound in zip(cases, sounds, strict=True):
         n_mel = sound.samples.size // config.preprocessor.hop_length  # valid mel frames
         check_attention_memory(audio, model, config.encoder,
-                               config.encoder.subsampled_length(n_mel))
+                               config.encoder.subsampled_length(n_mel), bool(emulate))
     check_weights(model, config)
 
     with torch_threads(threads):
@@ -408,27 +408,20 @@ def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int
                       seconds)
 
 
-#: Resident memory of the reference process before the model: Python, torch and NeMo.
-STACK_BYTES = 1500 * 2**20
-
-
-def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: int) -> None:
+def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: int,
+                           emulates: bool = False) -> None:
     """Refuse a clip that would not fit the memory free, before NeMo is imported (a process
-    killed for memory says nothing): the Python stack (:data:`STACK_BYTES`), the model's
-    float32 weights (its file's size) and the attention's peak
+    killed for memory says nothing): the model as the reference holds it
+    (:func:`~audioparity.memory.reference_bytes`: the stack, the float32 weights, their saved
+    originals when it ``emulates`` a weight type) and the attention's peak
     (:meth:`~.config.EncoderConfig.attention_bytes` of the clip's encoder frames).
 
     Raises:
         AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
     """
-    need = STACK_BYTES + model.stat().st_size + encoder_config.attention_bytes(n_frames)
-    free = host_free_bytes()
-    if free is not None and need > free:
-        raise AudioparityError(
-            f"{audio}: T'={n_frames} encoder frames; the NeMo reference needs about "
-            f"{need / 2**20:.0f} MiB for them (attention grows as T'^2), more than the "
-            f"{free / 2**20:.0f} MiB free (machine or {MEMORY_LIMIT}): the input is too long "
-            "for this memory")
+    refuse_if_over(reference_bytes(model, emulates) + encoder_config.attention_bytes(n_frames),
+                   f"{audio}: T'={n_frames} encoder frames; the NeMo reference",
+                   "the input is too long for this memory", " (attention grows as T'^2)")
 
 
 def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig,
