@@ -41,6 +41,16 @@ def gates_for(**cell: str) -> dict:
     return json.loads(json.dumps(resolve_gates(SECTION, **{**CELL, **cell})))
 
 
+def test_extra_expected_failures_add_to_the_list_a_later_config_would_replace():
+    extra = {**SECTION, "extra_expected_failures": [
+        {"stage": "joint_logits", "weight_type": "f16", "reason": "a port's own"}]}
+    chosen = resolve_gates(extra, **{**CELL, "weight_type": "f16"})["expected_failures"]
+    assert chosen == [{"stage": "enc_out", "reason": "activations overflow f16"},
+                      {"stage": "joint_logits", "reason": "a port's own"}]
+    with pytest.raises(AudioparityError, match="extra_expected_failures"):
+        resolve_gates({**SECTION, "extra_expected_failures": {"stage": "x"}}, **CELL)
+
+
 def test_weight_type_entries_come_before_default():
     gates = gates_for(weight_type="f16")
     assert [(g["from"], g["stage"]) for g in gates["gates"]][:2] == [

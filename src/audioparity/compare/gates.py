@@ -12,6 +12,7 @@ Config section (one per family, e.g. ``parakeet_tdt:`` in config/config.yaml)::
         - {stage: "layer_*", cosine_min: 0.999}
     expected_failures:           # optional; a failing stage that matches shows as `xfail`
       - {stage: enc_out, weight_type: f16, model: "*", backend: "*", reason: "f16 overflow"}
+    extra_expected_failures:     # optional; more of them, from a config given after this one
 
 The same for MOSS (``moss_voicegen:``), whose head logits and documents have keys of their own::
 
@@ -149,6 +150,12 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
             raise _entry_error(where, f"{key} must be a pattern string, got {entry[key]!r}")
 
 
+#: The section's lists of expected failures, read in this order: ``extra_expected_failures``
+#: lets a config given after config/config.yaml (``--configfile``; Snakemake replaces a list
+#: there, it does not extend it) add its own declarations to the defaults'.
+EXPECTED_LISTS = ("expected_failures", "extra_expected_failures")
+
+
 def resolve_gates(
     section: Mapping[str, Any], *, model: str, backend: str, weight_type: str,
     candidate: str = OUR_PORT, case: str = "", against: str = "reference",
@@ -158,9 +165,9 @@ def resolve_gates(
     section.
 
     Args:
-        section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and an
-            optional ``expected_failures`` list; other keys are ignored, so a family's whole
-            config section can be passed.
+        section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and
+            the optional lists of :data:`EXPECTED_LISTS`; other keys are ignored, so a family's
+            whole config section can be passed.
         model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
             kept when their patterns match it (fnmatch).
         against: what the cell is compared with: ``reference``, or a backend, whose
@@ -191,17 +198,18 @@ def resolve_gates(
         for i, entry in enumerate(entries):
             _check_gate(entry, f"{name}[{i}]", ())
             resolved.append({**entry, "from": name})
-    expected = section.get("expected_failures") or []
-    if not isinstance(expected, list):
-        raise _entry_error("expected_failures", f"expected a list, got {expected!r}")
     cell = {"model": model, "backend": backend, "weight_type": weight_type,
             "candidate": candidate, "case": case}
     chosen = []
-    for i, entry in enumerate(expected):
-        _check_expected(entry, f"expected_failures[{i}]", _PATTERNS)
-        if against == "reference" and all(fnmatchcase(cell[key], entry.get(key, "*"))
-                                          for key in _PATTERNS):
-            chosen.append({"stage": entry["stage"], "reason": entry["reason"]})
+    for key in EXPECTED_LISTS:
+        expected = section.get(key) or []
+        if not isinstance(expected, list):
+            raise _entry_error(key, f"expected a list, got {expected!r}")
+        for i, entry in enumerate(expected):
+            _check_expected(entry, f"{key}[{i}]", _PATTERNS)
+            if against == "reference" and all(fnmatchcase(cell[k], entry.get(k, "*"))
+                                              for k in _PATTERNS):
+                chosen.append({"stage": entry["stage"], "reason": entry["reason"]})
     return {"gates": resolved, "expected_failures": chosen}
 
 
