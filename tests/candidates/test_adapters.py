@@ -240,6 +240,13 @@ def test_a_downloaded_source_package_with_another_digest_is_removed_and_refused(
     assert not (tmp_path / "cache/downloads/toy-1.0.tar.gz").exists()
 
 
+def test_a_downloads_archive_is_named_as_the_package_index_names_its_source_file():
+    assert Port(commands=(), products=(), download="Llama.CPP-python==0.3.36").archive == \
+        "llama_cpp_python-0.3.36.tar.gz"
+    with pytest.raises(ValueError, match="an archive pattern, or a download"):
+        Port(commands=(), products=())
+
+
 def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):
     (tmp_path / "src").mkdir()
     snapshot(tmp_path / "src", "echo 'error: no compiler' >&2; exit 2\n")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -97,7 +98,10 @@ class Port:
     """How to build a port from a source snapshot (a ``.tar.gz`` of its repository).
 
     Attributes:
-        archive: the snapshot's file name pattern in the ports folder (``transcribe.cpp-*.tar.gz``).
+        archive: the snapshot's file name pattern in the ports folder (``transcribe.cpp-*.tar.gz``);
+            for a ``download``, its source package's file name by default (the package's name
+            normalized as the package index names source files, PEP 625: ``llama-cpp-python==
+            0.3.36`` gives ``llama_cpp_python-0.3.36.tar.gz``).
         commands: argv lists run in the unpacked tree, in order (``{jobs}``: parallel jobs).
         products: files the build must leave, relative to the tree (the binaries).
         vulkan: CMake arguments that add the Vulkan backend to the first command (the
@@ -115,15 +119,23 @@ class Port:
             submodule the snapshot leaves empty); that archive is part of the tree's key.
     """
 
-    archive: str
     commands: tuple[tuple[str, ...], ...]
     products: tuple[str, ...]
+    archive: str = ""
     vulkan: tuple[str, ...] = ()
     vulkan_patch: str | None = None
     download: str | None = None
     download_sha256: str | None = None
     drivers: tuple[str, ...] = ()
     vendors: tuple[tuple[str, str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.archive and self.download:
+            name, _, version = self.download.partition("==")
+            normalized = re.sub(r"[-_.]+", "_", name).lower()
+            object.__setattr__(self, "archive", f"{normalized}-{version}.tar.gz")
+        if not self.archive:
+            raise ValueError("Port: an archive pattern, or a download to name it, is required")
 
 
 @dataclass(frozen=True)

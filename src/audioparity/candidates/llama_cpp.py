@@ -43,7 +43,6 @@ ADAPTER = Adapter(
     reads_reference=True,
     inputs=("input_embeddings",),
     port=Port(
-        archive="llama_cpp_python-0.3.36.tar.gz",
         download="llama-cpp-python==0.3.36",
         download_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
         drivers=("llama_moss_dump.c",),
