@@ -154,9 +154,20 @@ class MemoryWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     @staticmethod
-    def _used() -> int:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+    def _meminfo() -> dict[str, int]:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+        return {key: int(value.split()[0]) * 1024 for key, value in
+                (line.split(":", 1) for line in lines)}
+
+    @classmethod
+    def available(cls) -> int:
+        """The machine's ``MemAvailable`` (bytes)."""
+        return cls._meminfo()["MemAvailable"]
+
+    @classmethod
+    def _used(cls) -> int:
+        info = cls._meminfo()
+        return info["MemTotal"] - info["MemAvailable"]
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -199,16 +210,16 @@ def job_peak_rss(results: Path) -> tuple[float, str]:
     return best
 
 
-def run_sweep(work: Path, config: dict, cores: int, keep: bool = False) -> dict:
-    """One cold run of the workflow on ``config`` in ``work``: wall, compute, memory; the
-    run's folder is removed after unless ``keep``."""
+def run_sweep(work: Path, config: dict, cores: int, mem_mb: int, keep: bool = False) -> dict:
+    """One cold run of the workflow on ``config`` in ``work`` (``--resources mem_mb``): wall,
+    compute, memory; the run's folder is removed after unless ``keep``."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     (work / "sweep.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     argv = [sys.executable, "-m", "snakemake", "--directory", str(work), "--snakefile",
             str(ROOT / "Snakefile"), "--configfile", str(work / "sweep.yaml"), "--cores",
-            str(cores)]
+            str(cores), "--resources", f"mem_mb={mem_mb}"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with MemoryWatch() as memory:
         start = time.perf_counter()
@@ -250,6 +261,10 @@ def main() -> None:
     parser.add_argument("--moss-shape", default="1.7b", choices=("1.7b", "0.6b", "tiny"))
     parser.add_argument("--parakeet-shape", default="v3", choices=("v3", "tiny"))
     parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--mem-mb", type=int, default=None,
+                        help="the memory the jobs may share (--resources mem_mb; default: 95 %% "
+                             "of what the machine has free at the start), so that a model's "
+                             "reference and its conversions are not run side by side beyond it")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
     parser.add_argument("--work", type=Path, default=None,
@@ -265,6 +280,7 @@ def main() -> None:
     if not JFK.is_file():
         raise SystemExit(f"bench-sweep: no {JFK} (the clips slice it)")
     sizes = [int(n) for n in args.clips.split(",") if n]
+    mem_mb = args.mem_mb or int(0.95 * MemoryWatch.available() / 2**20)
     weight_types = args.weight_types.split(",")
     work = args.work or args.cache / "sweep"
     logs = args.out / "logs"
@@ -282,10 +298,10 @@ def main() -> None:
         else:
             config = sweep_config(None, [], moss, make_prompts(n, work / "inputs" / "prompts"),
                                   weight_types)
-        log.info("sweep %s: %d cases x %d weight types (cores %d)", family, n, len(weight_types),
-                 args.cores)
-        result = run_sweep(work / f"{family}-{n}", config, args.cores, args.keep)
-        result.update(family=family, cases=n, weight_types=len(weight_types))
+        log.info("sweep %s: %d cases x %d weight types (cores %d, mem_mb %d)", family, n,
+                 len(weight_types), args.cores, mem_mb)
+        result = run_sweep(work / f"{family}-{n}", config, args.cores, mem_mb, args.keep)
+        result.update(family=family, cases=n, weight_types=len(weight_types), mem_mb=mem_mb)
         log.info("sweep %s %d: wall %.0f s, compute %.0f s, ratio %.2f, peak %d MB", family, n,
                  result["wall_s"], result["compute_total_s"], result["wall_over_compute"],
                  result["peak_used_mb"])
