@@ -5,7 +5,9 @@
 # start: installs slurm-wlm and munge when missing (setup/apt.sh), writes /etc/slurm/slurm.conf
 #   (one node: this host at 127.0.0.1 with its cores and memory, partition "local"), starts
 #   munged, slurmctld and slurmd, and waits until the node is idle. Running already: no change.
-# stop: stops the three daemons (the state and logs under /var/lib/audioparity-slurm stay).
+# stop: stops the three daemons and removes the slurm.conf start wrote (the state and logs under
+#   /var/lib/audioparity-slurm stay): with a slurm.conf and no controller, every snakemake start
+#   waits about 9 s, because the SLURM executor plugin asks `scontrol show config` on import.
 # No slurmdbd: jobs show in squeue while they run and for MinJobAge after, and every finished
 # job is written to the job completion log (jobcomp.log in the state folder); the profile's
 # status command is squeue (sacct needs slurmdbd).
@@ -81,7 +83,8 @@ stop() {
         if running "$daemon"; then $sudo pkill -x "$daemon"; fi
     done
     for _ in $(seq 30); do
-        running slurmd || running slurmctld || running munged || { echo "slurm: stopped"; return; }
+        running slurmd || running slurmctld || running munged || {
+            $sudo rm -f "$conf"; echo "slurm: stopped"; return; }
         sleep 1
     done
     echo "slurm: a daemon is still running after 30 s" >&2
