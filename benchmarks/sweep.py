@@ -48,6 +48,8 @@ sys.path.insert(0, str(HERE))
 
 from run import ensure_checkpoint  # noqa: E402
 
+from audioparity.memory import host_free_bytes  # noqa: E402
+
 log = logging.getLogger("audioparity.bench")
 
 JFK = ROOT.parent / "shared" / "data" / "jfk.wav"
@@ -154,20 +156,9 @@ class MemoryWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     @staticmethod
-    def _meminfo() -> dict[str, int]:
-        lines = Path("/proc/meminfo").read_text().splitlines()
-        return {key: int(value.split()[0]) * 1024 for key, value in
-                (line.split(":", 1) for line in lines)}
-
-    @classmethod
-    def available(cls) -> int:
-        """The machine's ``MemAvailable`` (bytes)."""
-        return cls._meminfo()["MemAvailable"]
-
-    @classmethod
-    def _used(cls) -> int:
-        info = cls._meminfo()
-        return info["MemTotal"] - info["MemAvailable"]
+    def _used() -> int:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -210,7 +201,8 @@ def job_peak_rss(results: Path) -> tuple[float, str]:
     return best
 
 
-def run_sweep(work: Path, config: dict, cores: int, mem_mb: int, keep: bool = False) -> dict:
+def run_sweep(work: Path, config: dict, cores: int, mem_mb: int | None,
+              keep: bool = False) -> dict:
     """One cold run of the workflow on ``config`` in ``work`` (``--resources mem_mb``): wall,
     compute, memory; the run's folder is removed after unless ``keep``."""
     if work.exists():
@@ -219,7 +211,7 @@ def run_sweep(work: Path, config: dict, cores: int, mem_mb: int, keep: bool = Fa
     (work / "sweep.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     argv = [sys.executable, "-m", "snakemake", "--directory", str(work), "--snakefile",
             str(ROOT / "Snakefile"), "--configfile", str(work / "sweep.yaml"), "--cores",
-            str(cores), "--resources", f"mem_mb={mem_mb}"]
+            str(cores), *(["--resources", f"mem_mb={mem_mb}"] if mem_mb else [])]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with MemoryWatch() as memory:
         start = time.perf_counter()
@@ -280,7 +272,7 @@ def main() -> None:
     if not JFK.is_file():
         raise SystemExit(f"bench-sweep: no {JFK} (the clips slice it)")
     sizes = [int(n) for n in args.clips.split(",") if n]
-    mem_mb = args.mem_mb or int(0.95 * MemoryWatch.available() / 2**20)
+    mem_mb = args.mem_mb or int(0.95 * (host_free_bytes() or 0) / 2**20) or None
     weight_types = args.weight_types.split(",")
     work = args.work or args.cache / "sweep"
     logs = args.out / "logs"
@@ -298,7 +290,7 @@ def main() -> None:
         else:
             config = sweep_config(None, [], moss, make_prompts(n, work / "inputs" / "prompts"),
                                   weight_types)
-        log.info("sweep %s: %d cases x %d weight types (cores %d, mem_mb %d)", family, n,
+        log.info("sweep %s: %d cases x %d weight types (cores %d, mem_mb %s)", family, n,
                  len(weight_types), args.cores, mem_mb)
         result = run_sweep(work / f"{family}-{n}", config, args.cores, mem_mb, args.keep)
         result.update(family=family, cases=n, weight_types=len(weight_types), mem_mb=mem_mb)
