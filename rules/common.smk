@@ -3,6 +3,7 @@
 # families is data, read from their specs (src/audioparity/models/<family>/__init__.py).
 import ast
 import functools
+import hashlib
 import json
 import os
 import re
@@ -581,6 +582,17 @@ def reference_cases(wildcards, output):
     return _quoted([*(arg for name, path in PATHS[wildcards.family]["cases"].items()
                       for arg in (flag, path, "--output-dir", f"{output[0]}/{name}")),
                     *(arg for t in emulated_types(wildcards.family) for arg in ("--emulate", t))])
+
+
+def reference_cache(wildcards, input):
+    """`--cache-dir` of the reference job of {family}/{model} and the digest of its code, so
+    that a rerun for a new case restores the other cases' dumps (docs/design.md, "Reruns")."""
+    digest = hashlib.sha256()
+    for file in sorted(input.code):
+        digest.update(f"{file}\0".encode())
+        digest.update(Path(file).read_bytes())
+    return _quoted(["--cache-dir", f"results/cache/reference/{wildcards.family}/{wildcards.model}",
+                    "--code-digest", digest.hexdigest()])
 
 
 def reference_dumps(wildcards, output):

@@ -3,8 +3,11 @@
 # a quantization-aware one (<case>@<weight type>/: torch computing with the weights as ggml
 # stores them and each matmul input as its CPU backend rounds it, src/audioparity/storage.py),
 # so the reference stack is imported and the model loaded once (NeMo takes ~30 s for a 0.6B
-# model), then a content digest of each dump (<case>.sha256). It is a checkpoint: after it runs, Snakemake looks again at what depends on
-# it and reruns only the jobs whose case digest changed (docs/design.md, "Reruns").
+# model), then a content digest of each dump (<case>.sha256). Each dump is also kept in
+# results/cache/reference/<family>/<model>/, by a key of its code, model, input and settings: a
+# job run again for a new case restores the others from there and computes only the new one
+# (docs/design.md, "Reruns"). It is a checkpoint: after it runs, Snakemake looks again at what
+# depends on it and reruns only the jobs whose case digest changed.
 
 
 checkpoint reference_dump:
@@ -21,6 +24,7 @@ checkpoint reference_dump:
         cases=reference_cases,
         dumps=reference_dumps,
         options=family_options("reference"),
+        cache=reference_cache,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -32,7 +36,7 @@ checkpoint reference_dump:
         mem_mb=memory_mb("reference"),
     shell:
         "audioparity reference {params.family} --model {params.model:q} {params.cases}"
-        " --threads {threads} {params.options} 2> {log}"
+        " --threads {threads} {params.options} {params.cache} 2> {log}"
         " && audioparity digest {params.dumps} 2>> {log}"
 
 

@@ -61,7 +61,7 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _stat_key(path: Path) -> str:
+def stat_key(path: Path) -> str:
     """Size and modification time of a file, or of every file under a directory, as one
     string: what changes when the file's bytes do (short of a rewrite that keeps both)."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -71,9 +71,9 @@ def _stat_key(path: Path) -> str:
 
 def model_record(model: str | os.PathLike) -> dict[str, str]:
     """What a file derived from ``model`` (a converted weights file) records of it: its
-    sha256 and :func:`_stat_key`, for :func:`model_digest`."""
+    sha256 and :func:`stat_key`, for :func:`model_digest`."""
     model = Path(model)
-    return {"model_sha256": sha256_of(model), "model_stat": _stat_key(model)}
+    return {"model_sha256": sha256_of(model), "model_stat": stat_key(model)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -97,7 +97,7 @@ def model_digest(model: str | os.PathLike, weights: str | os.PathLike | None = N
     if weights is None:
         if not model.exists():
             raise AudioparityError(f"{model}: no such file or directory")
-        return _model_sha256(str(model.resolve()), _stat_key(model))
+        return _model_sha256(str(model.resolve()), stat_key(model))
     import gguf
 
     try:
@@ -109,7 +109,7 @@ def model_digest(model: str | os.PathLike, weights: str | os.PathLike | None = N
                                f"its model ({err}); convert it again") from None
     if not model.exists():
         raise AudioparityError(f"{model}: no such file or directory")
-    if recorded["model_stat"] == _stat_key(model):
+    if recorded["model_stat"] == stat_key(model):
         return recorded["model_sha256"]
     digest = sha256_of(model)
     if digest != recorded["model_sha256"]:

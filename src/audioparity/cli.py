@@ -114,6 +114,14 @@ def _family_commands(sub) -> None:
                        help="also dump each case as ggml's CPU backend computes it with the "
                        "matmul weights in this type, to <output-dir>@<type>; repeatable "
                        f"({', '.join(EMULATED_TYPES)})")
+        p.add_argument("--cache-dir", type=Path,
+                       help="keep each dump here too, and restore from it the dumps of the "
+                       "cases it holds instead of computing them (the workflow's "
+                       "results/cache/reference/<family>/<model>)")
+        p.add_argument("--code-digest", default="",
+                       help="with --cache-dir: a digest of the code that computes the dumps "
+                       "(the workflow hashes the reference job's source files); another "
+                       "digest computes every case again")
         _add_options(p, spec, "reference")
 
         p = ggml_sub.add_parser(spec.command, help=f"{spec.title}: the ggml port")
@@ -377,13 +385,35 @@ def _cases(inputs: list[Path], output_dirs: list[Path], option: str) -> list[tup
     return list(zip(inputs, output_dirs, strict=True))
 
 
+def _reference(args: argparse.Namespace) -> None:
+    """Dump the reference of every case, restoring from ``--cache-dir`` the dumps it holds
+    (:class:`~audioparity.dump_cache.DumpCache`): the model is loaded only when a case is left
+    to compute, and the dumps it writes are stored, even those written before an error."""
+    cases = _cases(args.inputs, args.output_dir, args.spec.input_flag)
+    options = _options(args, "reference")
+    compute = args.spec.entry_point("reference")
+    if args.cache_dir is None:
+        compute(args.model, cases, threads=args.threads, emulate=args.emulate, **options)
+        return
+    from audioparity.dump_cache import DumpCache
+
+    cache = DumpCache(args.cache_dir, args.model, {
+        "family": args.spec.command, "code": args.code_digest, "threads": args.threads,
+        "options": options})
+    todo, emulate = cache.restore(cases, args.emulate)
+    try:
+        if todo:
+            compute(args.model, todo, threads=args.threads, emulate=emulate, **options)
+    finally:
+        cache.store(todo, emulate)
+    cache.prune()
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "fixture":
         args.spec.entry_point("fixture")(args.output, seed=args.seed, **_options(args, "fixture"))
     elif args.command == "reference":
-        cases = _cases(args.inputs, args.output_dir, args.spec.input_flag)
-        args.spec.entry_point("reference")(args.model, cases, threads=args.threads,
-                                           emulate=args.emulate, **_options(args, "reference"))
+        _reference(args)
     elif args.command == "ggml":
         reference = {"reference_dir": args.reference_dir} if args.spec.ggml_reads_reference else {}
         weights_file = getattr(args, "weights_file", None)

@@ -147,10 +147,16 @@ def test_a_config_naming_a_new_model_plans_its_jobs_over_an_old_summary(sweep):
 
 
 def test_adding_a_case_reruns_only_what_the_new_case_needs(sweep, tmp_path):
-    """A new case reruns the model's reference job (one load for all its cases), and then only
-    the new case's dumps and compares: the other cases' reference dumps come out identical, so
-    nothing that reads them runs again, and nothing of MOSS does."""
+    """A new case reruns the model's reference job (one load for all its cases), which restores
+    the other cases' dumps from its cache and computes the new one only (their manifests keep
+    their run times), and then only the new case's dumps and compares run, and nothing of
+    MOSS."""
     import soundfile
+
+    reference = sweep / "results/reference/parakeet_tdt/tiny"
+    before = {dump.name: (dump / "manifest.json").read_bytes()
+              for dump in reference.iterdir() if dump.is_dir()}
+    assert sorted(before) == ["clip", "clip@q8_0"]
 
     audio, rate = soundfile.read(REPO / "resources/speech/clip.wav", dtype="float32")
     head = tmp_path / "head.wav"
@@ -169,6 +175,13 @@ def test_adding_a_case_reruns_only_what_the_new_case_needs(sweep, tmp_path):
                            log)
         assert cells and all(re.search(r"/head(\.json)?(,|$)", cell) for cell in cells), cells
         assert "moss_voicegen" not in "".join(cells)
+        assert {name: (reference / name / "manifest.json").read_bytes()
+                for name in before} == before
+        assert sorted(p.name for p in reference.iterdir() if p.is_dir()) == [
+            "clip", "clip@q8_0", "head", "head@q8_0"]
+        job_log = (sweep / "logs/reference_dump/parakeet_tdt/tiny.log").read_text()
+        assert "1 of 2 case(s) restored" in job_log, job_log
+        assert len(list((sweep / "results/cache/reference/parakeet_tdt/tiny").iterdir())) == 4
     finally:
         config.write_text(original)
         snakemake(sweep, "--cores", "2")
