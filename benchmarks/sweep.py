@@ -16,6 +16,9 @@ N`` as a user runs it. For each run:
 - peak memory: the machine's used memory at its highest during the run, less before it, and
   the largest resident set of any one job (Snakemake's benchmark files).
 
+The largest Parakeet sweep then grows by one 16 s clip: the wall time of that second run, the
+jobs it ran per rule, and how many cases its reference job restored from its cache.
+
 Results: ``--out`` (default ``benchmarks/results``) ``sweep.json`` and ``sweep.md`` (the
 tables of BENCHMARKS.md, "Sweeps").
 
@@ -32,6 +35,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,16 +83,18 @@ def espeak(voice: str, text: str) -> np.ndarray:
     return soxr.resample(samples, rate, RATE).astype(np.float32)
 
 
-def make_clips(n: int, folder: Path) -> list[dict]:
-    """``n`` clips with lengths spread evenly over 2-30 s (a seeded order), each a mix of a
-    jfk.wav slice, the project clip and espeak-ng speech in turn, cut to its length."""
+def make_clips(n: int, folder: Path, lengths: list[float] | None = None) -> list[dict]:
+    """``n`` clips with lengths spread evenly over 2-30 s (a seeded order; or ``lengths``, in
+    seconds), each a mix of a jfk.wav slice, the project clip and espeak-ng speech in turn,
+    cut to its length."""
     import soundfile
 
     folder.mkdir(parents=True, exist_ok=True)
     jfk, _ = soundfile.read(JFK, dtype="float32")
     clip, _ = soundfile.read(CLIP, dtype="float32")
     voices = list(VOICES)
-    lengths = np.random.default_rng(0).permutation(np.linspace(2.0, 30.0, n))
+    if lengths is None:
+        lengths = np.random.default_rng(0).permutation(np.linspace(2.0, 30.0, n))
     cases = []
     for i, seconds in enumerate(lengths):
         pieces, total = [], 0
@@ -201,35 +207,63 @@ def job_peak_rss(results: Path) -> tuple[float, str]:
     return best
 
 
-def run_sweep(work: Path, config: dict, cores: int, mem_mb: int | None,
-              keep: bool = False) -> dict:
-    """One cold run of the workflow on ``config`` in ``work`` (``--resources mem_mb``): wall,
-    compute, memory; the run's folder is removed after unless ``keep``."""
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+def snakemake(work: Path, config: dict, cores: int, mem_mb: int | None, log_name: str
+              ) -> float:
+    """Run the workflow on ``config`` in ``work`` (``--resources mem_mb``); its wall seconds.
+    Its output goes to ``work/<log_name>``."""
     (work / "sweep.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     argv = [sys.executable, "-m", "snakemake", "--directory", str(work), "--snakefile",
             str(ROOT / "Snakefile"), "--configfile", str(work / "sweep.yaml"), "--cores",
             str(cores), *(["--resources", f"mem_mb={mem_mb}"] if mem_mb else [])]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    with MemoryWatch() as memory:
-        start = time.perf_counter()
-        with open(work / "snakemake.log", "w") as out:
-            code = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-                                  ).returncode
-        wall = time.perf_counter() - start
+    start = time.perf_counter()
+    with open(work / log_name, "w") as out:
+        code = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                              ).returncode
     if code:
-        raise SystemExit(f"the sweep in {work} failed (exit {code}); see {work}/snakemake.log")
+        raise SystemExit(f"the sweep in {work} failed (exit {code}); see {work}/{log_name}")
+    return time.perf_counter() - start
+
+
+def add_a_case(work: Path, config: dict, family: str, case: dict, cores: int,
+               mem_mb: int | None) -> dict:
+    """Run the workflow again with ``case`` added to ``family``'s cases: its wall time, the jobs
+    it ran per rule, and how many cases its reference job restored from its cache."""
+    grown = yaml.safe_load(yaml.safe_dump(config))
+    grown[family]["cases"].append(case)
+    wall = snakemake(work, grown, cores, mem_mb, "snakemake-add-a-case.log")
+    text = (work / "snakemake-add-a-case.log").read_text()
+    rules = {}
+    for rule in re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", text, re.M):
+        rules[rule] = rules.get(rule, 0) + 1
+    restored = [re.search(r"(\d+ of \d+ case\(s\) restored)", log.read_text())
+                for log in (work / "logs/reference_dump").rglob("*.log")]
+    return {"wall_s": round(wall, 1), "jobs": rules,
+            "reference": [m[1] for m in restored if m]}
+
+
+def run_sweep(work: Path, config: dict, cores: int, mem_mb: int | None,
+              keep: bool = False, add: tuple[str, dict] | None = None) -> dict:
+    """One cold run of the workflow on ``config`` in ``work`` (``--resources mem_mb``): wall,
+    compute, memory; then, with ``add`` (a family and a case), :func:`add_a_case`. The run's
+    folder is removed after unless ``keep``."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    with MemoryWatch() as memory:
+        wall = snakemake(work, config, cores, mem_mb, "snakemake.log")
     compute = compute_seconds(work / "results")
     rss, job = job_peak_rss(work / "results")
+    result = {"wall_s": round(wall, 1), "compute_s": {k: round(v, 1) for k, v in compute.items()},
+              "compute_total_s": round(sum(compute.values()), 1),
+              "wall_over_compute": round(wall / max(sum(compute.values()), 1e-9), 2),
+              "peak_used_mb": round((memory.peak - memory.baseline) / 2**20),
+              "peak_job_rss_mb": round(rss), "peak_job": job}
+    if add:
+        result["add_a_case"] = add_a_case(work, config, *add, cores, mem_mb)
     if not keep:  # full-size dumps: about 0.5 GB per clip and weight type, references included
         shutil.rmtree(work)
-    return {"wall_s": round(wall, 1), "compute_s": {k: round(v, 1) for k, v in compute.items()},
-            "compute_total_s": round(sum(compute.values()), 1),
-            "wall_over_compute": round(wall / max(sum(compute.values()), 1e-9), 2),
-            "peak_used_mb": round((memory.peak - memory.baseline) / 2**20),
-            "peak_job_rss_mb": round(rss), "peak_job": job}
+    return result
 
 
 def table(runs: list[dict]) -> str:
@@ -242,6 +276,13 @@ def table(runs: list[dict]) -> str:
                      f"{run['wall_s']} | {run['compute_total_s']} | {run['wall_over_compute']} | "
                      f"{run.get('wall_per_case_vs_first', '')} | {run['peak_used_mb']} | "
                      f"{run['peak_job_rss_mb']} ({run['peak_job']}) |")
+    for run in runs:
+        if "add_a_case" in run:
+            added = run["add_a_case"]
+            jobs = ", ".join(f"{rule} {n}" for rule, n in sorted(added["jobs"].items()))
+            lines.append(f"\n{run['family']}, {run['cases']} cases, one case added: wall "
+                         f"{added['wall_s']} s; jobs: {jobs}; reference: "
+                         f"{'; '.join(added['reference'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -284,15 +325,19 @@ def main() -> None:
     plans = [("parakeet_tdt", n) for n in sizes] + ([("moss_voicegen", args.prompts)]
                                                     if args.prompts else [])
     for family, n in plans:
+        add = None
         if family == "parakeet_tdt":
             config = sweep_config(parakeet, make_clips(n, work / "inputs" / f"clips{n}"), None,
                                   [], weight_types)
+            if n == max(sizes):  # the largest sweep grows by one clip, of the mean length
+                added = make_clips(1, work / "inputs" / "added", lengths=[16.0])[0]
+                add = (family, {**added, "name": "added"})
         else:
             config = sweep_config(None, [], moss, make_prompts(n, work / "inputs" / "prompts"),
                                   weight_types)
         log.info("sweep %s: %d cases x %d weight types (cores %d, mem_mb %s)", family, n,
                  len(weight_types), args.cores, mem_mb)
-        result = run_sweep(work / f"{family}-{n}", config, args.cores, mem_mb, args.keep)
+        result = run_sweep(work / f"{family}-{n}", config, args.cores, mem_mb, args.keep, add)
         result.update(family=family, cases=n, weight_types=len(weight_types), mem_mb=mem_mb)
         log.info("sweep %s %d: wall %.0f s, compute %.0f s, ratio %.2f, peak %d MB", family, n,
                  result["wall_s"], result["compute_total_s"], result["wall_over_compute"],
