@@ -50,22 +50,16 @@ def float_values(model: Path) -> int:
 
 @lru_cache(maxsize=64)
 def _float_values(model: Path, mtime_ns: int, size: int) -> int:
-    from audioparity.checkpoints.nemo import nemo_member_span
-    from audioparity.checkpoints.safetensors import DTYPES, checkpoint_entries
-    from audioparity.checkpoints.torch_zip import torch_entries
+    from audioparity.checkpoints import float_entries
 
-    entries = None
     try:
-        if model.is_dir():
-            entries = [e for e in checkpoint_entries(model).values() if e.dtype in DTYPES]
-        elif (span := nemo_member_span(model, "model_weights.ckpt")) is not None:
-            entries = list(torch_entries(model, span=span).values())
+        entries = float_entries(model)
     except (AudioparityError, OSError):
-        pass
+        entries = None
     if entries is None:
         files = model.rglob("*") if model.is_dir() else [model]
         return sum(f.stat().st_size for f in files if f.is_file()) // SMALLEST_VALUE_BYTES
-    return sum(math.prod(entry.shape) for entry in entries)
+    return sum(math.prod(entry.shape) for entry in entries.values())
 
 
 def reference_bytes(model: Path, emulates: bool) -> int:

@@ -14,6 +14,31 @@ import numpy as np
 from audioparity.errors import AudioparityError
 
 
+def float_entries(model: Path, where: str | None = None) -> dict | None:
+    """The float tensors of a checkpoint, name -> entry (``.shape``, ``.read()``), from its
+    headers alone: a Hugging Face directory's F32, F16 and BF16 safetensors tensors
+    (:func:`.safetensors.checkpoint_entries`, their Hugging Face names), or the tensors of an
+    uncompressed ``.nemo``'s ``model_weights.ckpt``, read in place (:func:`.torch_zip.
+    torch_entries`). None for a ``.nemo`` whose tar is compressed: its zip must be extracted
+    before it can be read by random access.
+
+    Raises:
+        AudioparityError: an unreadable checkpoint (named as ``where``, default the model).
+    """
+    from audioparity.checkpoints.nemo import nemo_member_span
+    from audioparity.checkpoints.safetensors import DTYPES, checkpoint_entries
+    from audioparity.checkpoints.torch_zip import torch_entries
+
+    model = Path(model)
+    if model.is_dir():
+        return {name: entry for name, entry in checkpoint_entries(model).items()
+                if entry.dtype in DTYPES}
+    span = nemo_member_span(model, "model_weights.ckpt")
+    if span is None:
+        return None
+    return torch_entries(model, where=where or f"{model}: model_weights.ckpt", span=span)
+
+
 def to_float32(raw: np.ndarray, kind: str) -> np.ndarray:
     """Stored values as float32: ``bf16`` (raw ``uint16`` bits) widened exactly (bits << 16),
     ``f16`` cast (exact), ``f32`` as is (no copy). Same shape as ``raw``."""

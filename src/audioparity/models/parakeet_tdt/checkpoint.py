@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.checkpoints import check_finite
-from audioparity.checkpoints.nemo import copy_nemo_member, nemo_member_span
-from audioparity.checkpoints.safetensors import DTYPES, checkpoint_entries
+from audioparity.checkpoints import check_finite, float_entries
+from audioparity.checkpoints.nemo import copy_nemo_member
 from audioparity.checkpoints.torch_zip import torch_entries
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
@@ -148,22 +147,18 @@ class Checkpoint:
             Hugging Face directory's F32/F16/BF16 tensors (others are left out).
 
     Raises:
-        AudioparityError: an unreadable checkpoint (see :func:`torch_entries`,
-            :func:`~audioparity.checkpoint.checkpoint_entries`).
+        AudioparityError: an unreadable checkpoint (see
+            :func:`~audioparity.checkpoints.float_entries`).
     """
 
     def __init__(self, model: Path) -> None:
         self.model = Path(model)
         self._scratch: tempfile.TemporaryDirectory | None = None
-        if self.model.is_dir():
-            self.entries = {hf_to_nemo_name(name): entry
-                            for name, entry in checkpoint_entries(self.model).items()
-                            if entry.dtype in DTYPES}
-            return
         where = f"{self.model}: model_weights.ckpt"
-        span = nemo_member_span(self.model, "model_weights.ckpt")
-        if span is not None:  # an uncompressed tar (NeMo's own): the zip is read in place
-            self.entries = torch_entries(self.model, where=where, span=span)
+        entries = float_entries(self.model, where)  # None: a compressed .nemo
+        if entries is not None:
+            self.entries = ({hf_to_nemo_name(name): entry for name, entry in entries.items()}
+                            if self.model.is_dir() else entries)
             return
         self._scratch = tempfile.TemporaryDirectory(prefix="audioparity_ckpt_")
         try:
