@@ -8,12 +8,11 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import MANIFEST, sha256_of, stat_key
+from audioparity.artifacts import MANIFEST, built_directory, sha256_of, stat_key
 from audioparity.errors import AudioparityError
 from audioparity.storage import emulated_dir
 
@@ -102,18 +101,11 @@ class DumpCache:
 
 def _link_tree(source: Path, target: Path) -> None:
     """Make ``target`` a copy of the flat folder ``source`` by hard links (copies where links
-    fail), built beside it and renamed into place, so a reader never sees half of it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    fail), built beside it and renamed into place (:func:`~audioparity.artifacts.
+    built_directory`), so a reader never sees half of it."""
+    with built_directory(target) as work:
         for file in source.iterdir():
             try:
                 os.link(file, work / file.name)
             except OSError:
                 shutil.copy2(file, work / file.name)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
