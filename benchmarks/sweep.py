@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from run import ensure_checkpoint  # noqa: E402
+from run import ensure_checkpoint, machine_info  # noqa: E402
 
 from audioparity.memory import host_free_bytes  # noqa: E402
 
@@ -356,7 +356,8 @@ def write_results(out: Path, cores: int, weight_types: list[str], runs: list[dic
             (run["wall_s"] / run["cases"]) / (growth[0]["wall_s"] / growth[0]["cases"]), 2)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps(
-        {"cores": cores, "weight_types": weight_types, "runs": runs}, indent=1) + "\n")
+        {"machine": machine_info(), "cores": cores, "weight_types": weight_types, "runs": runs},
+        indent=1) + "\n")
     (out / "sweep.md").write_text(table(runs))
 
 
