@@ -221,19 +221,22 @@ def _module_file(name):
     return None
 
 
+@functools.cache
 def _imported_modules(path, package):
     """Names of the audioparity modules `path` imports, at any depth of its code (lazy imports
-    inside functions included)."""
+    inside functions included); each file is parsed once per run."""
+    names = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
+            names.append(base)
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    return tuple(names)
 
 
 @functools.cache
