@@ -6,6 +6,7 @@ edit there reruns the jobs that run the edited code, and they run it."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -51,12 +52,20 @@ def snakemake_command(workdir: Path, *args: str) -> list[str]:
             str(workdir / "Snakefile"), "--configfile", str(workdir / "sweep.yaml"), *args]
 
 
+#: Passed through when set: the code paths MKL, ATen and llvmpipe take, so that an Intel machine
+#: with AVX-512 can run the tests with the float32 arithmetic of an AMD CPU without it
+#: (``MKL_CBWR=COMPATIBLE``: MKL's generic code, which it runs on AMD CPUs;
+#: ``ATEN_CPU_CAPABILITY=avx2``; ``LP_NATIVE_VECTOR_WIDTH=256``: lavapipe's 256-bit vectors).
+ARITHMETIC = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "LP_NATIVE_VECTOR_WIDTH")
+
+
 def environment(workdir: Path) -> dict[str, str]:
-    """Nothing inherited, and no venv on PATH: the workflow must find the `audioparity`
-    command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run without
-    activating the venv does. The copy's src/ comes first on the Python path."""
+    """Nothing inherited but :data:`ARITHMETIC`, and no venv on PATH: the workflow must find the
+    `audioparity` command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run
+    without activating the venv does. The copy's src/ comes first on the Python path."""
     return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1",
-            "PYTHONPATH": str(workdir / "src")}
+            "PYTHONPATH": str(workdir / "src"),
+            **{name: os.environ[name] for name in ARITHMETIC if name in os.environ}}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
