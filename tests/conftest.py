@@ -32,17 +32,18 @@ def clip_wav() -> Path:
 @pytest.fixture(scope="session")
 def fixture_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``fixture_model(family, seed=0, **options)``: the path of that family's fixture model
-    (its spec's ``fixture_model`` inside the fixture directory), built through the spec's
-    fixture entry point the first time it is asked for and shared by the session after."""
+    (its spec's ``fixture_model`` inside the fixture directory), built through the family's
+    fixture method the first time it is asked for and shared by the session after."""
     built: dict[tuple, Path] = {}
 
     def build(name: str, seed: int = 0, **options) -> Path:
         key = (name, seed, tuple(sorted(options.items())))
         if key not in built:
-            spec = family(name)
+            known = family(name)
             folder = tmp_path_factory.mktemp(f"{name}_fixture") / "model"
-            spec.entry_point("fixture")(folder, seed=seed, **options)
-            built[key] = folder / spec.fixture_model if spec.fixture_model else folder
+            known.fixture(folder, seed=seed, **options)
+            model = known.spec.fixture_model
+            built[key] = folder / model if model else folder
         return built[key]
 
     return build

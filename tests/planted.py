@@ -46,7 +46,7 @@ def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case:
     Raises:
         AssertionError: a patch's text is not in its file exactly once, or the dump fails.
     """
-    spec = family(name)
+    spec = family(name).spec
     src = planted_source(root, name, patches)
     output = root / "dump"
     reference_args = ["--reference-dir", str(reference)] if spec.ggml_reads_reference else []

@@ -1,5 +1,5 @@
-"""Families declare themselves: every registered spec is well formed, its entry points take the
-uniform signatures, its dumps hold exactly the stages it declares, its reference side imports
+"""Families declare themselves: every registered table is well formed, each family implements
+what its table declares, its dumps hold exactly the stages it declares, its reference side imports
 nothing of ggml, and the CLI and the config schema are built from the specs and the vocabulary."""
 
 from __future__ import annotations
@@ -14,20 +14,14 @@ import pytest
 import yaml
 
 from audioparity.artifacts import Dump
+from audioparity.driver import dump_ggml, dump_reference
 from audioparity.errors import AudioparityError
-from audioparity.families import (
-    WEIGHTS,
-    FamilySpec,
-    Option,
-    Stage,
-    family,
-    registered,
-    stage_key,
-)
+from audioparity.families import family, registered, stage_key
+from audioparity.family import Family, FamilySpec, Option, Stage, implements
 from audioparity.vocabulary import BACKENDS, SIDES, WEIGHT_TYPES
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
-SPECS = list(registered().values())
+FAMILIES = list(registered().values())
 #: One case input per input kind.
 CASE = {"audio": RESOURCES / "speech" / "clip.wav", "prompt": MOSS_PROMPTS[0]}
 
@@ -36,47 +30,29 @@ def test_every_family_package_is_registered_under_its_own_name():
     models = REPO / "src/audioparity/models"
     packages = sorted(p.parent.name for p in models.glob("*/__init__.py"))
     assert sorted(registered()) == packages
-    assert len({spec.command for spec in SPECS}) == len(SPECS)
+    assert len({known.spec.command for known in FAMILIES}) == len(FAMILIES)
+    for known in FAMILIES:
+        assert type(known).__module__ == f"audioparity.models.{known.spec.name}"
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_entry_points_import_and_the_reference_side_imports_no_ggml(spec: FamilySpec):
-    """Data flows one way: the fixture and the reference of a family import neither
-    ``ggml`` nor ``audioparity.ggml`` (so editing the ggml runtime reruns no reference job)."""
-    for side in SIDES:
-        module = spec.entry_points[side].partition(":")[0]
-        code = (f"import sys; from {module} import {spec.entry_points[side].partition(':')[2]}; "
-                "print([m for m in sys.modules if m == 'ggml' or m.startswith('audioparity.ggml')"
-                " or m == 'torch'])")
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                check=True)
-        loaded = json.loads(result.stdout.replace("'", '"'))
-        if side == "ggml":
-            assert "ggml" in loaded, "the ggml dump runs on ggml"
-        else:
-            assert not [m for m in loaded if "ggml" in m], (side, loaded)
-        assert "torch" not in loaded, f"{module} imports torch before it is called"
-
-
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_entry_point_defaults_are_the_specs(spec: FamilySpec):
-    """Called from Python, an entry point's keyword defaults are the spec's option defaults."""
-    import inspect
-
-    converts = WEIGHTS in spec.entry_points
-    for side in (*SIDES, *([WEIGHTS] if converts else [])):
-        parameters = inspect.signature(spec.entry_point(side)).parameters
-        for option in spec.options_for(side):
-            assert parameters[option.name].default == option.default, (side, option.name)
-        expected = {"fixture": {"seed": 0}, "reference": {"threads": 1, "emulate": ()},
-                    "ggml": {"device": 0, "threads": 1,
-                             **({"weights_file": None} if converts else {})},
-                    WEIGHTS: {"weight_type": "native"}}[side]
-        assert {key: parameters[key].default for key in expected} == expected, side
+@pytest.mark.parametrize("known", FAMILIES, ids=lambda f: f.spec.name)
+def test_a_family_implements_what_its_table_declares(known: Family):
+    """Every family implements the methods of every side; ``replay`` exactly when a stage has
+    a replayed form; importing its package imports neither torch nor ggml."""
+    required = ("config", "open_case", "fixture", "load_reference", "reference", "weights",
+                "weight_kind", "ggml")
+    assert [m for m in required if not implements(known, m)] == []
+    assert implements(known, "replay") == known.spec.replays
+    code = (f"import sys; import {type(known).__module__}; "
+            "print([m for m in sys.modules if m in ('ggml', 'torch') "
+            "or m.startswith('audioparity.ggml')])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert json.loads(result.stdout.replace("'", '"')) == []
 
 
 def test_stage_names_map_to_their_spec_stage_and_sort_in_pipeline_order():
-    parakeet = family("parakeet_tdt")
+    parakeet = family("parakeet_tdt").spec
     assert parakeet.reference_stage("layer_12_isolated") == "layer_12"
     assert parakeet.reference_stage("decoder_replay") == "decode"
     assert parakeet.reference_stage("enc_out") == "enc_out"
@@ -97,21 +73,23 @@ def test_a_malformed_spec_is_refused_when_it_is_written():
     with pytest.raises(ValueError, match="sides"):
         Option("x", 1, "", sides=("runtime",))
     with pytest.raises(ValueError, match="input 'video'"):
-        FamilySpec("f", "f", "", "video", "", (), dict.fromkeys(SIDES, "m:f"))
+        FamilySpec("f", "f", "", "video", "", ())
+    with pytest.raises(ValueError, match="only a document has margins"):
+        Stage("x", "tensor", "[T]", "", margins="[positions]")
 
 
 def test_options_are_checked_and_filled_with_their_defaults():
-    spec = family("parakeet_tdt")
+    spec = family("parakeet_tdt").spec
     assert spec.check_options({}, "x") == {"conv_weight_type": "f32", "flash_attention": 0}
     with pytest.raises(AudioparityError, match=r"^x\['flash_attention'\]: 2 is not one of"):
         spec.check_options({"flash_attention": 2}, "x")
-    moss = family("moss_voicegen")
+    moss = family("moss_voicegen").spec
     assert moss.check_options({"massive_activation": True}, "x", fixture=True) == {
         "seed": 0, "massive_activation": True, "remote_code": False}
 
 
 def test_the_cli_has_each_familys_commands_and_options():
-    for spec in SPECS:
+    for spec in (known.spec for known in FAMILIES):
         for side in SIDES:
             result = subprocess.run(
                 [sys.executable, "-m", "audioparity.cli", side, spec.command, "--help"],
@@ -123,6 +101,7 @@ def test_the_cli_has_each_familys_commands_and_options():
         ggml = subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", spec.command,
                                "--help"], capture_output=True, text=True, check=True).stdout
         assert ("--reference-dir" in ggml) == spec.ggml_reads_reference
+        assert ("--weights-file" in ggml) == spec.converts_weights
 
 
 def test_the_schema_enums_are_the_vocabulary():
@@ -150,9 +129,11 @@ def assert_follows_spec(dump: Dump, spec: FamilySpec, side: str) -> None:
     for name in tensors | documents:
         located = spec.locate(name)
         assert located is not None, f"{side} dumps {name!r}, a stage {spec.name} lacks"
-        _, stage, _, form = located
+        stage, form = located.stage, located.form
         isolated = form == "isolated"
         assert (name in documents) == (stage.kind == "document"), name
+        if name in tensors:
+            assert dump.manifest["tensors"][name]["layout"] == stage.layout, name
         assert form in ("", "isolated"), f"{side} dumps a replayed form {name!r}"
         assert side == "ggml" or not isolated, f"the reference dumps an isolated form {name!r}"
         if name in tensors:
@@ -167,22 +148,25 @@ def assert_follows_spec(dump: Dump, spec: FamilySpec, side: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_dumps_of_the_entry_points_hold_exactly_the_declared_stages(spec: FamilySpec,
-                                                                   fixture_model,
-                                                                   tmp_path: Path):
+@pytest.mark.parametrize("known", FAMILIES, ids=lambda f: f.spec.name)
+def test_dumps_of_each_side_hold_exactly_the_declared_stages(known: Family, fixture_model,
+                                                              tmp_path: Path):
+    spec = known.spec
     model, case = fixture_model(spec.name), CASE[spec.input]
-    spec.entry_point("reference")(model, [(case, tmp_path / "reference")], threads=1)
-    reference = {"reference_dir": tmp_path / "reference"} if spec.ggml_reads_reference else {}
-    spec.entry_point("ggml")(model, case, tmp_path / "ggml", weight_type="f32", backend="cpu",
-                             threads=1, **reference)
+
+    def options(side: str) -> dict:
+        return {option.name: option.default for option in spec.options_for(side)}
+
+    dump_reference(known, model, [(case, tmp_path / "reference")], options=options("reference"))
+    dump_ggml(known, model, case, tmp_path / "ggml", weight_type="f32", backend="cpu",
+              options=options("ggml"), reference_dir=tmp_path / "reference")
     for side in ("reference", "ggml"):
         dump = Dump(tmp_path / side)
         assert dump.manifest["family"] == spec.name
         assert_follows_spec(dump, spec, side)
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [f.spec for f in FAMILIES], ids=lambda s: s.name)
 def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilySpec):
     """docs/design.md keeps a stage table per family: every stage, with its isolated and
     replayed forms, its kind and its layout."""

@@ -10,30 +10,38 @@ from pathlib import Path
 import pytest
 
 from audioparity.artifacts import dump_differences
+from audioparity.driver import dump_ggml, dump_reference, save_weights
 from audioparity.errors import AudioparityError
-from audioparity.families import WEIGHTS, family, registered
+from audioparity.families import family, registered
+from audioparity.family import Family
 from tests import MOSS_PROMPTS
 
 
-def dump(spec, model: Path, case: Path, output: Path, reference: Path | None, **weights):
-    extra = {"reference_dir": reference} if spec.ggml_reads_reference else {}
-    spec.entry_point("ggml")(model, case, output, weight_type="q8_0", backend="cpu", **extra,
-                             **weights)
+def defaults(known: Family, side: str) -> dict:
+    """The family's options of ``side`` at their defaults."""
+    return {option.name: option.default for option in known.spec.options_for(side)}
 
 
-@pytest.mark.parametrize("name", [n for n, s in registered().items() if WEIGHTS in s.entry_points])
+def dump(known: Family, model: Path, case: Path, output: Path, reference: Path | None,
+         **weights):
+    dump_ggml(known, model, case, output, weight_type="q8_0", backend="cpu",
+              options=defaults(known, "ggml"), reference_dir=reference, **weights)
+
+
+@pytest.mark.parametrize("name", [n for n, f in registered().items() if f.spec.converts_weights])
 def test_a_dump_from_mapped_weights_equals_the_dump_streamed_from_the_model(
         name, fixture_model, clip_wav, tmp_path):
-    spec = family(name)
+    known = family(name)
     model = fixture_model(name)
-    case = clip_wav if spec.input == "audio" else MOSS_PROMPTS[0]
+    case = clip_wav if known.spec.input == "audio" else MOSS_PROMPTS[0]
     reference = None
-    if spec.ggml_reads_reference:
+    if known.spec.ggml_reads_reference:
         reference = tmp_path / "reference"
-        spec.entry_point("reference")(model, [(case, reference)], threads=1)
-    spec.entry_point(WEIGHTS)(model, tmp_path / "q8_0.gguf", weight_type="q8_0")
-    dump(spec, model, case, tmp_path / "streamed", reference)
-    dump(spec, model, case, tmp_path / "mapped", reference, weights_file=tmp_path / "q8_0.gguf")
+        dump_reference(known, model, [(case, reference)], options=defaults(known, "reference"))
+    save_weights(known, model, tmp_path / "q8_0.gguf", weight_type="q8_0",
+                 options=defaults(known, "weights"))
+    dump(known, model, case, tmp_path / "streamed", reference)
+    dump(known, model, case, tmp_path / "mapped", reference, weights_file=tmp_path / "q8_0.gguf")
     assert dump_differences(tmp_path / "streamed", tmp_path / "mapped") == [
         f"manifest.json: 'weights_file' differs: null vs \"{tmp_path / 'q8_0.gguf'}\""]
 
@@ -44,12 +52,12 @@ def test_weights_converted_from_another_model_are_refused(moss_model, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(moss_model, model)
     weights = tmp_path / "q8_0.gguf"
-    family("moss_voicegen").entry_point(WEIGHTS)(model, weights, weight_type="q8_0")
-    spec, prompt = family("moss_voicegen"), MOSS_PROMPTS[0]
+    moss, prompt = family("moss_voicegen"), MOSS_PROMPTS[0]
+    save_weights(moss, model, weights, weight_type="q8_0", options={})
     (model / "config.json").touch()
-    dump(spec, model, prompt, tmp_path / "touched", None, weights_file=weights)
+    dump(moss, model, prompt, tmp_path / "touched", None, weights_file=weights)
     (model / "extra.txt").write_text("another file: another model\n")
     with pytest.raises(AudioparityError, match=r"weights file .*q8_0\.gguf was converted from "
                        r"another model than .*model; convert it again"):
-        dump(spec, model, prompt, tmp_path / "changed", None, weights_file=weights)
+        dump(moss, model, prompt, tmp_path / "changed", None, weights_file=weights)
     assert not (tmp_path / "changed").exists()

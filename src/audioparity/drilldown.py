@@ -21,7 +21,7 @@ from typing import Any
 
 from audioparity.artifacts import built_directory, write_text_atomic
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec
+from audioparity.family import Family
 
 log = logging.getLogger("audioparity")
 
@@ -43,15 +43,15 @@ def failing_stages(cell: Path) -> list[str]:
     return [row["stage"] for row in read_cell(cell) if row["status"] in DRILLED]
 
 
-def drill_cell(spec: FamilySpec, *, model: Path, case: Path, reference_dir: Path | None,
+def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path | None,
                weight_type: str, backend: str, against: str = "cpu", device: int = 0,
                threads: int = 1, options: Mapping[str, Any], output_dir: Path,
                cell: Path | None = None, cell_output: Path | None = None,
                phases: Sequence[str] = ()) -> dict:
-    """Drill into one cell of ``spec``'s ggml port on ``backend`` against ``against``.
+    """Drill into one cell of ``family``'s ggml port on ``backend`` against ``against``.
 
     Args:
-        spec: the family; its ``ggml`` entry point is run on both backends in this process.
+        family: the family; its ggml port is run on both backends in this process.
         model, case, reference_dir, weight_type, device, threads, options: the cell's dump, as
             ``audioparity ggml`` takes them (``reference_dir`` for a family whose dump reads it).
         backend, against: the ggml backend of the cell and the one it is compared with.
@@ -81,7 +81,7 @@ def drill_cell(spec: FamilySpec, *, model: Path, case: Path, reference_dir: Path
             result.update(status="not needed",
                           reason=f"every stage agrees with {against} within its gate")
         else:
-            result.update(status="drilled", **_drill(spec, out, Path(output_dir), model=model,
+            result.update(status="drilled", **_drill(family, out, Path(output_dir), model=model,
                                                      case=case,
                                                      reference_dir=reference_dir,
                                                      weight_type=weight_type, backend=backend,
@@ -96,9 +96,10 @@ def drill_cell(spec: FamilySpec, *, model: Path, case: Path, reference_dir: Path
     return result
 
 
-def _drill(spec: FamilySpec, out: Path, final: Path, *, model, case, reference_dir,
+def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir,
            weight_type, backend, against, device, threads, options, phases) -> dict:
     """The drill-down into ``out`` (built in place of ``final``, the folder it becomes)."""
+    from audioparity.driver import dump_ggml
     from audioparity.ggml import capturing_graphs
     from audioparity.ggml.graphs import GRAPHS, GraphCapture
 
@@ -106,10 +107,9 @@ def _drill(spec: FamilySpec, out: Path, final: Path, *, model, case, reference_d
     with capturing_graphs(GraphCapture.of_dump):
         for name in (against, backend):
             dumps[name] = out / DUMPS / name
-            reference = {"reference_dir": reference_dir} if spec.ggml_reads_reference else {}
-            spec.entry_point("ggml")(model, case, dumps[name], weight_type=weight_type,
-                                     backend=name, device=device, threads=threads,
-                                     **reference, **options)
+            dump_ggml(family, model, case, dumps[name], weight_type=weight_type, backend=name,
+                      device=device, threads=threads, options=options,
+                      reference_dir=reference_dir)
     pairs = _pairs(dumps[against] / GRAPHS, dumps[backend] / GRAPHS, phases)
     graphs = _compare_graphs(pairs, against, backend, device, threads, out)
     first_bad = next(({**(g.get("first_bad") or {"verdict": "aborted", "why": g["aborted"]}),

@@ -33,8 +33,9 @@ NOT_COMPARED = ("unavailable", "crashed", "missing")
 #: What a family's cases are: audio files or prompt JSON files.
 INPUT_KINDS = ("audio", "prompt")
 
-#: What a stage is in a dump: a ``.npy`` tensor or a JSON document.
-STAGE_KINDS = ("tensor", "document")
+#: What a stage is in a dump: a ``.npy`` tensor, a ``.npy`` of logits (last axis: classes; top-1
+#: and KL are measured too) or a JSON document.
+STAGE_KINDS = ("tensor", "logits", "document")
 
 #: The sides of a comparison that run a family's code: the fixture builder, the reference dump
 #: (PyTorch/NeMo) and the ggml dump.

@@ -19,8 +19,10 @@ def whisper_reference(whisper_model: Path, clip_wav: Path,
                       tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The transformers reference dump directory of ``clip_wav`` (1 thread), with its q8_0
     quantization-aware twin beside it (``clip@q8_0``)."""
-    from audioparity.models.whisper_encoder.reference import dump_reference
+    from audioparity.driver import dump_reference
+    from audioparity.models.whisper_encoder import WhisperEncoder
 
     output = tmp_path_factory.mktemp("whisper_reference") / "clip"
-    dump_reference(whisper_model, [(clip_wav, output)], threads=1, emulate=["q8_0"])
+    dump_reference(WhisperEncoder(), whisper_model, [(clip_wav, output)], options={},
+                   threads=1, emulate=["q8_0"])
     return output

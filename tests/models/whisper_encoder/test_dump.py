@@ -12,8 +12,9 @@ import ggml
 import pytest
 
 from audioparity.artifacts import Dump
+from audioparity.driver import dump_ggml
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder.dump import dump_ggml
+from audioparity.models.whisper_encoder import WhisperEncoder
 
 FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers")
 
@@ -85,8 +86,8 @@ def test_a_reference_lacking_a_stage_is_refused_and_nothing_is_left(whisper_mode
     (reference / "manifest.json").write_text(manifest.replace('"conv_out": {', '"gone": {'))
     output = tmp_path / "out"
     with pytest.raises(AudioparityError, match="reference dump lacks conv_out"):
-        dump_ggml(whisper_model, clip_wav, output, reference_dir=reference, weight_type="f32",
-                  backend="cpu")
+        dump_ggml(WhisperEncoder(), whisper_model, clip_wav, output, reference_dir=reference,
+                  weight_type="f32", backend="cpu", options={})
     assert not output.exists() and not (tmp_path / "out.partial").exists()
     result = run_dump(whisper_model, tmp_path / "missing.wav", whisper_reference, output)
     assert result.returncode == 1

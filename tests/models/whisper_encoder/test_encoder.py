@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import ggml
 import numpy as np
@@ -13,8 +14,10 @@ import pytest
 
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import cosine, max_rel, nmse
+from audioparity.driver import storage_types, upload_weights
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime
+from audioparity.models.whisper_encoder import WhisperEncoder
 from audioparity.models.whisper_encoder import encoder as enc
 from audioparity.models.whisper_encoder.checkpoint import (
     check_weights,
@@ -23,7 +26,6 @@ from audioparity.models.whisper_encoder.checkpoint import (
 )
 from audioparity.models.whisper_encoder.config import load_config, parse_config
 from audioparity.models.whisper_encoder.fixture import redraw_weights
-from audioparity.models.whisper_encoder.weights import load_weights, storage_types
 from audioparity.storage import emulated_dir
 from tests.models.whisper_encoder import gate
 
@@ -246,6 +248,19 @@ def whisper_model_dir(tmp_path_factory):
     return directory, {k: v.float() for k, v in model.encoder.state_dict().items()}
 
 
+def plan(model: Path, weight_type: str) -> tuple[dict[str, str], list[str]]:
+    """The storage types the driver gives the checkpoint's encoder weights, and its notes."""
+    whisper = WhisperEncoder()
+    weights = whisper.weights(model, load_config(model))
+    return storage_types(whisper, weights.shapes, weights.native, weight_type, {})
+
+
+def uploaded(runtime: Runtime, model: Path, weight_type: str):
+    """The checkpoint's encoder weights uploaded by the driver at ``weight_type``."""
+    return upload_weights(WhisperEncoder(), runtime, model, load_config(model), weight_type,
+                          {})[0]
+
+
 def test_a_whisper_model_checkpoint_reads_like_a_conditional_generation_one(whisper_model_dir):
     directory, state = whisper_model_dir
     config = load_config(directory)
@@ -254,24 +269,22 @@ def test_a_whisper_model_checkpoint_reads_like_a_conditional_generation_one(whis
     assert set(weights) == set(state)
     for name, value in weights.items():
         np.testing.assert_array_equal(value, state[name].numpy(), err_msg=name)
-    planned = load_weights(directory, config, "native")
-    assert planned.tensors.prefix == "encoder."
-    assert planned.storage["layers.1.fc1.weight"] == "bf16"
-    assert planned.storage["conv1.weight"] == "f32"
-    assert planned.storage["layers.1.self_attn.q_proj.bias"] == "f32"
+    storage, _ = plan(directory, "native")
+    assert storage["layers.1.fc1.weight"] == "bf16"
+    assert storage["conv1.weight"] == "f32"
+    assert storage["layers.1.self_attn.q_proj.bias"] == "f32"
 
 
 def test_q8_0_falls_back_to_f16_for_rows_it_cannot_hold(whisper_model_dir):
     directory, _ = whisper_model_dir
-    planned = load_weights(directory, load_config(directory), "q8_0")
+    storage, notes = plan(directory, "q8_0")
     # d_model 48 is no multiple of 32: every matmul weight with 48-wide rows stays f16
-    assert planned.storage["layers.0.self_attn.k_proj.weight"] == "f16"
-    assert planned.storage["layers.0.fc2.weight"] == "f16"  # rows of 80
-    assert any("layers.0.fc1.weight [80, 48]: q8_0 needs rows" in n for n in planned.notes)
-    storage, notes = storage_types({"layers.0.fc1.weight": (256, 64)}, {}, "q8_0")
-    assert (storage, notes) == ({"layers.0.fc1.weight": "q8_0"}, [])
-    with pytest.raises(AudioparityError, match="unknown weight type 'q4_0'"):
-        storage_types({}, {}, "q4_0")
+    assert storage["layers.0.self_attn.k_proj.weight"] == "f16"
+    assert storage["layers.0.fc2.weight"] == "f16"  # rows of 80
+    assert any("layers.0.fc1.weight [80, 48]: q8_0 needs rows" in n for n in notes)
+    whisper = WhisperEncoder()
+    assert storage_types(whisper, {"layers.0.fc1.weight": (256, 64)}, {}, "q8_0", {}) == (
+        {"layers.0.fc1.weight": "q8_0"}, [])
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -304,7 +317,7 @@ def test_damaged_checkpoint_names_the_tensor_and_shapes(whisper_model_dir, tmp_p
     with pytest.raises(AudioparityError, match=message):
         check_weights(tmp_path, config)
     with pytest.raises(AudioparityError, match=message), Runtime("cpu") as rt:
-        load_weights(tmp_path, config, "f32").upload(rt)
+        uploaded(rt, tmp_path, "f32")
 
 
 def test_a_missing_preprocessor_config_is_named(whisper_model_dir, tmp_path):
@@ -328,7 +341,7 @@ def encoder_taps(model, reference: Dump, weight_type: str) -> dict[str, np.ndarr
     """The ggml encoder at ``weight_type`` on the reference's mel, end to end and isolated."""
     config = load_config(model)
     with Runtime("cpu", threads=1) as rt:
-        encoder = enc.Encoder(load_weights(model, config, weight_type).upload(rt), config, rt)
+        encoder = enc.Encoder(uploaded(rt, model, weight_type), config, rt)
         taps = encoder.forward(reference.tensor("mel_features"))
         inputs = [reference.tensor("conv_out")] + [
             reference.tensor(f"layer_{i}") for i in range(config.n_layers - 1)]

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import Dump
+from audioparity.driver import storage_types
 from audioparity.errors import AudioparityError
+from audioparity.models.whisper_encoder import WhisperEncoder
 from audioparity.models.whisper_encoder.checkpoint import read_weights
 from audioparity.models.whisper_encoder.config import load_config
 from audioparity.models.whisper_encoder.fixture import build_fixture
-from audioparity.models.whisper_encoder.weights import load_weights
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -66,9 +67,11 @@ def test_layout_is_a_hugging_face_whisper_checkpoint(whisper_model: Path):
 
 
 def test_q8_0_holds_every_matmul_weight(whisper_model: Path):
-    planned = load_weights(whisper_model, load_config(whisper_model), "q8_0")
-    assert planned.notes == []
-    assert sum(kind == "q8_0" for kind in planned.storage.values()) == 2 * 6
+    whisper = WhisperEncoder()
+    weights = whisper.weights(whisper_model, load_config(whisper_model))
+    storage, notes = storage_types(whisper, weights.shapes, weights.native, "q8_0", {})
+    assert notes == []
+    assert sum(kind == "q8_0" for kind in storage.values()) == 2 * 6
 
 
 def test_positions_are_transformers_sinusoids(whisper_model: Path):

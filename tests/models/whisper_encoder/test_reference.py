@@ -14,8 +14,9 @@ import soundfile as sf
 
 from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
+from audioparity.driver import dump_reference as drive_reference
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder.reference import dump_reference
+from audioparity.models.whisper_encoder import WhisperEncoder
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -95,6 +96,11 @@ def test_conv_out_is_the_gelu_of_conv2_in_float64(whisper_reference: Path, trans
     assert np.abs(dump.tensor("conv_out") - expected).max() < 1e-4 * np.abs(expected).max()
 
 
+def dump_reference(model: Path, cases: list, **kwargs) -> None:
+    """The driver's reference dump of the Whisper family."""
+    drive_reference(WhisperEncoder(), model, cases, options={}, **kwargs)
+
+
 def test_one_model_load_dumps_every_case_as_separate_jobs_would(
     whisper_model: Path, clip_wav: Path, whisper_reference: Path, tmp_path: Path
 ) -> None:
@@ -141,9 +147,11 @@ def test_a_bad_checkpoint_is_refused_before_torch_is_imported(whisper_model: Pat
     code = (
         "import sys\n"
         "from audioparity.errors import AudioparityError\n"
-        "from audioparity.models.whisper_encoder.reference import dump_reference\n"
+        "from audioparity.driver import dump_reference\n"
+        "from audioparity.models.whisper_encoder import WhisperEncoder\n"
         "try:\n"
-        f"    dump_reference({str(broken)!r}, [({str(clip_wav)!r}, {str(tmp_path / 'd')!r})])\n"
+        f"    dump_reference(WhisperEncoder(), {str(broken)!r},\n"
+        f"                   [({str(clip_wav)!r}, {str(tmp_path / 'd')!r})], options={{}})\n"
         "except AudioparityError as err:\n"
         "    print(err)\n"
         "print('torch' in sys.modules)\n"

@@ -22,27 +22,27 @@ load alike. Importing this module imports neither torch nor ggml.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter
-from audioparity.audio import Audio, load_audio
+from audioparity.audio import Audio
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder.checkpoint import check_weights
-from audioparity.models.whisper_encoder.config import WhisperEncoderConfig, load_config
-from audioparity.models.whisper_encoder.frontend import trim_note
-from audioparity.storage import emulations
-from audioparity.threads import torch_threads
+from audioparity.family import Case, Note, Outputs, Phase
 
 log = logging.getLogger("audioparity")
 
 
-def load_model(model_dir: Path) -> tuple[Any, Any]:
-    """``(WhisperFeatureExtractor, WhisperEncoder)`` of the checkpoint: the extractor from
+class Loaded(NamedTuple):
+    """The reference's ``WhisperFeatureExtractor`` and ``WhisperEncoder``."""
+
+    extractor: Any
+    encoder: Any
+
+
+def load_model(model_dir: Path) -> Loaded:
+    """The ``WhisperFeatureExtractor`` and ``WhisperEncoder`` of the checkpoint: the extractor from
     ``preprocessor_config.json``, the encoder of ``WhisperModel.from_pretrained`` in float32,
     eager attention, eval mode.
 
@@ -62,7 +62,7 @@ def load_model(model_dir: Path) -> tuple[Any, Any]:
     missing = [key for key in info.get("missing_keys", ()) if key.startswith("encoder.")]
     if missing:
         raise AudioparityError(f"{model_dir}: transformers found no weights for {missing[:3]}")
-    return extractor, net.encoder.eval()
+    return Loaded(extractor, net.encoder.eval())
 
 
 def mel_features(extractor: Any, sound: Audio) -> np.ndarray:
@@ -122,89 +122,16 @@ def encoder(net: Any, features: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
-                   emulate: Sequence[str] = ()) -> None:
-    """Write one reference dump (contents in the module docstring) per ``(audio, output_dir)``
-    pair of ``cases``, importing torch and transformers and loading the model once for all.
-
-    Before torch is imported, every input goes through the checks of the ggml dump, in its
-    order and with its messages: the config (:func:`~.config.load_config`), each audio file
-    (:func:`~audioparity.audio.load_audio` at the extractor's ``sampling_rate``) and the
-    checkpoint's encoder tensors (:func:`~.checkpoint.check_weights`: present, shaped as the
-    config says, finite).
-
-    Manifest fields: ``family``, ``threads``, ``cases_per_load`` (how many dumps shared the
-    import and load whose ``seconds`` it records), ``n_layers``, ``audio`` (the file's format,
-    :class:`~audioparity.audio.Audio`), versions of torch and transformers.
-
-    Args:
-        model: checkpoint directory (``config.json``, ``model.safetensors``,
-            ``preprocessor_config.json``).
-        cases: ``(audio file, dump directory)`` pairs; each directory is written atomically.
-        threads: torch intra-op threads (the previous count is restored afterwards).
-        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
-            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
-
-    Raises:
-        AudioparityError: no cases; an unreadable or unsupported config, audio or checkpoint;
-            transformers cannot load it. The failing case's directory is not left behind; an
-            input error leaves none at all.
-    """
-    model = Path(model)
-    cases = [(Path(audio), Path(output_dir)) for audio, output_dir in cases]
-    if not cases:
-        raise AudioparityError("reference whisper-encoder: no audio file given")
-    config = load_config(model)
-    rate = config.feature_extractor.sampling_rate
-    sounds = [load_audio(audio, sample_rate=rate) for audio, _ in cases]
-    check_weights(model, config)
-
-    with torch_threads(threads):
-        start = time.perf_counter()
-        import transformers  # noqa: F401  (the one transformers import of this job)
-
-        imported = time.perf_counter()
-        extractor, net = load_model(model)
-        seconds = {"import": round(imported - start, 4),
-                   "load": round(time.perf_counter() - imported, 4)}
-        log.info("reference whisper-encoder: imported transformers in %.1f s, loaded %s in "
-                 "%.1f s, for %d case(s)", seconds["import"], model, seconds["load"], len(cases))
-        # the port keeps the positions in float32 (weights.MATMUL)
-        for variant in emulations(net, emulate, keep={"embed_positions"}):
-            for (audio, output_dir), sound in zip(cases, sounds, strict=True):
-                _dump(extractor, variant.model, model, audio, sound, config,
-                      variant.dump_dir(output_dir),
-                      {"threads": threads, "cases_per_load": len(cases), **variant.fields},
-                      seconds)
-
-
-def _dump(extractor: Any, net: Any, model: Path, audio: Path, sound: Audio,
-          config: WhisperEncoderConfig, output_dir: Path, fields: dict[str, int],
-          seconds: dict[str, float]) -> None:
-    start = time.perf_counter()
-    with DumpWriter(output_dir, producer="torch", model=model, inputs={"audio": audio},
-                    fields={"family": "whisper_encoder", **fields, "n_layers": config.n_layers,
-                            "audio": sound.source},
-                    versions=("torch", "transformers")) as writer:
-        for note in sound.notes:
-            writer.note(note)
-        note = trim_note(len(sound.samples), config.feature_extractor)
-        if note:
-            writer.note(note)
-        writer.manifest["seconds"].update(seconds)
-        with writer.timed("mel"):
-            features = mel_features(extractor, sound)
-        writer.add_tensor("mel_features", features.T, "[T, n_mels]")
-        with writer.timed("encoder"):
-            taps = encoder(net, features)
-        writer.add_tensor("conv_out", taps.pop("conv_out"), "[T, D]")
-        for name, array in taps.items():
-            writer.add_tensor(name, array, "[T, D]")
-        writer.note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals "
-                    "the input of layers[0] exactly (checked)")
-        log.info("reference whisper-encoder: %s (%.2f s of audio): mel %s, encoder %d layers, "
-                 "T'=%d in %.2f s", audio, sound.seconds, list(features.shape), config.n_layers,
-                 taps["enc_out"].shape[0],
-                 writer.manifest["seconds"]["mel"] + writer.manifest["seconds"]["encoder"])
-    log.info("reference whisper-encoder: wrote %s in %.1f s", output_dir,
-             time.perf_counter() - start)
+def stages(loaded: Loaded, case: Case) -> Outputs:
+    """The reference's stages of one case (module docstring), each phase timed by the driver."""
+    yield Phase("mel")
+    features = mel_features(loaded.extractor, case.data)
+    yield "mel_features", features.T
+    yield Phase("encoder")
+    taps = encoder(loaded.encoder, features)
+    yield from taps.items()
+    yield Note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals the "
+               "input of layers[0] exactly (checked)")
+    log.info("reference whisper-encoder: %s (%.2f s of audio): mel %s, encoder %d layers, "
+             "T'=%d", case.path, case.data.seconds, list(features.shape),
+             case.config.n_layers, taps["enc_out"].shape[0])

@@ -1,0 +1,350 @@
+"""The ``audioparity`` command's arguments: one parser per subcommand, built for the family
+commands from each family's table (:class:`~audioparity.family.FamilySpec`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from audioparity.cli.commands import (
+    candidate_convert,
+    candidate_run,
+    check_dump,
+    compare,
+    determinism_compare,
+    determinism_run,
+    digest,
+    doctor,
+    drilldown,
+    export,
+    fixture,
+    ggml,
+    guard,
+    ports,
+    reference,
+    replay,
+    report_check,
+    report_html,
+    report_summary,
+    repro,
+    weights,
+)
+from audioparity.families import registered
+from audioparity.family import REPLAY, WEIGHTS, FamilySpec
+from audioparity.storage import EMULATED_TYPES
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+
+
+def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None):
+    """An argparse type: the text as ``kind``, one of ``choices`` if given, at least
+    ``minimum`` if given; otherwise a usage error naming ``what``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            expected = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected {expected}") from None
+        if choices and value not in choices:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {text!r}; valid: {', '.join(map(str, choices))}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} {value}: expected at least {minimum}")
+        return value
+
+    return parse
+
+
+def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -> None:
+    """The family's options the command of ``side`` takes (:meth:`FamilySpec.options_for`)."""
+    for option in spec.options_for(side):
+        if isinstance(option.default, bool):
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            kind = _value(option.name.replace("_", " "), type(option.default), option.choices,
+                          option.minimum)
+            parser.add_argument(option.flag, default=option.default, type=kind,
+                                help=f"{option.help} (default {option.default})")
+
+
+def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:
+    """The arguments of one ggml dump of ``spec``'s port (``ggml`` and ``drilldown`` take them)."""
+    p.set_defaults(spec=spec)
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
+                   metavar=spec.input.upper(), help=f"{spec.input} file")
+    if spec.ggml_reads_reference:
+        p.add_argument("--reference-dir", required=True, type=Path,
+                       help="reference dump of the same model and input: what the "
+                       "teacher-forced stages are fed")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--weight-type", default="native",
+                   type=_value("weight type", choices=WEIGHT_TYPES),
+                   help="storage type of the matmul weights; native: the checkpoint's")
+    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    _add_options(p, spec, "ggml")
+
+
+def _fixture_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"tiny seeded {spec.title}")
+    where = f"; the model is {spec.fixture_model} inside" if spec.fixture_model else ""
+    p.add_argument("--output", required=True, type=Path,
+                   help=f"fixture directory to write{where}")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
+    _add_options(p, spec, "fixture")
+    p.set_defaults(spec=spec, run=fixture)
+
+
+def _reference_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=spec.title)
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument(spec.input_flag, dest="inputs", required=True, type=Path, action="append",
+                   metavar=spec.input.upper(), help=f"{spec.input} file; repeat it, with "
+                   "--output-dir, to dump several from one model load")
+    p.add_argument("--output-dir", required=True, type=Path, action="append",
+                   help=f"dump directory, one per {spec.input_flag}, in the same order")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--emulate", action="append", default=[], choices=EMULATED_TYPES,
+                   metavar="WEIGHT_TYPE", help="also dump each case as ggml's CPU backend "
+                   "computes it with the matmul weights in this type, to <output-dir>@<type>; "
+                   f"repeatable ({', '.join(EMULATED_TYPES)})")
+    p.add_argument("--cache-dir", type=Path, help="keep each dump here too, and restore from "
+                   "it the dumps of the cases it holds instead of computing them (the "
+                   "workflow's results/cache/reference/<family>/<model>)")
+    p.add_argument("--code-digest", default="", help="with --cache-dir: a digest of the code "
+                   "that computes the dumps (the workflow hashes the reference job's source "
+                   "files); another digest computes every case again")
+    _add_options(p, spec, "reference")
+    p.set_defaults(spec=spec, run=reference)
+
+
+def _ggml_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"{spec.title}: the ggml port")
+    _ggml_arguments(p, spec)
+    if spec.converts_weights:
+        p.add_argument("--weights-file", type=Path, help=f"the weights converted once "
+                       f"(`audioparity {WEIGHTS} {spec.command}` at the same types), mapped "
+                       "instead of read from --model")
+    p.set_defaults(run=ggml)
+
+
+def _weights_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"{spec.title}: convert the weights")
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument("--weight-type", default="native",
+                   type=_value("weight type", choices=WEIGHT_TYPES),
+                   help="storage type of the matmul weights; native: the checkpoint's")
+    p.add_argument("--output", required=True, type=Path, help="the GGUF file to write")
+    _add_options(p, spec, WEIGHTS)
+    p.set_defaults(spec=spec, run=weights)
+
+
+def _drilldown_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"{spec.title}: drill into a cell")
+    _ggml_arguments(p, spec)
+    p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS),
+                   help="the backend it is compared with (default cpu)")
+    p.add_argument("--cell", type=Path, help="the cell's comparison with --against "
+                   "(audioparity compare): drill only if a stage fails there")
+    p.add_argument("--cell-output", type=Path,
+                   help="the cell's rows again, the failing ones with first_bad_op")
+    p.add_argument("--phase", action="append", default=[], help="only the graphs of this dump "
+                   "stage (encoder, layers_isolated, ...); repeatable")
+    p.set_defaults(run=drilldown)
+
+
+def _replay_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"{spec.title}: replay a candidate")
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument(spec.input_flag, dest="input", required=True, type=Path,
+                   metavar=spec.input.upper(), help=f"{spec.input} file of the case")
+    p.add_argument("--candidate-dir", required=True, type=Path,
+                   help="the candidate's dump of the case")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--emulate", choices=EMULATED_TYPES, metavar="WEIGHT_TYPE",
+                   help="replay as ggml's CPU backend computes with the matmul weights in this "
+                   f"type ({', '.join(EMULATED_TYPES)}): a quantized cell's")
+    _add_options(p, spec, "reference")
+    p.set_defaults(spec=spec, run=replay)
+
+
+#: The family commands: ``(name, help, the subcommand a family gets, whether it gets one)``.
+_FAMILY_COMMANDS = (
+    ("fixture", "build a tiny seeded model (tests, default run)", _fixture_command,
+     lambda spec: True),
+    ("reference", "dump reference activations (PyTorch/NeMo)", _reference_command,
+     lambda spec: True),
+    ("ggml", "dump activations from the built-in ggml port", _ggml_command, lambda spec: True),
+    (WEIGHTS, "convert a model's weights once per weight type into a GGUF file that ggml dumps "
+     "map (--weights-file)", _weights_command, lambda spec: spec.converts_weights),
+    (REPLAY, "the reference's blocks run on a candidate's own inputs to them "
+     "(docs/candidates.md, \"Replay\")", _replay_command, lambda spec: spec.replays),
+    ("drilldown", "run the port's graphs node by node on two backends; name the first op that "
+     "breaks (drilldown.json)", _drilldown_command, lambda spec: True),
+)
+
+
+def _family_commands(sub) -> None:
+    """The family commands (:data:`_FAMILY_COMMANDS`), each with one subcommand per registered
+    family that has it."""
+    for name, help_text, add, has in _FAMILY_COMMANDS:
+        families = sub.add_parser(name, help=help_text).add_subparsers(
+            dest="family", required=True, metavar="FAMILY")
+        for known in registered().values():
+            if has(known.spec):
+                add(families, known.spec)
+
+
+def _compare_command(sub) -> None:
+    p = sub.add_parser("compare", help="compare a candidate dump with a reference dump")
+    p.add_argument("--reference", required=True, type=Path)
+    p.add_argument("--candidate", required=True, type=Path)
+    p.add_argument("--replay", type=Path,
+                   help="the reference's replay of the candidate (`audioparity replay`)")
+    p.add_argument("--cost-reference", type=Path,
+                   help="where --reference is quantization-aware (<case>@<weight type>): the "
+                   "float32 reference, to measure the weight type's cost against")
+    p.add_argument("--gates", required=True,
+                   help="gates for this cell: a JSON object, or a .json/.yaml file")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="cell labels copied into every row (family, model, case, ...)")
+    p.add_argument("--output", required=True, type=Path, help="cell result (.json)")
+    p.set_defaults(run=compare)
+
+
+def _report_command(sub) -> None:
+    report = sub.add_parser("report", help="summary table and HTML report")
+    report_sub = report.add_subparsers(dest="what", required=True)
+    p = report_sub.add_parser("summary", help="merge cell results into summary.csv")
+    p.add_argument("cells", nargs="+", type=Path, help="cell .json files from `compare`")
+    p.add_argument("--output", required=True, type=Path)
+    p.set_defaults(run=report_summary)
+    p = report_sub.add_parser("html", help="self-contained index.html from summary.csv")
+    p.add_argument("--summary", required=True, type=Path)
+    p.add_argument("--output", required=True, type=Path)
+    p.set_defaults(run=report_html)
+    p = report_sub.add_parser("check", help="exit 1 when a cell fails, crashed or went missing "
+                              "against the reference without a declaration; print culprits")
+    p.add_argument("summary", type=Path, help="summary.csv")
+    p.set_defaults(run=report_check)
+
+
+def _dump_tool_commands(sub) -> None:
+    """``guard`` and ``determinism``: running a dump command."""
+    p = sub.add_parser("guard", help="run a dump command; record a crash as a `crashed` dump "
+                       "instead of failing")
+    p.add_argument("--output-dir", required=True, type=Path, help="the command's dump dir")
+    p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                   help="manifest fields of a crashed dump (backend, weight_type, ...)")
+    p.add_argument("dump_command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    p.set_defaults(run=guard)
+    determinism = sub.add_parser(
+        "determinism", help="byte-compare two dumps of the same inputs, or run a dump twice")
+    determinism_sub = determinism.add_subparsers(dest="mode", required=True)
+    p = determinism_sub.add_parser("compare", help="compare two finished dump directories")
+    p.add_argument("dumps", nargs=2, type=Path, metavar="DUMP")
+    p.set_defaults(run=determinism_compare)
+    p = determinism_sub.add_parser("run", help="run a dump command twice ({output_dir} -> "
+                                   "WORK_DIR/run_1, run_2), compare")
+    p.add_argument("--work-dir", required=True, type=Path, help="holds run_1/ and run_2/")
+    p.add_argument("dump_command", nargs=argparse.REMAINDER,
+                   help="-- COMMAND ... {output_dir} ...")
+    p.set_defaults(run=determinism_run)
+
+
+def _candidate_command(sub) -> None:
+    candidate = sub.add_parser(
+        "candidate", help="a third-party candidate through its adapter (docs/candidates.md)")
+    candidate_sub = candidate.add_subparsers(dest="step", required=True)
+    p = candidate_sub.add_parser("convert", help="the candidate's own model files, once per "
+                                 "model and weight type")
+    p.add_argument("--adapter", required=True)
+    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--weight-type", required=True,
+                   type=_value("weight type", choices=WEIGHT_TYPES))
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.set_defaults(run=candidate_convert)
+    p = candidate_sub.add_parser("run", help="one cell: run the candidate, read what it writes "
+                                 "into a dump")
+    p.add_argument("--family", required=True)
+    p.add_argument("--adapter", required=True)
+    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
+    p.add_argument("--model", required=True, type=Path,
+                   help="the candidate's converted model folder (or the model)")
+    p.add_argument("--audio", "--prompt", dest="case", required=True, type=Path)
+    p.add_argument("--reference-dir", type=Path, help="the reference dump of the case")
+    p.add_argument("--family-options", default="{}",
+                   help="the family's options of the config, a JSON object")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--weight-type", required=True,
+                   type=_value("weight type", choices=WEIGHT_TYPES))
+    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(run=candidate_run)
+
+
+def _dump_file_commands(sub) -> None:
+    """``digest``, ``export`` and ``check-dump``: reading a dump directory."""
+    p = sub.add_parser("digest", help="write DUMP.sha256 beside each dump: the hash of what "
+                       "later stages read")
+    p.add_argument("dumps", nargs="+", type=Path, metavar="DUMP")
+    p.set_defaults(run=digest)
+    p = sub.add_parser("export", help="write a dump in another tool's format: f32json "
+                       "(transcribe.cpp's .f32 + .json), seed (the family's seed tool's inputs)")
+    p.add_argument("dump", type=Path, metavar="DUMP")
+    p.add_argument("--format", required=True, dest="export_format", metavar="f32json|seed",
+                   type=_value("export format", choices=("f32json", "seed")))
+    p.add_argument("--output-dir", required=True, type=Path,
+                   help="a new (or empty) folder to write")
+    p.set_defaults(run=export)
+    p = sub.add_parser("check-dump", help="check a candidate's dump (or, with --adapter, a "
+                       "tool's raw folder) against a family's dump contract: every problem one "
+                       "line on stdout")
+    p.add_argument("check_dir", type=Path, metavar="DIR")
+    p.add_argument("--family", required=True, help="the family's name (parakeet_tdt)")
+    p.add_argument("--adapter", help="the candidate's adapter: DIR is its tool's raw output "
+                   "(f32json, npy); omitted: DIR is a dump of the contract")
+    p.set_defaults(run=check_dump)
+
+
+def _machine_commands(sub) -> None:
+    """``ports``, ``doctor`` and ``repro``: what this machine builds and runs."""
+    p = sub.add_parser("ports", help="build the third-party ports from their snapshots")
+    p.add_argument("--source", required=True, type=Path, help="folder of .tar.gz snapshots")
+    p.add_argument("--cache", required=True, type=Path, help="where the builds stay")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--vulkan", action="store_true",
+                   help="also the Vulkan build of each port that has one (make setup-vulkan)")
+    p.set_defaults(run=ports)
+    p = sub.add_parser("doctor", help="which backends are built in, their devices, library "
+                       "versions")
+    p.add_argument("--backend", type=_value("backend", choices=BACKENDS),
+                   help="also fail (exit 1) unless this backend is built in and has a device")
+    p.set_defaults(run=doctor)
+    p = sub.add_parser("repro", help="rerun a drill-down's saved graph (its repro/ folder) node "
+                       "by node on a backend against another")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--backend", required=True, type=_value("backend", choices=BACKENDS))
+    p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(run=repro)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``audioparity`` command's parser; each subcommand's ``run`` is its function."""
+    parser = argparse.ArgumentParser(
+        prog="audioparity", description="Does a ggml port of an audio model compute what its "
+        "PyTorch/NeMo reference computes? Dumps, comparisons and reports (docs/design.md).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_family_commands, _compare_command, _report_command, _dump_tool_commands,
+                _candidate_command, _dump_file_commands, _machine_commands):
+        add(sub)
+    return parser
+
+

@@ -1,0 +1,295 @@
+"""What each ``audioparity`` subcommand does: one function each, given the parsed arguments;
+exit code None or 0 done, otherwise the code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from audioparity.errors import AudioparityError
+from audioparity.family import WEIGHTS
+
+log = logging.getLogger("audioparity")
+
+
+def _options(args: argparse.Namespace, side: str) -> dict:
+    """The family options of ``side`` as parsed, by name."""
+    return {option.name: getattr(args, option.name) for option in args.spec.options_for(side)}
+
+
+def _load_gates(text: str) -> dict:
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    path = Path(text)
+    if not path.is_file():
+        raise AudioparityError(f"--gates {text}: neither a JSON object nor a file")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(path.read_text())
+    return json.loads(path.read_text())
+
+
+def _json_object(text: str, flag: str) -> dict:
+    """``text`` parsed as a JSON object.
+
+    Raises:
+        AudioparityError: not JSON, or not an object.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise AudioparityError(f"{flag} {text[:60]!r}: not JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise AudioparityError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise AudioparityError(f"--label {pair!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _family(args: argparse.Namespace):
+    """The family of a family command's subcommand (its spec is ``args.spec``)."""
+    from audioparity.families import family
+
+    return family(args.spec.name)
+
+
+def fixture(args: argparse.Namespace) -> None:
+    _family(args).fixture(args.output, seed=args.seed, **_options(args, "fixture"))
+
+
+def reference(args: argparse.Namespace) -> None:
+    """Dump the reference of every case, restoring from ``--cache-dir`` the dumps it holds
+    (:class:`~audioparity.dump_cache.DumpCache`): the model is loaded only when a case is left
+    to compute, and the dumps it writes are stored, even those written before an error."""
+    from audioparity.driver import dump_reference
+
+    if len(args.inputs) != len(args.output_dir):
+        raise AudioparityError(f"reference: {len(args.inputs)} {args.spec.input_flag} but "
+                               f"{len(args.output_dir)} --output-dir; give one --output-dir "
+                               f"per {args.spec.input_flag}, in order")
+    cases = list(zip(args.inputs, args.output_dir, strict=True))
+    options = _options(args, "reference")
+
+    def compute(todo, emulate) -> None:
+        dump_reference(_family(args), args.model, todo, options=options, threads=args.threads,
+                       emulate=emulate)
+
+    if args.cache_dir is None:
+        compute(cases, args.emulate)
+        return
+    from audioparity.dump_cache import DumpCache
+
+    cache = DumpCache(args.cache_dir, args.model, {
+        "family": args.spec.command, "code": args.code_digest, "threads": args.threads,
+        "options": options})
+    todo, emulate = cache.restore(cases, args.emulate)
+    try:
+        if todo:
+            compute(todo, emulate)
+    finally:
+        cache.store(todo, emulate)
+    cache.prune()
+
+
+def ggml(args: argparse.Namespace) -> None:
+    from audioparity.driver import dump_ggml
+
+    dump_ggml(_family(args), args.model, args.input, args.output_dir,
+              weight_type=args.weight_type, backend=args.backend, device=args.device,
+              threads=args.threads, options=_options(args, "ggml"),
+              reference_dir=getattr(args, "reference_dir", None),
+              weights_file=getattr(args, "weights_file", None))
+
+
+def weights(args: argparse.Namespace) -> None:
+    from audioparity.driver import save_weights
+
+    save_weights(_family(args), args.model, args.output, weight_type=args.weight_type,
+                 options=_options(args, WEIGHTS))
+
+
+def replay(args: argparse.Namespace) -> None:
+    from audioparity.driver import dump_replay
+
+    dump_replay(_family(args), args.model, args.input, args.candidate_dir, args.output_dir,
+                options=_options(args, "reference"), threads=args.threads,
+                emulate=args.emulate)
+
+
+def drilldown(args: argparse.Namespace) -> None:
+    from audioparity.drilldown import drill_cell
+
+    drill_cell(_family(args), model=args.model, case=args.input,
+               reference_dir=getattr(args, "reference_dir", None),
+               weight_type=args.weight_type, backend=args.backend, against=args.against,
+               device=args.device, threads=args.threads, options=_options(args, "ggml"),
+               output_dir=args.output_dir, cell=args.cell, cell_output=args.cell_output,
+               phases=args.phase)
+
+
+def repro(args: argparse.Namespace) -> None:
+    from audioparity.drilldown import rerun_repro
+
+    print(rerun_repro(args.folder, args.backend, args.against, args.device, args.threads))
+
+
+def candidate_convert(args: argparse.Namespace) -> None:
+    from audioparity.candidates import running
+
+    running.convert(args.adapter, args.model, args.weight_type, args.output_dir,
+                    _json_object(args.options, "--options"))
+
+
+def candidate_run(args: argparse.Namespace) -> None:
+    from audioparity.candidates import running
+
+    running.run_candidate(args.adapter, args.family, _json_object(args.options, "--options"),
+                          args.model, args.case, args.output_dir,
+                          reference_dir=args.reference_dir, weight_type=args.weight_type,
+                          backend=args.backend, threads=args.threads,
+                          family_options=_json_object(args.family_options,
+                                                      "--family-options"))
+
+
+def ports(args: argparse.Namespace) -> None:
+    from audioparity.candidates.running import build_ports
+
+    for name, tree in build_ports(args.source, args.cache, args.jobs,
+                                  vulkan=args.vulkan).items():
+        print(f"{name}: {tree}")
+
+
+def digest(args: argparse.Namespace) -> None:
+    from audioparity.artifacts import write_digest
+
+    for dump in args.dumps:
+        write_digest(dump)
+
+
+def compare(args: argparse.Namespace) -> None:
+    from audioparity.compare import compare_cell
+
+    compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
+                 args.output, replay_dir=args.replay, cost_dir=args.cost_reference)
+
+
+def report_summary(args: argparse.Namespace) -> None:
+    from audioparity.report.summary import write_summary
+
+    write_summary(args.cells, args.output)
+
+
+def report_check(args: argparse.Namespace) -> int:
+    from audioparity.report.culprit import check
+    from audioparity.report.summary import read_summary
+
+    code, lines = check(read_summary(args.summary).to_dict("records"))
+    print("\n".join(lines))
+    return code
+
+
+def report_html(args: argparse.Namespace) -> None:
+    from audioparity.report.html import write_html
+
+    write_html(args.summary, args.output)
+
+
+def _command_after(args: argparse.Namespace) -> list[str]:
+    """The command given after ``--``."""
+    return args.dump_command[1:] if args.dump_command[:1] == ["--"] else args.dump_command
+
+
+def guard(args: argparse.Namespace) -> int:
+    from audioparity.guard import run_guarded
+
+    command = _command_after(args)
+    if not command:
+        raise AudioparityError("guard: no command given after --")
+    return run_guarded(command, args.output_dir, _labels(args.field))
+
+
+def determinism_run(args: argparse.Namespace) -> int:
+    """Run the dump command twice (``{output_dir}`` -> ``run_1``, ``run_2``), then compare."""
+    import subprocess
+
+    from audioparity.guard import describe_exit
+
+    command = _command_after(args)
+    if not any("{output_dir}" in arg for arg in command):
+        raise AudioparityError("determinism run: the command after -- must contain {output_dir}")
+    outputs = [args.work_dir / f"run_{i}" for i in (1, 2)]
+    for i, output in enumerate(outputs, 1):
+        argv = [arg.replace("{output_dir}", str(output)) for arg in command]
+        log.info("determinism: run %d of 2: %s", i, " ".join(argv))
+        returncode = subprocess.run(argv).returncode
+        if returncode != 0:
+            raise AudioparityError(
+                f"determinism run: run {i} of {argv[0]} failed ({describe_exit(returncode)})")
+    return _identical(*outputs)
+
+
+def determinism_compare(args: argparse.Namespace) -> int:
+    return _identical(*args.dumps)
+
+
+def _identical(a: Path, b: Path) -> int:
+    """Print every difference between dumps ``a`` and ``b`` on stdout (one per line).
+
+    Raises:
+        AudioparityError: they differ (the count, in one line), or either is not a dump.
+    """
+    from audioparity.artifacts import dump_differences
+
+    differences = dump_differences(a, b)
+    for line in differences:
+        print(line)
+    if differences:
+        raise AudioparityError(f"{a} and {b} differ: {len(differences)} difference(s), listed "
+                               "on stdout")
+    files = sum(1 for p in Path(a).iterdir() if p.is_file())
+    print(f"identical: {a} and {b} ({files} files, manifests less seconds)")
+    return 0
+
+
+def export(args: argparse.Namespace) -> None:
+    from audioparity.export import export_dump
+
+    for name in export_dump(args.dump, args.export_format, args.output_dir):
+        print(args.output_dir / name)
+
+
+def check_dump(args: argparse.Namespace) -> None:
+    from audioparity.candidates.check import check
+
+    checked = check(args.check_dir, args.family, args.adapter)
+    for line in checked.problems:
+        print(line)
+    if checked.problems:
+        raise AudioparityError(f"{args.check_dir}: {len(checked.problems)} problem(s) against "
+                               f"the dump contract of {args.family}, listed on stdout")
+    print(f"ok: {args.check_dir}: {checked.checked}")
+
+
+def doctor(args: argparse.Namespace) -> None:
+    from audioparity.ggml import doctor
+
+    report = doctor()
+    print(json.dumps(report, indent=2))
+    if args.backend:
+        from audioparity.ggml.runtime import check_backend
+
+        print(check_backend(args.backend, report), file=sys.stderr)
+
+

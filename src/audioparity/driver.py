@@ -1,0 +1,370 @@
+"""One driver for every family's dumps: it reads and checks the inputs, opens the reference
+model or the ggml runtime, stores and uploads the weights under one storage policy, runs the
+family's dump method (:class:`~audioparity.family.Family`), and writes what it yields into an
+atomic dump directory, each stage checked against the family's contract and laid out as it
+declares (docs/design.md, "Dump contract").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.artifacts import Dump, DumpWriter, model_record
+from audioparity.errors import AudioparityError
+from audioparity.family import (
+    FLOAT32,
+    MATMUL,
+    Case,
+    Family,
+    Fields,
+    Note,
+    Outputs,
+    Phase,
+    Skipped,
+    Stage,
+)
+from audioparity.storage import emulating, emulations, storage_or_fallback
+from audioparity.threads import torch_threads
+
+log = logging.getLogger("audioparity")
+
+#: A tensor named ``<document><MARGINS>`` holds the decision margins of that document.
+MARGINS = "_margins"
+
+
+def open_cases(family: Family, model: Path, paths: Sequence[Path],
+               options: Mapping[str, Any]) -> tuple[Any, list[Case]]:
+    """The model's config and each case read and checked (:meth:`Family.open_case`), as both
+    sides do first, before torch or ggml is imported.
+
+    Raises:
+        AudioparityError: an unreadable config or case (the first, in that order).
+    """
+    config = family.config(Path(model))
+    return config, [family.open_case(Path(model), config, Path(p), options) for p in paths]
+
+
+def _declared(family: Family, heads: Sequence[str], name: str, value: Any) -> str:
+    """The layout of output ``name`` by the contract: a stage, one of its forms, or a
+    document's margins.
+
+    Raises:
+        AudioparityError: the contract declares no such stage for this model's heads, or the
+            value is not what its kind holds (a mapping for a document, an array otherwise).
+    """
+    spec = family.spec
+    margins = name.endswith(MARGINS) and spec.locate(name.removesuffix(MARGINS))
+    found = margins or spec.locate(name)
+    if not found or (margins and not found.stage.margins):
+        raise AudioparityError(f"family {spec.name}: the dump yielded {name!r}, which its "
+                               f"contract does not declare")
+    stage = found.stage
+    if stage.head is not None and stage.head not in heads:
+        raise AudioparityError(f"family {spec.name}: the dump yielded {name!r} of the "
+                               f"{stage.head} head, which this model does not have")
+    document = stage.kind == "document" and not margins
+    if document != isinstance(value, Mapping) or not (document or isinstance(value, np.ndarray)):
+        raise AudioparityError(f"family {spec.name}: {name!r} is a {type(value).__name__}; "
+                               f"expected {'a mapping' if document else 'an array'}")
+    return stage.margins if margins else stage.layout
+
+
+def write_outputs(writer: DumpWriter, family: Family, heads: Sequence[str],
+                  outputs: Outputs) -> None:
+    """Write what a family's dump method yields into ``writer``: stages (checked and laid out
+    by the contract, :func:`_declared`), phases timed into ``seconds``, notes, fields, and the
+    replayed forms it skipped (manifest ``skipped``)."""
+    with ExitStack() as phase:
+        for item in outputs:
+            if isinstance(item, Phase):
+                phase.close()
+                phase.enter_context(writer.timed(item.name))
+            elif isinstance(item, Note):
+                writer.note(item.text)
+            elif isinstance(item, Fields):
+                writer.manifest.update(item.values)
+            elif isinstance(item, Skipped):
+                writer.manifest.setdefault("skipped", {})[item.stage] = item.why
+                writer.note(f"{item.stage} not replayed: {item.why}")
+            else:
+                name, value = item
+                layout = _declared(family, heads, name, value)
+                if isinstance(value, Mapping):
+                    writer.add_json(name, value)
+                else:
+                    writer.add_tensor(name, value, layout)
+
+
+def _owed(family: Family, heads: Sequence[str], forms: Sequence[str]) -> list[tuple[Stage, str]]:
+    """``(stage, form)`` of every stage form a dump of the model's ``heads`` must hold."""
+    return [(stage, form) for stage in family.spec.stages_of(heads) for form in forms
+            if (getattr(stage, form) if form else stage.name) is not None]
+
+
+def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any],
+                   forms: Sequence[str], where: Path) -> None:
+    """Raise unless ``dump`` (a manifest) holds every stage ``forms`` of the model's heads
+    declares, at least one layer of a per-layer one, or says why it skipped it.
+
+    Raises:
+        AudioparityError: the first stage missing (a family that declares what it does not
+            compute).
+    """
+    names = {*dump.get("tensors", {}), *dump.get("documents", {}), *dump.get("skipped", {})}
+    written = {(found.stage.name, found.form) for found in map(family.spec.locate, names)
+               if found is not None}
+    for stage, form in _owed(family, heads, forms):
+        pattern = getattr(stage, form) if form else stage.name
+        if (stage.name, form) not in written:
+            raise AudioparityError(f"{where}: family {family.spec.name} declares {pattern!r} "
+                                   "but its dump did not write it")
+
+
+def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]], *,
+                   options: Mapping[str, Any], threads: int = 1,
+                   emulate: Sequence[str] = ()) -> None:
+    """The reference's dump of each ``(case file, dump directory)``, loading the model once for
+    all (:meth:`Family.load_reference`), and again for each weight type of ``emulate`` as
+    ggml's CPU backend computes with it (:func:`~audioparity.storage.emulations`) into
+    ``<directory>@<type>``.
+
+    Every input is checked first, before torch is imported: the config, each case, then
+    :meth:`Family.check_reference` (the checkpoint, the memory).
+
+    Raises:
+        AudioparityError: no cases, or an input the family refuses. A failing case's directory
+            is not left behind; an input error leaves none at all.
+    """
+    spec = family.spec
+    if not cases:
+        raise AudioparityError(f"reference {spec.command}: no {spec.input} file given")
+    model = Path(model)
+    config, opened = open_cases(family, model, [path for path, _ in cases], options)
+    family.check_reference(model, config, opened, emulates=bool(emulate))
+    with torch_threads(threads):
+        start = time.perf_counter()
+        loaded = family.load_reference(model, config, options)
+        seconds = {"load": round(time.perf_counter() - start, 4)}
+        log.info("reference %s: loaded %s in %.1f s, for %d case(s)", spec.command, model,
+                 seconds["load"], len(cases))
+        fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
+                  **family.manifest_fields(config, options)}
+        for variant in emulations(family.reference_module(loaded), emulate,
+                                  keep=family.reference_keeps):
+            for case, (_, output_dir) in zip(opened, cases, strict=True):
+                _reference_case(family, loaded, case, variant.dump_dir(output_dir),
+                                {**fields, **variant.fields}, seconds)
+
+
+def _reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
+                    fields: dict[str, Any], seconds: dict[str, float]) -> None:
+    start = time.perf_counter()
+    with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
+                    inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
+                    versions=family.reference_versions) as writer:
+        for note in case.notes:
+            writer.note(note)
+        writer.manifest["seconds"].update(seconds)
+        heads = family.heads(case.config)
+        write_outputs(writer, family, heads, family.reference(loaded, case))
+        check_complete(family, heads, writer.manifest, ("",), output_dir)
+    log.info("reference %s: wrote %s in %.1f s", family.spec.command, output_dir,
+             time.perf_counter() - start)
+
+
+def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
+                  native: Mapping[str, str], weight_type: str,
+                  options: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The storage type of every graph weight (:meth:`Family.weight_kind`): a matmul weight's
+    is the weight type (``native``: the checkpoint's dtype), a float32 one's ``f32``, any
+    other's the option the kind names; a block type that cannot hold a weight's rows falls
+    back (:func:`~audioparity.storage.storage_or_fallback`), one note each.
+
+    Raises:
+        AudioparityError: an unknown weight type, or a kind the family has no option for.
+    """
+    from audioparity.vocabulary import WEIGHT_TYPES
+
+    if weight_type not in WEIGHT_TYPES:
+        raise AudioparityError(f"unknown weight type {weight_type!r}; valid: "
+                               f"{', '.join(WEIGHT_TYPES)}")
+    storage: dict[str, str] = {}
+    notes: list[str] = []
+    for name, shape in shapes.items():
+        kind = family.weight_kind(name, shape)
+        if kind == MATMUL:
+            wanted = native[name] if weight_type == "native" else weight_type
+        elif kind == FLOAT32:
+            wanted = "f32"
+        elif kind in options:
+            wanted = options[kind]
+        else:
+            raise AudioparityError(f"family {family.spec.name}: weight {name} is stored by "
+                                   f"option {kind!r}, which was not given")
+        storage[name] = storage_or_fallback(name, wanted, shape, notes)
+    return storage, notes
+
+
+def upload_weights(family: Family, runtime: Any, model: Path, config: Any, weight_type: str,
+                   options: Mapping[str, Any], weights_file: Path | None = None
+                   ) -> tuple[Any, list[str]]:
+    """The model's graph weights in ``runtime``, each in its storage type
+    (:func:`storage_types`): streamed from the checkpoint a block at a time
+    (:meth:`Runtime.load`), or mapped from ``weights_file`` (:func:`save_weights` of the same
+    model, type and options) when one is given; and the notes the dump records (fallbacks, the
+    storage types).
+
+    Raises:
+        AudioparityError: an unreadable checkpoint or a weight holding NaN or infinity, or a
+            weights file that does not hold these shapes and types.
+    """
+    checkpoint = family.weights(Path(model), config)
+    try:
+        storage, notes = storage_types(family, checkpoint.shapes, checkpoint.native,
+                                       weight_type, options)
+        if weights_file is not None:
+            weights = runtime.map(Path(weights_file), checkpoint.shapes, storage)
+        else:
+            weights = runtime.load(checkpoint.shapes, storage, checkpoint.blocks())
+    finally:
+        checkpoint.close()
+    weights.buffers = dict(checkpoint.buffers)
+    counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(Counter(storage.values()).items()))
+    notes.append(f"storage: {counts} (checkpoint dtypes: "
+                 f"{', '.join(sorted(set(checkpoint.native.values())))})")
+    return weights, notes
+
+
+def save_weights(family: Family, model: Path, output: Path, *, weight_type: str,
+                 options: Mapping[str, Any]) -> None:
+    """The model's graph weights at ``weight_type``, checked and converted once, written to the
+    GGUF file ``output`` (:meth:`Weights.save`) for every dump of the model to map.
+
+    Raises:
+        AudioparityError: as :func:`upload_weights` streaming them.
+    """
+    from audioparity.ggml import Runtime
+
+    model = Path(model)
+    with Runtime("cpu") as runtime:
+        weights, _ = upload_weights(family, runtime, model, family.config(model), weight_type,
+                                    options)
+        weights.save(Path(output), model_record(model))
+
+
+def _reference_for(family: Family, reference_dir: Path | None, heads: Sequence[str]
+                   ) -> Dump | None:
+    """The reference dump a ggml dump reads (None when the family reads none), checked ``ok``
+    and holding every stage of the model's heads.
+
+    Raises:
+        AudioparityError: unreadable, not ``ok``, or lacking a stage.
+    """
+    if not family.spec.ggml_reads_reference:
+        return None
+    if reference_dir is None:
+        raise AudioparityError(f"ggml {family.spec.command}: --reference-dir is required")
+    reference = Dump(reference_dir)
+    if reference.status != "ok":
+        raise AudioparityError(f"{reference.path}: reference dump has status "
+                               f"{reference.status!r}")
+    lacking = [stage.name for stage in family.spec.stages_of(heads)
+               if not any(map(stage.match, [*reference.tensor_names,
+                                            *reference.manifest.get("documents", {})]))]
+    if lacking:
+        raise AudioparityError(f"{reference.path}: reference dump lacks {', '.join(lacking)}")
+    return reference
+
+
+def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
+              weight_type: str, backend: str, options: Mapping[str, Any], device: int = 0,
+              threads: int = 1, reference_dir: Path | None = None,
+              weights_file: Path | None = None) -> None:
+    """The family's ggml port on one case (:meth:`Family.ggml`) into ``output_dir``: the
+    config, the case and the reference dump checked first, then the runtime opened (a backend
+    not built into this ggml gives an ``unavailable`` dump and returns normally), the weights
+    uploaded (phase ``load``), and every stage the port yields written.
+
+    Raises:
+        AudioparityError: an input the family or the driver refuses; nothing is left at
+            ``output_dir`` then.
+    """
+    from audioparity.ggml import open_runtime
+
+    spec, model, start = family.spec, Path(model), time.perf_counter()
+    config, (case,) = open_cases(family, model, [case_path], options)
+    heads = family.heads(config)
+    reference = _reference_for(family, reference_dir, heads)
+    fields = {"family": spec.name, "backend": backend, "device": device,
+              "weight_type": weight_type, "threads": threads,
+              **family.manifest_fields(config, options), **case.fields}
+    inputs = {spec.input: case.path, **({"reference": reference.path} if reference else {})}
+    with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs, fields=fields,
+                    versions=family.ggml_versions, weights=weights_file) as writer:
+        for note in case.notes:
+            writer.note(note)
+        runtime = open_runtime(writer, backend, device, threads)
+        if runtime is None:
+            return
+        with runtime:
+            with writer.timed("load"):
+                weights, notes = upload_weights(family, runtime, model, config, weight_type,
+                                                options, weights_file)
+            for note in notes:
+                writer.note(note)
+            write_outputs(writer, family, heads, family.ggml(runtime, weights, case, reference))
+        forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
+        check_complete(family, heads, writer.manifest, forms, Path(output_dir))
+    log.info("ggml %s [%s | %s | %s %s]: wrote %s in %.1f s", spec.command, model.name,
+             case.path.stem, backend, weight_type, output_dir, time.perf_counter() - start)
+
+
+def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
+                output_dir: Path, *, options: Mapping[str, Any], threads: int = 1,
+                emulate: str | None = None) -> None:
+    """The reference's blocks on a candidate's own inputs (:meth:`Family.replay`), written as
+    a dump of replayed forms; each one it cannot compute is named in the manifest's
+    ``skipped`` with why. A candidate dump that is not ``ok`` gives a replay of its status.
+
+    Args:
+        emulate: a weight type to replay as ggml's CPU backend computes with it (a quantized
+            cell's replay), or None.
+
+    Raises:
+        AudioparityError: an unreadable model, case or candidate dump.
+    """
+    spec = family.spec
+    config, (case,) = open_cases(family, Path(model), [case_path], options)
+    candidate = Dump(candidate_dir)
+    fields = {"family": spec.name, "threads": threads, "replay": True,
+              **({"emulates": {"weight_type": emulate, "backend": "cpu"}} if emulate else {}),
+              **family.manifest_fields(config, options)}
+    with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
+                    inputs={spec.input: case.path, "candidate": candidate.path}, fields=fields,
+                    versions=family.reference_versions) as writer:
+        if candidate.status != "ok":
+            writer.set_status(candidate.status, f"the candidate dump is {candidate.status}: "
+                              "nothing to replay")
+            return
+        with torch_threads(threads), ExitStack() as stack:
+            with writer.timed("load"):
+                loaded = family.load_reference(case.model, config, options)
+                if emulate:
+                    module = family.reference_module(loaded)
+                    for note in stack.enter_context(
+                            emulating(module, emulate, family.reference_keeps)):
+                        writer.note(note)
+            heads = family.heads(config)
+            write_outputs(writer, family, heads, family.replay(loaded, case, candidate))
+        check_complete(family, heads, writer.manifest, ("replayed",), Path(output_dir))
+    log.info("replay %s: %s: %d replayed, %d not", spec.command, candidate_dir,
+             len(writer.manifest["tensors"]) + len(writer.manifest["documents"]),
+             len(writer.manifest.get("skipped", {})))

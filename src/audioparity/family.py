@@ -1,0 +1,534 @@
+"""The contract of a model family: its table (:class:`FamilySpec`: stages, options, input) and
+its code (:class:`Family`: one method per thing a side computes). docs/adding-a-family.md walks
+through writing one; :mod:`audioparity.driver` runs every family's code the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS
+
+#: The placeholder of a per-layer stage name: ``layer_{i}`` is ``layer_0``, ``layer_1``, ...
+LAYER = "{i}"
+
+#: The forms of a stage, in report order: the stage itself (``""``), its teacher-forced form
+#: (the candidate's block on the reference's input) and its replayed form (the reference's
+#: block on the candidate's input); :class:`Stage`.
+FORMS = ("", "isolated", "replayed")
+
+#: The side that writes a model's weights once per weight type for the ggml dumps to map.
+WEIGHTS = "weights"
+#: The side that replays a candidate's blocks in the reference (``Family.replay``).
+REPLAY = "replay"
+
+#: What :meth:`Family.weight_kind` returns for a tensor stored in the cell's weight type
+#: (``native``: the checkpoint's dtype), and for one always stored in float32. Any other kind
+#: is the name of a family option whose value is the storage type (``conv_weight_type``).
+MATMUL, FLOAT32 = "matmul", "f32"
+
+
+def match_name(pattern: str, name: str) -> tuple[bool, int | None]:
+    """Whether ``name`` is ``pattern`` with its :data:`LAYER` placeholder (if any) a layer
+    number, and that number: ``("layer_{i}", "layer_3")`` -> ``(True, 3)``,
+    ``("enc_out", "enc_out")`` -> ``(True, None)``."""
+    found = re.fullmatch(re.escape(pattern).replace(re.escape(LAYER), r"(\d+)"), name)
+    if found is None:
+        return False, None
+    return True, int(found.group(1)) if found.groups() else None
+
+
+def concrete(pattern: str, layer: int | None) -> str:
+    """``pattern`` for layer ``layer`` (``layer_{i}``, 3 -> ``layer_3``); itself when it has no
+    :data:`LAYER` or ``layer`` is None."""
+    return pattern if layer is None else pattern.replace(LAYER, str(layer))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a family's dump contract (docs/design.md, "Dump contract").
+
+    Attributes:
+        name: the tensor or document name both sides dump; ``layer_{i}`` stands for one stage
+            per layer (``layer_0``, ``layer_1``, ...).
+        kind: :data:`~audioparity.vocabulary.STAGE_KINDS`: ``tensor`` (a ``.npy``), ``logits``
+            (a ``.npy`` whose last axis is classes: top-1 and KL are measured too) or
+            ``document`` (a ``.json``).
+        layout: a tensor's axes in the reference's notation, batch dropped (``[T, D]``); a
+            document's fields (``{ids, frames, durations, text}``).
+        description: what it holds, for the docs and ``--help``.
+        isolated: the name of its teacher-forced form, dumped by the ggml side only and compared
+            against this stage: the block run alone on the reference's input
+            (``layer_{i}_isolated``, ``decoder_replay``); None when it has none.
+        replayed: the name of its replayed form, written by the family's replay for a
+            candidate without isolated forms: the reference's block run on the candidate's own
+            input to it (``layer_{i}_replayed``), compared against the candidate's stage; None
+            when the reference cannot replay it.
+        head: for a family whose models have different output heads (Parakeet's transducer
+            and CTC decoders), the head the stage belongs to; a dump holds every stage of each
+            head its model has and none of another (None: every model has the stage).
+        reference_path: its rows follow the reference's own decisions (Parakeet's joint rows
+            along the reference's greedy path), so it has no distance from another reference
+            that decided otherwise: a quantized cell's cost (``cost_*``) is left empty.
+        margins: a document's decision margins, the layout of its auxiliary tensor
+            ``<name>_margins`` (``[positions]``); "" when it has none.
+    """
+
+    name: str
+    kind: str
+    layout: str
+    description: str
+    isolated: str | None = None
+    replayed: str | None = None
+    head: str | None = None
+    reference_path: bool = False
+    margins: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"stage {self.name!r}: kind {self.kind!r}; expected one of "
+                             f"{', '.join(STAGE_KINDS)}")
+        if self.margins and self.kind != "document":
+            raise ValueError(f"stage {self.name!r}: only a document has margins")
+
+    def match(self, name: str) -> tuple[int | None, str] | None:
+        """``(layer number or None, form)`` when ``name`` is this stage (form ``""``) or one of
+        its :data:`FORMS` (``layer_3_replayed`` -> ``(3, "replayed")``), else None."""
+        for form in FORMS:
+            pattern = getattr(self, form) if form else self.name
+            if pattern is None:
+                continue
+            matched, layer = match_name(pattern, name)
+            if matched:
+                return layer, form
+        return None
+
+    def concrete(self, layer: int | None) -> str:
+        """This stage's name for layer ``layer`` (the name itself when it is not per layer)."""
+        return concrete(self.name, layer)
+
+
+class Located(NamedTuple):
+    """A concrete stage name found in a contract (:meth:`FamilySpec.locate`)."""
+
+    index: int
+    stage: Stage
+    layer: int | None
+    form: str
+
+    @property
+    def base(self) -> str:
+        """The stage this name is a form of, for its layer (``layer_3_isolated`` ->
+        ``layer_3``)."""
+        return self.stage.concrete(self.layer)
+
+    def form_name(self, form: str) -> str | None:
+        """The name of this stage's ``form`` for its layer (None when it has none)."""
+        pattern = getattr(self.stage, form) if form else self.stage.name
+        return None if pattern is None else concrete(pattern, self.layer)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A family-specific setting: a key of the family's config section (``options``) and a flag
+    of the commands of the sides that take it.
+
+    Attributes:
+        name: the config key (``conv_weight_type``); the flag is ``--conv-weight-type``.
+        default: its value when the config does not set it (``bool`` makes a flag without value).
+        help: one line for ``--help`` and the docs.
+        sides: the commands that take it (:data:`~audioparity.vocabulary.SIDES`, and
+            :data:`WEIGHTS` for one the weight conversion takes).
+        choices: the values allowed (empty: any of the default's type).
+        minimum: the least value of an integer option.
+    """
+
+    name: str
+    default: bool | int | float | str
+    help: str
+    sides: tuple[str, ...] = ("ggml",)
+    choices: tuple = ()
+    minimum: int | None = None
+
+    def __post_init__(self) -> None:
+        if not set(self.sides) <= {*SIDES, WEIGHTS}:
+            raise ValueError(f"option {self.name!r}: sides {self.sides}; expected some of "
+                             f"{(*SIDES, WEIGHTS)}")
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag, ``--`` and the name with dashes."""
+        return "--" + self.name.replace("_", "-")
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the option's config value (its default included)."""
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[
+            type(self.default)]
+        schema: dict[str, Any] = {"type": kind, "default": self.default,
+                                  "description": self.help}
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        return schema
+
+    def argv(self, value: bool | int | float | str) -> list[str]:
+        """The option's command-line arguments for ``value`` (a flag alone for true)."""
+        if isinstance(self.default, bool):
+            return [self.flag] if value else []
+        return [self.flag, str(value)]
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What the tool knows of a model family, as data: read by the CLI, the workflow, the
+    compare and the report without importing the family's code.
+
+    Attributes:
+        name: the family package's name, its config section and the ``family`` column of
+            summary.csv (``parakeet_tdt``).
+        command: its subcommand of ``audioparity fixture|reference|ggml`` (``parakeet-tdt``).
+        title: one line naming the model and the reference it is checked against.
+        input: what a case is, :data:`~audioparity.vocabulary.INPUT_KINDS`: ``audio`` (a file
+            soundfile reads, flag ``--audio``) or ``prompt`` (a JSON file, ``--prompt``).
+        model: what ``--model`` takes, for ``--help``.
+        stages: the dump contract, in pipeline order (summary and report rows follow it).
+        options: family-specific settings (config section ``options``, command flags).
+        fixture_model: where a fixture's model lies inside its directory (``model.nemo``); ""
+            when the directory is the model (a checkpoint directory).
+        ggml_reads_reference: the ggml dump takes the reference dump (``--reference-dir``) for
+            its teacher-forced stages.
+        converts_weights: the ggml dumps map the model's weights converted once per weight
+            type (:data:`WEIGHTS`).
+    """
+
+    name: str
+    command: str
+    title: str
+    input: str
+    model: str
+    stages: tuple[Stage, ...]
+    options: tuple[Option, ...] = ()
+    fixture_model: str = ""
+    ggml_reads_reference: bool = False
+    converts_weights: bool = True
+
+    def __post_init__(self) -> None:
+        if self.input not in INPUT_KINDS:
+            raise ValueError(f"family {self.name!r}: input {self.input!r}; expected one of "
+                             f"{', '.join(INPUT_KINDS)}")
+
+    @property
+    def input_flag(self) -> str:
+        """The flag that names a case's file: ``--audio`` or ``--prompt``."""
+        return f"--{self.input}"
+
+    @property
+    def replays(self) -> bool:
+        """Whether a stage has a replayed form (the family implements :meth:`Family.replay`)."""
+        return any(stage.replayed for stage in self.stages)
+
+    def options_for(self, side: str) -> tuple[Option, ...]:
+        """The options the command of ``side`` takes."""
+        return tuple(option for option in self.options if side in option.sides)
+
+    def options_schema(self, fixture: bool = False) -> dict[str, Any]:
+        """The JSON Schema of the config's ``options`` object of the family (the options of its
+        reference and ggml dumps), or with ``fixture`` of a fixture's entry (``seed`` and the
+        fixture builder's options): each option's type, choices and default; nothing else."""
+        options = [o for o in self.options if ("fixture" in o.sides) == fixture]
+        properties = {option.name: option.schema() for option in options}
+        if fixture:
+            properties["seed"] = {"type": "integer", "minimum": 0, "default": 0,
+                                  "description": "seed of the weights"}
+        return {"type": "object", "additionalProperties": False, "properties": properties}
+
+    def check_options(self, values: Any, where: str, fixture: bool = False) -> dict[str, Any]:
+        """``values`` (a config ``options`` object, or a fixture's entry with ``fixture``)
+        checked against :meth:`options_schema`, with the defaults of the options it omits.
+
+        Raises:
+            AudioparityError: a value of another type or outside the choices, or an unknown key
+                (one line naming ``where``, the key and what was expected).
+        """
+        import jsonschema
+
+        schema = self.options_schema(fixture)
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(schema).iter_errors(values))
+        if error is not None:
+            key = "".join(f"[{part!r}]" for part in error.absolute_path)
+            raise AudioparityError(f"{where}{key}: {error.message}")
+        defaults = {name: option["default"] for name, option in schema["properties"].items()}
+        return {**defaults, **values}
+
+    def locate(self, name: str) -> Located | None:
+        """Where a concrete stage name is in the contract (``layer_3_isolated`` -> the
+        ``layer_{i}`` stage, layer 3, form ``isolated``), or None when it has no such stage."""
+        for index, stage in enumerate(self.stages):
+            found = stage.match(name)
+            if found is not None:
+                return Located(index, stage, *found)
+        return None
+
+    def stage(self, name: str) -> Stage:
+        """The stage (not a form) of that name (``layer_{i}``, ``enc_out``).
+
+        Raises:
+            KeyError: the contract has no such stage.
+        """
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(f"family {self.name}: no stage {name!r}")
+
+    def stages_of(self, heads: Iterable[str]) -> tuple[Stage, ...]:
+        """The stages a model with these output ``heads`` has (those of no head, and its
+        heads')."""
+        heads = set(heads)
+        return tuple(stage for stage in self.stages if stage.head is None or stage.head in heads)
+
+    def reference_stage(self, name: str) -> str:
+        """The reference stage a candidate stage compares against: an isolated form's stage
+        (``layer_3_isolated`` -> ``layer_3``, ``decoder_replay`` -> ``decode``), any other name
+        itself."""
+        found = self.locate(name)
+        return found.base if found is not None and found.form else name
+
+    def stage_key(self, name: str) -> tuple:
+        """Pipeline-order sort key of a stage name: the contract's order, layers by number, a
+        stage's isolated and replayed forms right after it; names the contract lacks after all
+        of them, in natural order."""
+        found = self.locate(name)
+        if found is None:
+            return (len(self.stages), natural_key(name), False)
+        layer = found.layer if found.layer is not None else -1
+        return (found.index, (layer,), FORMS.index(found.form))
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders digit runs numerically: ``layer_2`` < ``layer_10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+@dataclass
+class Case:
+    """One case (an audio file, a prompt) read and checked for a dump, by either side.
+
+    Attributes:
+        model: the model it runs on (a file or a checkpoint directory).
+        config: the family's config of that model (:meth:`Family.config`).
+        options: the family's options (config ``options``; a candidate entry's).
+        path: the case's file.
+        data: what the family read of it (an :class:`~audioparity.audio.Audio`, a prompt).
+        notes: lines for the dump's manifest (a resample, a trim to a window).
+        fields: manifest fields (``{"audio": the file's format}``).
+    """
+
+    model: Path
+    config: Any
+    options: Mapping[str, Any]
+    path: Path
+    data: Any
+    notes: list[str] = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Yielded by a family's dump before the work of one phase (``encoder``): the driver
+    times it into the manifest's ``seconds`` and names it as running (a crash's stage, a
+    drill-down's graphs)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """Yielded by a family's dump: one line for the manifest's ``notes``."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Yielded by a family's dump: manifest fields it learns while it runs (the decoding
+    settings a reference used)."""
+
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Yielded by a family's replay for a replayed form it cannot compute, with why (the
+    candidate lacks its input): the compare reports it ``missing`` with that reason."""
+
+    stage: str
+    why: str
+
+
+#: What a family's dump yields: ``(name, value)`` for a stage (an array for a tensor or logits
+#: stage, a mapping for a document) or a document's margins (``<document>_margins``), and
+#: :class:`Phase`, :class:`Note`, :class:`Fields`, :class:`Skipped`.
+Outputs = Iterator[tuple[str, Any] | Phase | Note | Fields | Skipped]
+
+
+@dataclass
+class CheckpointWeights:
+    """A model's graph weights as its checkpoint holds them, planned from the headers and read
+    only when :attr:`blocks` is iterated.
+
+    Attributes:
+        shapes: graph name -> the numpy shape the graphs use.
+        native: graph name -> the checkpoint's dtype (``f32``, ``f16``, ``bf16``).
+        blocks: yields ``(name, first row, rows)`` float arrays, each checked finite, in any
+            order, until every row of every weight was given (and whatever else of the
+            checkpoint must be checked has been read).
+        buffers: host-side arrays the dump reads that are no graph weights (a frontend's
+            filterbank).
+        close: releases the checkpoint.
+    """
+
+    shapes: Mapping[str, tuple[int, ...]]
+    native: Mapping[str, str]
+    blocks: Any
+    buffers: Mapping[str, np.ndarray] = field(default_factory=dict)
+    close: Any = lambda: None
+
+
+class Family:
+    """A model family's code: what its fixture builder, reference dump, ggml dump and replay
+    compute. Each method's imports are its own (lazy), so the workflow knows which code each
+    side runs (:data:`SIDE_METHODS`) and the reference side never imports ggml.
+
+    A dump method (:meth:`reference`, :meth:`ggml`, :meth:`replay`) yields its stages
+    (:data:`Outputs`); :mod:`audioparity.driver` opens the model and the runtime, uploads the
+    weights, writes the dump, times the phases and checks each stage against :attr:`spec`.
+    """
+
+    #: The table: stages, options, input kind (:class:`FamilySpec`).
+    spec: ClassVar[FamilySpec]
+    #: The reference dump's producer (``nemo``, ``torch``) and the distributions whose versions
+    #: its manifest records.
+    reference_producer: ClassVar[str] = "torch"
+    reference_versions: ClassVar[tuple[str, ...]] = ("torch", "transformers")
+    #: The distributions whose versions a ggml dump's manifest records.
+    ggml_versions: ClassVar[tuple[str, ...]] = ("ggml-python",)
+    #: Modules of the reference model that the port keeps in float32, left float32 by the
+    #: quantization-aware references (:func:`audioparity.storage.emulating`).
+    reference_keeps: ClassVar[tuple[str, ...]] = ()
+
+    # -- both sides ---------------------------------------------------------------------------
+
+    def config(self, model: Path) -> Any:
+        """The model's config, read without torch or ggml.
+
+        Raises:
+            AudioparityError: unreadable or unsupported.
+        """
+        raise NotImplementedError
+
+    def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
+                  ) -> Case:
+        """Read and check one case's file as both sides do, with the same message.
+
+        Raises:
+            AudioparityError: unreadable or unusable (too short, a prompt with a bad field).
+        """
+        raise NotImplementedError
+
+    def heads(self, config: Any) -> tuple[str, ...]:
+        """The output heads of this model (:attr:`Stage.head`); () for a family without."""
+        return ()
+
+    def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Manifest fields of either side's dump beyond the driver's (``n_layers``, the
+        side's ``options``)."""
+        return {}
+
+    def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
+        """Build a tiny seeded model at ``output`` (:attr:`FamilySpec.fixture_model`)."""
+        raise NotImplementedError
+
+    # -- the reference side -------------------------------------------------------------------
+
+    def check_reference(self, model: Path, config: Any, cases: list[Case], *,
+                        emulates: bool) -> None:
+        """Refuse, before torch is imported, what the reference could not run: the
+        checkpoint's tensors (present, shaped, finite), the memory the cases need.
+
+        Raises:
+            AudioparityError: one line naming the model or the case.
+        """
+
+    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
+        """Import the reference library and load the model once for every case."""
+        raise NotImplementedError
+
+    def reference_module(self, loaded: Any) -> Any:
+        """The torch module of :meth:`load_reference`'s result that the quantization-aware
+        references round."""
+        return loaded
+
+    def reference(self, loaded: Any, case: Case) -> Outputs:
+        """The reference's stages of one case."""
+        raise NotImplementedError
+
+    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
+        """The reference's blocks on a candidate dump's own inputs (the replayed forms), for
+        a family whose stages have them."""
+        raise NotImplementedError
+
+    # -- the ggml side ------------------------------------------------------------------------
+
+    def weights(self, model: Path, config: Any) -> CheckpointWeights:
+        """The model's graph weights, planned from the checkpoint's headers.
+
+        Raises:
+            AudioparityError: unreadable, a missing tensor, a shape other than the config's.
+        """
+        raise NotImplementedError
+
+    def weight_kind(self, name: str, shape: tuple[int, ...]) -> str:
+        """How graph weight ``name`` is stored: :data:`MATMUL` (in the cell's weight type),
+        :data:`FLOAT32`, or the name of the option that gives its storage type."""
+        raise NotImplementedError
+
+    def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
+        """The port's stages of one case on ``runtime``, with the uploaded ``weights`` and the
+        reference dump (None unless :attr:`FamilySpec.ggml_reads_reference`)."""
+        raise NotImplementedError
+
+    def export_seed(self, dump: Any, folder: Path) -> list[str]:
+        """The seed tool's inputs of a dump, written into ``folder``; the files' names.
+
+        Raises:
+            AudioparityError: the family has no seed tool.
+        """
+        raise AudioparityError(f"family {self.spec.name} has no seed tool to export to")
+
+
+#: The methods each side's job runs, besides the driver: the code a job depends on is what
+#: these import (docs/design.md, "Reruns").
+SIDE_METHODS: dict[str, tuple[str, ...]] = {
+    "fixture": ("fixture",),
+    "reference": ("config", "open_case", "heads", "manifest_fields", "check_reference",
+                  "load_reference", "reference_module", "reference"),
+    "ggml": ("config", "open_case", "heads", "manifest_fields", "weights", "weight_kind",
+             "ggml"),
+    WEIGHTS: ("config", "weights", "weight_kind"),
+    REPLAY: ("config", "open_case", "heads", "manifest_fields", "load_reference",
+             "reference_module", "replay"),
+}
+
+
+def implements(family: Family, method: str) -> bool:
+    """Whether ``family`` overrides :class:`Family`'s ``method`` (an optional one)."""
+    return getattr(type(family), method) is not getattr(Family, method)

@@ -1,0 +1,119 @@
+"""The one dump driver: what a family yields is checked against its contract and laid out from
+it, phases are timed, and the storage policy is the same for every family."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audioparity.artifacts import Dump, DumpWriter
+from audioparity.driver import check_complete, storage_types, write_outputs
+from audioparity.errors import AudioparityError
+from audioparity.family import (
+    FLOAT32,
+    MATMUL,
+    Family,
+    FamilySpec,
+    Fields,
+    Note,
+    Phase,
+    Skipped,
+    Stage,
+)
+
+
+class Toy(Family):
+    """A family of two heads, for the driver's checks."""
+
+    spec = FamilySpec(
+        name="toy", command="toy", title="", input="audio", model="",
+        stages=(
+            Stage("enc_out", "tensor", "[T, D]", ""),
+            Stage("layer_{i}", "tensor", "[T, D]", "", isolated="layer_{i}_isolated",
+                  replayed="layer_{i}_replayed"),
+            Stage("logits", "logits", "[T, V]", "", head="a"),
+            Stage("decode", "document", "{ids}", "", head="a", margins="[positions]"),
+            Stage("other", "tensor", "[T]", "", head="b"),
+        ))
+
+    def weight_kind(self, name: str, shape: tuple[int, ...]) -> str:
+        if name.startswith("conv"):
+            return "conv_weight_type"
+        return MATMUL if len(shape) == 2 else FLOAT32
+
+
+T_D = np.zeros((3, 4), np.float32)
+
+
+def write(tmp_path: Path, outputs, heads=("a",)) -> Dump:
+    with DumpWriter(tmp_path / "dump", producer="ggml") as writer:
+        write_outputs(writer, Toy(), heads, iter(outputs))
+    return Dump(tmp_path / "dump")
+
+
+def test_stages_are_laid_out_from_the_contract_and_phases_timed(tmp_path):
+    dump = write(tmp_path, [Phase("encoder"), ("enc_out", T_D), ("layer_0", T_D),
+                            ("layer_0_isolated", T_D), Note("a note"), Fields({"n_layers": 1}),
+                            Phase("decoding"), ("logits", T_D), ("decode", {"ids": [1]}),
+                            ("decode_margins", np.ones(1, np.float32))])
+    assert dump.layout("enc_out") == "[T, D]" and dump.layout("layer_0_isolated") == "[T, D]"
+    assert dump.layout("logits") == "[T, V]" and dump.layout("decode_margins") == "[positions]"
+    assert dump.json("decode") == {"ids": [1]}
+    assert set(dump.manifest["seconds"]) == {"encoder", "decoding"}
+    assert dump.manifest["notes"] == ["a note"] and dump.manifest["n_layers"] == 1
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("layer_0_output", T_D, "the dump yielded 'layer_0_output', which its contract does not "
+                            "declare"),
+    ("enc_out_margins", T_D, "the dump yielded 'enc_out_margins', which its contract does not "
+                             "declare"),
+    ("other", T_D, "the dump yielded 'other' of the b head, which this model does not have"),
+    ("decode", T_D, "'decode' is a ndarray; expected a mapping"),
+    ("enc_out", {"ids": []}, "'enc_out' is a dict; expected an array"),
+])
+def test_an_output_the_contract_does_not_declare_is_refused_and_no_dump_is_left(
+        tmp_path, name, value, message):
+    with pytest.raises(AudioparityError, match=re.escape(f"family toy: {message}")):
+        write(tmp_path, [("enc_out", T_D), (name, value)])
+    assert not (tmp_path / "dump").exists() and not (tmp_path / "dump.partial").exists()
+
+
+def test_a_dump_must_hold_every_declared_stage_of_its_heads_or_say_why_it_skipped_it(tmp_path):
+    manifest = {"tensors": {"enc_out": {}, "layer_0": {}, "logits": {}},
+                "documents": {"decode": "decode.json"}}
+    check_complete(Toy(), ("a",), manifest, ("",), tmp_path)
+    with pytest.raises(AudioparityError, match="declares 'layer_{i}_isolated' but its dump did "
+                       "not write it"):
+        check_complete(Toy(), ("a",), manifest, ("", "isolated"), tmp_path)
+    with pytest.raises(AudioparityError, match="declares 'other'"):
+        check_complete(Toy(), ("a", "b"), manifest, ("",), tmp_path)
+    check_complete(Toy(), (), {"skipped": {"layer_0_replayed": "no input"}}, ("replayed",),
+                   tmp_path)
+
+
+def test_a_skipped_replayed_form_is_recorded_with_why(tmp_path):
+    dump = write(tmp_path, [Skipped("layer_0_replayed", "the candidate has no layer_0")])
+    assert dump.manifest["skipped"] == {"layer_0_replayed": "the candidate has no layer_0"}
+    assert dump.manifest["notes"] == ["layer_0_replayed not replayed: the candidate has no "
+                                      "layer_0"]
+
+
+def test_one_storage_policy_serves_every_kind_with_the_block_fallback():
+    shapes = {"w": (64, 64), "bias": (64,), "conv": (8, 1, 3), "odd": (4, 48)}
+    native = dict.fromkeys(shapes, "bf16")
+    storage, notes = storage_types(Toy(), shapes, native, "q8_0",
+                                   {"conv_weight_type": "f16"})
+    assert storage == {"w": "q8_0", "bias": "f32", "conv": "f16", "odd": "f16"}
+    assert notes == ["odd [4, 48]: q8_0 needs rows of a multiple of its block size; stored as "
+                     "f16"]
+    assert storage_types(Toy(), shapes, native, "native", {"conv_weight_type": "f32"})[0] == {
+        "w": "bf16", "bias": "f32", "conv": "f32", "odd": "bf16"}
+    with pytest.raises(AudioparityError, match="unknown weight type 'q4'"):
+        storage_types(Toy(), shapes, native, "q4", {})
+    with pytest.raises(AudioparityError, match="stored by option 'conv_weight_type', which was "
+                       "not given"):
+        storage_types(Toy(), shapes, native, "f32", {})
