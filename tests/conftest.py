@@ -66,10 +66,11 @@ def parakeet_reference(parakeet_model: Path, clip_wav: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The NeMo reference dump directory of ``clip_wav`` through ``parakeet_model`` (1 thread),
     with its q8_0 quantization-aware twin beside it (``clip@q8_0``)."""
-    from audioparity.models.parakeet_tdt.reference import dump_reference
+    from audioparity.driver import dump_reference
 
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
-    dump_reference(parakeet_model, [(clip_wav, output)], threads=1, emulate=["q8_0"])
+    dump_reference(family("parakeet_tdt"), parakeet_model, [(clip_wav, output)], options={},
+                   threads=1, emulate=["q8_0"])
     return output
 
 

@@ -143,9 +143,11 @@ def weights_of_tiny(weight_type: str, other_model: str | None = None
     ``other_model`` a copy of the model holding one more file (another model)."""
 
     def make(cwd: Path, fx: Fixtures) -> None:
-        from audioparity.models.parakeet_tdt.weights import save_weights
+        from audioparity.driver import save_weights
+        from audioparity.families import family
 
-        save_weights(fx.nemo, cwd / f"{weight_type}.gguf", weight_type)
+        save_weights(family("parakeet_tdt"), fx.nemo, cwd / f"{weight_type}.gguf",
+                     weight_type=weight_type, options={"conv_weight_type": "f32"})
         if other_model:
             shutil.copy(fx.nemo, cwd / other_model)
             with tarfile.open(cwd / other_model, "a") as tar:
@@ -791,17 +793,18 @@ def write_doc(rows: dict[str, list[str]]) -> str:
 def main() -> None:
     """Build the fixtures, run every case (the check-dump cases last, in this process), and
     rewrite docs/errors.md."""
-    from audioparity.models.moss_voicegen.fixture import build_fixture as build_moss
-    from audioparity.models.parakeet_tdt.fixture import build_fixture
-    from audioparity.models.parakeet_tdt.reference import dump_reference
+    from audioparity.driver import dump_reference
+    from audioparity.families import family
     from tests.candidates.test_check_dump import DOC_CASES, check_row
 
     with tempfile.TemporaryDirectory(prefix="audioparity_errors_") as scratch:
         base = Path(scratch)
         clip = REPO / "resources" / "speech" / "clip.wav"
-        build_fixture(base / "tiny", seed=0)
-        dump_reference(base / "tiny" / "model.nemo", [(clip, base / "ref")])
-        build_moss(base / "moss", seed=0)
+        parakeet = family("parakeet_tdt")
+        parakeet.fixture(base / "tiny", seed=0)
+        dump_reference(parakeet, base / "tiny" / "model.nemo", [(clip, base / "ref")],
+                       options={})
+        family("moss_voicegen").fixture(base / "moss", seed=0)
         fx = Fixtures(base / "tiny" / "model.nemo", base / "ref", clip, base / "moss",
                       REPO / "resources" / "moss" / "en_instruction.json")
         rows: dict[str, list[str]] = {key: [] for key in (*SECTIONS, "accepted", "schema",
