@@ -1,2 +1,3 @@
-"""Model families, one package each: its spec (``SPEC`` in the package's ``__init__``), its tiny
-fixture, its reference dump and its ggml port (:mod:`audioparity.families` finds them)."""
+"""Model families, one package each: its ``Family`` class and table in the package's
+``__init__``, its tiny fixture, its reference and its ggml port (:mod:`audioparity.families`
+lists them)."""
