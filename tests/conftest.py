@@ -78,7 +78,7 @@ def vulkan_or_skip() -> None:
     """Skip unless this ggml-python runs Vulkan on a device (`make setup-vulkan`); with
     AUDIOPARITY_REQUIRE_VULKAN set (CI after setup-vulkan) fail instead."""
     from audioparity.ggml import BackendUnavailable
-    from audioparity.ggml.runtime import check_backend
+    from audioparity.ggml import check_backend
 
     try:
         check_backend("vulkan")

@@ -36,7 +36,7 @@ def _values(rows: int, cols: int, huge: float = 1e5) -> np.ndarray:
 
 
 def test_block_sizes_are_ggml_s() -> None:
-    from audioparity.ggml.runtime import STORAGE_TYPES
+    from audioparity.ggml import STORAGE_TYPES
 
     assert {name: ggml.ggml_blck_size(STORAGE_TYPES[name]) for name in BLOCK_SIZES} == BLOCK_SIZES
 

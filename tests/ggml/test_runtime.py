@@ -313,9 +313,9 @@ def test_a_graph_whose_buffers_exceed_free_memory_is_refused_before_it_computes(
                                                                                monkeypatch):
     """The compute buffers are sized first and compared with the memory free: a graph that
     would not fit is one error line, not a process killed for memory."""
-    from audioparity.ggml import runtime as module
+    from audioparity.ggml import graph as module
 
-    monkeypatch.setattr(module, "_free_bytes", lambda handle: 1024)
+    monkeypatch.setattr(module, "free_bytes", lambda handle: 1024)
     with runtime.graph() as g:
         x = g.input("x", np.ones((64, 512), np.float32))
         g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))  # [64, 64] from [64, 512] twice

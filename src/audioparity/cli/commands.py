@@ -288,7 +288,7 @@ def doctor(args: argparse.Namespace) -> None:
     report = doctor()
     print(json.dumps(report, indent=2))
     if args.backend:
-        from audioparity.ggml.runtime import check_backend
+        from audioparity.ggml import check_backend
 
         print(check_backend(args.backend, report), file=sys.stderr)
 

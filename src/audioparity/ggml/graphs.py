@@ -36,7 +36,8 @@ import numpy as np
 
 from audioparity.compare import metrics
 from audioparity.errors import AudioparityError
-from audioparity.ggml.runtime import address, build_info, ggml, tensor_bytes, tensor_values
+from audioparity.ggml.backends import build_info
+from audioparity.ggml.bindings import address, ggml, tensor_bytes, tensor_values
 
 #: The folder of a dump that holds its saved graphs, one ``<k>/`` each in compute order.
 GRAPHS = "graphs"
@@ -215,8 +216,6 @@ class LoadedGraph:
     """
 
     def __init__(self, folder: str | os.PathLike, backend) -> None:
-        import gguf
-
         self.folder = Path(folder)
         self.description = description = _read_description(self.folder)
         saved, here = description["ggml_build"].get("ggml"), build_info()["ggml"]
@@ -230,7 +229,6 @@ class LoadedGraph:
             + ggml.ggml_graph_overhead_custom(max(len(description["nodes"]), 1), False),
             mem_buffer=None, no_alloc=True)
         self.ctx = ggml.ggml_init(params)
-        self.tensors = []
         inputs = {record["index"]: np.load(self.folder / record["file"]) for record in records
                   if record.get("kind") == "input"}
         #: View nodes of an input, rebuilt as inputs of their own: the scheduler keeps a graph
@@ -240,33 +238,53 @@ class LoadedGraph:
         self.input_views = {record["index"]: _view_values(record, inputs[record["view_src"]])
                             for record in records
                             if record["op_name"] in VIEW_OPS and record["view_src"] in inputs}
-        for record in records:
-            ne = (ctypes.c_int64 * 4)(*record["ne"])
-            tensor = ggml.ggml_new_tensor(self.ctx, record["type"], 4, ne)
-            ggml.ggml_set_name(tensor, record["name"].encode())
-            self.tensors.append(tensor)
-            t = tensor.contents
-            if record["index"] in self.input_views:
-                t.flags = ggml.GGML_TENSOR_FLAG_INPUT
-                for axis in range(4):
-                    t.nb[axis] = record["nb"][axis]
-                continue
-            for axis in range(4):
-                t.nb[axis] = record["nb"][axis]
-            t.op = record["op"]
-            for k, value in enumerate(record["op_params"]):
-                t.op_params[k] = value
-            t.flags = record["flags"]
-            for k, source in enumerate(record["src"]):
-                if source is not None:
-                    t.src[k] = self.tensors[source]
-            if record["view_src"] is not None:
-                t.view_src = self.tensors[record["view_src"]]
-                t.view_offs = record["view_offs"]
+        self.tensors = []
+        for record in records:  # each after its sources
+            self.tensors.append(self._tensor(record))
         self.buffer = ggml.ggml_backend_alloc_ctx_tensors(self.ctx, backend)
         if not self.buffer:
             raise AudioparityError(f"{self.folder}: could not allocate the graph's tensors")
         self._finalizer = weakref.finalize(self, _free, self.ctx, self.buffer)
+        self._set_leafs(records, inputs)
+        self.nodes = [self.tensors[i] for i in description["nodes"]]
+        self.gf = ggml.ggml_new_graph_custom(self.ctx, max(len(self.nodes), 1), False)
+        #: Node position -> its index in :attr:`gf` (the input views are not computed).
+        self.computed: dict[int, int] = {}
+        for position, (index, node) in enumerate(zip(description["nodes"], self.nodes,
+                                                     strict=True)):
+            if index not in self.input_views:
+                self.computed[position] = len(self.computed)
+                ggml.ggml_graph_add_node(self.gf, node)
+
+    def _tensor(self, record: dict):
+        """The tensor of one saved record, in :attr:`ctx`, wired to the tensors before it (an
+        input view as an input of its own)."""
+        ne = (ctypes.c_int64 * 4)(*record["ne"])
+        tensor = ggml.ggml_new_tensor(self.ctx, record["type"], 4, ne)
+        ggml.ggml_set_name(tensor, record["name"].encode())
+        t = tensor.contents
+        for axis in range(4):
+            t.nb[axis] = record["nb"][axis]
+        if record["index"] in self.input_views:
+            t.flags = ggml.GGML_TENSOR_FLAG_INPUT
+            return tensor
+        t.op = record["op"]
+        for k, value in enumerate(record["op_params"]):
+            t.op_params[k] = value
+        t.flags = record["flags"]
+        for k, source in enumerate(record["src"]):
+            if source is not None:
+                t.src[k] = self.tensors[source]
+        if record["view_src"] is not None:
+            t.view_src = self.tensors[record["view_src"]]
+            t.view_offs = record["view_offs"]
+        return tensor
+
+    def _set_leafs(self, records: list[dict], inputs: dict[int, np.ndarray]) -> None:
+        """Give every leaf its saved bytes: the inputs and input views their arrays, the other
+        leafs (weights, state) theirs from ``leafs.gguf``."""
+        import gguf
+
         reader = gguf.GGUFReader(str(self.folder / LEAFS))
         stored = {tensor.name: tensor for tensor in reader.tensors}
         for record, tensor in zip(records, self.tensors, strict=True):
@@ -286,15 +304,6 @@ class LoadedGraph:
                                        f"{ggml.ggml_nbytes(tensor)}")
             ggml.ggml_backend_tensor_set(tensor, data.ctypes.data_as(ctypes.c_void_p), 0,
                                          data.nbytes)
-        self.nodes = [self.tensors[i] for i in description["nodes"]]
-        self.gf = ggml.ggml_new_graph_custom(self.ctx, max(len(self.nodes), 1), False)
-        #: Node position -> its index in :attr:`gf` (the input views are not computed).
-        self.computed: dict[int, int] = {}
-        for position, (index, node) in enumerate(zip(description["nodes"], self.nodes,
-                                                     strict=True)):
-            if index not in self.input_views:
-                self.computed[position] = len(self.computed)
-                ggml.ggml_graph_add_node(self.gf, node)
 
     def compute(self, position: int | None = None) -> None:
         """Compute every node (``position`` None), or only node ``position`` of the graph.

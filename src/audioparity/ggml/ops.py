@@ -10,7 +10,8 @@ from __future__ import annotations
 import ggml
 
 from audioparity.errors import AudioparityError
-from audioparity.ggml.runtime import Weights, tensor_name
+from audioparity.ggml.bindings import tensor_name
+from audioparity.ggml.tensors import Weights
 
 
 def linear(ctx, w: Weights, name: str, x):

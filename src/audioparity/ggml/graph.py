@@ -1,0 +1,262 @@
+"""One compute graph on a :class:`~audioparity.ggml.runtime.Runtime`.
+
+A :class:`Graph` is a per-graph ``no_alloc`` context: inputs are numpy arrays (copied in with
+``ggml_backend_tensor_set`` after allocation), any number of named outputs (taps) are marked
+``ggml_set_output`` and read back as float32 numpy arrays, and side-effect nodes (writes into a
+:class:`~audioparity.ggml.tensors.State`) join with :meth:`Graph.expand`. Nodes enter the graph
+in the order of the :meth:`Graph.output` / :meth:`Graph.expand` calls, which is the order ggml
+computes them in. A graph can be computed again with new input values of the same shapes
+(:meth:`Graph.set`); several graphs may stay open and be computed in turn: the scheduler
+re-allocates on each switch, after the graph is put back as it was built (the scheduler rewires
+a node's source to a copy on another backend, and frees those copies at its next allocation; a
+graph recomputed after another one ran would point at freed tensors).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.ggml.backends import free_bytes
+from audioparity.ggml.bindings import _ne, _numpy_shape, _ptr, address, ggml
+from audioparity.memory import MEMORY_LIMIT
+
+if TYPE_CHECKING:
+    from audioparity.ggml.runtime import Runtime
+
+_INPUT_TYPES = {
+    np.dtype(np.float32): ggml.GGML_TYPE_F32,
+    np.dtype(np.float16): ggml.GGML_TYPE_F16,
+    np.dtype(np.int32): ggml.GGML_TYPE_I32,
+}
+
+
+class Graph:
+    """One compute graph: a ``no_alloc`` context for its tensors, inputs, and named outputs.
+
+    Build with ggml operators on :attr:`ctx`, declare inputs with :meth:`input`, outputs with
+    :meth:`output` and side-effect nodes with :meth:`expand`, then :meth:`compute`. Each
+    :meth:`output` / :meth:`expand` call appends the tensor and whatever it depends on that is
+    not in the graph yet (``ggml_build_forward_expand``), so nodes are computed in the order of
+    those calls. Use as a context manager (frees the context).
+    """
+
+    def __init__(self, runtime: Runtime, max_tensors: int) -> None:
+        self._runtime = runtime
+        params = ggml.ggml_init_params(
+            mem_size=ggml.ggml_tensor_overhead() * max_tensors
+            + ggml.ggml_graph_overhead_custom(runtime.graph_size, False),
+            mem_buffer=None, no_alloc=True,
+        )
+        self.ctx = ggml.ggml_init(params)
+        self._inputs: dict[str, tuple[object, np.ndarray]] = {}
+        self._outputs: dict[str, tuple[object, int]] = {}
+        self._gf = ggml.ggml_new_graph_custom(self.ctx, runtime.graph_size, False)
+        self._expanded = False
+        self._computed = False
+        self._sources: dict[int, tuple[int | None, ...]] | None = None  # node sources as built
+        self._saved = False
+        self._checked = False  # compute buffers checked against the memory free
+        self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
+
+    def input(self, name: str, array: np.ndarray):
+        """A graph input holding ``array`` (float32, float16 or int32; numpy shape, ggml ``ne``
+        reversed). Also the way to upload a host-precomputed constant (e.g. ``pos_emb``).
+
+        Every input must be used by an output or an expanded node: :meth:`compute` raises
+        otherwise (ggml leaves an unused input unallocated)."""
+        if name in self._inputs:
+            raise AudioparityError(f"graph input {name!r} declared twice")
+        array = np.ascontiguousarray(array)
+        if array.dtype not in _INPUT_TYPES:
+            raise AudioparityError(
+                f"graph input {name!r} has dtype {array.dtype}; expected float32, float16 or int32"
+            )
+        tensor = ggml.ggml_new_tensor(self.ctx, _INPUT_TYPES[array.dtype], array.ndim,
+                                      _ne(array.shape))
+        ggml.ggml_set_name(tensor, name.encode())
+        ggml.ggml_set_input(tensor)
+        self._inputs[name] = (tensor, array)
+        return tensor
+
+    def set(self, name: str, array: np.ndarray) -> None:
+        """New values for input ``name`` (same shape and dtype) before the next :meth:`compute`."""
+        tensor, old = self._inputs[name]
+        array = np.ascontiguousarray(array)
+        if array.shape != old.shape or array.dtype != old.dtype:
+            raise AudioparityError(
+                f"graph input {name!r}: got {array.dtype} {list(array.shape)}, "
+                f"expected {old.dtype} {list(old.shape)}"
+            )
+        self._inputs[name] = (tensor, array)
+
+    def output(self, name: str, tensor, ndim: int | None = None):
+        """Mark ``tensor`` as output ``name``; :meth:`compute` returns it as a float32 array of
+        ``ndim`` numpy axes (default: ggml_n_dims). Non-contiguous views are made contiguous and
+        non-f32 tensors cast to f32 inside the graph. The output and what it depends on join
+        the graph now (after the nodes of earlier :meth:`output` / :meth:`expand` calls).
+        Returns the output tensor."""
+        if name in self._outputs:
+            raise AudioparityError(f"graph output {name!r} declared twice")
+        self._check_open(f"graph output {name!r}")
+        if not ggml.ggml_is_contiguous(tensor):
+            tensor = ggml.ggml_cont(self.ctx, tensor)
+        if tensor.contents.type != ggml.GGML_TYPE_F32:
+            tensor = ggml.ggml_cast(self.ctx, tensor, ggml.GGML_TYPE_F32)
+        ggml.ggml_set_name(tensor, name.encode())
+        ggml.ggml_set_output(tensor)
+        ggml.ggml_build_forward_expand(self._gf, tensor)
+        self._outputs[name] = (tensor, ndim)
+        return tensor
+
+    def expand(self, tensor):
+        """Add ``tensor`` and what it depends on to the graph for its side effect, without
+        reading it back (``ggml_build_forward_expand``): a ``ggml_cpy`` into a view of a
+        :class:`State` tensor, e.g. a KV-cache write.
+
+        The node is computed after everything added before this call and before everything
+        added after it. A write has no data dependency on a later read of the same state (the
+        read is a view of the state tensor, not of the copy), so expand the write before
+        building the output that reads it (add the KV-cache copy before the
+        attention). Returns ``tensor``.
+        """
+        self._check_open("graph node")
+        ggml.ggml_build_forward_expand(self._gf, tensor)
+        self._expanded = True
+        return tensor
+
+    def _check_open(self, what: str) -> None:
+        if self._computed:
+            raise AudioparityError(f"{what} declared after the first compute")
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes in the graph so far."""
+        return ggml.ggml_graph_n_nodes(self._gf)
+
+    def compute(self) -> dict[str, np.ndarray]:
+        """Run the graph; return every output by name (float32, numpy order; empty for a
+        graph of expanded nodes only).
+
+        The first call closes the graph to new nodes; later calls reuse it with the current
+        input values (:meth:`set`).
+
+        Raises:
+            AudioparityError: the graph has neither outputs nor expanded nodes; it cannot be
+                allocated; an input is used by no output or expanded node (ggml leaves it
+                unallocated and would abort copying into it; an unused input is a wiring
+                error, e.g. a mask built but never applied, so it is reported, not skipped);
+                or the backend reports a failed compute.
+        """
+        rt = self._runtime
+        if not self._outputs and not self._expanded:
+            raise AudioparityError("graph has no outputs and no expanded nodes")
+        self._computed = True
+        if rt.capture is not None and not self._saved:  # as built: a backend may reorder
+            self._save(rt.capture)
+        if rt._active is not self:
+            ggml.ggml_backend_sched_reset(rt._sched)
+            self._as_built()
+            free = None if self._checked else [free_bytes(h) for h in rt._backends]
+            if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
+                raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
+                                       f"on {rt.backend_name}")
+            if free is not None:
+                self._check_memory(free)
+            rt._active = self
+        for name, (tensor, array) in self._inputs.items():
+            if not tensor.contents.buffer:  # the scheduler allocates only what the graph holds
+                raise AudioparityError(
+                    f"graph input {name!r} ({array.dtype} {list(array.shape)}) is not used by "
+                    f"any output or expanded node; use it or do not declare it"
+                )
+            ggml.ggml_backend_tensor_set(tensor, _ptr(array), 0, array.nbytes)
+        status = ggml.ggml_backend_sched_graph_compute(rt._sched, self._gf)
+        if status != ggml.GGML_STATUS_SUCCESS:
+            raise AudioparityError(f"graph compute on {rt.backend_name} failed (status {status})")
+        results = {}
+        for name, (tensor, ndim) in self._outputs.items():
+            out = np.empty(_numpy_shape(tensor, ndim), dtype=np.float32)
+            ggml.ggml_backend_tensor_get(tensor, _ptr(out), 0, out.nbytes)
+            results[name] = out
+        return results
+
+    def _check_memory(self, free: list[int | None]) -> None:
+        """Refuse the graph, before its first compute touches a page, when a backend's compute
+        buffer (just allocated: address space on the host) exceeds the memory that backend had
+        free before (``free``, per backend of the runtime: the host's ``MemAvailable`` or
+        :data:`MEMORY_LIMIT`, a device's free memory; None: unknown).
+
+        The buffers are sized by ``ggml_backend_sched_alloc_graph`` itself, not by a
+        ``ggml_backend_sched_reserve`` first: reserving and then allocating the same graph
+        corrupted the heap now and then on Vulkan (double free, segfault: 4 runs in 40 of the
+        Whisper drill-down on lavapipe, none in 40 without it).
+        """
+        rt = self._runtime
+        for handle, available in zip(rt._backends, free, strict=True):
+            need = ggml.ggml_backend_sched_get_buffer_size(rt._sched, handle)
+            if available is not None and need > available:
+                where = ggml.ggml_backend_name(handle).decode()
+                raise AudioparityError(
+                    f"a graph of {self.n_nodes} nodes needs {need / 2**20:.0f} MiB of compute "
+                    f"buffers on {where}, more than the {available / 2**20:.0f} MiB free "
+                    f"(machine or {MEMORY_LIMIT}): the input is too long for this memory")
+        self._checked = True
+
+    def _save(self, capture) -> None:
+        """Hand this graph as built, with the values its inputs get now, to ``capture``
+        (:func:`capturing_graphs`); a leaf that is no input is a ``weight`` (in a buffer of
+        usage WEIGHTS) or ``state``."""
+        def kind(tensor) -> str:
+            buffer = tensor.contents.buffer
+            weights = ggml.ggml_backend_buffer_get_usage(buffer) == (
+                ggml.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+            return "weight" if weights else "state"
+
+        capture.save(self._gf, inputs=self._inputs,
+                     outputs={name: tensor for name, (tensor, _) in self._outputs.items()},
+                     kinds=kind)
+        self._saved = True
+
+    def _as_built(self) -> None:
+        """Put the graph back as it was built before the scheduler allocates it (again).
+
+        At its first allocation the graph's node sources are recorded. At a later one (another
+        graph ran in between) each node gets those sources back, since the scheduler had
+        rewired some to its copies on the other backend, which it has freed since; and every
+        tensor of this graph's context that is not a view of the runtime's weights or state is
+        unplaced, since the allocator takes a tensor with ``data`` as allocated and the
+        scheduler a tensor with a ``buffer`` as living there, and both are stale now.
+        """
+        nodes = [ggml.ggml_graph_node(self._gf, i) for i in range(self.n_nodes)]
+        if self._sources is None:  # by address: a backend may reorder the nodes it computes
+            self._sources = {address(node): tuple(address(source)
+                                                  for source in node.contents.src)
+                             for node in nodes}
+            return
+        for node in nodes:
+            for j, source in enumerate(self._sources[address(node)]):
+                node.contents.src[j] = ctypes.cast(source, ctypes.POINTER(ggml.ggml_tensor))
+        persistent = self._runtime._persistent
+        tensor = ggml.ggml_get_first_tensor(self.ctx)
+        while tensor:
+            if tensor.contents.buffer is not None and tensor.contents.buffer not in persistent:
+                tensor.contents.data = None
+                tensor.contents.buffer = None
+            tensor = ggml.ggml_get_next_tensor(self.ctx, tensor)
+
+    def close(self) -> None:
+        """Free the graph context (the scheduler's allocation is dropped with it)."""
+        if self._runtime._active is self:
+            self._runtime._active = None
+        self._finalizer()
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
