@@ -6,32 +6,32 @@ Formats (:data:`FORMATS`):
   (:func:`audioparity.candidates.f32json.write_folder`), which its
   ``scripts/compare_tensors.py`` reads;
 - ``seed``: the files the family's seed tool (``../shared/seeds``, the C++ programs this
-  project grew from) reads from a reference dump, written by the family's own module
-  ``audioparity.models.<family>.seed`` (its ``write_seed(dump, folder)``; the family is the
-  manifest's ``family``).
+  project grew from) reads from a reference dump, written by the family's
+  :meth:`~audioparity.family.Family.export_seed` (the family is the manifest's ``family``).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 from audioparity.artifacts import Dump, built_directory
 from audioparity.candidates import f32json
 from audioparity.errors import AudioparityError
-from audioparity.families import family as family_spec
+from audioparity.families import family as registered_family
+from audioparity.family import implements
 
 #: The formats :func:`export_dump` writes.
 FORMATS = ("f32json", "seed")
 
 
 def _seed_writer(dump: Dump, expected_family: str | None):
-    """The ``write_seed`` function of the dump's family.
+    """The seed writer of the dump's family (:meth:`Family.export_seed`, ``(dump, folder)``).
 
     Raises:
         AudioparityError: the manifest names no family, another one than ``expected_family``,
-            or a family without a seed format.
+            an unknown family, or a family without a seed format (no
+            :meth:`~audioparity.family.Family.export_seed`).
     """
     name = dump.manifest.get("family")
     if not isinstance(name, str) or not name:
@@ -40,16 +40,10 @@ def _seed_writer(dump: Dump, expected_family: str | None):
     if expected_family is not None and name != expected_family:
         raise AudioparityError(f"{dump.path}: a dump of family {name!r}; expected "
                                f"{expected_family!r}")
-    family_spec(name)
-    module_name = f"audioparity.models.{name}.seed"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name:
-            raise
-        raise AudioparityError(f"{dump.path}: family {name!r} has no seed format (no "
-                               f"{module_name})") from None
-    return module.write_seed
+    known = registered_family(name)
+    if not implements(known, "export_seed"):
+        raise AudioparityError(f"{dump.path}: family {name!r} has no seed format")
+    return known.export_seed
 
 
 def export_dump(dump_dir: str | os.PathLike, fmt: str, output_dir: str | os.PathLike, *,

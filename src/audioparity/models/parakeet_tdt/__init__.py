@@ -1,74 +1,171 @@
 """Parakeet (NeMo ``EncDecRNNTBPEModel`` TDT and RNNT, ``EncDecCTCModelBPE``,
 ``EncDecHybridRNNTCTCBPEModel``): tiny fixture, NeMo reference dump and ggml port."""
 
-from audioparity.families import FamilySpec, Option, Stage
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from audioparity.family import (
+    Case,
+    CheckpointWeights,
+    Family,
+    FamilySpec,
+    Option,
+    Outputs,
+    Stage,
+)
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
 
-SPEC = FamilySpec(
-    name="parakeet_tdt",
-    command="parakeet-tdt",
-    title="Parakeet-TDT speech recogniser (NeMo EncDecRNNTBPEModel) against NeMo",
-    input="audio",
-    model="a .nemo file or a Hugging Face Parakeet directory (config.json + model.safetensors)",
-    stages=(
-        Stage("mel_features", "tensor", "[T, n_mels]",
-              "log-mel features, valid frames (NeMo AudioToMelSpectrogramPreprocessor)"),
-        Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames",
-              replayed="pre_encode_replayed"),
-        Stage("pos_emb", "tensor", "[2T-1, D]",
-              "relative positional encoding fed to the layers (RelPositionalEncoding; "
-              "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
-        Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
-              isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
-        Stage("enc_out", "tensor", "[T, D]", "encoder output"),
-        Stage("joint_logits", "tensor", "[steps, V+1+n_durations]",
-              "raw joint outputs along the reference's greedy path, one row per evaluation",
-              head="transducer", reference_path=True),
-        Stage("lstm_state_0", "tensor", "[layers, 2, H]",
-              "prediction network state (h, c) after the blank/SOS step", head="transducer"),
-        Stage("decode", "document", "{ids, frames, durations, text}",
-              "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
-              isolated="decoder_replay", replayed="decode_replayed", head="transducer"),
-        Stage("ctc_logits", "tensor", "[T, V+1]",
-              "CTC decoder log-probabilities (ConvASRDecoder) of the encoder output",
-              isolated="ctc_logits_isolated", head="ctc"),
-        Stage("ctc_decode", "document", "{ids, frames, text}",
-              "greedy CTC decode of the whole pipeline (frames: each token's first frame)",
-              isolated="ctc_decoder_replay", head="ctc"),
-    ),
-    entry_points={
-        "fixture": "audioparity.models.parakeet_tdt.fixture:build_fixture",
-        "reference": "audioparity.models.parakeet_tdt.reference:dump_reference",
-        "ggml": "audioparity.models.parakeet_tdt.dump:dump_ggml",
-        "weights": "audioparity.models.parakeet_tdt.weights:save_weights",
-        "replay": "audioparity.models.parakeet_tdt.replay:dump_replay",
-    },
-    options=(
-        Option("conv_weight_type", "f32", "storage type of the convolution kernels "
-               "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES,
-               sides=("ggml", "weights")),
-        Option("flash_attention", 0, "1: attention through ggml_flash_attn_ext",
-               choices=(0, 1)),
-        Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",
-               sides=("fixture",), minimum=8),
-        Option("joint_hidden", 56, "the joint's hidden size (48: the prediction net's)",
-               sides=("fixture",), minimum=1),
-        Option("blank_bias_nudge", 10.5, "added to the blank's joint bias, so that greedy "
-               "decoding emits blanks and tokens", sides=("fixture",)),
-        Option("duration0_bias_nudge", 2.5, "added to duration 0's joint bias, so that tokens "
-               "stay on a frame up to the symbol limit", sides=("fixture",)),
-        Option("xscaling", False, "scale pre_encode by sqrt(d_model) before the layers "
-               "(NeMo's default; v3 has it off)", sides=("fixture",)),
-        Option("use_bias", False, "biases in the encoder's linear layers and convolutions "
-               "(NeMo's default; v3 has them off)", sides=("fixture",)),
-        Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
-               "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
-        Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations), ctc, tdt_ctc "
-               "(TDT and an auxiliary CTC decoder)", sides=("fixture",),
-               choices=("tdt", "rnnt", "ctc", "tdt_ctc")),
-        Option("ctc_blank_bias_nudge", 4.0, "added to a CTC decoder's blank bias, so that greedy "
-               "CTC decoding emits blanks and tokens", sides=("fixture",)),
-    ),
-    fixture_model="model.nemo",
-    ggml_reads_reference=True,
+#: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
+#: prediction network and joint) and a CTC decoder (``ConvASRDecoder``).
+TRANSDUCER, CTC = "transducer", "ctc"
+
+_STAGES = (
+    Stage("mel_features", "tensor", "[T, n_mels]",
+          "log-mel features, valid frames (NeMo AudioToMelSpectrogramPreprocessor)"),
+    Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames",
+          replayed="pre_encode_replayed"),
+    Stage("pos_emb", "tensor", "[2T-1, D]",
+          "relative positional encoding fed to the layers (RelPositionalEncoding; "
+          "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
+    Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
+          isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
+    Stage("enc_out", "tensor", "[T, D]", "encoder output"),
+    Stage("joint_logits", "logits", "[steps, V+1+n_durations]",
+          "raw joint outputs along the reference's greedy path, one row per evaluation",
+          head=TRANSDUCER, reference_path=True),
+    Stage("lstm_state_0", "tensor", "[layers, 2, H]",
+          "prediction network state (h, c) after the blank/SOS step", head=TRANSDUCER),
+    Stage("decode", "document", "{ids, frames, durations, text}",
+          "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
+          isolated="decoder_replay", replayed="decode_replayed", head=TRANSDUCER,
+          margins="[positions]"),
+    Stage("ctc_logits", "logits", "[T, V+1]",
+          "CTC decoder log-probabilities (ConvASRDecoder) of the encoder output",
+          isolated="ctc_logits_isolated", head=CTC),
+    Stage("ctc_decode", "document", "{ids, frames, text}",
+          "greedy CTC decode of the whole pipeline (frames: each token's first frame)",
+          isolated="ctc_decoder_replay", head=CTC, margins="[positions]"),
 )
+
+_OPTIONS = (
+    Option("conv_weight_type", "f32", "storage type of the convolution kernels "
+           "(subsampling, depthwise conv)", choices=FLOAT_STORAGE_TYPES,
+           sides=("ggml", "weights")),
+    Option("flash_attention", 0, "1: attention through ggml_flash_attn_ext", choices=(0, 1)),
+    Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",
+           sides=("fixture",), minimum=8),
+    Option("joint_hidden", 56, "the joint's hidden size (48: the prediction net's)",
+           sides=("fixture",), minimum=1),
+    Option("blank_bias_nudge", 10.5, "added to the blank's joint bias, so that greedy "
+           "decoding emits blanks and tokens", sides=("fixture",)),
+    Option("duration0_bias_nudge", 2.5, "added to duration 0's joint bias, so that tokens "
+           "stay on a frame up to the symbol limit", sides=("fixture",)),
+    Option("xscaling", False, "scale pre_encode by sqrt(d_model) before the layers "
+           "(NeMo's default; v3 has it off)", sides=("fixture",)),
+    Option("use_bias", False, "biases in the encoder's linear layers and convolutions "
+           "(NeMo's default; v3 has them off)", sides=("fixture",)),
+    Option("local_attention", 0, "window w of rel_pos_local_attn, att_context_size [w, w] "
+           "(0: v3's full-context rel_pos)", sides=("fixture",), minimum=0),
+    Option("head", "tdt", "the decoders: tdt (v3's), rnnt (no durations), ctc, tdt_ctc "
+           "(TDT and an auxiliary CTC decoder)", sides=("fixture",),
+           choices=("tdt", "rnnt", "ctc", "tdt_ctc")),
+    Option("ctc_blank_bias_nudge", 4.0, "added to a CTC decoder's blank bias, so that greedy "
+           "CTC decoding emits blanks and tokens", sides=("fixture",)),
+)
+
+
+class ParakeetTdt(Family):
+    """NeMo's Parakeet models and our ggml port of them (:mod:`.encoder`, :mod:`.decoder`,
+    :mod:`.ctc`)."""
+
+    spec = FamilySpec(
+        name="parakeet_tdt",
+        command="parakeet-tdt",
+        title="Parakeet-TDT speech recogniser (NeMo EncDecRNNTBPEModel) against NeMo",
+        input="audio",
+        model="a .nemo file or a Hugging Face Parakeet directory (config.json + "
+              "model.safetensors)",
+        stages=_STAGES,
+        options=_OPTIONS,
+        fixture_model="model.nemo",
+        ggml_reads_reference=True,
+    )
+    reference_producer = "nemo"
+    reference_versions = ("torch", "nemo_toolkit")
+
+    def config(self, model: Path) -> Any:
+        from audioparity.models.parakeet_tdt.config import load_config
+
+        return load_config(model)
+
+    def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
+                  ) -> Case:
+        from audioparity.audio import load_audio
+
+        sound = load_audio(path, sample_rate=config.preprocessor.sample_rate,
+                           min_samples=config.min_samples, purpose="one encoder frame")
+        return Case(model, config, options, path, sound, list(sound.notes),
+                    {"audio": sound.source})
+
+    def heads(self, config: Any) -> tuple[str, ...]:
+        return (*((TRANSDUCER,) if config.transducer else ()),
+                *((CTC,) if config.ctc is not None else ()))
+
+    def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+        fields: dict[str, Any] = {"n_layers": config.encoder.n_layers}
+        if "conv_weight_type" in options:
+            fields["conv_weight_type"] = options["conv_weight_type"]
+        if "flash_attention" in options:
+            fields["flash_attention"] = bool(options["flash_attention"])
+        return fields
+
+    def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
+        from audioparity.models.parakeet_tdt.fixture import build_fixture
+
+        build_fixture(output, seed=seed, **options)
+
+    def check_reference(self, model: Path, config: Any, cases: list[Case], *,
+                        emulates: bool) -> None:
+        from audioparity.models.parakeet_tdt.reference import check_inputs
+
+        check_inputs(model, config, cases, emulates)
+
+    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
+        import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
+
+        from audioparity.models.parakeet_tdt.reference import restore_model
+
+        return restore_model(model)
+
+    def reference(self, loaded: Any, case: Case) -> Outputs:
+        from audioparity.models.parakeet_tdt.reference import stages
+
+        return stages(loaded, case)
+
+    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
+        from audioparity.models.parakeet_tdt.replay import stages
+
+        return stages(loaded, case, candidate)
+
+    def weights(self, model: Path, config: Any) -> CheckpointWeights:
+        from audioparity.models.parakeet_tdt.layout import checkpoint_weights
+
+        return checkpoint_weights(model, config)
+
+    def weight_kind(self, name: str, shape: tuple[int, ...]) -> str:
+        from audioparity.models.parakeet_tdt.layout import weight_kind
+
+        return weight_kind(name, shape)
+
+    def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
+        from audioparity.models.parakeet_tdt.port import stages
+
+        return stages(runtime, weights, case, reference)
+
+    def export_seed(self, dump: Any, folder: Path) -> list[str]:
+        from audioparity.models.parakeet_tdt.seed import write_seed
+
+        return write_seed(dump, folder)

@@ -28,7 +28,7 @@ from audioparity.checkpoints import check_finite, float_entries
 from audioparity.checkpoints.nemo import copy_nemo_member
 from audioparity.checkpoints.torch_zip import torch_entries
 from audioparity.errors import AudioparityError
-from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: Hugging Face Parakeet key -> NeMo key (inverse of transformers' convert_nemo_to_hf.py).
 HF_TO_NEMO = (
@@ -49,14 +49,30 @@ HF_TO_NEMO = (
 
 
 def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
-    """Checkpoint (NeMo) name -> shape of every tensor the port reads, from the config.
+    """Checkpoint (NeMo) name -> shape of every tensor the port reads, from the config, in
+    module order: the subsampling, the layers, a CTC decoder, a transducer.
 
     Mirrors the parameters of ``ConvSubsampling`` (dw_striding), ``ConformerLayer``,
     ``RNNTDecoder`` and ``RNNTJoint`` (a transducer), ``ConvASRDecoder`` (a CTC decoder).
     Linear/conv biases of the layers only when ``use_bias``.
     """
-    enc, dec, joint = config.encoder, config.decoder, config.joint
-    d, c, k = enc.d_model, enc.subsampling_conv_channels, enc.conv_kernel_size
+    shapes = _subsampling_shapes(config.encoder)
+    for i in range(config.encoder.n_layers):
+        shapes.update({f"encoder.layers.{i}.{name}": shape
+                       for name, shape in _layer_shapes(config.encoder).items()})
+    if config.ctc is not None:
+        prefix, classes = config.ctc.prefix, config.ctc.num_classes + 1
+        shapes[f"{prefix}.decoder_layers.0.weight"] = (classes, config.ctc.feat_in, 1)
+        shapes[f"{prefix}.decoder_layers.0.bias"] = (classes,)
+    if config.transducer:
+        shapes.update(_transducer_shapes(config))
+    return shapes
+
+
+def _subsampling_shapes(enc: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """``encoder.pre_encode`` (``ConvSubsampling``, dw_striding): the first 3x3 conv, the
+    ``out`` projection, then a depthwise and a pointwise conv per further stage."""
+    d, c = enc.d_model, enc.subsampling_conv_channels
     n_sub = int(np.log2(enc.subsampling_factor))
     freq = enc.subsampled_length(enc.feat_in)
     shapes: dict[str, tuple[int, ...]] = {
@@ -71,49 +87,54 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
         shapes[f"encoder.pre_encode.conv.{dw}.bias"] = (c,)
         shapes[f"encoder.pre_encode.conv.{pw}.weight"] = (c, c, 1, 1)
         shapes[f"encoder.pre_encode.conv.{pw}.bias"] = (c,)
-    for i in range(enc.n_layers):
-        p = f"encoder.layers.{i}."
-        layer = {
-            "feed_forward1.linear1.weight": (enc.d_ff, d),
-            "feed_forward1.linear2.weight": (d, enc.d_ff),
-            "self_attn.linear_q.weight": (d, d),
-            "self_attn.linear_k.weight": (d, d),
-            "self_attn.linear_v.weight": (d, d),
-            "self_attn.linear_out.weight": (d, d),
-            "self_attn.linear_pos.weight": (d, d),
-            "self_attn.pos_bias_u": (enc.n_heads, enc.d_k),
-            "self_attn.pos_bias_v": (enc.n_heads, enc.d_k),
-            "conv.pointwise_conv1.weight": (2 * d, d, 1),
-            "conv.depthwise_conv.weight": (d, 1, k),
-            "conv.batch_norm.weight": (d,),
-            "conv.batch_norm.bias": (d,),
-            "conv.batch_norm.running_mean": (d,),
-            "conv.batch_norm.running_var": (d,),
-            "conv.pointwise_conv2.weight": (d, d, 1),
-            "feed_forward2.linear1.weight": (enc.d_ff, d),
-            "feed_forward2.linear2.weight": (d, enc.d_ff),
-        }
-        for norm in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2",
-                     "norm_out"):
-            layer[f"{norm}.weight"] = (d,)
-            layer[f"{norm}.bias"] = (d,)
-        if enc.use_bias:
-            for name in ("feed_forward1.linear1", "feed_forward2.linear1"):
-                layer[f"{name}.bias"] = (enc.d_ff,)
-            for name in ("feed_forward1.linear2", "feed_forward2.linear2", "self_attn.linear_q",
-                         "self_attn.linear_k", "self_attn.linear_v", "self_attn.linear_out",
-                         "conv.depthwise_conv", "conv.pointwise_conv2"):
-                layer[f"{name}.bias"] = (d,)
-            layer["conv.pointwise_conv1.bias"] = (2 * d,)
-        shapes.update({p + name: shape for name, shape in layer.items()})
-    if config.ctc is not None:
-        prefix, classes = config.ctc.prefix, config.ctc.num_classes + 1
-        shapes[f"{prefix}.decoder_layers.0.weight"] = (classes, config.ctc.feat_in, 1)
-        shapes[f"{prefix}.decoder_layers.0.bias"] = (classes,)
-    if not config.transducer:
-        return shapes
+    return shapes
+
+
+def _layer_shapes(enc: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """One ``ConformerLayer``'s tensors, named within the layer (``self_attn.linear_q.weight``):
+    feed-forwards, attention, conv module, norms, and the biases of ``use_bias``."""
+    d, k = enc.d_model, enc.conv_kernel_size
+    layer = {
+        "feed_forward1.linear1.weight": (enc.d_ff, d),
+        "feed_forward1.linear2.weight": (d, enc.d_ff),
+        "self_attn.linear_q.weight": (d, d),
+        "self_attn.linear_k.weight": (d, d),
+        "self_attn.linear_v.weight": (d, d),
+        "self_attn.linear_out.weight": (d, d),
+        "self_attn.linear_pos.weight": (d, d),
+        "self_attn.pos_bias_u": (enc.n_heads, enc.d_k),
+        "self_attn.pos_bias_v": (enc.n_heads, enc.d_k),
+        "conv.pointwise_conv1.weight": (2 * d, d, 1),
+        "conv.depthwise_conv.weight": (d, 1, k),
+        "conv.batch_norm.weight": (d,),
+        "conv.batch_norm.bias": (d,),
+        "conv.batch_norm.running_mean": (d,),
+        "conv.batch_norm.running_var": (d,),
+        "conv.pointwise_conv2.weight": (d, d, 1),
+        "feed_forward2.linear1.weight": (enc.d_ff, d),
+        "feed_forward2.linear2.weight": (d, enc.d_ff),
+    }
+    for norm in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2",
+                 "norm_out"):
+        layer[f"{norm}.weight"] = (d,)
+        layer[f"{norm}.bias"] = (d,)
+    if enc.use_bias:
+        for name in ("feed_forward1.linear1", "feed_forward2.linear1"):
+            layer[f"{name}.bias"] = (enc.d_ff,)
+        for name in ("feed_forward1.linear2", "feed_forward2.linear2", "self_attn.linear_q",
+                     "self_attn.linear_k", "self_attn.linear_v", "self_attn.linear_out",
+                     "conv.depthwise_conv", "conv.pointwise_conv2"):
+            layer[f"{name}.bias"] = (d,)
+        layer["conv.pointwise_conv1.bias"] = (2 * d,)
+    return layer
+
+
+def _transducer_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
+    """The prediction network (``decoder.prediction``: embedding, stacked LSTM) and the
+    joint (``joint.pred``, ``joint.enc``, ``joint.joint_net.2``)."""
+    dec, joint = config.decoder, config.joint
     h = dec.pred_hidden
-    shapes["decoder.prediction.embed.weight"] = (dec.vocab_size + 1, h)
+    shapes = {"decoder.prediction.embed.weight": (dec.vocab_size + 1, h)}
     for layer_index in range(dec.pred_rnn_layers):
         for kind in ("ih", "hh"):
             shapes[f"decoder.prediction.dec_rnn.lstm.weight_{kind}_l{layer_index}"] = (4 * h, h)
@@ -224,10 +245,11 @@ def read_state(model: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
 
 def check_weights(model: Path, config: ParakeetTDTConfig) -> None:
-    """The checks of :func:`load_weights` and :meth:`ParakeetWeights.upload`, reading one
-    tensor at a time and keeping none: every tensor of :func:`expected_shapes` present with its
-    shape, and every float tensor finite. The reference dump runs them before NeMo loads the
-    checkpoint, so both sides refuse a bad one with the same message.
+    """The checks of the ggml side's weights (:func:`~.layout.checkpoint_weights` and its
+    ``blocks``), reading one tensor at a time and keeping none: every tensor of
+    :func:`expected_shapes` present with its shape, and every float tensor finite. The
+    reference dump runs them before NeMo loads the checkpoint, so both sides refuse a bad one
+    with the same message.
 
     Raises:
         AudioparityError: an unreadable checkpoint, a missing tensor, a shape that differs from

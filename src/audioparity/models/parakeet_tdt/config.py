@@ -361,7 +361,32 @@ def from_hf_config(cfg: dict, preprocessor: dict | None = None,
             f"{where}: model_type={cfg.get('model_type')!r}; expected 'parakeet_tdt' with an "
             "encoder_config"
         )
-    enc = cfg["encoder_config"]
+    encoder = _hf_encoder(cfg["encoder_config"], where)
+    vocab = cfg.get("vocab_size", 8193) - 1  # HF counts the blank
+    hidden_pred = cfg.get("decoder_hidden_size", 640)
+    durations = tuple(int(d) for d in cfg.get("durations", (0, 1, 2, 3, 4)))
+    config = ParakeetTDTConfig(
+        preprocessor=_hf_preprocessor(preprocessor or {}, encoder.feat_in),
+        encoder=encoder,
+        decoder=DecoderConfig(vocab_size=vocab, pred_hidden=hidden_pred,
+                              pred_rnn_layers=cfg.get("num_decoder_layers", 2)),
+        joint=JointConfig(num_classes=vocab, joint_hidden=hidden_pred,
+                          encoder_hidden=encoder.d_model, pred_hidden=hidden_pred,
+                          activation=cfg.get("hidden_act", "relu"),
+                          num_extra_outputs=len(durations)),
+        durations=durations,
+        max_symbols=cfg.get("max_symbols_per_step", 10),
+    )
+    return _validate(config, where)
+
+
+def _hf_encoder(enc: dict, where: str) -> EncoderConfig:
+    """The ``encoder`` of a Hugging Face ``encoder_config`` (transformers' defaults).
+
+    Raises:
+        AudioparityError: a subsampling other than dw_striding's, attention and convolution
+            biases that differ, or a feed-forward size that is not a multiple of the hidden's.
+    """
     hidden = enc.get("hidden_size", 1024)
     kernel_stride = (enc.get("subsampling_conv_kernel_size", 3),
                      enc.get("subsampling_conv_stride", 2))
@@ -374,7 +399,7 @@ def from_hf_config(cfg: dict, preprocessor: dict | None = None,
     if intermediate % hidden:
         raise AudioparityError(f"{where}: intermediate_size={intermediate} is not a multiple of "
                                f"hidden_size={hidden}")
-    encoder = EncoderConfig(
+    return EncoderConfig(
         feat_in=enc.get("num_mel_bins", 80),
         n_layers=enc.get("num_hidden_layers", 24),
         d_model=hidden,
@@ -388,32 +413,21 @@ def from_hf_config(cfg: dict, preprocessor: dict | None = None,
         conv_kernel_size=enc.get("conv_kernel_size", 9),
         use_bias=enc.get("attention_bias", True),
     )
-    pre = preprocessor or {}
+
+
+def _hf_preprocessor(pre: dict, feat_in: int) -> PreprocessorConfig:
+    """The ``preprocessor`` of a ``preprocessor_config.json`` (``ParakeetFeatureExtractor``;
+    empty: its defaults, ``feat_in`` mel bins)."""
     sample_rate = pre.get("sampling_rate", 16000)
-    preprocessor_config = PreprocessorConfig(
+    return PreprocessorConfig(
         sample_rate=sample_rate,
         window_size=pre.get("win_length", 400) / sample_rate,
         window_stride=pre.get("hop_length", 160) / sample_rate,
         n_fft=pre.get("n_fft", 512),
         preemph=pre.get("preemphasis", 0.97),
-        features=pre.get("feature_size", encoder.feat_in),
+        features=pre.get("feature_size", feat_in),
         pad_value=pre.get("padding_value", 0.0),
     )
-    vocab = cfg.get("vocab_size", 8193) - 1  # HF counts the blank
-    hidden_pred = cfg.get("decoder_hidden_size", 640)
-    durations = tuple(int(d) for d in cfg.get("durations", (0, 1, 2, 3, 4)))
-    config = ParakeetTDTConfig(
-        preprocessor=preprocessor_config,
-        encoder=encoder,
-        decoder=DecoderConfig(vocab_size=vocab, pred_hidden=hidden_pred,
-                              pred_rnn_layers=cfg.get("num_decoder_layers", 2)),
-        joint=JointConfig(num_classes=vocab, joint_hidden=hidden_pred, encoder_hidden=hidden,
-                          pred_hidden=hidden_pred, activation=cfg.get("hidden_act", "relu"),
-                          num_extra_outputs=len(durations)),
-        durations=durations,
-        max_symbols=cfg.get("max_symbols_per_step", 10),
-    )
-    return _validate(config, where)
 
 
 def load_config(model: Path) -> ParakeetTDTConfig:

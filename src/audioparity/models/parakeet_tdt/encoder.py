@@ -6,7 +6,7 @@ Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
 (``RelPositionMultiHeadAttention``), ``conv_module`` (``ConformerConvolution``), assembled by
 ``conformer_layer``; ``rel_pos_local_attn`` (``RelPositionMultiHeadAttentionLongformer``,
 ``LocalAttRelPositionalEncoding``) is the same attention on a band. Weight names are NeMo's
-(see :mod:`.weights`: pointwise kernels squeezed to matrices, BatchNorm folded into the
+(see :mod:`.layout`: pointwise kernels squeezed to matrices, BatchNorm folded into the
 depthwise conv).
 
 Shapes in docstrings are NeMo's, batch dropped: ``[T, D]`` is time-major. ggml's ``ne`` is the
@@ -214,36 +214,51 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     v = heads(linear(ctx, w, prefix + "linear_v", x), n_frames)
     p = heads(linear(ctx, w, prefix + "linear_pos", pos_emb), 2 * n_frames - 1)
 
-    def per_head(t):  # ne [d_k, H, rows] -> ne [d_k, rows, H]
-        return ggml.ggml_permute(ctx, t, 0, 2, 1, 3)
-
     # Contiguous queries keep the q k^T and q p^T products in llamafile's sgemm (the CPU backend
     # computes a strided right-hand side one dot product at a time: 3x slower at v3's shape);
     # contiguous keys and positions keep them in f32 on Vulkan (ggml-vulkan converts a strided
     # left-hand side to f16 first).
-    q_u = ggml.ggml_cont(ctx, per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])))
-    q_v = ggml.ggml_cont(ctx, per_head(ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])))
-    bd = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(p)), q_v)  # ne [2T-1, T, H]
+    q_u = ggml.ggml_cont(ctx, _per_head(ctx, ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])))
+    q_v = ggml.ggml_cont(ctx, _per_head(ctx, ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])))
+    bd = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, _per_head(ctx, p)), q_v)  # ne [2T-1, T, H]
     bd = rel_shift(ctx, bd, n_frames)  # [H, T, T]
-    if flash_attention:
-        positional = ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale)
-        if mask is not None:
-            positional = ggml.ggml_add(ctx, positional, mask)
-        out = ggml.ggml_flash_attn_ext(ctx, q_u, per_head(k), per_head(v),
-                                       ggml.ggml_cast(ctx, positional, ggml.GGML_TYPE_F16),
-                                       scale, 0.0, 0.0)
-        # out ne [d_k, H, T]: already heads-then-time
-    else:
-        ac = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(k)), q_u)  # ne [T_k, T_q, H]
-        attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), mask, scale, 0.0)
-        # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
-        pad = -n_frames % SGEMM_INNER_MULTIPLE
-        v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
-        attn = ggml.ggml_pad(ctx, attn, pad, 0, 0, 0)  # ne [T_k + pad, T_q, H]
-        out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, T_q, d_k] (ne [d_k, T_q, H])
-        out = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, T]
+    attend = _flash_attention if flash_attention else _softmax_attention
+    out = attend(ctx, q_u, k, v, bd, mask, scale)  # ne [d_k, H, T]
     out = ggml.ggml_reshape_2d(ctx, out, n_head * d_k, n_frames)
     return linear(ctx, w, prefix + "linear_out", out)
+
+
+def _per_head(ctx, t):
+    """ne ``[d_k, H, rows]`` -> ne ``[d_k, rows, H]`` (a view)."""
+    return ggml.ggml_permute(ctx, t, 0, 2, 1, 3)
+
+
+def _flash_attention(ctx, q_u, k, v, bd, mask, scale: float):
+    """The attention of :func:`rel_pos_attention` in ``ggml_flash_attn_ext``: the content
+    scores of ``q_u`` (ne ``[d_k, T, H]``) and ``k`` (ne ``[d_k, H, T]``), the scaled
+    positional term ``bd`` (``[H, T, T]``) plus ``mask`` as its additive f16 mask; returns ne
+    ``[d_k, H, T]`` (heads then time)."""
+    positional = ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale)
+    if mask is not None:
+        positional = ggml.ggml_add(ctx, positional, mask)
+    return ggml.ggml_flash_attn_ext(ctx, q_u, _per_head(ctx, k), _per_head(ctx, v),
+                                    ggml.ggml_cast(ctx, positional, ggml.GGML_TYPE_F16),
+                                    scale, 0.0, 0.0)
+
+
+def _softmax_attention(ctx, q_u, k, v, bd, mask, scale: float):
+    """The attention of :func:`rel_pos_attention` as matmuls: ``softmax((q_u k^T + bd) *
+    scale + mask) v`` with ``q_u`` ne ``[d_k, T, H]``, ``k``, ``v`` ne ``[d_k, H, T]``, ``bd``
+    ``[H, T, T]``; returns ne ``[d_k, H, T]``."""
+    n_frames = v.contents.ne[2]
+    ac = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, _per_head(ctx, k)), q_u)  # ne [T_k, T_q, H]
+    attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), mask, scale, 0.0)
+    # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
+    pad = -n_frames % SGEMM_INNER_MULTIPLE
+    v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
+    attn = ggml.ggml_pad(ctx, attn, pad, 0, 0, 0)  # ne [T_k + pad, T_q, H]
+    out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, T_q, d_k] (ne [d_k, T_q, H])
+    return ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, T]
 
 
 def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
@@ -309,7 +324,8 @@ class Encoder:
     """The NeMo ``ConformerEncoder`` of a Parakeet-TDT model on a ggml runtime.
 
     Args:
-        weights: uploaded weights (:meth:`ParakeetWeights.upload`), NeMo names.
+        weights: uploaded weights (:func:`audioparity.driver.upload_weights`), NeMo names
+            in the graph layout (:mod:`.layout`).
         config: the model config (its ``encoder`` part is used).
         runtime: the runtime the weights live on.
         flash_attention: compute attention with ``ggml_flash_attn_ext`` (see
@@ -319,7 +335,8 @@ class Encoder:
 
         config = load_config(model)
         with Runtime("cpu", threads=4) as rt:
-            weights = load_weights(model, config, "f32").upload(rt)
+            weights, _ = upload_weights(ParakeetTdt(), rt, model, config, "f32",
+                                        {"conv_weight_type": "f32"})
             taps = Encoder(weights, config, rt).forward(mel)   # mel [T, n_mels]
             taps["enc_out"]                                    # [T', D]
     """

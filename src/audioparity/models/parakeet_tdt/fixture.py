@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from audioparity.artifacts import built_directory
-from audioparity.models.parakeet_tdt import SPEC
+from audioparity.models.parakeet_tdt import ParakeetTdt
 
 log = logging.getLogger("audioparity")
 
@@ -118,48 +118,71 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
             "num_tdt_durations": len(DURATIONS),
         },
         "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
-        "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": 16000,
-            "normalize": "per_feature",
-            "window_size": 0.025,
-            "window_stride": 0.01,
-            "window": "hann",
-            "features": 128,
-            "n_fft": 512,
-            "log": True,
-            "frame_splicing": 1,
-            "dither": 1.0e-05,
-            "pad_to": 0,
-            "pad_value": 0.0,
-        },
-        "encoder": {
-            "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-            "feat_in": 128,
-            "feat_out": -1,
-            "n_layers": 3,
-            "d_model": d_model,
-            "use_bias": use_bias,
-            "subsampling": "dw_striding",
-            "subsampling_factor": 8,
-            "subsampling_conv_channels": 24,
-            "causal_downsampling": False,
-            "ff_expansion_factor": 4,
-            "self_attention_model": "rel_pos_local_attn" if local_attention else "rel_pos",
-            "n_heads": 4,
-            "att_context_size": [local_attention] * 2 if local_attention else [-1, -1],
-            "att_context_style": "regular",
-            "xscaling": xscaling,
-            "untie_biases": True,
-            "pos_emb_max_len": 5000,
-            "conv_kernel_size": 9,
-            "conv_norm_type": "batch_norm",
-            "conv_context_size": None,
-            "dropout": 0.1,
-            "dropout_pre_encoder": 0.1,
-            "dropout_emb": 0.0,
-            "dropout_att": 0.1,
-        },
+        "preprocessor": _preprocessor_section(),
+        "encoder": _encoder_section(d_model, xscaling, use_bias, local_attention),
+        **_transducer_sections(pred_hidden, joint_hidden),
+        "optim": None,
+    }
+    _switch_head(cfg, head, d_model)
+    return cfg
+
+
+def _preprocessor_section() -> dict:
+    """``preprocessor``: v3's ``AudioToMelSpectrogramPreprocessor`` (128 mels)."""
+    return {
+        "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+        "sample_rate": 16000,
+        "normalize": "per_feature",
+        "window_size": 0.025,
+        "window_stride": 0.01,
+        "window": "hann",
+        "features": 128,
+        "n_fft": 512,
+        "log": True,
+        "frame_splicing": 1,
+        "dither": 1.0e-05,
+        "pad_to": 0,
+        "pad_value": 0.0,
+    }
+
+
+def _encoder_section(d_model: int, xscaling: bool, use_bias: bool,
+                     local_attention: int) -> dict:
+    """``encoder``: v3's ``ConformerEncoder`` at 3 layers of ``d_model``, with the switches of
+    :func:`fixture_config`."""
+    return {
+        "_target_": "nemo.collections.asr.modules.ConformerEncoder",
+        "feat_in": 128,
+        "feat_out": -1,
+        "n_layers": 3,
+        "d_model": d_model,
+        "use_bias": use_bias,
+        "subsampling": "dw_striding",
+        "subsampling_factor": 8,
+        "subsampling_conv_channels": 24,
+        "causal_downsampling": False,
+        "ff_expansion_factor": 4,
+        "self_attention_model": "rel_pos_local_attn" if local_attention else "rel_pos",
+        "n_heads": 4,
+        "att_context_size": [local_attention] * 2 if local_attention else [-1, -1],
+        "att_context_style": "regular",
+        "xscaling": xscaling,
+        "untie_biases": True,
+        "pos_emb_max_len": 5000,
+        "conv_kernel_size": 9,
+        "conv_norm_type": "batch_norm",
+        "conv_context_size": None,
+        "dropout": 0.1,
+        "dropout_pre_encoder": 0.1,
+        "dropout_emb": 0.0,
+        "dropout_att": 0.1,
+    }
+
+
+def _transducer_sections(pred_hidden: int, joint_hidden: int) -> dict:
+    """``decoder``, ``joint``, ``decoding`` and ``loss`` of v3's TDT transducer (2-layer LSTM
+    prediction net, durations :data:`DURATIONS`, :data:`MAX_SYMBOLS`)."""
+    return {
         "decoder": {
             "_target_": "nemo.collections.asr.modules.RNNTDecoder",
             "normalization_mode": None,
@@ -196,8 +219,12 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
                 "omega": 0.0,
             },
         },
-        "optim": None,
     }
+
+
+def _switch_head(cfg: dict, head: str, d_model: int) -> None:
+    """Turn the TDT config ``cfg`` into the decoders ``head`` (a key of :data:`HEADS`), in
+    place."""
     ctc = {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": d_model,
            "num_classes": -1, "vocabulary": []}
     if head == "rnnt":  # parakeet-rnnt: no duration outputs, plain RNNT loss
@@ -218,7 +245,6 @@ def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
         cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False,
                           "ctc_reduction": "mean_batch", "decoder": ctc,
                           "decoding": {"strategy": "greedy_batch"}}
-    return cfg
 
 
 def corpus(vocab_size: int) -> tuple[str, ...]:
@@ -290,6 +316,21 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
     import torch
 
     generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        _redraw_parameters(model, generator)
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                shape = module.running_mean.shape
+                module.running_mean.copy_(0.2 * torch.randn(shape, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
+        _nudge_biases(model, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
+
+
+def _redraw_parameters(model, generator) -> None:
+    """Every parameter of ``model`` drawn from ``generator`` in ``named_parameters()`` order,
+    as :func:`redraw_weights` says (under ``torch.no_grad``)."""
+    import torch
+
     norm_weights = {
         f"{name}.weight"
         for name, module in model.named_modules()
@@ -297,35 +338,38 @@ def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
     }
     joint = getattr(model, "joint", None)
     embedding = model.decoder.prediction["embed"] if joint is not None else None
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            draw = torch.randn(param.shape, generator=generator, dtype=param.dtype)
-            if param.ndim >= 2 and (embedding is None or param is not embedding.weight):
-                draw *= GAIN / math.sqrt(param.numel() / param.shape[0])
-                module = name.rsplit(".", 2)[-2]
-                if name.startswith("encoder.layers.") and module in BRANCH_OUTPUTS:
-                    draw *= BRANCH_OUTPUT_SCALE
-            elif name in norm_weights:
-                draw = 1.0 + 0.2 * draw
-            elif param.ndim == 1:
-                draw *= 0.2
-            param.copy_(draw)
-        for module in model.modules():
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                shape = module.running_mean.shape
-                module.running_mean.copy_(0.2 * torch.randn(shape, generator=generator))
-                module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
-        if joint is not None:
-            embedding.weight[embedding.padding_idx].zero_()
-            output_bias = joint.joint_net[-1].bias
-            vocab = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
-            output_bias[vocab] += blank_bias_nudge
-            if joint.num_extra_outputs:
-                output_bias[vocab + 1] += duration0_bias_nudge
-        ctc = model.ctc_decoder if hasattr(model, "ctc_decoder") else (
-            None if joint is not None else model.decoder)
-        if ctc is not None:
-            ctc.decoder_layers[0].bias[ctc.num_classes_with_blank - 1] += ctc_blank_bias_nudge
+    for name, param in model.named_parameters():
+        draw = torch.randn(param.shape, generator=generator, dtype=param.dtype)
+        if param.ndim >= 2 and (embedding is None or param is not embedding.weight):
+            draw *= GAIN / math.sqrt(param.numel() / param.shape[0])
+            module = name.rsplit(".", 2)[-2]
+            if name.startswith("encoder.layers.") and module in BRANCH_OUTPUTS:
+                draw *= BRANCH_OUTPUT_SCALE
+        elif name in norm_weights:
+            draw = 1.0 + 0.2 * draw
+        elif param.ndim == 1:
+            draw *= 0.2
+        param.copy_(draw)
+
+
+def _nudge_biases(model, blank_bias_nudge: float, duration0_bias_nudge: float,
+                  ctc_blank_bias_nudge: float) -> None:
+    """The prediction-net embedding's blank row zeroed and the nudges of
+    :func:`redraw_weights` added to the joint's and the CTC decoder's output biases (under
+    ``torch.no_grad``)."""
+    joint = getattr(model, "joint", None)
+    if joint is not None:
+        embedding = model.decoder.prediction["embed"]
+        embedding.weight[embedding.padding_idx].zero_()
+        output_bias = joint.joint_net[-1].bias
+        vocab = joint.num_classes_with_blank - 1 - joint.num_extra_outputs
+        output_bias[vocab] += blank_bias_nudge
+        if joint.num_extra_outputs:
+            output_bias[vocab + 1] += duration0_bias_nudge
+    ctc = model.ctc_decoder if hasattr(model, "ctc_decoder") else (
+        None if joint is not None else model.decoder)
+    if ctc is not None:
+        ctc.decoder_layers[0].bias[ctc.num_classes_with_blank - 1] += ctc_blank_bias_nudge
 
 
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
@@ -368,7 +412,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
             tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
-        model.save_to(str(work / SPEC.fixture_model))
+        model.save_to(str(work / ParakeetTdt.spec.fixture_model))
         shutil.rmtree(tokenizer_dir)
     log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
              time.perf_counter() - imported)

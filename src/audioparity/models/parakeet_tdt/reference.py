@@ -1,5 +1,5 @@
-"""The NeMo side of a Parakeet-TDT comparison: run a ``.nemo`` end to end on CPU and dump the
-activations named in the artifact contract.
+"""The NeMo side of a Parakeet-TDT comparison: run a ``.nemo`` end to end on CPU and yield the
+activations named in the family's contract (:func:`stages`; the driver writes the dump).
 
 Stages, in NeMo's order (``EncDecRNNTBPEModel``): ``preprocessor`` (mel), ``encoder``
 (``pre_encode`` -> ``pos_enc`` -> ``layers[i]``), then greedy TDT or RNNT decoding (``decoder``
@@ -16,26 +16,23 @@ checked by replaying them through the project's one implementation of its rules,
 decode likewise through :func:`~.greedy.greedy_ctc`.
 
 Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
-fixture. Importing this module does not import torch or NeMo (it imports ggml, through the
-decoder module).
+fixture. Importing this module imports neither torch, NeMo nor ggml.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter
-from audioparity.audio import Audio, load_audio
 from audioparity.errors import AudioparityError
+from audioparity.family import Case, Fields, Note, Outputs, Phase
 from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
-from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig, load_config
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.greedy import (
     STRATEGY,
     collapse_ctc,
@@ -44,8 +41,6 @@ from audioparity.models.parakeet_tdt.greedy import (
     greedy_ctc,
     replay_path,
 )
-from audioparity.storage import emulations
-from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -114,28 +109,8 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
         AudioparityError: a hook did not fire exactly once, or ``pos_emb`` is absent (not
             ``rel_pos`` attention) or not of those rows.
     """
-    import torch
-
-    taps: dict[str, list[Any]] = {}
-
-    def keep(name: str, value: Any) -> None:
-        taps.setdefault(name, []).append(value[0] if isinstance(value, tuple) else value)
-
     enc = model.encoder
-    handles = [
-        enc.pre_encode.register_forward_hook(lambda m, i, o: keep("pre_encode", o)),
-        enc.layers[0].register_forward_pre_hook(
-            lambda m, a, kw: keep("pos_emb", kw.get("pos_emb")), with_kwargs=True
-        ),
-    ]
-    for index, layer in enumerate(enc.layers):
-        handles.append(layer.register_forward_hook(lambda m, i, o, n=index: keep(f"layer_{n}", o)))
-    try:
-        with torch.inference_mode():
-            encoded, encoded_length = enc(audio_signal=features, length=length)
-    finally:
-        for handle in handles:
-            handle.remove()
+    taps, encoded, encoded_length = _tapped_encoder(enc, features, length)
     n_frames = int(encoded_length[0])
     local = enc.self_attention_model == "rel_pos_local_attn"
     out: dict[str, np.ndarray] = {}
@@ -161,6 +136,34 @@ def encoder(model: Any, features: Any, length: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def _tapped_encoder(enc: Any, features: Any, length: Any) -> tuple[dict[str, list[Any]], Any,
+                                                                  Any]:
+    """``enc(audio_signal=features, length=length)`` with the hooks of :func:`encoder`:
+    ``(tap name -> every value it saw, encoded [1, D, T'_padded], encoded length [1])``."""
+    import torch
+
+    taps: dict[str, list[Any]] = {}
+
+    def keep(name: str, value: Any) -> None:
+        taps.setdefault(name, []).append(value[0] if isinstance(value, tuple) else value)
+
+    handles = [
+        enc.pre_encode.register_forward_hook(lambda m, i, o: keep("pre_encode", o)),
+        enc.layers[0].register_forward_pre_hook(
+            lambda m, a, kw: keep("pos_emb", kw.get("pos_emb")), with_kwargs=True
+        ),
+    ]
+    for index, layer in enumerate(enc.layers):
+        handles.append(layer.register_forward_hook(lambda m, i, o, n=index: keep(f"layer_{n}", o)))
+    try:
+        with torch.inference_mode():
+            encoded, encoded_length = enc(audio_signal=features, length=length)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return taps, encoded, encoded_length
+
+
 def valid_positions(pos_emb: np.ndarray, n_frames: int) -> np.ndarray:
     """The rows of ``pos_emb`` for the valid frames: positions ``T'-1 ... -(T'-1)``.
 
@@ -184,7 +187,7 @@ def valid_positions(pos_emb: np.ndarray, n_frames: int) -> np.ndarray:
 
 def greedy_tdt_decoding(
     model: Any, enc_out: np.ndarray
-) -> tuple[dict, np.ndarray, np.ndarray, dict]:
+) -> tuple[dict, np.ndarray, np.ndarray, dict, np.ndarray]:
     """NeMo's greedy TDT decoding (``model.decoding``, strategy :data:`STRATEGY`) of one utterance.
 
     The model's decoding config is kept (durations, ``max_symbols``) except the strategy, which is
@@ -205,7 +208,35 @@ def greedy_tdt_decoding(
         AudioparityError: the model is not a TDT transducer, or the joint rows do not reproduce
             NeMo's hypothesis under :func:`~.greedy.replay_path`.
     """
-    import torch
+    settings = _greedy_tdt_strategy(model)
+    hypothesis, joint_logits, lstm_state_0 = _recorded_decode(model, enc_out)
+    decode = {
+        "ids": _int_list(hypothesis.y_sequence),
+        "frames": _int_list(hypothesis.timestamp),
+        "durations": _int_list(hypothesis.token_duration),
+        "text": hypothesis.text,
+    }
+    durations = settings["durations"]
+    path = replay_path(joint_logits, enc_out.shape[0], durations, settings["max_symbols"])
+    replay = {"ids": path.ids, "frames": path.frames, "durations": path.durations}
+    for key, values in replay.items():
+        if values != decode[key]:
+            raise AudioparityError(
+                f"joint_logits: greedy TDT replay gives {key} {values[:20]}..., NeMo's hypothesis "
+                f"{decode[key][:20]}... ({len(values)} vs {len(decode[key])} entries)"
+            )
+    margins = decision_margins(joint_logits, path, len(durations))
+    return decode, joint_logits, lstm_state_0, settings, margins
+
+
+def _greedy_tdt_strategy(model: Any) -> dict:
+    """Set ``model``'s transducer decoding to :data:`STRATEGY` with token durations, no
+    timestamps and no alignments; the settings it decodes with (``strategy``, ``durations``,
+    ``max_symbols``).
+
+    Raises:
+        AudioparityError: the decoder is not NeMo's greedy batched TDT or RNNT one.
+    """
     from nemo.collections.asr.parts.submodules.rnnt_greedy_decoding import (
         GreedyBatchedRNNTInfer,
         GreedyBatchedTDTInfer,
@@ -227,7 +258,14 @@ def greedy_tdt_decoding(
         )
     # an RNNT model has no durations: each token stays on its frame (greedy.py)
     durations = [int(d) for d in getattr(infer, "durations", None) or []]
-    settings = {"strategy": STRATEGY, "durations": durations, "max_symbols": infer.max_symbols}
+    return {"strategy": STRATEGY, "durations": durations, "max_symbols": infer.max_symbols}
+
+
+def _recorded_decode(model: Any, enc_out: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+    """NeMo's hypothesis of ``enc_out [T', D]`` under the model's decoding, with every raw
+    ``joint.joint_net`` output row ``[steps, V+1+n_durations]`` and the LSTM state after the
+    first prediction step ``[layers, 2, H]``."""
+    import torch
 
     rows: list[Any] = []
     states: list[Any] = []
@@ -253,23 +291,7 @@ def greedy_tdt_decoding(
     finally:
         for handle in handles:
             handle.remove()
-    decode = {
-        "ids": _int_list(hypothesis.y_sequence),
-        "frames": _int_list(hypothesis.timestamp),
-        "durations": _int_list(hypothesis.token_duration),
-        "text": hypothesis.text,
-    }
-    joint_logits = torch.cat(rows).numpy()
-    path = replay_path(joint_logits, enc_out.shape[0], durations, infer.max_symbols)
-    replay = {"ids": path.ids, "frames": path.frames, "durations": path.durations}
-    for key, values in replay.items():
-        if values != decode[key]:
-            raise AudioparityError(
-                f"joint_logits: greedy TDT replay gives {key} {values[:20]}..., NeMo's hypothesis "
-                f"{decode[key][:20]}... ({len(values)} vs {len(decode[key])} entries)"
-            )
-    margins = decision_margins(joint_logits, path, len(durations))
-    return decode, joint_logits, states[0].numpy(), settings, margins
+    return hypothesis, torch.cat(rows).numpy(), states[0].numpy()
 
 
 def greedy_ctc_decoding(model: Any, enc_out: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -335,77 +357,25 @@ def _int_list(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
-def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
-                   emulate: Sequence[str] = ()) -> None:
-    """Dump NeMo's activations for each ``(audio, output_dir)`` pair of ``cases`` (artifact
-    contract), importing NeMo and restoring the model once for all of them: for
-    parakeet-tdt-0.6b-v3 on 2 cores the import takes about 7 s and the restore 20 s, a case
-    about 1 s per 10 s of audio (``BENCHMARKS.md``).
-
-    Each dump holds ``mel_features [T, n_mels]``, ``pre_encode [T', D]``, ``pos_emb [2T'-1, D]``,
-    ``layer_{i} [T', D]``, ``enc_out [T', D]``; a transducer's ``joint_logits
-    [steps, V+1+n_durations]`` (raw, one row per joint evaluation of the greedy decode),
-    ``lstm_state_0 [layers, 2, H]`` (h then c after the blank/SOS step), ``decode.json`` and
-    ``decode_margins [positions]`` (how firmly each token was decided, for the compare's
-    ``logit_gap``); a CTC decoder's ``ctc_logits [T', V+1]``, ``ctc_decode.json`` and
-    ``ctc_decode_margins`` (:func:`greedy_ctc_decoding`). Manifest fields: family, threads,
-    cases_per_load (how many dumps shared the import and load whose ``seconds`` it records),
-    n_layers, decoding (strategy, durations, max_symbols), ctc_decoding, audio (the file's
-    format, see :class:`~audioparity.audio.Audio`), versions of torch and nemo_toolkit.
-
-    Before NeMo is imported, every input goes through the checks of the ggml dump, in its order
-    and with its messages: the config (:func:`~.config.load_config`), each audio file
-    (:func:`~audioparity.audio.load_audio`, at least one encoder frame), and the checkpoint's
-    tensors (:func:`~.weights.check_weights`: present, shaped as the config says, finite;
-    this reads the weights once more, a few seconds for a 0.6B model).
-
-    Args:
-        model: ``.nemo`` file (:data:`MODEL_CLASSES`).
-        cases: ``(audio file, dump directory)`` pairs; audio is read at the model's sample rate,
-            each directory is written atomically.
-        threads: torch intra-op threads (results are bit-stable at a fixed count); the previous
-            count is restored afterwards.
-        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
-            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
+def check_inputs(model: Path, config: ParakeetTDTConfig, cases: Sequence[Case],
+                 emulates: bool) -> None:
+    """What the reference refuses before NeMo is imported, after the config and the cases
+    (read as the ggml side reads them): a model directory (NeMo restores ``.nemo`` files only),
+    a case whose attention would not fit the memory (:func:`check_attention_memory`), and the
+    checkpoint's tensors (:func:`~.checkpoint.check_weights`: present, shaped as the config
+    says, finite), the ggml side's checks with its messages.
 
     Raises:
-        AudioparityError: no cases; a missing or unreadable model or audio file, a Hugging Face
-            directory (NeMo restores ``.nemo`` files only), a model that is not Parakeet-TDT
-            shaped or whose tensors are missing, misshapen or not finite, too little audio, or a
-            decode the joint rows do not reproduce. The failing case's directory is not left
-            behind; an input error leaves none at all.
+        AudioparityError: one line naming the model or the case.
     """
     model = Path(model)
-    cases = [(Path(audio), Path(output_dir)) for audio, output_dir in cases]
-    if not cases:
-        raise AudioparityError("reference parakeet-tdt: no audio file given")
     if model.is_dir():
         raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
-    config = load_config(model)
-    sounds = [load_audio(audio, sample_rate=config.preprocessor.sample_rate,
-                         min_samples=config.min_samples, purpose="one encoder frame")
-              for audio, _ in cases]
-    for (audio, _), sound in zip(cases, sounds, strict=True):
-        n_mel = sound.samples.size // config.preprocessor.hop_length  # valid mel frames
-        check_attention_memory(audio, model, config.encoder,
-                               config.encoder.subsampled_length(n_mel), bool(emulate))
+    for case in cases:
+        n_mel = case.data.samples.size // config.preprocessor.hop_length  # valid mel frames
+        check_attention_memory(case.path, model, config.encoder,
+                               config.encoder.subsampled_length(n_mel), emulates)
     check_weights(model, config)
-
-    with torch_threads(threads):
-        start = time.perf_counter()
-        import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
-
-        imported = time.perf_counter()
-        asr_model = restore_model(model)
-        seconds = {"import": round(imported - start, 4),
-                   "load": round(time.perf_counter() - imported, 4)}
-        log.info("reference parakeet-tdt: imported NeMo in %.1f s, loaded %s in %.1f s, for %d "
-                 "case(s)", seconds["import"], model, seconds["load"], len(cases))
-        for variant in emulations(asr_model, emulate):
-            for (audio, output_dir), sound in zip(cases, sounds, strict=True):
-                _dump(variant.model, model, audio, sound, config, variant.dump_dir(output_dir),
-                      {"threads": threads, "cases_per_load": len(cases), **variant.fields},
-                      seconds)
 
 
 def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: int,
@@ -424,78 +394,59 @@ def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: i
                    "the input is too long for this memory", " (attention grows as T'^2)")
 
 
-def _dump(asr_model: Any, model: Path, audio: Path, sound: Audio, config: ParakeetTDTConfig,
-          output_dir: Path, fields: dict[str, int], seconds: dict[str, float]) -> None:
-    start = time.perf_counter()
-    with DumpWriter(
-        output_dir,
-        producer="nemo",
-        model=model,
-        inputs={"audio": audio},
-        fields={"family": "parakeet_tdt", **fields, "audio": sound.source},
-        versions=("torch", "nemo_toolkit"),
-    ) as writer:
-        for note in sound.notes:
-            writer.note(note)
-        log.info("reference parakeet-tdt: %s (%.2f s of audio)", audio, sound.seconds)
-        writer.manifest["seconds"].update(seconds)
-        writer.manifest["n_layers"] = len(asr_model.encoder.layers)
+def stages(asr_model: Any, case: Case) -> Outputs:
+    """The reference's stages of one case, each phase timed by the driver: ``preprocessor``
+    (``mel_features [T, n_mels]``), ``encoder`` (``pre_encode``, ``pos_emb``, ``layer_{i}``,
+    ``enc_out``: :func:`encoder`), then a transducer's ``decoding``
+    (:func:`transducer_stages`) and a CTC decoder's ``ctc_decoding``
+    (:func:`ctc_stages`)."""
+    config, sound = case.config, case.data
+    log.info("reference parakeet-tdt: %s (%.2f s of audio)", case.path, sound.seconds)
+    yield Phase("preprocessor")
+    features, length = preprocessor(asr_model, sound.samples)
+    yield "mel_features", features[0, :, : int(length[0])].T.float().numpy()
 
-        with writer.timed("preprocessor"):
-            features, length = preprocessor(asr_model, sound.samples)
-        writer.add_tensor(
-            "mel_features", features[0, :, : int(length[0])].T.float().numpy(), "[T, n_mels]"
-        )
-
-        with writer.timed("encoder"):
-            taps = encoder(asr_model, features, length)
-        position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
-        if position_note:
-            writer.note(position_note)
-            log.info("reference parakeet-tdt: %s", position_note)
-        writer.add_tensor("pre_encode", taps.pop("pre_encode"), "[T, D]")
-        writer.add_tensor("pos_emb", taps.pop("pos_emb"), "[2T-1, D]")
-        for name, array in taps.items():
-            writer.add_tensor(name, array, "[T, D]")
-        log.info(
-            "reference parakeet-tdt: mel + encoder (%d layers, T'=%d) in %.2f s",
-            writer.manifest["n_layers"], taps["enc_out"].shape[0],
-            writer.manifest["seconds"]["preprocessor"] + writer.manifest["seconds"]["encoder"],
-        )
-
-        if config.transducer:
-            _dump_transducer(writer, asr_model, taps["enc_out"])
-        if config.ctc is not None:
-            with writer.timed("ctc_decoding"):
-                ctc_decode, ctc_logits, ctc_margins_ = greedy_ctc_decoding(asr_model,
-                                                                          taps["enc_out"])
-            writer.manifest["ctc_decoding"] = {"strategy": STRATEGY}
-            writer.add_tensor("ctc_logits", ctc_logits, "[T, V+1]")
-            writer.add_json("ctc_decode", ctc_decode)
-            writer.add_tensor("ctc_decode_margins", ctc_margins_, "[positions]")
-            writer.note(f"ctc_decode: NeMo CTCBPEDecoding {STRATEGY}, batch 1; the argmax of "
-                        "ctc_logits folded reproduces its ids and frames")
-            log.info("reference parakeet-tdt: CTC decoded %d tokens in %.2f s",
-                     len(ctc_decode["ids"]), writer.manifest["seconds"]["ctc_decoding"])
-    log.info("reference parakeet-tdt: wrote %s in %.1f s", output_dir, time.perf_counter() - start)
+    yield Phase("encoder")
+    taps = encoder(asr_model, features, length)
+    position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
+    if position_note:
+        yield Note(position_note)
+        log.info("reference parakeet-tdt: %s", position_note)
+    yield from taps.items()
+    log.info("reference parakeet-tdt: mel + encoder (%d layers, T'=%d)",
+             len(asr_model.encoder.layers), taps["enc_out"].shape[0])
+    if config.transducer:
+        yield from transducer_stages(asr_model, taps["enc_out"])
+    if config.ctc is not None:
+        yield from ctc_stages(asr_model, taps["enc_out"])
 
 
-def _dump_transducer(writer: DumpWriter, asr_model: Any, enc_out: np.ndarray) -> None:
-    """The transducer's stages of a reference dump (:func:`greedy_tdt_decoding`)."""
-    with writer.timed("decoding"):
-        decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(
-            asr_model, enc_out
-        )
-    writer.manifest["decoding"] = settings
-    writer.add_tensor("joint_logits", joint_logits, "[steps, V+1+n_durations]")
-    writer.add_tensor("lstm_state_0", lstm_state, "[layers, 2, H]")
-    writer.add_json("decode", decode)
-    writer.add_tensor("decode_margins", margins, "[positions]")
-    writer.note(
-        f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows replayed "
-        f"through the greedy TDT rules reproduce its ids, frames and durations"
-    )
-    log.info(
-        "reference parakeet-tdt: decoded %d tokens in %d joint steps in %.2f s",
-        len(decode["ids"]), len(joint_logits), writer.manifest["seconds"]["decoding"],
-    )
+def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
+    """The transducer's stages of a reference dump (:func:`greedy_tdt_decoding`):
+    ``joint_logits``, ``lstm_state_0``, ``decode`` and its margins, and the manifest's
+    ``decoding`` settings."""
+    yield Phase("decoding")
+    decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(asr_model, enc_out)
+    yield Fields({"decoding": settings})
+    yield "joint_logits", joint_logits
+    yield "lstm_state_0", lstm_state
+    yield "decode", decode
+    yield "decode_margins", margins
+    yield Note(f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows "
+               "replayed through the greedy TDT rules reproduce its ids, frames and durations")
+    log.info("reference parakeet-tdt: decoded %d tokens in %d joint steps",
+             len(decode["ids"]), len(joint_logits))
+
+
+def ctc_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
+    """The CTC decoder's stages of a reference dump (:func:`greedy_ctc_decoding`):
+    ``ctc_logits``, ``ctc_decode`` and its margins, and the manifest's ``ctc_decoding``."""
+    yield Phase("ctc_decoding")
+    ctc_decode, ctc_logits, margins = greedy_ctc_decoding(asr_model, enc_out)
+    yield Fields({"ctc_decoding": {"strategy": STRATEGY}})
+    yield "ctc_logits", ctc_logits
+    yield "ctc_decode", ctc_decode
+    yield "ctc_decode_margins", margins
+    yield Note(f"ctc_decode: NeMo CTCBPEDecoding {STRATEGY}, batch 1; the argmax of "
+               "ctc_logits folded reproduces its ids and frames")
+    log.info("reference parakeet-tdt: CTC decoded %d tokens", len(ctc_decode["ids"]))

@@ -13,25 +13,13 @@ replayed form: the error of that block alone.
 
 from __future__ import annotations
 
-import logging
-from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from audioparity.artifacts import Dump
-from audioparity.audio import load_audio
-from audioparity.models.parakeet_tdt.config import load_config
-from audioparity.models.parakeet_tdt.reference import (
-    greedy_tdt_decoding,
-    preprocessor,
-    restore_model,
-)
-from audioparity.replay import load_emulated, nothing_to_replay, record_skipped, replay_writer
-from audioparity.threads import torch_threads
-
-log = logging.getLogger("audioparity")
+from audioparity.family import Case, Outputs, Phase, Skipped
+from audioparity.models.parakeet_tdt.reference import greedy_tdt_decoding, preprocessor
 
 
 def _given(candidate: Dump, name: str, shape: tuple[int, ...], skipped: dict[str, str],
@@ -47,6 +35,69 @@ def _given(candidate: Dump, name: str, shape: tuple[int, ...], skipped: dict[str
                              f"there is {list(shape)}")
         return None
     return array
+
+
+class _Substitutions:
+    """The forward hooks of :func:`replayed_encoder`: each substitutes the candidate's input
+    to a block and records the block's output on it (``replayed``), or why it could not
+    (``skipped``).
+
+    Args:
+        candidate: the candidate's dump.
+        mel_given: the candidate's ``mel_features`` replaced the preprocessor's output (so
+            ``pre_encode``'s output is its replayed form).
+        skipped: the reasons recorded so far (shared, added to).
+    """
+
+    def __init__(self, candidate: Dump, mel_given: bool, skipped: dict[str, str]) -> None:
+        self.candidate = candidate
+        self.mel_given = mel_given
+        self.replayed: dict[str, np.ndarray] = {}
+        self.skipped = skipped
+        self.frames: list[int] = []
+
+    def on_pre_encode(self, module: Any, inputs: Any, output: Any) -> Any:
+        """``pre_encode``'s output recorded, then replaced by the candidate's ``pre_encode``."""
+        import torch
+
+        x, lengths = output
+        self.frames.append(int(lengths[0]))
+        if self.mel_given:
+            self.replayed["pre_encode_replayed"] = x[0, : self.frames[0]].float().numpy().copy()
+        given = _given(self.candidate, "pre_encode", (self.frames[0], x.shape[2]), self.skipped,
+                       "layer_0_replayed")
+        if given is None:
+            return None
+        x = x.clone()
+        x[0, : self.frames[0]] = torch.from_numpy(given)
+        return x, lengths
+
+    def before_layer(self, index: int) -> Any:
+        """The pre-hook of ``layers[index]``: its input ``x`` replaced by the candidate's
+        ``layer_{index-1}`` (layer 0's input comes from :meth:`on_pre_encode`)."""
+        import torch
+
+        def hook(module: Any, args: Any, kwargs: dict) -> Any:
+            if index == 0:
+                return None
+            x = kwargs["x"]
+            given = _given(self.candidate, f"layer_{index - 1}", (self.frames[0], x.shape[2]),
+                           self.skipped, f"layer_{index}_replayed")
+            if given is None:
+                return None
+            x = x.clone()
+            x[0, : self.frames[0]] = torch.from_numpy(given)
+            return args, {**kwargs, "x": x}
+        return hook
+
+    def after_layer(self, index: int) -> Any:
+        """The hook of ``layers[index]``: its output's valid frames, unless its input was not
+        substituted."""
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            name = f"layer_{index}_replayed"
+            if name not in self.skipped:
+                self.replayed[name] = output[0, : self.frames[0]].float().numpy().copy()
+        return hook
 
 
 def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
@@ -67,7 +118,6 @@ def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
     import torch
 
     enc = model.encoder
-    replayed: dict[str, np.ndarray] = {}
     skipped: dict[str, str] = {}
     n_frames = int(length[0])
     mel = _given(candidate, "mel_features", (n_frames, features.shape[1]), skipped,
@@ -75,105 +125,40 @@ def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
     features = features.clone()
     if mel is not None:
         features[0, :, :n_frames] = torch.from_numpy(mel.T.copy())
-    frames: list[int] = []
-
-    def on_pre_encode(module: Any, inputs: Any, output: Any) -> Any:
-        x, lengths = output
-        frames.append(int(lengths[0]))
-        if mel is not None:
-            replayed["pre_encode_replayed"] = x[0, : frames[0]].float().numpy().copy()
-        given = _given(candidate, "pre_encode", (frames[0], x.shape[2]), skipped,
-                       "layer_0_replayed")
-        if given is None:
-            return None
-        x = x.clone()
-        x[0, : frames[0]] = torch.from_numpy(given)
-        return x, lengths
-
-    def before_layer(index: int) -> Any:
-        def hook(module: Any, args: Any, kwargs: dict) -> Any:
-            if index == 0:
-                return None
-            x = kwargs["x"]
-            given = _given(candidate, f"layer_{index - 1}", (frames[0], x.shape[2]), skipped,
-                           f"layer_{index}_replayed")
-            if given is None:
-                return None
-            x = x.clone()
-            x[0, : frames[0]] = torch.from_numpy(given)
-            return args, {**kwargs, "x": x}
-        return hook
-
-    def after_layer(index: int) -> Any:
-        def hook(module: Any, inputs: Any, output: Any) -> None:
-            name = f"layer_{index}_replayed"
-            if name not in skipped:
-                replayed[name] = output[0, : frames[0]].float().numpy().copy()
-        return hook
-
-    handles = [enc.pre_encode.register_forward_hook(on_pre_encode)]
+    hooks = _Substitutions(candidate, mel is not None, skipped)
+    handles = [enc.pre_encode.register_forward_hook(hooks.on_pre_encode)]
     for index, layer in enumerate(enc.layers):
-        handles.append(layer.register_forward_pre_hook(before_layer(index), with_kwargs=True))
-        handles.append(layer.register_forward_hook(after_layer(index)))
+        handles.append(layer.register_forward_pre_hook(hooks.before_layer(index),
+                                                       with_kwargs=True))
+        handles.append(layer.register_forward_hook(hooks.after_layer(index)))
     try:
         with torch.inference_mode():
             enc(audio_signal=features, length=length)
     finally:
         for handle in handles:
             handle.remove()
-    return replayed, skipped
+    return hooks.replayed, hooks.skipped
 
 
-def dump_replay(model: Path, audio: Path, candidate_dir: Path, output_dir: Path,
-                threads: int = 1, emulate: str | None = None) -> None:
-    """Replay a candidate's blocks through NeMo (module notes) and write the replayed forms as a
-    dump: ``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``, ``decode_replayed``
-    (``{ids, frames, durations, text}``, with its ``decode_replayed_margins``); the manifest's
-    ``skipped`` says, per replayed form not written, why (the candidate lacks its input, or has
-    it in another shape).
-
-    A candidate dump that is not ``ok`` (unavailable, crashed) gives a replay of the same
-    status: nothing to replay.
-
-    Args:
-        model: the ``.nemo`` file the candidate ran (its own conversion of it).
-        audio: the case's audio file.
-        candidate_dir: the candidate's dump of the case.
-        output_dir: the replay dump, written atomically.
-        threads: torch intra-op threads.
-        emulate: a weight type to replay as ggml's CPU backend computes with it
-            (:func:`audioparity.storage.emulating`; a quantized cell's replay), or None.
-
-    Raises:
-        AudioparityError: an unreadable model, audio file or candidate dump.
-    """
-    model, candidate_dir = Path(model), Path(candidate_dir)
-    config = load_config(model)
-    sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
-                       min_samples=config.min_samples, purpose="one encoder frame")
-    candidate = Dump(candidate_dir)
-    with replay_writer(output_dir, candidate, producer="nemo", model=model,
-                       inputs={"audio": audio}, family="parakeet_tdt", threads=threads,
-                       emulate=emulate, versions=("torch", "nemo_toolkit")) as writer:
-        if nothing_to_replay(writer, candidate):
-            return
-        with torch_threads(threads), ExitStack() as stack:
-            asr_model = load_emulated(writer, stack, lambda: restore_model(model), emulate)
-            with writer.timed("encoder"):
-                features, length = preprocessor(asr_model, sound.samples)
-                replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
-            for name, array in replayed.items():
-                writer.add_tensor(name, array, "[T, D]")
-            if not config.transducer:
-                skipped["decode_replayed"] = "a CTC model: no transducer decode to replay"
-            elif candidate.has("enc_out"):
-                with writer.timed("decoding"):
-                    decode, *_, margins = greedy_tdt_decoding(asr_model,
-                                                              candidate.tensor("enc_out"))
-                writer.add_json("decode_replayed", decode)
-                writer.add_tensor("decode_replayed_margins", margins, "[positions]")
-            else:
-                skipped["decode_replayed"] = "the candidate dump has no enc_out"
-        record_skipped(writer, skipped)
-        log.info("replay parakeet-tdt: %s: %d blocks replayed, %d not", candidate_dir,
-                 len(replayed) + ("decode_replayed" not in skipped), len(skipped))
+def stages(asr_model: Any, case: Case, candidate: Dump) -> Outputs:
+    """The replayed forms of one case (module notes), each phase timed by the driver:
+    ``encoder`` (``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``), then
+    ``decoding`` (``decode_replayed``, ``{ids, frames, durations, text}``, with its
+    ``decode_replayed_margins``); each form not replayed is :class:`Skipped` with why (the
+    candidate lacks its input, or has it in another shape; a CTC model has no transducer
+    decode)."""
+    yield Phase("encoder")
+    features, length = preprocessor(asr_model, case.data.samples)
+    replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
+    yield from replayed.items()
+    for name, why in skipped.items():
+        yield Skipped(name, why)
+    if not case.config.transducer:
+        yield Skipped("decode_replayed", "a CTC model: no transducer decode to replay")
+    elif candidate.has("enc_out"):
+        yield Phase("decoding")
+        decode, *_, margins = greedy_tdt_decoding(asr_model, candidate.tensor("enc_out"))
+        yield "decode_replayed", decode
+        yield "decode_replayed_margins", margins
+    else:
+        yield Skipped("decode_replayed", "the candidate dump has no enc_out")

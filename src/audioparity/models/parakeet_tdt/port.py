@@ -1,0 +1,168 @@
+"""The ggml port's stages of one case (:meth:`ParakeetTdt.ggml`), each phase timed by the
+driver:
+
+- ``mel``: :func:`.frontend.mel_features` (the checkpoint's filterbank and window when it has
+  them) -> ``mel_features [T, n_mels]``;
+- ``encoder``: the end-to-end encoder on that mel -> ``pre_encode``, ``pos_emb``, ``layer_{i}``,
+  ``enc_out``;
+- ``layers_isolated``: every layer alone on the reference's input of that layer (reference
+  ``pre_encode`` for layer 0, reference ``layer_{i-1}`` after, reference ``pos_emb``) ->
+  ``layer_{i}_isolated``;
+- ``joint_logits``: the ggml joint along the reference greedy path (reference ``enc_out`` and
+  token history, rows as in the reference's ``joint_logits``) -> ``joint_logits``,
+  ``lstm_state_0``;
+- ``decoder_replay``: the ggml greedy decoder run free on the reference ``enc_out`` ->
+  ``decoder_replay.json``;
+- ``decode``: the ggml greedy decoder on the ggml ``enc_out`` -> ``decode.json``;
+- a CTC model's (and the hybrid's) ``ctc_decoder_replay`` and ``ctc_decode``: the ggml CTC
+  decoder and greedy CTC on the reference ``enc_out`` -> ``ctc_logits_isolated``,
+  ``ctc_decoder_replay.json``, and on the ggml ``enc_out`` -> ``ctc_logits``, ``ctc_decode.json``.
+
+The transducer's stages (``joint_logits`` to ``decode``) exist for a TDT or RNNT model only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from audioparity.artifacts import Dump
+from audioparity.errors import AudioparityError
+from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.ggml import Runtime, Weights
+from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.models.parakeet_tdt.ctc import CtcDecoder
+from audioparity.models.parakeet_tdt.decoder import TdtDecoder
+from audioparity.models.parakeet_tdt.encoder import Encoder
+from audioparity.models.parakeet_tdt.frontend import mel_features
+from audioparity.models.parakeet_tdt.greedy import STRATEGY, GreedyPath, replay_path
+from audioparity.models.parakeet_tdt.layout import FB, WINDOW
+from audioparity.models.parakeet_tdt.tokenizer import (
+    Tokenizer,
+    ctc_document,
+    decode_document,
+    load_tokenizer,
+)
+
+log = logging.getLogger("audioparity")
+
+
+def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> Outputs:
+    """The stages of the module docstring, on ``case`` (its audio ``[L]`` float32 at the
+    model's rate), with the reference dump ``reference`` for the teacher-forced ones.
+
+    Raises:
+        AudioparityError: the model carries no readable tokenizer, or the reference's
+            ``joint_logits`` do not reproduce its ``decode.json`` (:func:`reference_path`).
+    """
+    config, label = case.config, f"ggml parakeet-tdt [{case.model.name} | {case.path.stem}]"
+    tokenizer = load_tokenizer(case.model)
+    yield Fields({"decoding": {"strategy": STRATEGY, "durations": list(config.durations),
+                               "max_symbols": config.max_symbols}})
+    yield Note("mel filterbank and window: "
+               + ("the checkpoint's" if FB in weights.buffers else "built (librosa, hann)"))
+    yield Phase("mel")
+    mel = mel_features(case.data.samples, config.preprocessor,
+                       filterbank=weights.buffers.get(FB), window=weights.buffers.get(WINDOW))
+    yield "mel_features", mel
+    log.info("%s: mel %d frames", label, mel.shape[0])
+
+    encoder = Encoder(weights, config, runtime,
+                      flash_attention=bool(case.options.get("flash_attention", 0)))
+    enc_out = yield from encoder_stages(encoder, mel, reference, label)
+    if config.transducer:
+        yield from transducer_stages(runtime, weights, reference, config, enc_out, tokenizer,
+                                     label)
+    if config.ctc is not None:
+        yield from ctc_stages(runtime, weights, reference, config, enc_out, tokenizer, label)
+
+
+def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: str) -> Outputs:
+    """``encoder`` (every tap of :meth:`Encoder.forward`) and ``layers_isolated``; returns
+    (as the generator's value) the port's ``enc_out [T', D]``."""
+    config = encoder.cfg
+    yield Phase("encoder")
+    taps = encoder.forward(mel)
+    yield "pre_encode", taps["pre_encode"]
+    yield "pos_emb", taps["pos_emb"]
+    for i in range(config.n_layers):
+        yield f"layer_{i}", taps[f"layer_{i}"]
+    yield "enc_out", taps["enc_out"]
+    position_note = config.position_table_note(taps["enc_out"].shape[0])
+    if position_note:
+        yield Note(position_note)
+        log.info("%s: %s", label, position_note)
+    log.info("%s: encoder (%d layers, T'=%d)", label, config.n_layers, taps["enc_out"].shape[0])
+
+    yield Phase("layers_isolated")
+    # layers_isolated scales pre_encode by xscale itself, as NeMo's pos_enc does
+    inputs = [reference.tensor("pre_encode")] + [reference.tensor(f"layer_{i - 1}")
+                                                 for i in range(1, config.n_layers)]
+    for i, output in enumerate(encoder.layers_isolated(inputs, reference.tensor("pos_emb"))):
+        yield f"layer_{i}_isolated", output
+    return taps["enc_out"]
+
+
+def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
+                      config: ParakeetTDTConfig, enc_out: np.ndarray, tokenizer: Tokenizer,
+                      label: str) -> Outputs:
+    """The transducer's stages: ``joint_logits`` and ``lstm_state_0`` along the reference path,
+    ``decoder_replay`` (on the reference ``enc_out``) and ``decode`` (on ours)."""
+    ref_enc_out = reference.tensor("enc_out")
+    with TdtDecoder(runtime, weights, config) as decoder:
+        yield Phase("joint_logits")
+        path = reference_path(reference, ref_enc_out.shape[0], config)
+        joint_logits, lstm_state_0 = decoder.teacher_forced(ref_enc_out, path)
+        yield "joint_logits", joint_logits
+        yield "lstm_state_0", lstm_state_0
+        log.info("%s: joint along the reference path (%d rows)", label, joint_logits.shape[0])
+
+        yield Phase("decoder_replay")
+        replay = decode_document(decoder.greedy(ref_enc_out), tokenizer)
+        yield "decoder_replay", replay
+        yield Phase("decode")
+        decode = decode_document(decoder.greedy(enc_out), tokenizer)
+        yield "decode", decode
+    yield Note(f"decode and decoder_replay: greedy TDT ({STRATEGY} rules, batch 1) on the host "
+               "around ggml prediction-network and joint graphs")
+    log.info("%s: decoder_replay %d tokens, decode %d tokens", label, len(replay["ids"]),
+             len(decode["ids"]))
+
+
+def ctc_stages(runtime: Runtime, weights: Weights, reference: Dump, config: ParakeetTDTConfig,
+               enc_out: np.ndarray, tokenizer: Tokenizer, label: str) -> Outputs:
+    """The CTC decoder's stages: ``ctc_logits`` and ``ctc_decode`` of our ``enc_out``, and
+    their isolated forms on the reference's: ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
+    decoder = CtcDecoder(runtime, weights, config)
+    yield Phase("ctc_decoder_replay")
+    isolated, replay = decoder.greedy(reference.tensor("enc_out"))
+    yield "ctc_logits_isolated", isolated
+    yield "ctc_decoder_replay", ctc_document(replay, tokenizer)
+    yield Phase("ctc_decode")
+    log_probs, path = decoder.greedy(enc_out)
+    yield "ctc_logits", log_probs
+    yield "ctc_decode", ctc_document(path, tokenizer)
+    yield Note("ctc_decode and ctc_decoder_replay: greedy CTC (argmax, repeats folded, blanks "
+               "dropped) on the host of the ggml ConvASRDecoder's log-probabilities")
+    log.info("%s: ctc_decoder_replay %d tokens, ctc_decode %d tokens", label, len(replay.ids),
+             len(path.ids))
+
+
+def reference_path(reference: Dump, n_frames: int, config: ParakeetTDTConfig) -> GreedyPath:
+    """The reference's greedy path, read off its own ``joint_logits`` and checked against its
+    ``decode.json``.
+
+    Raises:
+        AudioparityError: the rows do not reproduce the reference decode.
+    """
+    path = replay_path(reference.tensor("joint_logits"), n_frames, list(config.durations),
+                       config.max_symbols)
+    decode = reference.json("decode")
+    if [path.ids, path.frames, path.durations] != [decode["ids"], decode["frames"],
+                                                   decode["durations"]]:
+        raise AudioparityError(
+            f"{reference.path}: joint_logits replayed with durations {list(config.durations)} "
+            f"and max_symbols {config.max_symbols} do not reproduce decode.json"
+        )
+    return path
