@@ -1,9 +1,11 @@
 """The ggml MOSS backbone against the PyTorch reference on the tiny moss_model: float32 parity
 on four prompts, the other weight types and the f16 KV cache, the massive-activation fixture at
-f16, and a backend that is not built in."""
+f16, the codebook pad rows read back from the uploaded weights, the storage policy, and a backend
+that is not built in."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,18 +13,18 @@ import pytest
 
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import max_rel, non_finite
+from audioparity.driver import dump_ggml, dump_reference, storage_types
 from audioparity.ggml import doctor
+from audioparity.models.moss_voicegen.checkpoint import expected_shapes
 from audioparity.models.moss_voicegen.config import load_config
-from audioparity.models.moss_voicegen.dump import dump_ggml
-from audioparity.models.moss_voicegen.reference import dump_reference
 from tests import MOSS_PROMPTS
-from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
+from tests.models.moss_voicegen import F32_GATE, FAMILY, HIDDEN_STAGES, PROMPT, options
 
 
 def ggml_dump(model: Path, prompt: Path, output: Path, weight_type: str = "f32",
               kv_cache_type: str = "f32", backend: str = "cpu") -> Dump:
-    dump_ggml(model, prompt, output, weight_type=weight_type, backend=backend, device=0,
-              kv_cache_type=kv_cache_type, threads=1, generate_rows=16)
+    dump_ggml(FAMILY, model, prompt, output, weight_type=weight_type, backend=backend,
+              device=0, threads=1, options=options("ggml", kv_cache_type=kv_cache_type))
     return Dump(output)
 
 
@@ -61,7 +63,8 @@ def test_generation_exercises_the_delay_pattern(moss_model: Path,
 
 def test_massive_activation_gives_non_finite_values_at_f16(tmp_path: Path, fixture_model) -> None:
     massive = fixture_model("moss_voicegen", massive_activation=True)
-    dump_reference(massive, [(PROMPT, tmp_path / "reference_massive")])
+    dump_reference(FAMILY, massive, [(PROMPT, tmp_path / "reference_massive")],
+                   options=options("reference"))
     ref = Dump(tmp_path / "reference_massive")
     f16 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f16", weight_type="f16")
     f32 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f32", weight_type="f32")
@@ -88,6 +91,47 @@ def test_native_weights_are_the_checkpoints_bf16(tmp_path: Path, moss_model: Pat
     for name in native.tensor_names:
         np.testing.assert_array_equal(native.tensor(name), bf16.tensor(name), err_msg=name)
     assert any("pad rows: all 4 zero" in note for note in native.manifest["notes"])
+
+
+def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path) -> None:
+    """The pad rows are read back from the weights the dump computes with, streamed from the
+    checkpoint or mapped from a converted file alike."""
+    from safetensors.torch import load_file, save_file
+
+    from audioparity.driver import save_weights
+
+    model = tmp_path / "model"
+    shutil.copytree(moss_model, model)
+    state = load_file(model / "model.safetensors")
+    state["emb_ext.2.weight"][load_config(model).audio_pad_code, 5] = 0.5
+    save_file(state, model / "model.safetensors", metadata={"format": "pt"})
+    save_weights(FAMILY, model, tmp_path / "q8_0.gguf", weight_type="q8_0", options={})
+    note = ("codebook pad rows: NOT zero in emb_ext.2.weight (pad codes contribute to the "
+            "embedding)")
+    streamed = ggml_dump(model, PROMPT, tmp_path / "streamed", weight_type="q8_0")
+    dump_ggml(FAMILY, model, PROMPT, tmp_path / "mapped", weight_type="q8_0", backend="cpu",
+              options=options("ggml"), weights_file=tmp_path / "q8_0.gguf")
+    for dump in (streamed, Dump(tmp_path / "mapped")):
+        assert note in dump.manifest["notes"]
+
+
+def test_moss_weights_take_the_one_storage_policy(moss_model: Path) -> None:
+    """Norm weights float32, every matrix in the weight type; a q8_0 matrix whose rows are no
+    multiple of 32 falls back to f16 with a note, as in every family."""
+    shapes = expected_shapes(load_config(moss_model))
+    native = dict.fromkeys(shapes, "bf16")
+    storage, notes = storage_types(FAMILY, shapes, native, "q8_0", {})
+    assert {name for name, kind in storage.items() if kind == "f32"} == {
+        name for name, shape in shapes.items() if len(shape) == 1}
+    assert {kind for name, kind in storage.items() if len(shapes[name]) == 2} == {"q8_0"}
+    assert notes == []
+    down = "language_model.layers.0.mlp.down_proj.weight"
+    storage, notes = storage_types(FAMILY, {**shapes, down: (64, 144)}, native, "q8_0", {})
+    assert storage[down] == "f16"
+    assert notes == [f"{down} [64, 144]: q8_0 needs rows of a multiple of its block size; "
+                     "stored as f16"]
+    assert storage_types(FAMILY, shapes, native, "native", {})[0] == {
+        name: "f32" if len(shape) == 1 else "bf16" for name, shape in shapes.items()}
 
 
 def test_f16_kv_cache_is_used(tmp_path: Path, moss_model: Path,

@@ -8,15 +8,16 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.artifacts import Dump
+from audioparity.driver import dump_reference
 from audioparity.models.moss_voicegen.config import load_config
-from audioparity.models.moss_voicegen.reference import dump_reference
-from tests.models.moss_voicegen import PROMPT
+from tests.models.moss_voicegen import FAMILY, PROMPT, options
 
 
 def test_remote_code_reference_equals_the_built_in_one(tmp_path: Path, fixture_model,
                                                        moss_references: dict[str, Dump]) -> None:
     remote_model = fixture_model("moss_voicegen", remote_code=True)
-    dump_reference(remote_model, [(PROMPT, tmp_path / "reference_remote")])
+    dump_reference(FAMILY, remote_model, [(PROMPT, tmp_path / "reference_remote")],
+                   options=options("reference"))
     remote, built_in = Dump(tmp_path / "reference_remote"), moss_references[PROMPT.stem]
     assert remote.manifest["modeling"] == "trust_remote_code"
     assert built_in.manifest["modeling"] == "built-in"

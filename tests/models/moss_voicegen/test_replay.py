@@ -14,9 +14,10 @@ import pytest
 
 from audioparity.artifacts import Dump
 from audioparity.compare import compare_cell
-from audioparity.models.moss_voicegen.replay import dump_replay, layer_inputs
+from audioparity.driver import dump_replay
+from audioparity.models.moss_voicegen.replay import layer_inputs
 from tests import config_gates
-from tests.models.moss_voicegen import F32_GATE, PROMPT
+from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
 from tests.planted import Patch, planted_dump
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,8 @@ def rows(moss_model, moss_references, tmp_path_factory):
     for name, patches in (("clean", []), ("layer_0_fault", LAYER_0_FAULT)):
         root = tmp_path_factory.mktemp(name)
         dump = planted_dump(root, "moss_voicegen", patches, moss_model, PROMPT)
-        dump_replay(moss_model, PROMPT, dump.path, root / "replay")
+        dump_replay(FAMILY, moss_model, PROMPT, dump.path, root / "replay",
+                    options=options("reference"))
         cell = root / "cell.json"
         compare_cell(reference, dump.path, config_gates("moss_voicegen", "f32"),
                      {"family": "moss_voicegen"}, cell, replay_dir=root / "replay")
@@ -85,3 +87,21 @@ def test_layer_inputs_say_why_a_layer_is_not_replayed(moss_references, tmp_path)
         "layer_2_replayed": "the candidate dump has no layer_1"}
     assert notes == ["layer_0 replayed on the reference's input_embeddings: the candidate "
                      "dump has none"]
+
+
+def test_a_replay_names_what_it_skipped_and_why(moss_model, moss_references, tmp_path):
+    """A candidate without ``layer_0`` gets ``layer_0_replayed`` on its own input embeddings
+    and ``layer_1_replayed`` skipped, the reason in the manifest."""
+    from audioparity.artifacts import DumpWriter
+
+    ref = moss_references[PROMPT.stem]
+    with DumpWriter(tmp_path / "cand", producer="external") as writer:
+        for name in ("input_embeddings", "layer_1"):
+            writer.add_tensor(name, ref.tensor(name), ref.layout(name))
+    dump_replay(FAMILY, moss_model, PROMPT, tmp_path / "cand", tmp_path / "replay",
+                options=options("reference"))
+    replay = Dump(tmp_path / "replay")
+    assert replay.tensor_names == ["layer_0_replayed"]
+    assert replay.manifest["skipped"] == {"layer_1_replayed": "the candidate dump has no layer_0"}
+    # the reference's own input to layer 0 gives the reference's own layer 0
+    np.testing.assert_array_equal(replay.tensor("layer_0_replayed"), ref.tensor("layer_0"))

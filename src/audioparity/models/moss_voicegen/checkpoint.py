@@ -90,7 +90,7 @@ def checked_blocks(model_dir: Path, entries: dict[str, Entry]
 def load_weights(model_dir: Path,
                  config: MossTTSDelayConfig) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The backbone's weights as float32 host arrays and their stored safetensors dtypes (for
-    tests and analysis; the dump streams them into ggml with :func:`upload_weights`).
+    tests and analysis; the ggml dump streams them with :func:`checked_blocks`).
 
     Raises:
         AudioparityError: see :func:`check_weights`.
@@ -103,9 +103,10 @@ def load_weights(model_dir: Path,
 
 
 def check_weights(model_dir: Path, config: MossTTSDelayConfig) -> None:
-    """The checks of :func:`upload_weights`, reading a block at a time and keeping none: the
-    reference dump runs them before transformers loads the checkpoint, so both sides refuse a
-    bad one with the same message.
+    """The checks the ggml side runs while its weights stream (:func:`checked_entries`,
+    :func:`checked_blocks`), reading a block at a time and keeping none: the reference dump runs
+    them before transformers loads the checkpoint, so both sides refuse a bad one with the same
+    message.
 
     Raises:
         AudioparityError: a missing file or weight, a shape other than the config implies, an

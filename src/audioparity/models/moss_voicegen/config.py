@@ -64,6 +64,12 @@ class MossTTSDelayConfig:
     def n_layers(self) -> int:
         return self.language_config.num_hidden_layers
 
+    @property
+    def modeling(self) -> str:
+        """The modeling code the reference runs: ``trust_remote_code`` (the checkpoint's own,
+        declared by ``auto_map``) or ``built-in`` (:mod:`.remote_code`)."""
+        return "trust_remote_code" if self.auto_map else "built-in"
+
     def activation_bytes(self, rows: int) -> int:
         """About how many bytes the float32 reference holds beside its weights for a prompt of
         ``rows`` rows at its peak, counted from the shapes (not measured): the heads at every

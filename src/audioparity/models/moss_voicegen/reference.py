@@ -25,31 +25,28 @@ Dump (canonical layouts, batch dropped; float32):
   ``-inf``): the heads at the last row of the full prefill;
 - document ``generation`` and tensor ``generation_margins`` ``[rows, 1+n_vq]``: greedy rows
   after the full prefill, through the KV cache, and their argmax margins
-  (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.dump`).
+  (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.stages`).
 
-Manifest field ``request``: the prompt file's ``text``, ``instruction``, ``language`` (null when
-absent), what the seed tool's ``--prompt`` takes (:mod:`.seed`).
+Manifest fields ``modeling`` (:attr:`.MossTTSDelayConfig.modeling`) and ``request``: the
+prompt file's ``text``, ``instruction``, ``language`` (null when absent), what the seed tool's
+``--prompt`` takes (:mod:`.seed`). Importing this module imports neither torch nor ggml.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter
 from audioparity.errors import AudioparityError
+from audioparity.family import Case, Note, Outputs, Phase
 from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.moss_voicegen import text_processor
-from audioparity.models.moss_voicegen.checkpoint import check_weights
-from audioparity.models.moss_voicegen.config import MossTTSDelayConfig, load_config
-from audioparity.models.moss_voicegen.stages import Forward, write_generation, write_prefill
-from audioparity.storage import emulations
-from audioparity.threads import torch_threads
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.stages import Forward, generation_outputs, prefill_outputs
 
 log = logging.getLogger("audioparity")
 
@@ -137,11 +134,36 @@ def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
     return text_processor.EncodedPrompt(text=text, rows=np.asarray(rows, dtype=np.int64))
 
 
+def _hooks(layers, layer_inputs: dict, taps: dict) -> list:
+    """Hooks on the decoder ``layers``: forward hooks keeping each layer's output ``[n, H]`` in
+    ``taps`` by index, then forward pre-hooks giving each layer of ``layer_inputs`` its
+    ``[n, H]`` input instead of its predecessor's output; their handles."""
+    import torch
+
+    def keep(index):
+        def hook(module, args, output):
+            taps[index] = (output[0] if isinstance(output, tuple) else output)[0]
+        return hook
+
+    def substitute(index):
+        def hook(module, args, kwargs):
+            given = torch.from_numpy(layer_inputs[index])[None]
+            if args:
+                return (given, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": given}
+        return hook
+
+    handles = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
+    handles += [layers[i].register_forward_pre_hook(substitute(i), with_kwargs=True)
+                for i in layer_inputs]
+    return handles
+
+
 def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
     modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
     logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``, and, for
-    the replay, per-layer inputs substituted by forward pre-hooks.
+    the replay, per-layer inputs substituted by forward pre-hooks (:func:`_hooks`).
 
     The modules are driven one by one rather than through ``net.forward`` because upstream's
     forward returns its own ``ModelOutput`` subclass declaring ``past_key_values``, which
@@ -161,24 +183,7 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     import torch
 
     taps: dict[int, torch.Tensor] = {}
-
-    def keep(index):
-        def hook(module, args, output):
-            taps[index] = (output[0] if isinstance(output, tuple) else output)[0]
-        return hook
-
-    def substitute(index):
-        def hook(module, args, kwargs):
-            given = torch.from_numpy(layer_inputs[index])[None]
-            if args:
-                return (given, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": given}
-        return hook
-
-    layers = net.language_model.layers
-    handles = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
-    handles += [layers[i].register_forward_pre_hook(substitute(i), with_kwargs=True)
-                for i in layer_inputs or {}]
+    handles = _hooks(net.language_model.layers, layer_inputs or {}, taps)
     try:
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
@@ -202,56 +207,6 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     return result, out.cache if hasattr(out, "cache") else out.past_key_values
 
 
-def dump_reference(model: Path, cases: Sequence[tuple[Path, Path]], threads: int = 1,
-                   generate_rows: int = 16, emulate: Sequence[str] = ()) -> None:
-    """Write one reference dump (contents in the module docstring) per ``(prompt, output_dir)``
-    pair of ``cases``, importing torch and transformers and loading the model once for all of
-    them (the imports alone take most of a tiny-fixture job).
-
-    Args:
-        model: checkpoint directory (``config.json``, safetensors, tokenizer).
-        cases: ``(prompt JSON, dump directory)`` pairs (:func:`.text_processor.load_prompt`);
-            each directory is written atomically.
-        threads: torch intra-op threads.
-        emulate: weight types to dump each case again for, as ggml's CPU backend computes with
-            them (:func:`audioparity.storage.emulations`), to ``<output_dir>@<type>``.
-        generate_rows: rows of greedy generation.
-
-    Before torch is imported, every input goes through the checks of the ggml dump with its
-    messages: the config, each prompt (:func:`.text_processor.load_prompt`) and the weights
-    (:func:`.checkpoint.check_weights`: present, shaped as the config says, finite; one more read
-    of the checkpoint, a tensor at a time).
-
-    Raises:
-        AudioparityError: no cases; unreadable config, prompt or weights; more memory needed
-            than is free (:func:`check_memory`); weights missing, misshapen or not finite; a
-            prompt shorter than 3 rows. The failing case's directory
-            is not left behind; an input error leaves none at all.
-    """
-    model = Path(model)
-    cases = [(Path(prompt), Path(output_dir)) for prompt, output_dir in cases]
-    if not cases:
-        raise AudioparityError("reference moss-voicegen: no prompt file given")
-    config = load_config(model)
-    requests = [text_processor.load_prompt(prompt) for prompt, _ in cases]
-    check_memory(model, config, requests, generate_rows, bool(emulate))
-    check_weights(model, config)
-
-    with torch_threads(threads):
-        start = time.perf_counter()
-        net = load_model(model, config)
-        seconds = {"load": round(time.perf_counter() - start, 4)}
-        log.info("moss reference: loaded %s in %.1f s, for %d case(s)", model, seconds["load"],
-                 len(cases))
-        fields = {"family": "moss_voicegen", "threads": threads, "cases_per_load": len(cases),
-                  "n_layers": config.n_layers, "generate_rows": generate_rows,
-                  "modeling": "trust_remote_code" if config.auto_map else "built-in"}
-        for variant in emulations(net, emulate):
-            for (prompt, output_dir), request in zip(cases, requests, strict=True):
-                _dump(variant.model, model, config, prompt, request,
-                      variant.dump_dir(output_dir), {**fields, **variant.fields}, seconds)
-
-
 def check_memory(model: Path, config: MossTTSDelayConfig,
                  requests: Sequence[text_processor.Prompt], generate_rows: int,
                  emulates: bool) -> None:
@@ -273,43 +228,44 @@ def check_memory(model: Path, config: MossTTSDelayConfig,
                    f" (the float32 model{twice}; prompts of at most {rows} rows)")
 
 
-def _dump(net, model: Path, config: MossTTSDelayConfig, prompt: Path,
-          request: text_processor.Prompt, output_dir: Path, fields: dict, seconds: dict) -> None:
+def stages(net, case: Case, generate_rows: int) -> Outputs:
+    """The reference's stages of one case (module docstring) with the loaded ``net``, each phase
+    timed by the driver.
+
+    Raises:
+        AudioparityError: a prompt of fewer than 3 rows.
+    """
     import torch
     import transformers
 
-    generate_rows = fields["generate_rows"]
-    request_fields = {key: getattr(request, key) for key in text_processor.PROMPT_KEYS}
-    with DumpWriter(output_dir, producer="torch", model=model, inputs={"prompt": prompt},
-                    fields={**fields, "request": request_fields},
-                    versions=("torch", "transformers", "tokenizers")) as writer:
-        writer.manifest["seconds"].update(seconds)
-        with writer.timed("prompt"):
-            encoded = reference_prompt(model, config, request)
-        writer.add_json("prompt", encoded.document())
-        rows = torch.from_numpy(encoded.rows)[None]
-        n_rows = rows.shape[1]
-        if n_rows < 3:
-            raise AudioparityError(f"{prompt}: {n_rows} prompt rows; need at least 3")
-        with torch.inference_mode():
-            with writer.timed("prefill"):
-                full, full_cache = forward(net, rows)
-            write_prefill(writer, full)
+    config = case.config
+    yield Phase("prompt")
+    encoded = reference_prompt(case.model, config, case.data)
+    yield "prompt", encoded.document()
+    rows = torch.from_numpy(encoded.rows)[None]
+    n_rows = rows.shape[1]
+    if n_rows < 3:
+        raise AudioparityError(f"{case.path}: {n_rows} prompt rows; need at least 3")
+    with torch.inference_mode():
+        yield Phase("prefill")
+        full, full_cache = forward(net, rows)
+        yield from prefill_outputs(full)
 
-            with writer.timed("step"):
-                _, head_cache = forward(net, rows[:, :-1])
-                last, _ = forward(net, rows[:, -1:], head_cache)
-            writer.add_tensor("step_last_hidden", last.hidden[-1], "[H]")
+        yield Phase("step")
+        _, head_cache = forward(net, rows[:, :-1])
+        last, _ = forward(net, rows[:, -1:], head_cache)
+        yield "step_last_hidden", last.hidden[-1]
 
-            cache = full_cache
+        cache = full_cache
 
-            def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
-                nonlocal cache
-                result, cache = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
-                return result.text_logits, result.audio_logits
+        def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            nonlocal cache
+            result, cache = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
+            return result.text_logits, result.audio_logits
 
-            document = write_generation(writer, config, encoded.rows, full, step, generate_rows)
-        writer.note(f"transformers {transformers.__version__}, float32, eager attention, "
-                    f"{fields['modeling']} modeling code")
-    log.info("moss reference %s: %d prompt rows, %d generated", output_dir, n_rows,
+        document = yield from generation_outputs(config, encoded.rows, full, step,
+                                                 generate_rows)
+    yield Note(f"transformers {transformers.__version__}, float32, eager attention, "
+               f"{config.modeling} modeling code")
+    log.info("moss reference %s: %d prompt rows, %d generated", case.path, n_rows,
              len(document["rows"]))

@@ -12,17 +12,12 @@ measures the candidate's ``layer_{i}`` against it: the error of that layer alone
 from __future__ import annotations
 
 import logging
-from contextlib import ExitStack
-from pathlib import Path
 
 import numpy as np
 
 from audioparity.artifacts import Dump
-from audioparity.models.moss_voicegen import text_processor
-from audioparity.models.moss_voicegen.config import load_config
-from audioparity.models.moss_voicegen.reference import forward, load_model, reference_prompt
-from audioparity.replay import load_emulated, nothing_to_replay, record_skipped, replay_writer
-from audioparity.threads import torch_threads
+from audioparity.family import Case, Note, Outputs, Phase, Skipped
+from audioparity.models.moss_voicegen.reference import forward, reference_prompt
 
 log = logging.getLogger("audioparity")
 
@@ -65,50 +60,32 @@ def layer_inputs(candidate: Dump, n_layers: int, shape: tuple[int, int]
     return inputs, skipped, notes
 
 
-def dump_replay(model: Path, prompt: Path, candidate_dir: Path, output_dir: Path,
-                threads: int = 1, emulate: str | None = None) -> None:
-    """Replay a candidate's decoder layers through torch (module notes) and write
-    ``layer_{i}_replayed`` ``[S, H]`` as a dump; the manifest's ``skipped`` says, per layer not
-    replayed, why.
-
-    A candidate dump that is not ``ok`` (unavailable, crashed) gives a replay of the same
-    status: nothing to replay.
+def replayed(net, case: Case, candidate: Dump) -> Outputs:
+    """The reference's decoder layers on a candidate's own inputs (module notes), with the loaded
+    ``net``: ``layer_{i}_replayed`` ``[S, H]`` of each layer the candidate gives an input for,
+    :class:`~audioparity.family.Skipped` with why for the others (phase ``prefill``).
 
     Args:
-        model: the checkpoint directory the candidate ran (its own conversion of it).
-        prompt: the case's prompt JSON.
-        candidate_dir: the candidate's dump of the case.
-        output_dir: the replay dump, written atomically.
-        threads: torch intra-op threads.
-        emulate: a weight type to replay as ggml's CPU backend computes with it
-            (:func:`audioparity.storage.emulating`; a quantized cell's replay), or None.
-
-    Raises:
-        AudioparityError: an unreadable checkpoint, prompt or candidate dump.
+        net: the loaded ``MossTTSDelayModel`` (computing as the cell's weight type, for a
+            quantized cell's replay).
+        case: the case's request, rendered by the reference's own processor.
+        candidate: the candidate's dump of the case.
     """
     import torch
 
-    model, candidate_dir = Path(model), Path(candidate_dir)
-    config = load_config(model)
-    request = text_processor.load_prompt(prompt)
-    candidate = Dump(candidate_dir)
-    with replay_writer(output_dir, candidate, producer="torch", model=model,
-                       inputs={"prompt": prompt}, family="moss_voicegen", threads=threads,
-                       emulate=emulate, versions=("torch", "transformers")) as writer:
-        if nothing_to_replay(writer, candidate):
-            return
-        with torch_threads(threads), ExitStack() as stack, torch.inference_mode():
-            net = load_emulated(writer, stack, lambda: load_model(model, config), emulate)
-            with writer.timed("prefill"):
-                rows = reference_prompt(model, config, request).rows
-                inputs, skipped, notes = layer_inputs(
-                    candidate, config.n_layers, (len(rows), config.hidden_size))
-                full, _ = forward(net, torch.from_numpy(rows)[None], layer_inputs=inputs)
-        for layer, array in enumerate(full.layers):
-            if f"layer_{layer}_replayed" not in skipped:
-                writer.add_tensor(f"layer_{layer}_replayed", array, "[S, H]")
-        for note in notes:
-            writer.note(note)
-        record_skipped(writer, skipped)
-        log.info("replay moss-voicegen: %s: %d layers replayed, %d not", candidate_dir,
-                 config.n_layers - len(skipped), len(skipped))
+    config = case.config
+    with torch.inference_mode():
+        yield Phase("prefill")
+        rows = reference_prompt(case.model, config, case.data).rows
+        inputs, skipped, notes = layer_inputs(candidate, config.n_layers,
+                                              (len(rows), config.hidden_size))
+        full, _ = forward(net, torch.from_numpy(rows)[None], layer_inputs=inputs)
+    for layer, array in enumerate(full.layers):
+        if f"layer_{layer}_replayed" not in skipped:
+            yield f"layer_{layer}_replayed", array
+    for note in notes:
+        yield Note(note)
+    for stage, why in skipped.items():
+        yield Skipped(stage, why)
+    log.info("replay moss-voicegen: %s: %d layers replayed, %d not", candidate.path,
+             config.n_layers - len(skipped), len(skipped))

@@ -1,15 +1,28 @@
-"""What both MOSS sides write, in the family's stage names: the tensors of a full prefill and
-the greedy generation after it (the reference and the ggml dump call the same functions, so
-their dumps agree by construction in names, layouts and order)."""
+"""What both MOSS sides yield, in the family's stage names: the tensors of a full prefill and the
+greedy generation after it. The reference and the ggml dump yield from the same generators, so
+their dumps agree by construction in names and order (the driver lays them out from the
+family's stages). Imports neither torch nor ggml.
+
+The ``generation`` document::
+
+    {"rows": [[text, code_0, ..., code_{n_vq-1}], ...],  # <= requested_rows rows, int
+     "requested_rows": N, "stopped": bool,  # stopped: im_end emitted (then rows < N)
+     "n_vq": int, "audio_pad_code": int, "rules": str}
+
+and ``generation_margins`` ``[rows, 1+n_vq]``: per generated value, its argmax margin (chosen
+minus runner-up logit, after the rules' masks); ``+inf`` where the rules force the value, NaN
+where the logits were not finite (:func:`.delay_pattern.greedy_generate`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter
+from audioparity.family import Phase
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
 
@@ -37,48 +50,44 @@ def probe_rows(n_rows: int) -> list[int]:
     return [0, 1, n_rows // 2]
 
 
-def write_prefill(writer: DumpWriter, full) -> None:
-    """The tensors of the full prefill, as both sides write them: ``input_embeddings``
-    ``[S, H]``, ``last_hidden`` ``[H]``,
-    ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`), ``layer_{i}`` ``[S, H]``,
-    ``text_logits`` ``[V_text]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``.
+def prefill_outputs(full: Forward) -> Iterator[tuple[str, np.ndarray]]:
+    """The stages of the full prefill, as both sides yield them: ``input_embeddings``
+    ``[S, H]``, ``last_hidden`` ``[H]``, ``probe_hidden`` ``[3, H]`` (rows :func:`probe_rows`),
+    ``layer_{i}`` ``[S, H]``, ``text_logits`` ``[V_text]``, ``audio_logits``
+    ``[n_vq, audio_vocab_size+1]``.
 
     Args:
-        writer: the dump being written.
-        full: the forward over all ``S`` prompt rows, with numpy ``hidden`` ``[S, H]``,
-            ``layers`` ``[n_layers, S, H]``, ``text_logits`` and ``audio_logits``
-            (:class:`Forward`).
+        full: the forward over all ``S`` prompt rows (:class:`Forward`).
     """
-    writer.add_tensor("input_embeddings", full.embeddings, "[S, H]")
-    writer.add_tensor("last_hidden", full.hidden[-1], "[H]")
-    writer.add_tensor("probe_hidden", full.hidden[probe_rows(len(full.hidden))], "[3, H]")
+    yield "input_embeddings", full.embeddings
+    yield "last_hidden", full.hidden[-1]
+    yield "probe_hidden", full.hidden[probe_rows(len(full.hidden))]
     for i, layer in enumerate(full.layers):
-        writer.add_tensor(f"layer_{i}", layer, "[S, H]")
-    writer.add_tensor("text_logits", full.text_logits, "[V_text]")
-    writer.add_tensor("audio_logits", full.audio_logits, "[n_vq, audio_vocab_size+1]")
+        yield f"layer_{i}", layer
+    yield "text_logits", full.text_logits
+    yield "audio_logits", full.audio_logits
 
 
-def write_generation(writer: DumpWriter, config: MossTTSDelayConfig, prompt_rows: np.ndarray,
-                     full, step: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
-                     generate_rows: int) -> dict:
-    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, timed
-    as stage ``generation``), written as document ``generation`` and tensor
-    ``generation_margins`` ``[rows, 1+n_vq]`` by both sides.
+def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full: Forward,
+                       step: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
+                       generate_rows: int) -> Generator[Any, None, dict]:
+    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, phase
+    ``generation``), yielded as document ``generation`` and its margins
+    ``generation_margins`` ``[rows, 1+n_vq]`` (module docstring) by both sides.
 
     Args:
-        writer: the dump being written.
         config: the checkpoint config.
         prompt_rows: the prompt rows ``[S, 1+n_vq]``.
-        full: the forward over them (its ``text_logits``, ``audio_logits``; :func:`write_prefill`).
+        full: the forward over them (its ``text_logits``, ``audio_logits``).
         step: feeds one row through the side's KV cache and returns its heads.
         generate_rows: rows to generate at most.
 
     Returns:
-        The ``generation`` document.
+        The ``generation`` document (the value of ``yield from``).
     """
-    with writer.timed("generation"):
-        document, margins = greedy_generate(config, prompt_rows, full.text_logits,
-                                            full.audio_logits, step, generate_rows)
-    writer.add_json("generation", document)
-    writer.add_tensor("generation_margins", margins, "[rows, 1+n_vq]")
+    yield Phase("generation")
+    document, margins = greedy_generate(config, prompt_rows, full.text_logits,
+                                        full.audio_logits, step, generate_rows)
+    yield "generation", document
+    yield "generation_margins", margins
     return document

@@ -1,0 +1,79 @@
+"""The ggml port's stages of one case (:meth:`MossVoicegen.ggml`), each phase timed by the
+driver: the same names and layouts as the reference dump (:mod:`.reference`), computed by the
+ggml backbone (:mod:`.backbone`) on the rows of our own text processor (:mod:`.text_processor`):
+
+- ``prompt``: document ``prompt`` ``{"text", "rows"}`` from our text processor;
+- ``prefill``: one prefill of all ``S`` rows -> ``input_embeddings``, ``last_hidden`` ``[H]``,
+  ``probe_hidden`` ``[3, H]`` (rows ``[0, 1, S//2]``), ``layer_{i}`` ``[S, H]``,
+  ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``;
+- ``generation``: greedy rows after the full prefill, document ``generation`` and
+  ``generation_margins`` (:mod:`.stages`);
+- ``step``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step ->
+  ``step_last_hidden`` ``[H]``.
+
+A note says whether every codebook's pad row is zero, read back from the uploaded weights.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from audioparity.errors import AudioparityError
+from audioparity.family import Case, Note, Outputs, Phase
+from audioparity.ggml import Runtime, Weights
+from audioparity.models.moss_voicegen import text_processor
+from audioparity.models.moss_voicegen.backbone import Backbone
+from audioparity.models.moss_voicegen.checkpoint import nonzero_pad_rows
+from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.stages import generation_outputs, prefill_outputs
+
+log = logging.getLogger("audioparity")
+
+
+def pad_rows_note(weights: Weights, config: MossTTSDelayConfig) -> str:
+    """Whether every codebook embedding's pad row (``audio_pad_code``) is zero as uploaded
+    (read back from ``weights``, :func:`.checkpoint.nonzero_pad_rows`): a port that skips pad
+    codes is right only then."""
+    pad = config.audio_pad_code
+    names = [f"emb_ext.{k}.weight" for k in range(config.n_vq)]
+    nonzero = [name for name in names
+               if nonzero_pad_rows({name: weights.read(name)[pad:pad + 1]}, config, row=0)]
+    return "codebook pad rows: " + (
+        f"all {config.n_vq} zero (checked)" if not nonzero
+        else f"NOT zero in {', '.join(nonzero)} (pad codes contribute to the embedding)")
+
+
+def stages(runtime: Runtime, weights: Weights, case: Case, generate_rows: int,
+           kv_cache_type: str) -> Outputs:
+    """The stages of the module docstring, on ``case`` (its request, :class:`.Prompt`).
+
+    Raises:
+        AudioparityError: a prompt of fewer than 3 rows.
+    """
+    config = case.config
+    yield Note(pad_rows_note(weights, config))
+    yield Phase("prompt")
+    encoded = text_processor.encode(case.model, config, case.data)
+    yield "prompt", encoded.document()
+    n_rows = len(encoded.rows)
+    if n_rows < 3:
+        raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
+    net = Backbone(runtime, weights, config, kv_cache_type=kv_cache_type,
+                   max_context=n_rows + generate_rows)
+    yield Phase("prefill")
+    full = net.prefill(encoded.rows)
+    yield from prefill_outputs(full)
+
+    def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        result = net.step(row)
+        return result.text_logits, result.audio_logits
+
+    document = yield from generation_outputs(config, encoded.rows, full, step, generate_rows)
+    yield Phase("step")
+    net.prefill(encoded.rows[:-1])
+    last = net.step(encoded.rows[-1])
+    yield "step_last_hidden", last.hidden[-1]
+    log.info("moss ggml %s: %d prompt rows, %d generated", case.path.name, n_rows,
+             len(document["rows"]))
