@@ -344,7 +344,9 @@ def moss_ggml(spec: dict, stages: Stages) -> dict:
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
-    from audioparity.models.moss_voicegen import checkpoint, weights
+    from audioparity.checkpoints.safetensors import DTYPES
+    from audioparity.driver import storage_types
+    from audioparity.models.moss_voicegen import MossVoicegen, checkpoint
     from audioparity.models.moss_voicegen.backbone import Backbone
     from audioparity.models.moss_voicegen.config import load_config
 
@@ -359,8 +361,9 @@ def moss_ggml(spec: dict, stages: Stages) -> dict:
     if wrong:
         raise SystemExit(f"{model}: {wrong[0]} has shape {arrays[wrong[0]].shape}, "
                          f"expected {shapes[wrong[0]]}")
-    storage = weights.storage_types(arrays, {n: a.dtype for n, a in arrays.items()},
-                                    spec["weight_type"])
+    storage, _ = storage_types(MossVoicegen(), shapes,
+                               {n: DTYPES[a.dtype][0] for n, a in arrays.items()},
+                               spec["weight_type"], {})
     runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
     uploaded = _upload_streamed(runtime, arrays, storage)
     stages("uploaded")

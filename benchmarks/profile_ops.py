@@ -113,16 +113,19 @@ def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
     else:
         from checkpoints import MOSS_WEIGHTS, disk_tensors
 
+        from audioparity.checkpoints.safetensors import DTYPES
+        from audioparity.driver import storage_types
+        from audioparity.models.moss_voicegen import MossVoicegen
         from audioparity.models.moss_voicegen import checkpoint as moss_checkpoint
-        from audioparity.models.moss_voicegen import weights as moss_weights
         from audioparity.models.moss_voicegen.backbone import Backbone
         from audioparity.models.moss_voicegen.config import load_config
 
         config = load_config(args.model)
         on_disk = disk_tensors(args.model / MOSS_WEIGHTS)
         arrays = {name: on_disk[name] for name in moss_checkpoint.expected_shapes(config)}
-        storage = moss_weights.storage_types(arrays, {n: a.dtype for n, a in arrays.items()},
-                                             args.weight_type)
+        storage, _ = storage_types(MossVoicegen(), {n: a.shape for n, a in arrays.items()},
+                                   {n: DTYPES[a.dtype][0] for n, a in arrays.items()},
+                                   args.weight_type, {})
         net = Backbone(runtime, _upload_streamed(runtime, arrays, storage), config,
                        max_context=args.rows + 8)
         rows, step_rows = np.load(work / "rows.npy"), np.load(work / "step_rows.npy")

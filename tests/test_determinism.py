@@ -78,10 +78,12 @@ def test_ggml_moss_dump_twice_is_byte_identical(moss_model, weight_type, tmp_pat
 
 
 def test_torch_moss_reference_dump_twice_is_byte_identical(moss_model, tmp_path):
-    from audioparity.models.moss_voicegen.reference import dump_reference
+    from audioparity.driver import dump_reference
+    from audioparity.families import family
 
     for run in ("run_1", "run_2"):
-        dump_reference(moss_model, [(PROMPT, tmp_path / run)], threads=2)
+        dump_reference(family("moss_voicegen"), moss_model, [(PROMPT, tmp_path / run)],
+                       options={"generate_rows": 16}, threads=2)
     assert_byte_identical(tmp_path / "run_1", tmp_path / "run_2")
     assert dump_differences(tmp_path / "run_1", tmp_path / "run_2") == []
     assert_records_threads_and_versions(Dump(tmp_path / "run_1"), 2, "torch", "transformers",
