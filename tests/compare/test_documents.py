@@ -13,7 +13,7 @@ import pytest
 
 from audioparity.artifacts import DumpWriter
 from audioparity.compare import COLUMNS, compare_cell
-from audioparity.compare.cell import document_metrics
+from audioparity.compare.documents import document_metrics
 from audioparity.errors import AudioparityError
 from tests import RESOURCES
 
@@ -236,15 +236,16 @@ def test_margins_attach_to_any_document_by_name(tmp_path: Path):
 
 def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path: Path,
                                                                        fixture_model):
-    from audioparity.models.moss_voicegen.dump import dump_ggml
-    from audioparity.models.moss_voicegen.reference import dump_reference
+    from audioparity.driver import dump_ggml, dump_reference
+    from audioparity.families import family
 
+    moss = family("moss_voicegen")
     request = RESOURCES / "moss" / "en_instruction.json"
     model = fixture_model("moss_voicegen", massive_activation=True)
-    dump_reference(model, [(request, tmp_path / "ref")], generate_rows=4)
+    dump_reference(moss, model, [(request, tmp_path / "ref")], options={"generate_rows": 4})
     for weight_type in ("f32", "f16"):
-        dump_ggml(model, request, tmp_path / weight_type, weight_type=weight_type, backend="cpu",
-                  device=0, kv_cache_type="f32", threads=1, generate_rows=4)
+        dump_ggml(moss, model, request, tmp_path / weight_type, weight_type=weight_type,
+                  backend="cpu", options={"kv_cache_type": "f32", "generate_rows": 4})
     limits = {"f32": (1e-5, 1e-9), "f16": (1e-2, 1e-4)}  # max_rel, kl
 
     def gates(weight_type: str) -> list[dict]:

@@ -394,30 +394,53 @@ def test_compare_cell_rejects_unresolved_gates(reference_dir: Path, tmp_path: Pa
         compare_cell(reference_dir, reference_dir, SECTION["gates"], LABELS, tmp_path / "c.json")
 
 
-def test_moss_like_stages_compare_generically(tmp_path: Path):
+def _moss_like_cell(tmp_path: Path, labels: dict, gates: list) -> dict[str, dict]:
+    """The rows of a cell whose candidate flips the top-1 of row 0 of ``audio_logits`` and
+    parts from the reference's ``generation`` at row 1."""
     hidden = RNG.normal(size=16).astype(np.float32)
     logits = RNG.normal(size=(4, 9)).astype(np.float32)
     logits[:, -1] = -np.inf  # the pad logit, masked on both sides
     generation = {"rows": [[1, 2, 3], [4, 5, 6]]}
     reference = write_dump(tmp_path / "ref", tmp_path,
-                           {"last_hidden": (hidden, "[H]"), "head_logits": (logits, "[n_vq, V]")},
+                           {"last_hidden": (hidden, "[H]"), "audio_logits": (logits, "[n_vq, V]")},
                            {"generation": generation})
     flipped = logits.copy()
     flipped[0, :-1] = flipped[0, :-1][::-1]  # row 0's argmax moves
     candidate = write_dump(tmp_path / "cand", tmp_path,
-                           {"last_hidden": (hidden, "[H]"), "head_logits": (flipped, "[n_vq, V]")},
+                           {"last_hidden": (hidden, "[H]"), "audio_logits": (flipped, "[n_vq, V]")},
                            {"generation": {"rows": [[1, 2, 3], [4, 5, 7]]}})
-    gates = {"gates": [{"stage": "*logits", "top1_min": 1.0}, {"stage": "*hidden", "nmse_max": 0},
-                       {"stage": "generation", "exact": True}], "expected_failures": []}
     output = tmp_path / "cell.json"
-    compare_cell(reference, candidate, gates, LABELS, output)
-    rows = {r["stage"]: r for r in json.loads(output.read_text())}
-    assert rows["last_hidden"]["status"] == "pass"
-    assert rows["head_logits"]["non_finite"] == 0 and rows["head_logits"]["top1"] == 0.75
-    assert rows["head_logits"]["reason"] == (
-        "top1 0.75 < 1.0; top-1 differs in row(s) 0 of head_logits")
+    compare_cell(reference, candidate, {"gates": gates, "expected_failures": []}, labels, output)
+    return {r["stage"]: r for r in json.loads(output.read_text())}
+
+
+def test_moss_like_stages_compare_by_the_kind_their_spec_declares(tmp_path: Path):
+    gates = [{"stage": "*logits", "top1_min": 1.0}, {"stage": "*hidden", "nmse_max": 0},
+             {"stage": "generation", "exact": True}]
+    rows = _moss_like_cell(tmp_path, {**LABELS, "family": "moss_voicegen"}, gates)
+    assert rows["last_hidden"]["status"] == "pass" and rows["last_hidden"]["top1"] is None
+    assert rows["audio_logits"]["non_finite"] == 0 and rows["audio_logits"]["top1"] == 0.75
+    assert rows["audio_logits"]["reason"] == (
+        "top1 0.75 < 1.0; top-1 differs in row(s) 0 of audio_logits")
     assert rows["generation"]["token_match"] == 0.5
     assert rows["generation"]["reason"] == "not exact: rows differ (first divergence at position 1)"
+
+
+def test_a_stage_of_a_family_this_install_does_not_know_compares_as_a_tensor(tmp_path: Path):
+    """Its name says nothing: a stage named like logits gets no top-1 or KL, and a gate that
+    asks for them is a config error."""
+    labels = {**LABELS, "family": "somebody_elses"}
+    gates = [{"stage": "*logits", "nmse_max": 1.0}, {"stage": "*hidden", "nmse_max": 0},
+             {"stage": "generation", "exact": True}]
+    (tmp_path / "tensor").mkdir()
+    (tmp_path / "top1").mkdir()
+    rows = _moss_like_cell(tmp_path / "tensor", labels, gates)
+    assert rows["audio_logits"]["top1"] is None and rows["audio_logits"]["kl"] is None
+    assert rows["audio_logits"]["nmse"] > 0 and rows["audio_logits"]["status"] == "pass"
+    with pytest.raises(AudioparityError, match=r"sets top1_min, which does not apply to stage "
+                       r"'audio_logits'"):
+        _moss_like_cell(tmp_path / "top1", labels, [{"stage": "*logits", "top1_min": 1.0},
+                                                    *gates[1:]])
 
 
 def _document_metrics(exact, first_divergence=None, logit_gap=None):

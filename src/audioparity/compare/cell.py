@@ -1,8 +1,11 @@
 """Compare one cell: a candidate dump (one backend, one weight type) against its reference dump.
 
-Tensors and documents are compared generically, by name, so every family uses the same code:
-Parakeet-TDT's ``mel_features`` ... ``joint_logits`` and ``decode``, MOSS's ``last_hidden``,
-``probe_hidden``, head logits, ``generation`` and ``prompt`` alike.
+Stages are compared by their kind (:attr:`audioparity.family.Stage.kind`, through
+:data:`COMPARE`), so every family uses the same code: a ``tensor`` by its float metrics, a
+``logits`` tensor by those and its top-1 agreement and KL over the classes of its last axis, a
+``document`` by its positions (:mod:`audioparity.compare.documents`). A stage's kind is its
+family's spec's; a stage of a family this install does not know (a summary from elsewhere) is
+compared as a tensor (a ``.npy``) or a document (a ``.json``).
 
 Auxiliary tensors: a tensor ``<doc>_margins`` in a dump that also holds the document ``<doc>``
 belongs to that document and is not a stage of its own (no row, no gate). It holds one decision
@@ -14,7 +17,7 @@ finite. The reference's margins give the document row its ``logit_gap``
 its ``non_finite`` (decisions taken on non-finite logits, which fail the stage as any NaN does).
 Comparing the margins themselves as a tensor would be ill-posed: they are differences of nearly
 equal logits (cancellation amplifies their relative error), after the first divergence they
-belong to different sequences, and the logits they come from are gated as ``*_logits`` stages.
+belong to different sequences, and the logits they come from are gated as logits stages.
 """
 
 from __future__ import annotations
@@ -23,23 +26,25 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
 from audioparity.compare import metrics as m
-from audioparity.compare.gates import check_resolved, status
+from audioparity.compare.documents import document_metrics
+from audioparity.compare.gates import Verdict, check_resolved, status
 from audioparity.errors import AudioparityError
 from audioparity.families import (
-    isolated_form,
+    form_of,
     on_reference_path,
     reference_stage,
     registered,
-    replayed_form,
     stage_key,
+    stage_kind,
 )
 from audioparity.vocabulary import VIEWS
 
@@ -71,6 +76,9 @@ COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, "g
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
 
+#: Metrics and why they were not computed, or None and the problems that stopped them.
+Measured = tuple[dict[str, Any] | None, tuple[str, ...]]
+
 
 def _margins_name(dump: Dump, document: str) -> str | None:
     """The name of ``document``'s auxiliary margins tensor in ``dump``, None if it has none."""
@@ -78,23 +86,26 @@ def _margins_name(dump: Dump, document: str) -> str | None:
     return name if dump.has(name) else None
 
 
-def _stages(dump: Dump) -> dict[str, str]:
-    """Stage name -> ``tensor`` or ``document`` for everything a dump lists, less the
-    documents' auxiliary tensors (module notes)."""
+def _array_kind(family: str | None, name: str) -> str:
+    """The kind of a tensor a dump holds: ``logits`` where its family's spec says so, else
+    ``tensor`` (a stage of a family this install does not know included)."""
+    return "logits" if stage_kind(family, name) == "logits" else "tensor"
+
+
+def _stages(dump: Dump, family: str | None) -> dict[str, str]:
+    """Stage name -> kind for everything a dump lists, less the documents' auxiliary tensors
+    (module notes): a JSON file is a ``document``, a ``.npy`` a ``tensor`` or ``logits``
+    (:func:`_array_kind`)."""
     documents = list(dump.manifest.get("documents", {}))
     auxiliary = {document + MARGINS for document in documents}
-    kinds = {name: "tensor" for name in dump.tensor_names if name not in auxiliary}
+    kinds = {name: _array_kind(family, name) for name in dump.tensor_names
+             if name not in auxiliary}
     kinds.update({name: "document" for name in documents})
     return kinds
 
 
-def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
-    """Every tensor metric of ``cand`` against ``ref`` (equal shapes), plus ``ref_non_finite``.
-
-    ``top1`` and ``kl`` only for logits (a stage name containing ``logits``; last axis =
-    classes), None otherwise.
-    """
-    logits = "logits" in stage
+def _float_metrics(cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+    """The metrics of every compared array, plus ``ref_non_finite``; no class metrics."""
     return {
         "cosine": m.cosine(cand, ref),
         "std_ratio": m.std_ratio(cand, ref),
@@ -104,128 +115,32 @@ def tensor_metrics(stage: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, A
         "max_rel": m.max_rel(cand, ref),
         "non_finite": m.non_finite(cand, ref),
         "argmax": m.argmax(cand, ref),
-        "top1": m.top1(cand, ref) if logits else None,
-        "kl": m.kl(cand, ref) if logits else None,
+        "top1": None,
+        "kl": None,
         "ref_non_finite": m.non_finite(ref, cand),
-        "top1_rows": m.top1_differing(cand, ref) if logits and cand.ndim == 2 else [],
+        "top1_rows": [],
     }
 
 
-_ABSENT = object()
+def _logits_metrics(cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+    """:func:`_float_metrics`, and over the classes of the last axis ``top1``, ``kl`` and
+    the rows whose top-1 differs (of a 2-D array)."""
+    return {**_float_metrics(cand, ref), "top1": m.top1(cand, ref), "kl": m.kl(cand, ref),
+            "top1_rows": m.top1_differing(cand, ref) if cand.ndim == 2 else []}
 
 
-def _aligned(cand: tuple, ref: tuple) -> tuple[list, list]:
-    """The values of a candidate and a reference position, list fields spread out, aligned to
-    the reference's (a value the candidate lacks is a placeholder equal to nothing)."""
-    cand_values, ref_values = [], []
-    for c, r in zip(cand, ref, strict=True):
-        r = r if isinstance(r, list) else [r]
-        c = c if isinstance(c, list) else [c]
-        ref_values.extend(r)
-        cand_values.extend(c[i] if i < len(c) else _ABSENT for i in range(len(r)))
-    return cand_values, ref_values
+#: The metrics of a compared array, by its stage's kind.
+ARRAY_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], dict[str, Any]]] = {
+    "tensor": _float_metrics,
+    "logits": _logits_metrics,
+}
 
 
-def _check_margins(margins: np.ndarray, positions: list[tuple]) -> None:
-    """Raise unless ``margins`` is ``[positions]`` or ``[positions, values per position]``."""
-    widths = {sum(len(v) if isinstance(v, list) else 1 for v in p) for p in positions}
-    fits = margins.ndim == 1 or (margins.ndim == 2 and widths <= {margins.shape[1]})
-    if margins.shape[:1] != (len(positions),) or not fits:
-        per = "/".join(str(w) for w in sorted(widths)) or "0"
-        raise AudioparityError(
-            f"margins of shape {list(margins.shape)} do not fit the document's "
-            f"{len(positions)} positions of {per} values ([positions] or [positions, values])"
-        )
-
-
-#: The document fields each document metric reads, where it reads no others: a candidate that
-#: omits them all leaves the metric not measured (the sequence metrics run over whichever list
-#: fields are left).
-METRIC_FIELDS = {"wer": ("text",)}
-
-
-def document_metrics(
-    cand: Mapping[str, Any],
-    ref: Mapping[str, Any],
-    *,
-    omits: Sequence[str] = (),
-    ref_margins: np.ndarray | None = None,
-    cand_margins: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Token metrics of a candidate document against the reference document.
-
-    Positions: the reference's list-valued fields (``ids``, ``frames``, ``durations``; MOSS's
-    ``rows``, one generated or prompt row ``[text, code_0, ...]`` each) taken together, one
-    tuple per position, so a token matches only if its id, frame and duration all match (a
-    MOSS row only if every column does). ``token_match`` and ``first_divergence`` run over
-    those tuples (None when the reference has no list field); ``wer`` over the ``text`` fields
-    when both are strings. ``exact``: every field of the reference is identical in the
-    candidate (extra candidate fields are ignored); ``differing`` names the fields that are not.
-
-    Args:
-        cand, ref: the two documents.
-        omits: fields of the reference the candidate does not write (its adapter's
-            ``omits``): left out of every metric; ``not_measured`` (``{metric: why}``) names
-            each metric whose fields (:data:`METRIC_FIELDS`) are all left out.
-        ref_margins: the reference's auxiliary margins (module notes), ``[positions]`` or
-            ``[positions, values]``: ``logit_gap`` is :func:`~audioparity.compare.metrics.
-            logit_gap` at the first divergence (None when there is none, or when the
-            reference has no position there).
-        cand_margins: the candidate's: ``non_finite`` counts its NaN (and ``-inf``) margins,
-            ``argmax`` locates the first; ``+inf`` marks a forced value and is not counted.
-            ``ref_non_finite`` counts the same in ``ref_margins``.
-
-    Raises:
-        AudioparityError: ``ref_margins`` does not fit the reference's positions.
-    """
-    ref = {key: value for key, value in ref.items() if key not in omits}
-    sequence_keys = sorted(k for k, v in ref.items() if isinstance(v, list))
-
-    def positions(doc: Mapping[str, Any]) -> list[tuple]:
-        columns = [doc.get(k) if isinstance(doc.get(k), list) else [] for k in sequence_keys]
-        length = max((len(c) for c in columns), default=0)
-        return [tuple(c[i] if i < len(c) else _ABSENT for c in columns) for i in range(length)]
-
-    cand_pos, ref_pos = positions(cand), positions(ref)
-    texts = (cand.get("text"), ref.get("text"))
-    differing = [k for k in ref if cand.get(k, _ABSENT) != ref[k]]
-    divergence = m.first_divergence(cand_pos, ref_pos) if sequence_keys else None
-    gap = None
-    if ref_margins is not None:
-        ref_margins = np.asarray(ref_margins)
-        _check_margins(ref_margins, ref_pos)
-        if divergence is not None and divergence < len(ref_pos):
-            cand_at = (cand_pos[divergence] if divergence < len(cand_pos)
-                       else (_ABSENT,) * len(sequence_keys))
-            gap = m.logit_gap(*_aligned(cand_at, ref_pos[divergence]), ref_margins[divergence])
-    metrics = {
-        "token_match": m.token_match(cand_pos, ref_pos) if sequence_keys else None,
-        "first_divergence": divergence,
-        "logit_gap": gap,
-        "wer": m.wer(*texts) if all(isinstance(t, str) for t in texts) else None,
-        "exact": not differing,
-        "differing": differing,
-    }
-    not_measured = {metric: f"the candidate writes no {' or '.join(fields)}"
-                    for metric, fields in METRIC_FIELDS.items() if set(fields) <= set(omits)}
-    if not_measured:
-        metrics["not_measured"] = not_measured
-    if ref_margins is not None:
-        metrics["ref_non_finite"] = int(_undecided(ref_margins).sum())
-    if cand_margins is not None:
-        bad = _undecided(cand_margins)
-        metrics["non_finite"] = int(bad.sum())
-        if bad.any() and bad.ndim:
-            first = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
-            metrics["argmax"] = ",".join(str(int(i)) for i in first)
-    return metrics
-
-
-def _undecided(margins: np.ndarray) -> np.ndarray:
-    """Mask of the margins that are neither finite nor ``+inf`` (forced): decisions taken on
-    non-finite logits."""
-    margins = np.asarray(margins, dtype=np.float64)
-    return np.isnan(margins) | np.isneginf(margins)
+def tensor_metrics(kind: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+    """Every metric of ``cand`` against ``ref`` (equal shapes) for a stage of ``kind``
+    (``tensor`` or ``logits``), plus ``ref_non_finite``; ``top1`` and ``kl`` None for a
+    tensor, ``top1_rows`` empty."""
+    return ARRAY_METRICS[kind](cand, ref)
 
 
 def _document(dump: Dump, name: str) -> Mapping[str, Any]:
@@ -235,26 +150,30 @@ def _document(dump: Dump, name: str) -> Mapping[str, Any]:
     return document
 
 
-def _compare_stage(
-    reference: Dump, candidate: Dump, stage: str, ref_stage: str, kind: str, ref_kind: str
-) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
-    """Metrics of one candidate stage against its reference stage, and outright problems."""
-    if kind != ref_kind:
-        return None, (f"candidate {stage!r} is a {kind}, reference {ref_stage!r} a {ref_kind}",)
-    if kind == "document":
-        margins = {}
-        for key, dump, name in (("ref_margins", reference, ref_stage),
-                                ("cand_margins", candidate, stage)):
-            tensor = _margins_name(dump, name)
-            if tensor is not None:
-                margins[key] = dump.tensor(tensor)
-        try:
-            metrics = document_metrics(_document(candidate, stage), _document(reference, ref_stage),
-                                       omits=conventions(candidate, stage).get("omits", []),
-                                       **margins)
-        except AudioparityError as err:
-            raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
-        return metrics, ()
+def _compare_documents(reference: Dump, candidate: Dump, stage: str, ref_stage: str,
+                       kind: str) -> Measured:
+    """:func:`~audioparity.compare.documents.document_metrics` of a document stage, with both
+    sides' margins where the dumps hold them."""
+    margins = {}
+    for key, dump, name in (("ref_margins", reference, ref_stage),
+                            ("cand_margins", candidate, stage)):
+        tensor = _margins_name(dump, name)
+        if tensor is not None:
+            margins[key] = dump.tensor(tensor)
+    try:
+        metrics = document_metrics(_document(candidate, stage), _document(reference, ref_stage),
+                                   omits=conventions(candidate, stage).get("omits", []),
+                                   **margins)
+    except AudioparityError as err:
+        raise AudioparityError(f"{reference.path}: {ref_stage}{MARGINS}: {err}") from err
+    return metrics, ()
+
+
+def _compare_arrays(reference: Dump, candidate: Dump, stage: str, ref_stage: str,
+                    kind: str) -> Measured:
+    """:func:`tensor_metrics` of a tensor or logits stage, the candidate's view applied to the
+    reference; a layout or frame count that differs is a problem (the metrics run over the
+    common frames), a shape that differs stops them."""
     cand, ref = candidate.tensor(stage), reference.tensor(ref_stage)
     problems = []
     cand_layout, ref_layout = candidate.layout(stage), reference.layout(ref_stage)
@@ -274,7 +193,24 @@ def _compare_stage(
     if cand.shape != ref.shape:
         problems.append(f"shape {list(cand.shape)} (candidate) != {list(ref.shape)} (reference)")
         return None, tuple(problems)
-    return tensor_metrics(stage, cand, ref), tuple(problems)
+    return tensor_metrics(kind, cand, ref), tuple(problems)
+
+
+#: How a stage is compared, by its kind (:data:`~audioparity.vocabulary.STAGE_KINDS`).
+COMPARE: dict[str, Callable[[Dump, Dump, str, str, str], Measured]] = {
+    "tensor": _compare_arrays,
+    "logits": _compare_arrays,
+    "document": _compare_documents,
+}
+
+
+def compare_stage(reference: Dump, candidate: Dump, stage: str, ref_stage: str, kind: str,
+                  ref_kind: str) -> Measured:
+    """Metrics of one candidate stage against its reference stage, and outright problems
+    (:data:`COMPARE` by the stage's kind; stages of two kinds are not compared)."""
+    if kind != ref_kind:
+        return None, (f"candidate {stage!r} is a {kind}, reference {ref_stage!r} a {ref_kind}",)
+    return COMPARE[kind](reference, candidate, stage, ref_stage, kind)
 
 
 def conventions(dump: Dump, stage: str) -> dict[str, Any]:
@@ -289,12 +225,10 @@ def not_exposed(dump: Dump, family: str | None, stage: str) -> str | None:
     """Why a candidate dump has no ``stage``, when its adapter declared that the candidate does
     not expose it (manifest ``not_exposed``: ``{stage of the family's spec: why}``, e.g. a port
     that prints only its decode); None otherwise."""
-    found = registered().get(family or "")
-    located = found.locate(stage) if found is not None else None
-    name = located[1].name if located else stage
+    known = registered().get(family or "")
+    located = known.spec.locate(stage) if known is not None else None
+    name = located.stage.name if located is not None else stage
     return dump.manifest.get("not_exposed", {}).get(name)
-
-
 
 
 def apply_view(ref: np.ndarray, view: list) -> np.ndarray:
@@ -319,40 +253,92 @@ def apply_view(ref: np.ndarray, view: list) -> np.ndarray:
     return ref
 
 
-def _plan(reference: Dump, candidate: Dump | None, family: str | None,
-          replay: Dump | None, same_stages: bool = False,
-          ) -> list[tuple[str, str, Dump, str | None, str | None, str | None]]:
-    """(row stage, candidate stage, reference-side dump, its stage or None, candidate kind or
-    None, reference-side kind) per row.
+class Planned(NamedTuple):
+    """One row of a cell, as :func:`_plan` lays it out.
 
-    Every reference stage, then every candidate stage that is not a reference stage itself
-    (an isolated form, compared with its stage as the family's spec says, or a stage the
-    reference lacks; with ``same_stages``, the stage of the same name, as between two dumps of
-    one candidate), then with ``replay`` each candidate stage's replayed form (the candidate's
-    stage against the replay's), in the order of the candidate's stages.
+    Attributes:
+        stage: the row's stage (a replayed form's row is named by the form).
+        cand_stage: the candidate's stage it measures.
+        against: the dump it is measured against: the reference, or the replay.
+        ref_stage: the stage there, None when that dump lacks it.
+        kind: the candidate stage's kind, None when the candidate lacks it.
+        ref_kind: the kind of the stage ``against`` holds (None when it lacks it).
     """
-    ref_kinds = _stages(reference)
-    cand_kinds = _stages(candidate) if candidate is not None else {}
-    plan = [(name, name, reference, name, cand_kinds.get(name), kind)
+
+    stage: str
+    cand_stage: str
+    against: Dump
+    ref_stage: str | None
+    kind: str | None
+    ref_kind: str | None
+
+
+@dataclass
+class Cell:
+    """What every row of one cell reads: its dumps and what they say."""
+
+    reference: Dump
+    candidate: Dump | None
+    candidate_path: Path
+    replay: Dump | None
+    cost: Dump | None
+    family: str | None
+    #: Each candidate stage against the stage of the same name (a comparison with another
+    #: backend), rather than against its reference stage.
+    same_stages: bool
+    plan: list[Planned] = field(default_factory=list)
+    #: The row stage a crashed dump died in (:func:`_crashed_stage`).
+    crashed_in: str | None = None
+
+    @property
+    def message(self) -> str:
+        """The candidate's manifest message (or its status), "" without a candidate."""
+        if self.candidate is None:
+            return ""
+        return self.candidate.manifest.get("message") or f"candidate {self.candidate.status}"
+
+    @property
+    def seconds(self) -> Mapping[str, float]:
+        """The candidate's seconds per stage."""
+        return self.candidate.manifest.get("seconds", {}) if self.candidate is not None else {}
+
+    def wanted(self, stage: str) -> str:
+        """The reference stage a candidate stage is compared with."""
+        return stage if self.same_stages else reference_stage(self.family, stage)
+
+
+def _plan(cell: Cell) -> list[Planned]:
+    """The rows of a cell: every reference stage; then every candidate stage that is not a
+    reference stage itself (an isolated form, compared with its stage as the family's spec
+    says, or a stage the reference lacks; with ``same_stages``, the stage of the same name, as
+    between two dumps of one candidate); then, with a replay, each candidate stage's replayed
+    form (the candidate's stage against the replay's), in the order of the candidate's stages.
+    A crashed dump of the family's own port also owes the isolated forms of the reference's
+    stages.
+    """
+    reference, family = cell.reference, cell.family
+    ref_kinds = _stages(reference, family)
+    cand_kinds = _stages(cell.candidate, family) if cell.candidate is not None else {}
+    plan = [Planned(name, name, reference, name, cand_kinds.get(name), kind)
             for name, kind in ref_kinds.items()]
     for name, kind in cand_kinds.items():
         if name not in ref_kinds:
-            target = name if same_stages else reference_stage(family, name)
+            target = cell.wanted(name)
             known = target if target in ref_kinds else None
-            plan.append((name, name, reference, known, kind, ref_kinds.get(target)))
-    if candidate is not None and _crashed_port(candidate):
-        # a crashed dump of the family's own port owes the isolated forms too
+            plan.append(Planned(name, name, reference, known, kind, ref_kinds.get(target)))
+    if cell.candidate is not None and _crashed_port(cell.candidate):
         for name in ref_kinds:
-            form = isolated_form(family, name)
+            form = form_of(family, name, "isolated")
             if form is not None and form not in cand_kinds:
-                plan.append((form, form, reference, name, None, ref_kinds[name]))
-    if replay is not None:
-        replay_kinds = _stages(replay)
+                plan.append(Planned(form, form, reference, name, None, ref_kinds[name]))
+    if cell.replay is not None:
+        replay_kinds = _stages(cell.replay, family)
         for name, kind in cand_kinds.items():
-            form = replayed_form(family, name)
+            form = form_of(family, name, "replayed")
             if form is not None:
-                plan.append((form, name, replay, form if form in replay_kinds else None, kind,
-                             replay_kinds.get(form)))
+                plan.append(Planned(form, name, cell.replay,
+                                    form if form in replay_kinds else None, kind,
+                                    replay_kinds.get(form)))
     return plan
 
 
@@ -362,28 +348,107 @@ def _crashed_port(candidate: Dump) -> bool:
     return candidate.status == "crashed" and candidate.manifest.get("producer") == "ggml"
 
 
-def _crashed_stage(candidate: Dump | None, family: str | None, plan: list) -> str | None:
+def _crashed_stage(cell: Cell) -> str | None:
     """The row stage a crashed dump died in: the stage its manifest says it was timing
     (``crashed_in``) when that is a stage it lacks, else the first stage it lacks in pipeline
     order; None for a dump that did not crash."""
+    candidate, family = cell.candidate, cell.family
     if candidate is None or candidate.status != "crashed":
         return None
-    lacking = [stage for stage, _, _, _, kind, _ in plan
-               if kind is None and not not_exposed(candidate, family, stage)]
+    lacking = [row.stage for row in cell.plan
+               if row.kind is None and not not_exposed(candidate, family, row.stage)]
     running = candidate.manifest.get(CRASHED_IN)
     if running in lacking:
         return running
     return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
 
 
-def _cost(cost: Dump, candidate: Dump, cand_stage: str, ref_stage: str, kind: str,
-          ref_kind: str) -> dict[str, Any]:
-    """:data:`COST_COLUMNS` of one stage: the candidate against the float32 reference; empty
-    where the two do not line up (a problem such as rows compared over a common prefix only)."""
-    measured, problems = _compare_stage(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
+class Rule(NamedTuple):
+    """A row that is not compared: when ``when(cell, row)`` holds, its status and reason."""
+
+    when: Callable[[Cell, Planned], Any]
+    status: str
+    why: Callable[[Cell, Planned], str]
+
+
+def _lacks(cell: Cell, row: Planned) -> bool:
+    """The candidate dump lacks the row's stage."""
+    return row.kind is None
+
+
+def _crashed(cell: Cell, row: Planned) -> bool:
+    return _lacks(cell, row) and cell.candidate.status == "crashed"
+
+
+def _unreadable(cell: Cell, row: Planned) -> str | None:
+    return cell.candidate.manifest.get("unreadable", {}).get(row.stage)
+
+
+def _not_replayed(cell: Cell, row: Planned) -> str:
+    why = cell.replay.manifest.get("skipped", {}).get(row.stage)
+    return f"not replayed: {why or f'not in the replay dump {cell.replay.path}'}"
+
+
+#: The rows that are not compared, tried in order: a crashed dump keeps the stages it finished;
+#: the one it died in is crashed, the ones after it were never computed.
+RULES = (
+    Rule(lambda cell, row: cell.candidate is None, "missing",
+         lambda cell, row: f"no candidate dump at {cell.candidate_path}"),
+    Rule(lambda cell, row: cell.candidate.status == "unavailable", "unavailable",
+         lambda cell, row: cell.message),
+    Rule(lambda cell, row: _crashed(cell, row) and row.stage == cell.crashed_in, "crashed",
+         lambda cell, row: cell.message),
+    Rule(_crashed, "missing",
+         lambda cell, row: "not computed: the dump crashed in "
+                           f"{cell.candidate.manifest.get(CRASHED_IN) or cell.crashed_in} "
+                           f"({cell.message})"),
+    Rule(lambda cell, row: _lacks(cell, row) and not_exposed(cell.candidate, cell.family,
+                                                             row.stage),
+         "unavailable", lambda cell, row: not_exposed(cell.candidate, cell.family, row.stage)),
+    Rule(lambda cell, row: _lacks(cell, row) and _unreadable(cell, row), "missing",
+         lambda cell, row: f"the candidate's file is unreadable: {_unreadable(cell, row)}"),
+    Rule(_lacks, "missing",
+         lambda cell, row: f"not in the candidate dump {cell.candidate_path}"),
+    Rule(lambda cell, row: row.ref_stage is None and row.against is cell.replay, "missing",
+         _not_replayed),
+    Rule(lambda cell, row: row.ref_stage is None, "missing",
+         lambda cell, row: f"no reference stage {cell.wanted(row.stage)!r} in "
+                           f"{cell.reference.path}"),
+)
+
+
+def availability(cell: Cell, row: Planned) -> tuple[str, tuple[str, ...]]:
+    """``ok``, or the status of a row that is not compared and why (the first of
+    :data:`RULES` that holds)."""
+    for rule in RULES:
+        if rule.when(cell, row):
+            return rule.status, (rule.why(cell, row),)
+    return "ok", ()
+
+
+def _cost(cell: Cell, row: Planned, measured: dict[str, Any] | None) -> dict[str, Any]:
+    """:data:`COST_COLUMNS` of one row: the candidate against the float32 reference, for a
+    compared row of a quantized cell; empty elsewhere, and where the two do not line up (a
+    problem such as rows compared over a common prefix only)."""
+    if (cell.cost is None or measured is None or row.against is not cell.reference
+            or on_reference_path(cell.family, row.ref_stage)):
+        return dict.fromkeys(COST_COLUMNS)
+    cost, problems = compare_stage(cell.cost, cell.candidate, row.cand_stage, row.ref_stage,
+                                   row.kind, row.ref_kind)
     if problems:
         return dict.fromkeys(COST_COLUMNS)
-    return {f"cost_{key}": measured.get(key) for key in ("nmse", "cosine", "token_match")}
+    return {f"cost_{key}": cost.get(key) for key in ("nmse", "cosine", "token_match")}
+
+
+def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any] | None) -> str:
+    """The gate's reason, the logits rows whose top-1 differs (when the row does not pass) and
+    the candidate's convention for the stage."""
+    parts = (measured or {}).get("top1_rows")
+    part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {row.stage}"
+            if parts and verdict.status != "pass" else "")
+    why = (conventions(cell.candidate, row.cand_stage).get("why")
+           if cell.candidate is not None else None)
+    return "; ".join(filter(None, [verdict.reason, part, why and f"compared as: {why}"]))
 
 
 def _json_value(value: Any) -> Any:
@@ -393,6 +458,49 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     return value
+
+
+def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]
+         ) -> dict[str, Any]:
+    """One row of the cell (:data:`COLUMNS`, labels first, extra labels after them)."""
+    measured = None
+    state, problems = availability(cell, row)
+    if state == "ok":
+        measured, problems = compare_stage(row.against, cell.candidate, row.cand_stage,
+                                           row.ref_stage, row.kind, row.ref_kind)
+    verdict = status(row.stage, gates, availability=state, metrics=measured, problems=problems)
+    values = {key: labels.get(key) for key in LABEL_COLUMNS}
+    values["against"] = labels.get("against", REFERENCE)
+    values.update({key: value for key, value in labels.items() if key not in values})
+    values.update(stage=row.stage, status=verdict.status)
+    values.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
+    values.update(_cost(cell, row, measured))
+    values.update(gate=verdict.gate, reason=_reason(cell, row, verdict, measured),
+                  seconds=cell.seconds.get(row.stage), first_bad_op=None, culprit=None)
+    return {key: _json_value(value) for key, value in values.items()}
+
+
+def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike,
+              labels: Mapping[str, str], replay_dir: str | os.PathLike | None = None,
+              cost_dir: str | os.PathLike | None = None) -> Cell:
+    """The dumps of a cell read, and its rows planned (:func:`compare_cell`'s arguments).
+
+    Raises:
+        AudioparityError: an unreadable dump.
+    """
+    candidate_path = Path(candidate_dir)
+    cell = Cell(
+        reference=Dump(reference_dir),
+        candidate=Dump(candidate_path) if candidate_path.exists() else None,
+        candidate_path=candidate_path,
+        replay=Dump(replay_dir) if replay_dir is not None else None,
+        cost=Dump(cost_dir) if cost_dir is not None else None,
+        family=labels.get("family"),
+        same_stages=labels.get("against", REFERENCE) != REFERENCE,
+    )
+    cell.plan = _plan(cell)
+    cell.crashed_in = _crashed_stage(cell)
+    return cell
 
 
 def compare_cell(
@@ -410,18 +518,19 @@ def compare_cell(
         reference_dir: the reference dump (NeMo, torch).
         candidate_dir: the candidate dump (ggml, external). Absent: every reference stage is
             ``missing``. Manifest status ``unavailable`` / ``crashed``: every stage takes that
-            status, with the manifest's message as the reason.
+            status, with the manifest's message as the reason (:data:`RULES`).
         gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
             ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
-            compares against (:func:`audioparity.families.reference_stage`).
+            compares against (:func:`audioparity.families.reference_stage`) and each stage's
+            kind.
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
-        replay_dir: the reference's replay of the candidate (the family's ``replay`` entry
-            point): each candidate stage with a replayed form gets a row ``<form>``
-            (``layer_3_replayed``), the candidate's stage measured against the replay's; a form
-            the replay could not write is ``missing``, with the replay's reason.
+        replay_dir: the reference's replay of the candidate (the family's ``replay``): each
+            candidate stage with a replayed form gets a row named by that form, the
+            candidate's stage measured against the replay's; a form the replay could not write
+            is ``missing``, with the replay's reason.
         cost_dir: where ``reference_dir`` is a quantization-aware reference (the cell's weight
             type emulated), the float32 reference: each compared row gets :data:`COST_COLUMNS`,
             the candidate's stage measured against its reference stage there (None elsewhere).
@@ -435,74 +544,8 @@ def compare_cell(
             threshold that does not apply to it.
     """
     check_resolved(gates)
-    reference = Dump(reference_dir)
-    candidate_path = Path(candidate_dir)
-    candidate = Dump(candidate_path) if candidate_path.exists() else None
-    replay = Dump(replay_dir) if replay_dir is not None else None
-    cost = Dump(cost_dir) if cost_dir is not None else None
-    seconds = candidate.manifest.get("seconds", {}) if candidate is not None else {}
-    rows = []
-    family = labels.get("family")
-    same_stages = labels.get("against", REFERENCE) != REFERENCE
-    plan = _plan(reference, candidate, family, replay, same_stages)
-    crashed_in = _crashed_stage(candidate, family, plan)
-    for stage, cand_stage, ref_dump, ref_stage, kind, ref_kind in plan:
-        measured: dict[str, Any] | None = None
-        problems: tuple[str, ...] = ()
-        message = (candidate.manifest.get("message") or f"candidate {candidate.status}"
-                   if candidate is not None else "")
-        if candidate is None:
-            availability, problems = "missing", (f"no candidate dump at {candidate_path}",)
-        elif candidate.status == "unavailable":
-            availability, problems = "unavailable", (message,)
-        elif candidate.status == "crashed" and kind is None:
-            # a crashed dump keeps the stages it finished; the one it died in is crashed, the
-            # ones after it were never computed
-            where = candidate.manifest.get(CRASHED_IN) or crashed_in
-            availability, problems = ("crashed", (message,)) if stage == crashed_in else (
-                "missing", (f"not computed: the dump crashed in {where} ({message})",))
-        elif kind is None and not_exposed(candidate, family, stage):
-            availability, problems = "unavailable", (not_exposed(candidate, family, stage),)
-        elif kind is None and candidate.manifest.get("unreadable", {}).get(stage):
-            availability = "missing"
-            problems = ("the candidate's file is unreadable: "
-                        f"{candidate.manifest['unreadable'][stage]}",)
-        elif kind is None:
-            availability, problems = "missing", (f"not in the candidate dump {candidate_path}",)
-        elif ref_stage is None and ref_dump is replay:
-            why = replay.manifest.get("skipped", {}).get(stage)
-            availability = "missing"
-            problems = (f"not replayed: {why or f'not in the replay dump {replay.path}'}",)
-        elif ref_stage is None:
-            availability = "missing"
-            wanted = stage if same_stages else reference_stage(family, stage)
-            problems = (f"no reference stage {wanted!r} in "
-                        f"{reference.path}",)
-        else:
-            availability = "ok"
-            measured, problems = _compare_stage(
-                ref_dump, candidate, cand_stage, ref_stage, kind, ref_kind
-            )
-        verdict = status(
-            stage, gates, availability=availability, metrics=measured, problems=problems
-        )
-        why = conventions(candidate, cand_stage).get("why") if candidate is not None else None
-        row = {key: labels.get(key) for key in LABEL_COLUMNS}
-        row["against"] = labels.get("against", REFERENCE)
-        row.update({key: value for key, value in labels.items() if key not in row})
-        row.update(stage=stage, status=verdict.status)
-        row.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
-        row.update(_cost(cost, candidate, cand_stage, ref_stage, kind, ref_kind)
-                   if cost is not None and measured is not None and ref_dump is reference
-                   and not on_reference_path(family, ref_stage)
-                   else dict.fromkeys(COST_COLUMNS))
-        parts = (measured or {}).get("top1_rows")
-        part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {stage}"
-                if parts and verdict.status != "pass" else "")
-        reason = "; ".join(filter(None, [verdict.reason, part, why and f"compared as: {why}"]))
-        row.update(gate=verdict.gate, reason=reason, seconds=seconds.get(stage),
-                   first_bad_op=None, culprit=None)
-        rows.append({key: _json_value(value) for key, value in row.items()})
+    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir)
+    rows = [_row(cell, row, gates, labels) for row in cell.plan]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
-    log.info("compare %s vs %s: %s", candidate_path, reference.path, counts)
+    log.info("compare %s vs %s: %s", cell.candidate_path, cell.reference.path, counts)
