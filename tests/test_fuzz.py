@@ -25,7 +25,8 @@ from hypothesis.extra import numpy as hnp
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.audio import Audio, load_audio
 from audioparity.compare import metrics as m
-from audioparity.compare.cell import compare_cell, document_metrics, tensor_metrics
+from audioparity.compare.cell import compare_cell, tensor_metrics
+from audioparity.compare.documents import document_metrics
 from audioparity.errors import AudioparityError
 from audioparity.models.moss_voicegen import text_processor
 
@@ -303,7 +304,7 @@ def test_metrics_return_numbers_or_a_clean_shape_error(pair):
             elif not math.isnan(value):
                 assert value >= 0.0, (metric.__name__, value)
     if cand.shape == ref.shape:
-        row = tensor_metrics("joint_logits", cand, ref)
+        row = tensor_metrics("logits", cand, ref)
         assert row["non_finite"] == m.non_finite(cand, ref)
 
 

@@ -236,3 +236,14 @@ def test_a_quantized_cell_shows_its_cost_and_the_tightest_bounds_it_would_pass(t
     assert '100%<br><small class="cost">f32 50%</small>' in page
     assert "would pass down to cosine&gt;=1−1.2e-12, nmse&lt;=2.5e-12" in page
     assert "the weight type&#x27;s cost): nmse 6.3e-05, cosine 1−3e-05" in page
+
+
+def test_per_layer_stages_are_those_their_family_spec_declares_per_layer():
+    from audioparity.report.plots import per_layer
+
+    assert per_layer("parakeet_tdt", "layer_3_isolated") == (3, "isolated")
+    assert per_layer("moss_voicegen", "layer_0_replayed") == (0, "replayed")
+    assert per_layer("whisper_encoder", "layer_12") == (12, "")
+    assert per_layer("parakeet_tdt", "lstm_state_0") is None  # numbered, but not per layer
+    assert per_layer("parakeet_tdt", "enc_out") is None
+    assert per_layer("somebody_elses", "layer_3") is None  # a family this install lacks

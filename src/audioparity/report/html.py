@@ -11,24 +11,20 @@ archived as it is.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
-import itertools
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
-from audioparity.families import natural_key, stage_key
-from audioparity.report.summary import read_summary, row_key
+from audioparity.families import stage_key
+from audioparity.report.plots import by_weight_type, layer_curves, weight_type_colours
+from audioparity.report.summary import ordered, read_summary, row_key
 from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
@@ -42,12 +38,6 @@ STATUS_COLOURS = {
 }
 #: Statuses listed under "Needs attention".
 ATTENTION = ("fail", "crashed", "missing")
-LAYER = re.compile(r"^layer_(\d+)(?:_(isolated|replayed))?$")
-#: The marker of each form of a layer stage: end to end, isolated, replayed.
-FORM_MARKERS = {"": "o", "isolated": "s", "replayed": "^"}
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
-
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#18181b;
 margin:24px 32px;background:#fff}
@@ -106,11 +96,6 @@ def _status_css() -> str:
     return "".join(
         f".st-{s}{{background:{bg};color:{fg}}}" for s, (bg, fg) in STATUS_COLOURS.items()
     )
-
-
-def _ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
-    known = [v for v in order if v in values]
-    return known + sorted((v for v in set(values) if v not in order), key=natural_key)
 
 
 def key_metric(row: pd.Series) -> str:
@@ -300,10 +285,10 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
     for family, rows in frame.groupby("family", sort=False):
         columns = [
             (c, b, w)
-            for c in _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
-            for b in _ordered(list(rows.loc[rows["candidate"] == c, "backend"].unique()),
+            for c in ordered(list(rows["candidate"].unique()), (OUR_PORT,))
+            for b in ordered(list(rows.loc[rows["candidate"] == c, "backend"].unique()),
                               BACKENDS)
-            for w in _ordered(list(rows.loc[(rows["candidate"] == c) & (rows["backend"] == b),
+            for w in ordered(list(rows.loc[(rows["candidate"] == c) & (rows["backend"] == b),
                                             "weight_type"].unique()), WEIGHT_TYPES)
         ]
         # a heavier rule opens each candidate's and each backend's block of columns
@@ -377,159 +362,6 @@ def _backends(frame: pd.DataFrame) -> str:
     return "".join(parts)
 
 
-def _png(figure: Figure, alt: str) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{data}">'
-
-
-def _colours(weight_types: Sequence[str]) -> dict[str, str]:
-    ordered = _ordered(list(weight_types), WEIGHT_TYPES)
-    return {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(ordered)}
-
-
-def _floor(values: Sequence[float]) -> float:
-    """Bottom of a log axis: a decade below the smallest positive value (1e-16 if none)."""
-    positive = [v for v in values if v > 0 and math.isfinite(v)]
-    return 10.0 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-16
-
-
-def _log_series(ax, xs, ys, floor: float, **style) -> None:
-    """Plot ``ys`` on a log axis: zeros drawn at ``floor``, non-finite values as red x at top."""
-    finite = [(x, max(y, floor)) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
-    if finite:
-        ax.plot(*zip(*finite, strict=True), **style)
-    bad = [x for x, y in zip(xs, ys, strict=True) if not math.isfinite(y)]
-    if bad:
-        ax.plot(bad, [0.97] * len(bad), "x", color="#b91c1c", markersize=9, mew=2,
-                transform=ax.get_xaxis_transform(), clip_on=False)
-
-
-#: Panels of the per-layer plot: (title, value from a summary row).
-LAYER_PANELS: tuple[tuple[str, Callable[[pd.Series], float]], ...] = (
-    ("1 − cosine", lambda r: 1.0 - float(r["cosine"])),
-    ("NMSE", lambda r: float(r["nmse"])),
-)
-
-
-#: Line style of each candidate's curves, in candidate order (our port's first).
-LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (5, 2, 1, 2)))
-
-
-def _layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
-    """Per (family, model, case, backend): error per layer; a colour per weight type, a line
-    style per candidate; end to end thick with filled markers, the local forms (isolated:
-    squares, replayed: triangles) thin with hollow ones."""
-    match = frame["stage"].str.extract(LAYER)
-    layers = frame.assign(layer=pd.to_numeric(match[0]), form=match[1].fillna(""))
-    layers = layers[layers["layer"].notna() & (layers["cosine"] != "")]
-    images = []
-    for (family, model, case, backend), rows in layers.groupby(
-        ["family", "model", "case", "backend"], sort=False
-    ):
-        candidates = _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
-        styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
-        figure = Figure(figsize=(11, 3.3), layout="constrained")
-        axes = figure.subplots(1, 2)
-        for ax, (title, value) in zip(axes, LAYER_PANELS, strict=True):
-            values = [value(r) for _, r in rows.iterrows()]
-            floor = _floor(values)
-            for (candidate, weight_type, form), part in rows.groupby(
-                    ["candidate", "weight_type", "form"], sort=False):
-                part = part.sort_values("layer")
-                local = form != ""
-                # native is drawn thin and on top: it often equals the type the checkpoint
-                # stores (f32 or bf16), which would otherwise hide it
-                width = (0.8 if weight_type == "native" else 1.4) * (0.6 if local else 1.0)
-                _log_series(
-                    ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
-                    floor, color=colours[weight_type], linestyle=styles[candidate],
-                    marker=FORM_MARKERS[form], markersize=3 if local else 3.5,
-                    markerfacecolor="white" if local else colours[weight_type],
-                    linewidth=width, zorder=3 if weight_type == "native" else 2,
-                )
-            ax.set_yscale("log")
-            ax.set_ylim(bottom=floor * 0.8)
-            ax.set_xlabel("layer")
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, which="major", alpha=0.3)
-            ax.xaxis.get_major_locator().set_params(integer=True)
-        handles = [Line2D([], [], color=c, linewidth=2, label=w) for w, c in colours.items()
-                   if w in set(rows["weight_type"])]
-        handles.extend(Line2D([], [], color="#52525b", linestyle=styles[c], label=c)
-                       for c in candidates if len(candidates) > 1)
-        handles.append(
-            Line2D([], [], color="#52525b", marker="o", linewidth=1.4, label="end-to-end")
-        )
-        handles.extend(Line2D([], [], color="#52525b", marker=FORM_MARKERS[form],
-                              markerfacecolor="white", linewidth=0.8, label=form)
-                       for form in ("isolated", "replayed") if (rows["form"] == form).any())
-        axes[1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8.5,
-                       frameon=False)
-        figure.suptitle(f"{family} · {model} · {case} · {backend}", fontsize=11)
-        images.append(_png(figure, f"per-layer error, {model} {case} {backend}"))
-    if not images:
-        return '<p class="note">No layer_&lt;i&gt; stages in this summary.</p>'
-    note = (
-        '<p class="note">Thick, filled markers: the layer\'s output in the end-to-end run (error '
-        "accumulated from every stage before it). Thin, hollow markers: the layer's own error, "
-        "isolated (squares: the candidate's layer fed the reference's input) or replayed "
-        "(triangles: the reference's layer fed the candidate's input, for a port that cannot be "
-        "fed). A thin curve that stays flat while the thick one climbs means drift accumulates; "
-        "a jump in both marks the layer that is off. A colour "
-        "per weight type, a line style per candidate. Exact zeros sit on the bottom edge; a red "
-        "× at the top marks a non-finite value.</p>"
-    )
-    return note + "".join(images)
-
-
-def _f32_nmse(row: pd.Series) -> float:
-    """A row's NMSE against the float32 reference: its cost where it has one, else its own."""
-    return float(row["cost_nmse"] if row["cost_nmse"] != "" else row["nmse"])
-
-
-def _by_weight_type(frame: pd.DataFrame) -> str:
-    """Per (family, model, case): NMSE of each non-layer tensor stage against the float32
-    reference across weight types (the cost of each weight type)."""
-    stages = frame[~frame["stage"].str.match(LAYER.pattern) & (frame["nmse"] != "")]
-    images = []
-    for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
-        backends = _ordered(list(rows["backend"].unique()), BACKENDS)
-        figure = Figure(figsize=(3.6 * len(backends) + 2.2, 3.3), layout="constrained")
-        axes = figure.subplots(1, len(backends), squeeze=False)[0]
-        names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
-        floor = _floor([_f32_nmse(r) for _, r in rows.iterrows()])
-        candidates = _ordered(list(rows["candidate"].unique()), (OUR_PORT,))
-        styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
-        for ax, backend in zip(axes, backends, strict=True):
-            part = rows[rows["backend"] == backend]
-            types = _ordered(list(part["weight_type"].unique()), WEIGHT_TYPES)
-            for (i, stage), candidate in itertools.product(enumerate(names), candidates):
-                values = {r["weight_type"]: _f32_nmse(r) for _, r in part[
-                    (part["stage"] == stage) & (part["candidate"] == candidate)].iterrows()}
-                xs = [x for x, w in enumerate(types) if w in values]
-                _log_series(ax, xs, [values[types[x]] for x in xs], floor,
-                            color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
-                            linewidth=1.2, linestyle=styles[candidate], label=stage)
-            ax.set_xticks(range(len(types)), types)
-            ax.set_yscale("log")
-            ax.set_ylim(bottom=floor * 0.8)
-            ax.set_title(f"{backend}: NMSE against f32 reference", fontsize=10)
-            ax.grid(True, which="major", alpha=0.3)
-        handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", label=s)
-                   for i, s in enumerate(names)]
-        handles.extend(Line2D([], [], color="#52525b", linestyle=styles[c], label=c)
-                       for c in candidates if len(candidates) > 1)
-        axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1),
-                        fontsize=8.5, frameon=False)
-        figure.suptitle(f"{family} · {model} · {case}", fontsize=11)
-        images.append(_png(figure, f"key stages by weight type, {model} {case}"))
-    if not images:
-        return '<p class="note">No tensor stages besides layers in this summary.</p>'
-    return "".join(images)
-
-
 def _anchor(title: str) -> str:
     """A section's id: its title in lower case, words joined by dashes (``#backends-...``)."""
     return "-".join(re.findall(r"[a-z0-9]+", title.lower()))
@@ -540,7 +372,7 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
     against_backend = frame[frame["against"] != REFERENCE]
     frame = frame[frame["against"] == REFERENCE]
-    colours = _colours(list(frame["weight_type"].unique()))
+    colours = weight_type_colours(list(frame["weight_type"].unique()))
     # models and cases are named per family (two families may both have a "tiny")
     counts = {c: len(frame[["family", c]].drop_duplicates()) if c in ("model", "case")
               else frame[c].nunique() for c in ("model", "case", "candidate", "backend",
@@ -551,8 +383,8 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         ("Needs attention", _attention(frame)),
         ("Status matrix", _matrix(frame)),
         ("Backends against the CPU", _backends(against_backend)),
-        ("Per-layer error", _layer_curves(frame, colours)),
-        ("Key stages by weight type", _by_weight_type(frame)),
+        ("Per-layer error", layer_curves(frame, colours)),
+        ("Key stages by weight type", by_weight_type(frame)),
         (f"All rows ({len(frame) + len(against_backend)})",
          _row_table(pd.concat([frame, against_backend]), COLUMNS, "full")),
     ]

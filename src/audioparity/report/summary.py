@@ -32,6 +32,13 @@ from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
 
 
+def ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
+    """The distinct ``values`` in reading order: those of ``order`` in its order, then the
+    others naturally (``clip2`` before ``clip10``)."""
+    known = [v for v in order if v in values]
+    return known + sorted((v for v in set(values) if v not in order), key=natural_key)
+
+
 def _ranked(value: str, order: Sequence[str]) -> tuple:
     return (order.index(value), ()) if value in order else (len(order), natural_key(value))
 
