@@ -289,7 +289,7 @@ def test_fixture_replay_equals_reference_decode(parakeet_model, parakeet_referen
     from audioparity.models.parakeet_tdt.config import load_config
     from audioparity.models.parakeet_tdt.greedy import replay_path
     from audioparity.models.parakeet_tdt.tokenizer import decode_document, load_tokenizer
-    from audioparity.models.parakeet_tdt.weights import load_weights
+    from tests.models.parakeet_tdt import uploaded
 
     reference = Dump(parakeet_reference)
     expected = reference.json("decode")
@@ -298,7 +298,7 @@ def test_fixture_replay_equals_reference_decode(parakeet_model, parakeet_referen
     path = replay_path(reference.tensor("joint_logits"), enc_out.shape[0],
                            list(config.durations), config.max_symbols)
     with Runtime("cpu", threads=1) as runtime:
-        weights = load_weights(parakeet_model, config, "f32").upload(runtime)
+        weights = uploaded(runtime, parakeet_model)
         with TdtDecoder(runtime, weights, config) as tdt:
             replay = decode_document(tdt.greedy(enc_out), load_tokenizer(parakeet_model))
             joint_logits, lstm_state_0 = tdt.teacher_forced(enc_out, path)

@@ -86,11 +86,10 @@ def test_manifest_records_which_ggml_build_computed(tmp_path: Path, parakeet_mod
                                                     clip_wav: Path,
                                                     parakeet_reference: Path) -> None:
     """llamafile and BLAS builds change the matmul kernels: a dump says which one it ran."""
-    from audioparity.models.parakeet_tdt.dump import dump_ggml
+    from tests.models.parakeet_tdt import ggml_dump
 
     out = tmp_path / "dump"
-    dump_ggml(parakeet_model, clip_wav, out, reference_dir=parakeet_reference, weight_type="f32",
-              backend="cpu")
+    ggml_dump(parakeet_model, clip_wav, out, reference_dir=parakeet_reference)
     build = Dump(out).manifest["ggml_build"]
     assert build["ggml_python"] == ggml.__version__
     assert ("llamafile" in build["cpu_features"]) == bool(ggml.ggml_cpu_has_llamafile())
@@ -102,13 +101,13 @@ def test_an_xscaling_model_passes_at_f32_its_isolated_layers_included(fixture_mo
     off): layer 0 alone must get the reference's pre_encode scaled once, as NeMo scales it
     (it was scaled twice, and layer_0_isolated failed with cosine 0.9998)."""
     from audioparity.models.parakeet_tdt.config import load_config
-    from audioparity.models.parakeet_tdt.reference import dump_reference
     from tests import cell_rows
+    from tests.models.parakeet_tdt import reference_dump
 
     model = fixture_model("parakeet_tdt", xscaling=True)
     assert load_config(model).encoder.xscale == pytest.approx(8.0)  # d_model 64
     reference = tmp_path / "reference"
-    dump_reference(model, [(clip_wav, reference)], threads=1)
+    reference_dump(model, [(clip_wav, reference)], threads=1)
     result = run_dump(model, clip_wav, reference, tmp_path / "ggml", "--weight-type", "f32",
                       "--threads", "1")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import Dump
+from audioparity.driver import storage_types
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
@@ -20,7 +21,8 @@ from audioparity.models.parakeet_tdt.config import (
     from_nemo_config,
     load_config,
 )
-from audioparity.models.parakeet_tdt.weights import fold_batch_norm, load_weights, to_graph_layout
+from audioparity.models.parakeet_tdt.layout import fold_batch_norm, to_graph_layout
+from tests.models.parakeet_tdt import PARAKEET, uploaded
 
 torch = pytest.importorskip("torch")
 
@@ -390,10 +392,15 @@ def test_hugging_face_checkpoint_reads_as_nemo(hf_checkpoint):
         assert state[name].shape == shape, name
         np.testing.assert_array_equal(state[name], hf_state[hf_name].numpy(), err_msg=name)
         assert native[name] == "bf16"
-    weights = load_weights(directory, config, "native")
-    assert weights.storage["encoder.layers.1.self_attn.linear_pos.weight"] == "bf16"
-    assert weights.storage["encoder.layers.1.self_attn.pos_bias_u"] == "f32"
-    assert weights.storage["encoder.layers.1.conv.depthwise_conv.weight"] == "f32"
+    checkpoint = PARAKEET.weights(directory, config)
+    try:
+        storage, _ = storage_types(PARAKEET, checkpoint.shapes, checkpoint.native, "native",
+                                   {"conv_weight_type": "f32"})
+    finally:
+        checkpoint.close()
+    assert storage["encoder.layers.1.self_attn.linear_pos.weight"] == "bf16"
+    assert storage["encoder.layers.1.self_attn.pos_bias_u"] == "f32"
+    assert storage["encoder.layers.1.conv.depthwise_conv.weight"] == "f32"
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -417,7 +424,7 @@ def test_damaged_checkpoint_names_the_tensor_and_shapes(hf_checkpoint, tmp_path,
         state[key] = state[key].reshape(24, 96)
     save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "model.safetensors")
     with pytest.raises(AudioparityError, match=message):
-        load_weights(tmp_path, load_config(tmp_path))
+        PARAKEET.weights(tmp_path, load_config(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +440,7 @@ def tiny(parakeet_model):
 def encoder_taps(tiny, reference, matmul: str, conv: str = "f32", flash: bool = False):
     model, config = tiny
     with Runtime("cpu", threads=1) as rt:
-        weights = load_weights(model, config, matmul, conv).upload(rt)
+        weights = uploaded(rt, model, matmul, conv)
         encoder = enc.Encoder(weights, config, rt, flash_attention=flash)
         taps = encoder.forward(reference.tensor("mel_features"))
         inputs = [reference.tensor("pre_encode")] + [
@@ -474,6 +481,6 @@ def test_flash_attention_encoder_matches_nemo_reference_dump(tiny, reference):
 def test_encoder_rejects_mel_of_the_wrong_width(tiny):
     model, config = tiny
     with Runtime("cpu") as rt:
-        weights = load_weights(model, config, "f32").upload(rt)
+        weights = uploaded(rt, model)
         with pytest.raises(AudioparityError, match=r"expected \[T, 128\]"):
             enc.Encoder(weights, config, rt).forward(np.zeros((50, 80), np.float32))

@@ -65,16 +65,14 @@ BUGS: dict[str, list[Patch]] = {
 #: A wrong q8_0 block scale in one matmul: the second block of 32 of every row of layer 1's
 #: first feed-forward matrix stored with a scale 5% too large (its values scaled before ggml
 #: quantizes them: the same int8 values, the f16 scale 1.05x), as a converter that botches its
-#: block scales writes it. At q8_0.
+#: block scales writes it. At q8_0 (that matrix's rows, 64 values, are stored as q8_0).
 WRONG_BLOCK_SCALE: list[Patch] = [(
-    "weights.py",
-    "                                   ((name, 0, make()) for name, (_, make) in layout.items()))",
-    "                                   ((name, 0, make() * np.where(\n"
-    "                                       (name == 'encoder.layers.1.feed_forward1.linear1.weight')\n"  # noqa: E501
-    "                                       & (self.storage[name] == 'q8_0')\n"
-    "                                       & (np.arange(self.shapes[name][-1]) // 32 == 1),\n"
-    "                                       np.float32(1.05), np.float32(1)))\n"
-    "                                    for name, (_, make) in layout.items()))",
+    "layout.py",
+    "            yield name, 0, make()",
+    "            yield name, 0, make() * np.where(\n"
+    "                (name == 'encoder.layers.1.feed_forward1.linear1.weight')\n"
+    "                & (np.arange(layout[name][0][-1]) // 32 == 1),\n"
+    "                np.float32(1.05), np.float32(1))",
 )]
 
 

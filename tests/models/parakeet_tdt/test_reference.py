@@ -14,8 +14,8 @@ from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.greedy import replay_path
-from audioparity.models.parakeet_tdt.reference import dump_reference
 from tests import config_gates
+from tests.models.parakeet_tdt import ggml_dump, reference_dump
 
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -211,11 +211,11 @@ def test_lstm_state_0_is_the_float64_lstm_step_from_zero_input_and_state(
 def test_failed_dump_leaves_no_directory(parakeet_model: Path, tmp_path: Path) -> None:
     output = tmp_path / "dump"
     with pytest.raises(AudioparityError, match="no such file"):
-        dump_reference(parakeet_model, [(tmp_path / "missing.wav", output)])
+        reference_dump(parakeet_model, [(tmp_path / "missing.wav", output)])
     not_audio = tmp_path / "not_audio.wav"
     not_audio.write_bytes(b"RIFF0000WAVEjunk")
     with pytest.raises(AudioparityError, match="cannot read audio"):
-        dump_reference(parakeet_model, [(not_audio, output)])
+        reference_dump(parakeet_model, [(not_audio, output)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_audio.wav"]
 
 
@@ -225,21 +225,19 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
     subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
     from audioparity.compare import compare_cell
-    from audioparity.models.parakeet_tdt.dump import dump_ggml
     from audioparity.models.parakeet_tdt.encoder import rel_pos_encoding
 
     samples, rate = sf.read(clip_wav, dtype="int16")
     audio = tmp_path / "two_seconds.wav"
     sf.write(audio, samples[: 2 * rate], rate, subtype="PCM_16")
     reference = tmp_path / "reference"
-    dump_reference(parakeet_model, [(audio, reference)], threads=1)
+    reference_dump(parakeet_model, [(audio, reference)], threads=1)
     pos_emb = Dump(reference).tensor("pos_emb")
     assert pos_emb.shape[0] == 2 * 25 - 1
     np.testing.assert_allclose(pos_emb, rel_pos_encoding(25, pos_emb.shape[1]), atol=1e-5)
 
     candidate = tmp_path / "ggml"
-    dump_ggml(parakeet_model, audio, candidate, reference_dir=reference, weight_type="f32",
-              backend="cpu")
+    ggml_dump(parakeet_model, audio, candidate, reference_dir=reference)
     gates = config_gates("parakeet_tdt", "f32")
     cell = tmp_path / "cell.json"
     compare_cell(reference, candidate, gates, {"family": "parakeet_tdt", "case": "two_seconds"},
@@ -257,7 +255,7 @@ def test_one_model_load_dumps_every_case_as_separate_jobs_would(
     samples, rate = sf.read(clip_wav, dtype="int16")
     short = tmp_path / "short.wav"
     sf.write(short, samples[: rate], rate, subtype="PCM_16")
-    dump_reference(parakeet_model, [(short, tmp_path / "short"), (clip_wav, tmp_path / "clip")])
+    reference_dump(parakeet_model, [(short, tmp_path / "short"), (clip_wav, tmp_path / "clip")])
 
     alone, shared = Dump(parakeet_reference), Dump(tmp_path / "clip")
     assert shared.manifest["cases_per_load"] == 2

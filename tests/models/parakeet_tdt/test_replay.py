@@ -13,8 +13,9 @@ import json
 import pytest
 
 from audioparity.compare import compare_cell
-from audioparity.models.parakeet_tdt.replay import dump_replay
+from audioparity.driver import dump_replay
 from tests import config_gates
+from tests.models.parakeet_tdt import PARAKEET
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS
 from tests.planted import planted_dump
 
@@ -33,7 +34,7 @@ def rows(parakeet_model, clip_wav, parakeet_reference, tmp_path_factory):
         root = tmp_path_factory.mktemp(bug)
         dump = planted_dump(root, "parakeet_tdt", BUGS[bug], parakeet_model, clip_wav,
                             parakeet_reference)
-        dump_replay(parakeet_model, clip_wav, dump.path, root / "replay")
+        dump_replay(PARAKEET, parakeet_model, clip_wav, dump.path, root / "replay", options={})
         cell = root / "cell.json"
         compare_cell(parakeet_reference, dump.path, config_gates("parakeet_tdt", "f32"),
                      {"family": "parakeet_tdt"}, cell, replay_dir=root / "replay")

@@ -30,7 +30,7 @@ VARIANTS = {
 def variant_dumps(fixture_model, clip_wav, tmp_path_factory):
     """``variant_dumps(name)``: (model, reference dump, ggml f32 dump) of a variant on the
     clip, each built once per module."""
-    from audioparity.models.parakeet_tdt.reference import dump_reference
+    from tests.models.parakeet_tdt import reference_dump
 
     built: dict[str, tuple[Path, Path, Path]] = {}
 
@@ -38,7 +38,7 @@ def variant_dumps(fixture_model, clip_wav, tmp_path_factory):
         if name not in built:
             model = fixture_model("parakeet_tdt", **VARIANTS[name])
             work = tmp_path_factory.mktemp(f"variant_{name}")
-            dump_reference(model, [(clip_wav, work / "reference")], threads=1)
+            reference_dump(model, [(clip_wav, work / "reference")], threads=1)
             result = run_dump(model, clip_wav, work / "reference", work / "ggml",
                               "--weight-type", "f32", "--threads", "1")
             assert result.returncode == 0, result.stderr[-2000:]

@@ -12,8 +12,9 @@ Sources:
   ``convert_nemo_to_hf.py`` (``relative_k_proj`` -> ``linear_pos``, ``bias_u`` ->
   ``pos_bias_u``, ``q_proj`` -> ``linear_q``, ``encoder_projector`` -> ``joint.enc``, ...).
 
-Both the NeMo reference and the ggml dump run :func:`check_weights` first, so both refuse a bad
-checkpoint with the same message.
+The NeMo reference (:func:`check_weights`, before NeMo loads the file) and the ggml side
+(:func:`~.layout.checkpoint_weights`) check the tensors alike, so both refuse a bad checkpoint
+with the same message.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``ConvASRDecoder``, ``nemo/collections/asr/modules/conv_asr.py``).
 
 :func:`conv_asr_decoder` mirrors ``ConvASRDecoder.forward``: ``decoder_layers`` (one 1x1
-``Conv1d`` ``D -> V+1``, its kernel squeezed to a matrix by :mod:`.weights`) then
+``Conv1d`` ``D -> V+1``, its kernel squeezed to a matrix by :mod:`.layout`) then
 ``log_softmax`` over the classes (:func:`log_softmax`). :class:`CtcDecoder` runs it on an encoder
 output and decodes greedily (:func:`~.greedy.greedy_ctc`). Shapes are NeMo's, batch dropped; a
 ``[T, V+1]`` array is a ggml tensor with ``ne = [V+1, T]``.
