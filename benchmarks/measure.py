@@ -16,7 +16,7 @@ imports and weight loading are timed separately and never mixed in):
 - ``parakeet_ggml``: ``encoder`` = :meth:`Encoder.forward` (graph build, allocation, compute,
   read-back of every tap, as a dump runs it); ``decoder`` = :meth:`TdtDecoder.greedy` on NeMo's
   ``enc_out`` (same input as NeMo's decoder). Weights are loaded as a dump loads them
-  (:func:`load_weights` from the ``.nemo``, then uploaded).
+  (:func:`audioparity.driver.upload_weights`, streamed from the ``.nemo``).
 - ``moss_torch``: ``prefill`` = the reference's modules on ``S`` rows with the heads at the last
   row only (the same work as the ggml prefill); ``prefill_upstream`` =
   :func:`reference.forward` as the reference dump runs it (upstream applies the heads to every
@@ -216,7 +216,7 @@ def parakeet_torch(spec: dict, stages: Stages) -> dict:
     stages("encoder")
     enc_out = encoded[0, :, : int(encoded_length[0])].T.contiguous().numpy()
     _save(work / f"enc_out_t{threads}.npy", enc_out)
-    decode, joint_logits, _, _ = reference.greedy_tdt_decoding(model, enc_out)  # sets strategy
+    decode, joint_logits, *_ = reference.greedy_tdt_decoding(model, enc_out)  # sets strategy
     enc_t = torch.from_numpy(enc_out).T.contiguous()[None]
     enc_len = torch.tensor([enc_out.shape[0]], dtype=torch.int64)
 
@@ -239,21 +239,21 @@ def parakeet_ggml(spec: dict, stages: Stages) -> dict:
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
+    from audioparity.driver import upload_weights
+    from audioparity.models.parakeet_tdt import ParakeetTdt
     from audioparity.models.parakeet_tdt.config import load_config
     from audioparity.models.parakeet_tdt.decoder import TdtDecoder
     from audioparity.models.parakeet_tdt.encoder import Encoder
-    from audioparity.models.parakeet_tdt.weights import load_weights
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")
     start = time.perf_counter()
     config = load_config(model)
     runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
-    host = load_weights(model, config, spec["weight_type"], "f32")
     stages("host_weights")
-    weights = host.upload(runtime)
+    weights, _ = upload_weights(ParakeetTdt(), runtime, model, config, spec["weight_type"],
+                                {"conv_weight_type": "f32"})
     stages("uploaded")
-    del host
     gc.collect()
     stages("host_freed")
     seconds["load"] = time.perf_counter() - start

@@ -94,18 +94,18 @@ def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
     runtime = _runtime(args.threads, args.accel)
     if args.family == "parakeet":
         from audioparity.audio import load_audio
+        from audioparity.driver import upload_weights
+        from audioparity.models.parakeet_tdt import ParakeetTdt
         from audioparity.models.parakeet_tdt.config import load_config
         from audioparity.models.parakeet_tdt.encoder import Encoder
         from audioparity.models.parakeet_tdt.frontend import mel_features
-        from audioparity.models.parakeet_tdt.weights import load_weights
+        from audioparity.models.parakeet_tdt.layout import FB, WINDOW
 
         config = load_config(args.model)
-        host = load_weights(args.model, config, args.weight_type, "f32")
-        weights = host.upload(runtime)
+        weights, _ = upload_weights(ParakeetTdt(), runtime, args.model, config,
+                                    args.weight_type, {"conv_weight_type": "f32"})
         mel = mel_features(load_audio(work / "audio.wav").samples, config.preprocessor,
-                           filterbank=host.preprocessor.get("preprocessor.featurizer.fb"),
-                           window=host.preprocessor.get("preprocessor.featurizer.window"))
-        del host
+                           filterbank=weights.buffers.get(FB), window=weights.buffers.get(WINDOW))
         encoder = Encoder(weights, config, runtime)
 
         def call():

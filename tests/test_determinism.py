@@ -57,9 +57,11 @@ def test_ggml_parakeet_dump_twice_is_byte_identical(parakeet_model, clip_wav, pa
 
 def test_nemo_reference_dump_twice_is_byte_identical(parakeet_model, clip_wav, parakeet_reference,
                                                      tmp_path):
-    from audioparity.models.parakeet_tdt.reference import dump_reference
+    from audioparity.driver import dump_reference
+    from audioparity.families import family
 
-    dump_reference(parakeet_model, [(clip_wav, tmp_path / "again")], threads=1)
+    dump_reference(family("parakeet_tdt"), parakeet_model, [(clip_wav, tmp_path / "again")],
+                   options={}, threads=1)
     assert_byte_identical(parakeet_reference, tmp_path / "again")
     assert dump_differences(parakeet_reference, tmp_path / "again") == []
     assert_records_threads_and_versions(Dump(parakeet_reference), 1, "torch", "nemo_toolkit")

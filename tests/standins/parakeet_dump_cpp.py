@@ -41,21 +41,27 @@ def arg_value(argv: list[str], name: str, fallback: str) -> str:
 
 
 def _runtime_parts(model: Path, weight_type: str, backend: str, device: int):
-    """Config, host weights and the runtime they go on (the seed's asset and weight loading)."""
+    """The family, the model's config and the runtime its weights go on (the seed's asset
+    loading); the weights are uploaded by :func:`_upload` inside the runtime."""
     from audioparity.errors import AudioparityError
+    from audioparity.families import family
     from audioparity.ggml import Runtime
-    from audioparity.models.parakeet_tdt.config import load_config
-    from audioparity.models.parakeet_tdt.weights import load_weights
 
     if backend not in ("cpu", "cuda", "vulkan"):
         raise AudioparityError(f"unsupported --backend: {backend}")
-    config = load_config(model)
-    host = load_weights(model, config, weight_type, "f32")
-    try:
-        return config, host, Runtime(backend, device=device, threads=1)
-    except BaseException:
-        host.close()
-        raise
+    parakeet = family("parakeet_tdt")
+    config = parakeet.config(model)
+    return parakeet, config, Runtime(backend, device=device, threads=1)
+
+
+def _upload(parakeet, runtime, model: Path, config, weight_type: str):
+    """The weights at ``weight_type``, the convolution kernels f32 (the seed's weight loading,
+    through the project's one storage policy)."""
+    from audioparity.driver import upload_weights
+
+    weights, _ = upload_weights(parakeet, runtime, model, config, weight_type,
+                                {"conv_weight_type": "f32"})
+    return weights
 
 
 def decoder_replay(model: Path, enc_path: Path, output_dir: Path, weight_type: str,
@@ -64,9 +70,9 @@ def decoder_replay(model: Path, enc_path: Path, output_dir: Path, weight_type: s
     from audioparity.errors import AudioparityError
     from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 
-    config, host, runtime = _runtime_parts(model, weight_type, backend, device)
+    parakeet, config, runtime = _runtime_parts(model, weight_type, backend, device)
     with runtime:
-        weights = host.upload(runtime)
+        weights = _upload(parakeet, runtime, model, config, weight_type)
         enc_out = np.load(enc_path, allow_pickle=False)
         if enc_out.ndim != 2 or enc_out.shape[0] <= 0 or enc_out.shape[1] != \
                 config.encoder.d_model:
@@ -83,20 +89,20 @@ def dump(model: Path, audio: Path, nemo_dir: Path, output_dir: Path, weight_type
     """Mel and encoder output end to end, then layer 0 alone on ``--nemo-dir``'s tensors."""
     from audioparity.audio import load_audio
     from audioparity.errors import AudioparityError
-    from audioparity.models.parakeet_tdt.dump import FB, WINDOW
     from audioparity.models.parakeet_tdt.encoder import Encoder
     from audioparity.models.parakeet_tdt.frontend import mel_features
+    from audioparity.models.parakeet_tdt.layout import FB, WINDOW
 
-    config, host, runtime = _runtime_parts(model, weight_type, backend, device)
+    parakeet, config, runtime = _runtime_parts(model, weight_type, backend, device)
     with runtime:
-        weights = host.upload(runtime)
+        weights = _upload(parakeet, runtime, model, config, weight_type)
         sound = load_audio(audio, sample_rate=config.preprocessor.sample_rate,
                            min_samples=config.min_samples, purpose="one encoder frame")
         if sound.source.get("channels") != 1:
             raise AudioparityError("dump_cpp_reference requires mono audio")
         mel = mel_features(sound.samples, config.preprocessor,
-                           filterbank=host.preprocessor.get(FB),
-                           window=host.preprocessor.get(WINDOW))
+                           filterbank=weights.buffers.get(FB),
+                           window=weights.buffers.get(WINDOW))
         np.save(output_dir / "mel_features.npy", mel)
         print(f"mel_features: frames={mel.shape[0]} feature_dim={mel.shape[1]}")
         encoder = Encoder(weights, config, runtime, flash_attention=flash_attention)
