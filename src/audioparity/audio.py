@@ -90,6 +90,29 @@ def _frames(handle: sf.SoundFile) -> np.ndarray:
     return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
 
+def _check_samples(path: Path, data: np.ndarray, rate: int, kind: str) -> None:
+    """Raise unless ``data`` (``[frames, channels]``, float64) read at ``rate`` Hz is audio the
+    model can take: a plausible rate, some frames, every sample finite and within float32."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioparityError(f"{path}: sample rate {rate} Hz; expected {MIN_RATE} to "
+                               f"{MAX_RATE} Hz (a corrupt header?)")
+    if data.shape[0] == 0:
+        raise AudioparityError(f"{path}: holds no audio samples ({kind})")
+    bad = ~np.isfinite(data)
+    if bad.any():
+        first = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise AudioparityError(
+            f"{path}: {int(bad.sum())} NaN or infinite samples (first at frame {first}); "
+            "expected finite PCM"
+        )
+    peak = float(np.abs(data).max())
+    if peak > MAX_MAGNITUDE:
+        raise AudioparityError(
+            f"{path}: a sample of magnitude {peak:.3g}; expected at most {MAX_MAGNITUDE:.3g} "
+            "(float32 range; a corrupt float file?)"
+        )
+
+
 def load_audio(path: str | os.PathLike, sample_rate: int = 16000, min_samples: int = 1,
                purpose: str = "the model") -> Audio:
     """Read an audio file with soundfile, downmix to mono and resample to ``sample_rate`` (soxr).
@@ -115,24 +138,7 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000, min_samples: i
     path = Path(path)
     data, source, kind = _read(path)
     rate = source["sample_rate"]
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise AudioparityError(f"{path}: sample rate {rate} Hz; expected {MIN_RATE} to "
-                               f"{MAX_RATE} Hz (a corrupt header?)")
-    if data.shape[0] == 0:
-        raise AudioparityError(f"{path}: holds no audio samples ({kind})")
-    bad = ~np.isfinite(data)
-    if bad.any():
-        first = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise AudioparityError(
-            f"{path}: {int(bad.sum())} NaN or infinite samples (first at frame {first}); "
-            "expected finite PCM"
-        )
-    peak = float(np.abs(data).max())
-    if peak > MAX_MAGNITUDE:
-        raise AudioparityError(
-            f"{path}: a sample of magnitude {peak:.3g}; expected at most {MAX_MAGNITUDE:.3g} "
-            "(float32 range; a corrupt float file?)"
-        )
+    _check_samples(path, data, rate, kind)
     notes = [f"read {source['format']} {source['subtype']} ({kind}), {data.shape[1]} "
              f"channel(s) at {rate} Hz, {data.shape[0]} frames"]
     samples = data[:, 0]

@@ -163,57 +163,85 @@ def emulating(model: Any, weight_type: str, keep: Collection[str] = ()) -> Itera
     Raises:
         AudioparityError: ``weight_type`` is not emulated, or an LSTM with a projection.
     """
-    import torch
-
     if weight_type not in EMULATED_TYPES:
         raise AudioparityError(f"no quantization-aware reference for weight type "
                                f"{weight_type!r}; emulated: {', '.join(EMULATED_TYPES)}")
-    notes: list[str] = []
-    originals: dict[int, tuple[Any, Any]] = {}
-    hooks, lstms = [], []
+    emulation = _Emulation(weight_type)
+    try:
+        emulation.apply(model, keep)
+        yield emulation.notes
+    finally:
+        emulation.restore()
 
-    def store(name: str, param) -> str:
+
+class _Emulation:
+    """What :func:`emulating` changed in a model, to restore it: the weights rounded (each
+    parameter once, with its float32 copy), the input hooks, the LSTMs stepped."""
+
+    def __init__(self, weight_type: str) -> None:
+        self.weight_type = weight_type
+        self.notes: list[str] = []
+        self.originals: dict[int, tuple[Any, Any]] = {}
+        self.hooks: list[Any] = []
+        self.lstms: list[Any] = []
+
+    def store(self, name: str, param) -> str:
+        """Round parameter ``name`` in place as its storage type holds it; that type."""
         shape = tuple(param.shape[:2])  # a pointwise kernel [out, in, 1(, 1)] is a matrix
-        storage = storage_or_fallback(name, weight_type, shape, notes)
-        if id(param) not in originals:
-            originals[id(param)] = (param, param.detach().clone())
+        storage = storage_or_fallback(name, self.weight_type, shape, self.notes)
+        if id(param) not in self.originals:
+            self.originals[id(param)] = (param, param.detach().clone())
             matrix = param.detach().numpy().reshape(shape)  # the parameter's own memory
             for first in range(0, shape[0], _ROWS_AT_ONCE):  # rows are stored independently
                 rows = matrix[first:first + _ROWS_AT_ONCE]
                 rows[...] = stored(rows, storage)
         return storage
 
-    def round_input(module, storage: str, channels_last: bool) -> None:
-        hooks.append(module.register_forward_pre_hook(
+    def round_input(self, module, storage: str, channels_last: bool) -> None:
+        """Round ``module``'s input for a weight stored as ``storage`` (a pre-hook)."""
+        self.hooks.append(module.register_forward_pre_hook(
             lambda _, args: (_rounded(args[0], storage, channels_last), *args[1:])))
 
-    try:
+    def apply(self, model: Any, keep: Collection[str]) -> None:
+        """Every matmul weight of ``model`` (but the modules of ``keep``) stored, and its
+        input rounded (:func:`emulating`).
+
+        Raises:
+            AudioparityError: an LSTM with a projection.
+        """
+        import torch
+
         for name, module in model.named_modules():
             if name in keep:
                 continue
             if isinstance(module, torch.nn.Linear):
-                round_input(module, store(f"{name}.weight", module.weight), channels_last=True)
+                self.round_input(module, self.store(f"{name}.weight", module.weight),
+                                 channels_last=True)
             elif isinstance(module, torch.nn.Conv1d | torch.nn.Conv2d) and module.groups == 1 \
                     and set(module.kernel_size) == {1}:
-                round_input(module, store(f"{name}.weight", module.weight), channels_last=False)
+                self.round_input(module, self.store(f"{name}.weight", module.weight),
+                                 channels_last=False)
             elif isinstance(module, torch.nn.Embedding):
-                store(f"{name}.weight", module.weight)
+                self.store(f"{name}.weight", module.weight)
             elif isinstance(module, torch.nn.LSTM):
                 if module.proj_size:
                     raise AudioparityError(f"{name}: an LSTM with proj_size={module.proj_size} "
                                            "is not emulated")
-                types = {param: store(f"{name}.{param}", getattr(module, param))
+                types = {param: self.store(f"{name}.{param}", getattr(module, param))
                          for param, _ in module.named_parameters() if param.startswith("weight_")}
                 module.forward = _LstmSteps(module, types)
-                lstms.append(module)
-        yield notes
-    finally:
-        for hook in hooks:
+                self.lstms.append(module)
+
+    def restore(self) -> None:
+        """The model float32 again: hooks removed, LSTMs' own forward, weights copied back."""
+        import torch
+
+        for hook in self.hooks:
             hook.remove()
-        for module in lstms:
+        for module in self.lstms:
             del module.forward
         with torch.no_grad():
-            for param, original in originals.values():
+            for param, original in self.originals.values():
                 param.copy_(original)
 
 
