@@ -131,7 +131,7 @@ def test_a_model_digest_is_remembered_only_while_its_file_stays_the_same(tmp_pat
     import hashlib
     import os
 
-    from audioparity.artifacts import model_digest
+    from audioparity.provenance import model_digest
 
     model = tmp_path / "model.nemo"
     model.write_bytes(b"first")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump, DumpWriter, model_record
+from audioparity.artifacts import Dump, DumpWriter
 from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
@@ -31,6 +31,7 @@ from audioparity.family import (
     Skipped,
     Stage,
 )
+from audioparity.provenance import model_record
 from audioparity.storage import emulating, emulations, storage_or_fallback
 from audioparity.threads import torch_threads
 

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import MANIFEST, built_directory, sha256_of, stat_key
+from audioparity.artifacts import MANIFEST, built_directory
 from audioparity.errors import AudioparityError
+from audioparity.provenance import sha256_of, stat_key
 from audioparity.storage import emulated_dir
 
 log = logging.getLogger("audioparity.dump_cache")
