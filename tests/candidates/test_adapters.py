@@ -9,24 +9,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from audioparity.candidates import Adapter, Port, adapter_module, f32json, registered, running
+from audioparity.candidates import Adapter, Port, f32json, load_adapter, ports, reading, running
 from audioparity.compare.cell import apply_view
 from audioparity.errors import AudioparityError
+from audioparity.families import family
 
 TRANSCRIBE = {"root": "/ports/t", "profile": "parakeet-tdt-0.6b-v2"}
 
 
-def test_every_adapter_module_is_registered_under_its_own_name():
-    adapters = registered()
-    assert {"audioparity", "command", "transcribe_cpp", "whisper_cpp"} <= set(adapters)
-    for name, adapter in adapters.items():
-        module = adapter_module(name)
-        assert module.ADAPTER is adapter and callable(module.run)
-        assert not adapter.converts or callable(module.convert)
-
-
 def test_transcribe_converts_with_its_converter_then_its_quantizer(tmp_path):
-    commands = adapter_module("transcribe_cpp").convert(
+    commands = load_adapter("transcribe_cpp").convert(
         tmp_path / "model.nemo", "q8_0", tmp_path / "out", options=TRANSCRIBE)
     f32 = str(tmp_path / "out/models/parakeet-tdt-0.6b-v2/model-f32.gguf")
     assert commands[0][1:] == ["/ports/t/scripts/convert-parakeet.py",
@@ -37,10 +29,10 @@ def test_transcribe_converts_with_its_converter_then_its_quantizer(tmp_path):
 
 
 def test_whisper_f16_is_its_converters_own_f16_and_q8_0_its_quantizer(tmp_path):
-    module = adapter_module("whisper_cpp")
-    (f16,) = module.convert(tmp_path / "m.nemo", "f16", tmp_path / "w", options={"root": "/w"})
+    adapter = load_adapter("whisper_cpp")
+    (f16,) = adapter.convert(tmp_path / "m.nemo", "f16", tmp_path / "w", options={"root": "/w"})
     assert "--use-f32" not in f16 and f16[-1] == "ggml-model-f16.bin"
-    f32, quantize = module.convert(tmp_path / "m.nemo", "q8_0", tmp_path / "w",
+    f32, quantize = adapter.convert(tmp_path / "m.nemo", "q8_0", tmp_path / "w",
                                    options={"root": "/w"})
     assert "--use-f32" in f32 and quantize[0] == "/w/build/bin/parakeet-quantize"
     assert quantize[-1] == "q8_0"
@@ -56,8 +48,8 @@ parakeet_full: tokens
 
 
 def test_whisper_token_rows_become_the_decode_document():
-    name, decode = adapter_module("whisper_cpp").parse(" ab cd\n", WHISPER_STDERR, None,
-                                                       options={})
+    name, decode = load_adapter("whisper_cpp").parse(" ab cd\n", WHISPER_STDERR, None,
+                                                     options={})
     assert name == "decode"
     assert decode == {"ids": [830, 874, 12], "frames": [2, 3, 3], "durations": [1, 0, 4],
                       "text": "ab cd"}
@@ -65,7 +57,7 @@ def test_whisper_token_rows_become_the_decode_document():
 
 def test_whisper_text_without_token_rows_is_an_error():
     with pytest.raises(AudioparityError, match="no -ps token rows"):
-        adapter_module("whisper_cpp").parse("some text\n", "no rows here\n", None, options={})
+        load_adapter("whisper_cpp").parse("some text\n", "no rows here\n", None, options={})
 
 
 def write_pair(folder, name, array, **meta):
@@ -128,22 +120,11 @@ def test_a_failing_port_fails_in_one_line_and_leaves_no_dump(tmp_path, clip_wav)
 
 def test_a_port_killed_by_a_signal_is_named_with_its_signal_and_stderr():
     with pytest.raises(AudioparityError, match=r"sh failed \(signal SIGSEGV \(11\)\): oops"):
-        running._run_tool(["sh", "-c", "echo oops >&2; kill -SEGV $$"], {}, "a port")
-
-
-def test_a_tensor_map_onto_a_stage_the_family_lacks_is_refused_when_adapters_load():
-    from audioparity.candidates import Adapter, TensorMap, _check_stages
-
-    adapter = Adapter(name="mine", title="mine", families=("parakeet_tdt",), output="f32json",
-                      weight_types=("f32",), tensors=(TensorMap("enc", "encoder_out"),))
-    with pytest.raises(AudioparityError, match="maps onto 'encoder_out', no stage of "
-                                               "parakeet_tdt; expected one of mel_features"):
-        _check_stages(adapter, "mine.py")
+        running.run_tool(["sh", "-c", "echo oops >&2; kill -SEGV $$"], {}, "a port")
 
 
 def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compared(tmp_path):
     from audioparity.artifacts import DumpWriter
-    from audioparity.families import family
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -153,8 +134,8 @@ def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compar
     files, unreadable = f32json.read_readable(raw)
     (tmp_path / "m").write_bytes(b"")
     with DumpWriter(tmp_path / "dump", producer="t", model=tmp_path / "m") as writer:
-        running._import(writer, registered()["transcribe_cpp"], family("parakeet_tdt"), files,
-                        unreadable)
+        reading.import_files(writer, load_adapter("transcribe_cpp"), family("parakeet_tdt").spec,
+                             files, unreadable)
     manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
     assert list(manifest["tensors"]) == ["enc_out"]
     assert manifest["unreadable"] == {"layer_1": unreadable["enc.block.1.out"]}
@@ -197,17 +178,21 @@ def snapshot(folder, script: str, name: str = "toy-1.0", file: str = "build.sh")
         tar.addfile(info, io.BytesIO(data))
 
 
-TOY = Adapter(name="toy", title="toy", families=("parakeet_tdt",), output="tokens",
-              weight_types=("f32",), port=Port(archive="toy-*.tar.gz",
-                                               commands=(("sh", "build.sh", "{jobs}"),),
-                                               products=("bin/toy",)))
+class Toy(Adapter):
+    name, title, families, output = "toy", "toy", ("parakeet_tdt",), "tokens"
+    weight_types = ("f32",)
+    port = Port(archive="toy-*.tar.gz", commands=(("sh", "build.sh", "{jobs}"),),
+                products=("bin/toy",))
+
+
+TOY = Toy()
 
 
 def test_ports_are_built_once_and_reused(tmp_path):
     (tmp_path / "src").mkdir()
     snapshot(tmp_path / "src", "mkdir -p bin; echo built $1 >> ../builds; touch bin/toy\n")
     for _ in range(2):
-        built = running.build_ports(tmp_path / "src", tmp_path / "cache", jobs=3, adapters=[TOY])
+        built = ports.build_ports(tmp_path / "src", tmp_path / "cache", jobs=3, adapters=[TOY])
     assert (built["toy"] / "bin/toy").is_file()
     assert (tmp_path / "cache/builds").read_text() == "built 3\n"
 
@@ -218,25 +203,24 @@ def test_a_port_builds_with_another_ports_folder_vendored_into_it(tmp_path):
     (tmp_path / "src").mkdir()
     snapshot(tmp_path / "src", "vendored source\n", name="lib-2.0", file="vendor/lib/lib.h")
     snapshot(tmp_path / "src", "cat third/lib/lib.h > found; mkdir -p bin; touch bin/toy\n")
-    library = Adapter(name="lib", title="lib", families=("parakeet_tdt",), output="tokens",
-                      weight_types=("f32",), port=Port(archive="lib-*.tar.gz", commands=(),
-                                                       products=()))
-    toy = replace(TOY, port=replace(TOY.port, vendors=(("lib", "vendor/lib", "third/lib"),)))
-    built = running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[library, toy])
+    library = Toy(name="lib", title="lib", port=Port(archive="lib-*.tar.gz", commands=(),
+                                                     products=()))
+    toy = Toy(port=replace(TOY.port, vendors=(("lib", "vendor/lib", "third/lib"),)))
+    built = ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[library, toy])
     assert (built["toy"] / "found").read_text() == "vendored source\n"
     (tmp_path / "src/lib-2.0.tar.gz").unlink()
     with pytest.raises(AudioparityError, match=r"expected one lib-\*\.tar\.gz, found 0"):
-        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy, library])
+        ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy, library])
 
 
 def test_a_downloaded_source_package_with_another_digest_is_removed_and_refused(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "cache/downloads").mkdir(parents=True)
     snapshot(tmp_path / "cache/downloads", "touch bin/toy\n")
-    toy = replace(TOY, port=replace(TOY.port, download="toy==1.0", download_sha256="0" * 64))
+    toy = Toy(port=replace(TOY.port, download="toy==1.0", download_sha256="0" * 64))
     with pytest.raises(AudioparityError, match=r"toy-1.0.tar.gz: sha256 differs from 0{64} "
                                                r"\(toy==1.0\); removed, run again"):
-        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy])
+        ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy])
     assert not (tmp_path / "cache/downloads/toy-1.0.tar.gz").exists()
 
 
@@ -252,9 +236,9 @@ def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):
     snapshot(tmp_path / "src", "echo 'error: no compiler' >&2; exit 2\n")
     with pytest.raises(AudioparityError, match=r"build toy: sh failed \(exit code 2\): "
                                                "error: no compiler"):
-        running.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[TOY])
+        ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[TOY])
     with pytest.raises(AudioparityError, match="no such folder"):
-        running.build_ports(tmp_path / "nowhere", tmp_path / "cache", adapters=[TOY])
+        ports.build_ports(tmp_path / "nowhere", tmp_path / "cache", adapters=[TOY])
 
 
 def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dump(tmp_path,

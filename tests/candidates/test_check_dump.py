@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import DumpWriter
-from audioparity.candidates import Adapter, TensorMap, registered
+from audioparity.candidates import Adapter, TensorMap, load_adapter
 from audioparity.candidates.check import check_dump
-from audioparity.candidates.running import _not_exposed
+from audioparity.candidates.reading import not_exposed
 from audioparity.cli import main
 from audioparity.families import family
 from tests import REPO
@@ -313,7 +313,7 @@ def test_forms_margins_masked_logits_and_omitted_fields_pass(cwd, capsys):
 def test_a_dump_of_a_port_exposing_only_its_decode_passes(cwd, capsys):
     with DumpWriter(cwd / "dump", producer="whisper_cpp", fields={"family": FAMILY}) as writer:
         writer.add_json("decode", DECODE)
-        _not_exposed(writer, registered()["whisper_cpp"], family(FAMILY))  # as candidate run
+        not_exposed(writer, load_adapter("whisper_cpp"), family(FAMILY).spec)  # as candidate run
     code, lines, err = run_check(cwd, CHECK, capsys)
     assert (code, lines) == (0, ["ok: dump: a dump of parakeet_tdt: 0 tensor(s), 1 document(s), "
                                  "7 stage(s) not exposed"]), err
@@ -481,7 +481,8 @@ def test_a_dump_adapter_checks_the_contract(cwd, capsys):
 
 
 @pytest.mark.parametrize("command, message", [
-    (f"{CHECK} --adapter nope", "unknown adapter 'nope'; registered: "),
+    (f"{CHECK} --adapter nope", "unknown adapter 'nope': not one of the shipped adapters ("),
+    (f"{CHECK} --adapter ports/nope.py", "adapter 'ports/nope.py': no such file "),
     ("audioparity check-dump dump --family wav2vec", "unknown family 'wav2vec'; registered: "),
     ("audioparity check-dump dump --family whisper_encoder --adapter transcribe_cpp",
      "adapter 'transcribe_cpp' implements parakeet_tdt, not whisper_encoder"),
@@ -497,11 +498,12 @@ def test_a_wrong_invocation_is_one_error_line(command, message, cwd, capsys):
 
 # --- an npy adapter (the seeds' tools: .npy tensors, .json documents, no manifest) -------------
 
-NPY = Adapter(name="seed_tool", title="a seed tool", families=(FAMILY,), output="npy",
-              weight_types=("f32",),
-              tensors=(TensorMap("encoder_out", "enc_out"), TensorMap("layer{i}_out", "layer_{i}"),
-                       TensorMap("decoder_tokens", "decode", omits=("text",),
-                                 why="the tool writes no text")))
+SEED_TOOL = {"name": "seed_tool", "title": "a seed tool", "families": (FAMILY,), "output": "npy",
+             "weight_types": ("f32",), "tensors": (
+                 TensorMap("encoder_out", "enc_out"), TensorMap("layer{i}_out", "layer_{i}"),
+                 TensorMap("decoder_tokens", "decode", omits=("text",),
+                           why="the tool writes no text"))}
+NPY = Adapter(**SEED_TOOL)
 
 
 def npy_folder(folder: Path) -> Path:
@@ -538,7 +540,7 @@ def test_an_npy_folder_is_read_through_its_adapter(tmp_path):
 
 
 def test_files_an_npy_adapter_declares_unmapped_are_allowed_if_readable(tmp_path):
-    adapter = replace(NPY, unmapped=("layer{i}_attn", "timings"))
+    adapter = Adapter(**SEED_TOOL, unmapped=("layer{i}_attn", "timings"))
     folder = npy_folder(tmp_path / "seed")
     np.save(folder / "layer0_attn.npy", np.full((T, D), np.nan, np.float32))  # values unchecked
     (folder / "timings.json").write_text("[1, 2]")  # any JSON

@@ -10,8 +10,8 @@ import pytest
 
 from audioparity.artifacts import DumpWriter
 from audioparity.candidates import llama_cpp_convert as convert
-from audioparity.candidates import registered
-from audioparity.candidates.running import _not_exposed
+from audioparity.candidates import load_adapter
+from audioparity.candidates.reading import not_exposed
 from audioparity.families import family
 
 
@@ -51,13 +51,16 @@ def test_the_backbone_is_re_laid_as_qwen3_bytes_unchanged(tmp_path, moss_model):
                           original["language_" + name].float().numpy())
 
 
-def test_its_input_embeddings_are_named_as_its_input_and_the_audio_heads_as_not_exposed(tmp_path):
-    adapter = registered()["llama_cpp"]
+def test_its_input_embeddings_are_named_as_its_input_and_the_audio_heads_as_the_hosts(tmp_path):
+    adapter = load_adapter("llama_cpp")
     with DumpWriter(tmp_path / "dump", producer="llama_cpp",
                     fields={"family": "moss_voicegen"}) as writer:
         writer.add_tensor("last_hidden", np.zeros(4, np.float32), "[H]")
-        _not_exposed(writer, adapter, family("moss_voicegen"))
+        not_exposed(writer, adapter, family("moss_voicegen").spec)
     reasons = writer.manifest["not_exposed"]
     assert reasons["input_embeddings"] == (
         f"{adapter.title} takes it from the reference as its input")
-    assert reasons["audio_logits"] == f"{adapter.title} does not expose it"
+    assert reasons["audio_logits"] == (
+        "llama.cpp does not expose it: the codebook embeddings and audio heads are not Qwen3 "
+        "parts and stay on the host")
+    assert reasons["prompt"].startswith("llama.cpp does not expose it: it is fed the prompt's")

@@ -5,32 +5,34 @@ from __future__ import annotations
 
 import pytest
 
-from audioparity.candidates import openmoss
+from audioparity.candidates import load_adapter
 from audioparity.errors import AudioparityError
+
+OPENMOSS = load_adapter("openmoss")
 
 
 def test_the_prompt_line_is_the_prompt_document():
     stdout = 'prompt: {"rows": [[481, 96], [483, 96]]}\nsettings: {"flash_attn": true}\n'
-    assert openmoss.parse(stdout, "", None, options={}) == (
+    assert OPENMOSS.parse(stdout, "", None, options={}) == (
         "prompt", {"rows": [[481, 96], [483, 96]]})
 
 
 @pytest.mark.parametrize("stdout", ["settings: {}\n", "prompt: [1, 2]\n", "prompt: {rows\n"])
 def test_a_missing_or_unreadable_prompt_line_is_one_error(stdout):
     with pytest.raises(AudioparityError, match="openmoss-moss-dump"):
-        openmoss.parse(stdout, "", None, options={})
+        OPENMOSS.parse(stdout, "", None, options={})
 
 
 def test_check_dump_reads_the_prompt_stage_from_the_tools_stdout(tmp_path):
-    from audioparity.candidates.check import _parsed_problems
+    from audioparity.candidates.check_raw import _parsed_problems
 
-    mapping = next(m for m in openmoss.ADAPTER.tensors if m.stage == "prompt")
-    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == [
+    mapping = next(m for m in OPENMOSS.tensors if m.stage == "prompt")
+    assert _parsed_problems(tmp_path, OPENMOSS, mapping) == [
         f"{tmp_path}: missing stdout.txt (stage prompt); expected the tool's output, from "
         "which adapter 'openmoss' reads it"]
     (tmp_path / "stdout.txt").write_text("settings: {}\n")
-    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == [
+    assert _parsed_problems(tmp_path, OPENMOSS, mapping) == [
         f"{tmp_path / 'stdout.txt'}: openmoss-moss-dump printed no 'prompt: {{\"rows\": ...}}' "
         "line"]
     (tmp_path / "stdout.txt").write_text('prompt: {"rows": [[1, 2]]}\n')
-    assert _parsed_problems(tmp_path, openmoss.ADAPTER, mapping) == []
+    assert _parsed_problems(tmp_path, OPENMOSS, mapping) == []

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import Dump, DumpWriter
-from audioparity.candidates import adapter_module, registered
+from audioparity.candidates import load_adapter
 from audioparity.candidates.running import run_candidate
 from audioparity.compare import compare_cell
 from audioparity.errors import AudioparityError
@@ -27,7 +27,7 @@ BINARY = f"{shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))}"
 #: The stages the tool's files map to, each compared against the NeMo reference.
 STAGES = ("mel_features", "enc_out", "layer_0_isolated", "decoder_replay")
 
-module = adapter_module("parakeet_dump_cpp")
+ADAPTER = load_adapter("parakeet_dump_cpp")
 
 
 def standin(*args, timeout=300):
@@ -36,10 +36,11 @@ def standin(*args, timeout=300):
 
 
 def test_run_gives_the_main_run_then_the_decoder_replay(tmp_path):
-    commands = module.run(tmp_path / "m.nemo", tmp_path / "a.wav", tmp_path / "raw",
-                          spec=family("parakeet_tdt"), family_options={"flash_attention": 1},
-                          options={"binary": "python3 'my tools/dump.py'"}, weight_type="q8_0",
-                          backend="cuda", threads=4, reference=tmp_path / "raw" / "inputs")
+    commands = ADAPTER.run(tmp_path / "m.nemo", tmp_path / "a.wav", tmp_path / "raw",
+                           spec=family("parakeet_tdt").spec,
+                           family_options={"flash_attention": 1},
+                           options={"binary": "python3 'my tools/dump.py'"}, weight_type="q8_0",
+                           backend="cuda", threads=4, reference=tmp_path / "raw" / "inputs")
     common = ["python3", "my tools/dump.py", "--model", str(tmp_path / "m.nemo"), "--audio",
               str(tmp_path / "a.wav"), "--output-dir", str(tmp_path / "raw"),
               "--matmul-weight-type", "q8_0", "--backend", "cuda", "--flash-attention", "1"]
@@ -47,26 +48,26 @@ def test_run_gives_the_main_run_then_the_decoder_replay(tmp_path):
         ([*common, "--nemo-dir", str(tmp_path / "raw" / "inputs")], {}),
         ([*common, "--decoder-input", str(tmp_path / "raw" / "inputs" / "enc_out.npy")], {}),
     ]
-    assert module.inputs({"binary": "python3 'my tools/dump.py'"}) == ["my tools/dump.py"]
+    assert ADAPTER.files({"binary": "python3 'my tools/dump.py'"}) == ["my tools/dump.py"]
 
 
 def test_the_adapter_is_registered_with_the_seeds_cells():
-    adapter = registered()["parakeet_dump_cpp"]
+    adapter = ADAPTER
     assert adapter.weight_types == ("native", "f32", "f16", "bf16", "q8_0")
     assert adapter.backends == ("cpu", "cuda", "vulkan")
     assert adapter.reads_reference and adapter.replays and adapter.output == "npy"
     stages = {m.source: m.stage for m in adapter.tensors}
     assert stages == {"mel_features": "mel_features", "enc_out": "enc_out",
                       "layer_0": "layer_0_isolated", "decoder_tokens": "decoder_replay"}
-    assert all(family("parakeet_tdt").locate(stage) for stage in stages.values())
+    assert all(family("parakeet_tdt").spec.locate(stage) for stage in stages.values())
 
 
 @pytest.mark.parametrize("binary", ["", "  ", "tool 'unclosed"])
 def test_an_empty_or_unsplittable_binary_is_refused(tmp_path, binary):
     with pytest.raises(AudioparityError, match="option 'binary'"):
-        module.run(tmp_path, tmp_path, tmp_path, spec=family("parakeet_tdt"), family_options={},
-                   options={"binary": binary}, weight_type="f32", backend="cpu", threads=1,
-                   reference=tmp_path)
+        ADAPTER.run(tmp_path, tmp_path, tmp_path, spec=family("parakeet_tdt").spec,
+                    family_options={}, options={"binary": binary}, weight_type="f32",
+                    backend="cpu", threads=1, reference=tmp_path)
 
 
 def test_prepare_writes_the_rank3_nemo_dir(tmp_path):
@@ -74,7 +75,8 @@ def test_prepare_writes_the_rank3_nemo_dir(tmp_path):
                     fields={"family": "parakeet_tdt"}) as writer:
         for name, rows in (("pre_encode", 3), ("pos_emb", 5), ("enc_out", 3)):
             writer.add_tensor(name, np.ones((rows, 2), np.float32), "[T, D]")
-    module.prepare(tmp_path / "ref", tmp_path / "raw" / "inputs", options={"binary": "x"})
+    assert ADAPTER.prepare(tmp_path / "ref", tmp_path / "raw" / "inputs",
+                           options={"binary": "x"}) == tmp_path / "raw" / "inputs"
     shapes = {p.name: np.load(p).shape for p in (tmp_path / "raw" / "inputs").iterdir()}
     assert shapes == {"pre_encode.npy": (1, 3, 2), "pos_emb.npy": (1, 5, 2),
                       "enc_out.npy": (3, 2)}

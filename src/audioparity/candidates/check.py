@@ -22,10 +22,11 @@ from audioparity.artifacts import (
     manifest_problems,
     same_layout,
 )
-from audioparity.candidates import Adapter, TensorMap, adapter_module, f32json
-from audioparity.compare.cell import MARGINS
+from audioparity.candidates.adapter import Adapter
+from audioparity.candidates.registry import load_adapter
+from audioparity.driver import MARGINS
 from audioparity.errors import AudioparityError
-from audioparity.families import LAYER, FamilySpec, Stage, concrete, family
+from audioparity.family import LAYER, FamilySpec, Stage
 from audioparity.vocabulary import DUMP_STATUSES
 
 #: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
@@ -114,9 +115,11 @@ def check(path: str | os.PathLike, family_name: str,
     Raises:
         AudioparityError: as :func:`check_dump`.
     """
-    spec = family(family_name)
+    from audioparity.families import family
+
+    spec = family(family_name).spec
     if isinstance(adapter, str):
-        adapter = adapter_module(adapter).ADAPTER
+        adapter = load_adapter(adapter)
     if adapter is not None and spec.name not in adapter.families:
         raise AudioparityError(f"adapter {adapter.name!r} implements "
                                f"{', '.join(adapter.families)}, not {spec.name}")
@@ -129,7 +132,9 @@ def check(path: str | os.PathLike, family_name: str,
         return Checked([f"{folder}: adapter {adapter.name!r} writes no files (output "
                         f"'tokens': only the decode it prints): nothing to check; expected an "
                         "adapter of output dump, f32json or npy"], "")
-    return _check_tool_folder(folder, spec, adapter)
+    from audioparity.candidates.check_raw import check_tool_folder
+
+    return check_tool_folder(folder, spec, adapter)
 
 
 # --- shared checks -----------------------------------------------------------------------------
@@ -156,12 +161,12 @@ def _layers_text(layers: set[int]) -> str:
     return f", layers 0..{max(layers)}" if layers else ""
 
 
-def _value_problems(where: str, array: np.ndarray, stage: str) -> list[str]:
-    """NaN and infinite values of a float tensor: all of them, or how many (-inf allowed in a
-    logits stage)."""
+def _value_problems(where: str, array: np.ndarray, kind: str) -> list[str]:
+    """NaN and infinite values of a float tensor of a stage of ``kind``: all of them, or how
+    many (-inf allowed in a ``logits`` stage: a masked class)."""
     if array.dtype.kind != "f":
         return []
-    logits = "logits" in stage
+    logits = kind == "logits"
     counts = [(int(np.isnan(array).sum()), "NaN"), (int(np.isposinf(array).sum()), "+inf"),
               (0 if logits else int(np.isneginf(array).sum()), "-inf")]
     bad = sum(count for count, _ in counts)
@@ -255,6 +260,34 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
     problems, tensors, documents = manifest_problems(manifest, manifest_path)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), dict):
         return Checked(problems, "")
+    not_exposed = manifest.get("not_exposed", {})
+    not_exposed = not_exposed if _not_exposed_ok(not_exposed) else {}
+    problems += _header_problems(manifest, manifest_path, spec, not_exposed)
+    conventions = manifest.get("conventions", {})
+    conventions = {k: v for k, v in conventions.items() if _convention_ok(v)} if isinstance(
+        conventions, dict) else {}
+    shaped: list[_Shaped] = []
+    for name, entry in tensors.items():
+        problems += _listed_tensor_problems(folder, name, entry, spec, documents,
+                                            conventions.get(name, {}), shaped)
+    for name, file in documents.items():
+        problems += _listed_document_problems(folder / file, name, spec,
+                                              conventions.get(name, {}).get("omits", []))
+    problems += _shape_problems(shaped, spec)
+    layers: set[int] = set()
+    if manifest.get("status", "ok") == "ok":
+        problems += _required_problems(folder, manifest, spec, not_exposed, layers)
+    problems += _unknown_files(folder, manifest, tensors, documents)
+    hidden = f", {len(not_exposed)} stage(s) not exposed" if not_exposed else ""
+    checked = (f"a dump of {spec.name}: {len(tensors)} tensor(s), {len(documents)} "
+               f"document(s){_layers_text(layers)}{hidden}")
+    return Checked(problems, checked)
+
+
+def _header_problems(manifest: dict, manifest_path: Path, spec: FamilySpec,
+                     not_exposed: dict) -> list[str]:
+    """A status other than ``ok``, another family, a ``not_exposed`` key that is no stage."""
+    problems = []
     status = manifest.get("status", "ok")
     if status != "ok" and status in DUMP_STATUSES:
         why = f" ({manifest['message']})" if manifest.get("message") else ""
@@ -262,92 +295,102 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
                         "stages are not checked)")
     if manifest.get("family", spec.name) != spec.name:
         problems.append(f"{manifest_path}: family {manifest['family']!r}; expected {spec.name}")
-    conventions = manifest.get("conventions", {})
-    conventions = {k: v for k, v in conventions.items() if _convention_ok(v)} if isinstance(
-        conventions, dict) else {}
-    stage_names = ", ".join(stage.name for stage in spec.stages)
-    not_exposed = manifest.get("not_exposed", {})
-    not_exposed = not_exposed if _not_exposed_ok(not_exposed) else {}
+    names = [stage.name for stage in spec.stages]
     for name in not_exposed:
-        if name not in {stage.name for stage in spec.stages}:
+        if name not in names:
             problems.append(f"{manifest_path}: not_exposed names {name!r}, no stage of "
-                            f"{spec.name}; expected stages of its spec ({stage_names})")
-    shaped: list[_Shaped] = []
-    for name, entry in tensors.items():
-        file = folder / entry["file"]
-        found = spec.locate(name)
-        margins = found is None and name.endswith(MARGINS) and (
-            name.removesuffix(MARGINS) in documents)
-        if found is None and not margins:
-            problems.append(f"{file}: tensor {name!r} is no stage of {spec.name}; expected one "
-                            f"of {stage_names}, their isolated or replayed forms, or "
-                            f"<document>{MARGINS}")
+                            f"{spec.name}; expected stages of its spec ({', '.join(names)})")
+    return problems
+
+
+def _listed_tensor_problems(folder: Path, name: str, entry: dict, spec: FamilySpec,
+                            documents: dict, convention: dict, shaped: list[_Shaped]
+                            ) -> list[str]:
+    """One tensor the manifest lists: a stage (or a form, or a document's margins) of a
+    tensor kind, its file there and of the header, dtype, layout and values the manifest and
+    the stage say; its shape joins ``shaped``."""
+    file = folder / entry["file"]
+    found = spec.locate(name)
+    margins = found is None and name.endswith(MARGINS) and (
+        name.removesuffix(MARGINS) in documents)
+    if found is None and not margins:
+        return [f"{file}: tensor {name!r} is no stage of {spec.name}; expected one of "
+                f"{', '.join(stage.name for stage in spec.stages)}, their isolated or replayed "
+                f"forms, or <document>{MARGINS}"]
+    if found is not None and found.stage.kind == "document":
+        return [f"{file}: {name!r} is listed as a tensor; stage {found.stage.name} is a "
+                f"document {found.stage.layout}, expected under 'documents'"]
+    if not file.is_file():
+        return [f"{file}: missing; {MANIFEST} lists it as tensor {name!r}"]
+    try:
+        shape, dtype, _ = _read_npy_header(file)
+    except AudioparityError as err:
+        return [str(err)]
+    problems = []
+    if list(shape) != entry["shape"] or str(dtype) != entry["dtype"]:
+        problems.append(f"{file}: {list(shape)} {dtype} in its header; {MANIFEST} says "
+                        f"{entry['shape']} {entry['dtype']}")
+    if str(dtype) != FLOAT:
+        problems.append(f"{file}: dtype {dtype}; expected {FLOAT}")
+    if margins:
+        return problems
+    stage, view = found.stage, convention.get("view", [])
+    if not same_layout(base_layout(entry["layout"]) if view else entry["layout"], stage.layout):
+        problems.append(f"{file}: layout {entry['layout']!r} in {MANIFEST}; expected "
+                        f"{stage.layout!r} (stage {stage.name})")
+    shaped.append(_Shaped(name, str(file), tuple(shape), stage.layout,
+                          sum(1 for step in view if step[0] == "row")))
+    return problems + _value_problems(str(file), np.load(file, allow_pickle=False), stage.kind)
+
+
+def _listed_document_problems(file: Path, name: str, spec: FamilySpec, omits: list[str]
+                              ) -> list[str]:
+    """One document the manifest lists: a document stage, readable, with its fields."""
+    found = spec.locate(name)
+    if found is None or found.stage.kind != "document":
+        what = "no stage" if found is None else f"a tensor stage ({found.stage.name})"
+        documents = ", ".join(s.name for s in spec.stages if s.kind == "document")
+        return [f"{file}: document {name!r} is {what} of {spec.name}; expected one of "
+                f"{documents}"]
+    return _document_problems(file, found.stage, omits)
+
+
+def _required_problems(folder: Path, manifest: dict, spec: FamilySpec, not_exposed: dict,
+                       layers: set[int]) -> list[str]:
+    """The stages an ``ok`` dump lacks: every stage of the spec that is not a form, of the
+    heads it holds stages of, less those ``not_exposed`` names; per-layer stages without
+    gaps (the layers found are added to ``layers``)."""
+    documents = manifest.get("documents")
+    listed = {*manifest["tensors"], *(documents if isinstance(documents, dict) else {})}
+    heads = {stage.head for stage in spec.stages if stage.head}
+    present_heads = {stage.head for stage in spec.stages if stage.head
+                     and any(stage.match(n) for n in listed)}
+    problems = []
+    if heads and not present_heads:
+        problems.append(f"{folder}: no stage of any head of {spec.name} "
+                        f"({', '.join(sorted(heads))}); expected every stage of one")
+    for stage in spec.stages:
+        if stage.name in not_exposed or (stage.head and stage.head not in present_heads):
             continue
-        if found is not None and found[1].kind != "tensor":
-            problems.append(f"{file}: {name!r} is listed as a tensor; stage {found[1].name} is "
-                            f"a document {found[1].layout}, expected under 'documents'")
+        if LAYER not in stage.name:
+            if stage.name not in listed:
+                problems.append(f"{folder}: missing stage {stage.name!r} ({stage.kind} "
+                                f"{stage.layout}); expected every stage of {spec.name} but "
+                                "isolated and replayed forms")
             continue
-        if not file.is_file():
-            problems.append(f"{file}: missing; {MANIFEST} lists it as tensor {name!r}")
-            continue
-        try:
-            shape, dtype, _ = _read_npy_header(file)
-        except AudioparityError as err:
-            problems.append(str(err))
-            continue
-        if list(shape) != entry["shape"] or str(dtype) != entry["dtype"]:
-            problems.append(f"{file}: {list(shape)} {dtype} in its header; {MANIFEST} says "
-                            f"{entry['shape']} {entry['dtype']}")
-        if str(dtype) != FLOAT:
-            problems.append(f"{file}: dtype {dtype}; expected {FLOAT}")
-        if margins:
-            continue
-        stage = found[1]
-        view = conventions.get(name, {}).get("view", [])
-        if not same_layout(base_layout(entry["layout"]) if view else entry["layout"],
-                           stage.layout):
-            problems.append(f"{file}: layout {entry['layout']!r} in {MANIFEST}; expected "
-                            f"{stage.layout!r} (stage {stage.name})")
-        shaped.append(_Shaped(name, str(file), tuple(shape), stage.layout,
-                              sum(1 for step in view if step[0] == "row")))
-        problems += _value_problems(str(file), np.load(file, allow_pickle=False), name)
-    for name, file in documents.items():
-        found = spec.locate(name)
-        if found is None or found[1].kind != "document":
-            what = "no stage" if found is None else f"a tensor stage ({found[1].name})"
-            problems.append(f"{folder / file}: document {name!r} is {what} of {spec.name}; "
-                            "expected one of "
-                            f"{', '.join(s.name for s in spec.stages if s.kind == 'document')}")
-            continue
-        omits = conventions.get(name, {}).get("omits", [])
-        problems += _document_problems(folder / file, found[1], omits)
-    problems += _shape_problems(shaped, spec)
-    layers: set[int] = set()
-    if status == "ok":
-        listed = {*manifest["tensors"], *(manifest.get("documents") if isinstance(
-            manifest.get("documents"), dict) else {})}
-        heads = {stage.head for stage in spec.stages if stage.head}
-        present_heads = {stage.head for stage in spec.stages if stage.head
-                         and any(stage.match(n) for n in listed)}
-        if heads and not present_heads:
-            problems.append(f"{folder}: no stage of any head of {spec.name} "
-                            f"({', '.join(sorted(heads))}); expected every stage of one")
-        for stage in spec.stages:
-            if stage.name in not_exposed or (stage.head and stage.head not in present_heads):
-                continue
-            if LAYER not in stage.name:
-                if stage.name not in listed:
-                    problems.append(f"{folder}: missing stage {stage.name!r} ({stage.kind} "
-                                    f"{stage.layout}); expected every stage of {spec.name} but "
-                                    "isolated and replayed forms")
-                continue
-            present = {found[0] for n in listed if (found := stage.match(n)) and not found[1]}
-            layers |= present
-            for k in _missing_layers(present):
-                expected = (f"layers 0..{max(present)} without gaps" if present
-                            else f"at least {stage.concrete(0)}")
-                problems.append(f"{folder}: missing stage {stage.concrete(k)!r} ({stage.kind} "
-                                f"{stage.layout}); expected {expected}")
+        present = {found[0] for n in listed if (found := stage.match(n)) and not found[1]}
+        layers |= present
+        for k in _missing_layers(present):
+            expected = (f"layers 0..{max(present)} without gaps" if present
+                        else f"at least {stage.concrete(0)}")
+            problems.append(f"{folder}: missing stage {stage.concrete(k)!r} ({stage.kind} "
+                            f"{stage.layout}); expected {expected}")
+    return problems
+
+
+def _unknown_files(folder: Path, manifest: dict, tensors: dict, documents: dict) -> list[str]:
+    """Files and folders of the dump that the manifest does not list (``raw/`` and
+    :data:`ALLOWED` aside)."""
     known = {MANIFEST, *ALLOWED, *(entry["file"] for entry in tensors.values()),
              *documents.values()}
     raw_documents = manifest.get("documents")
@@ -355,195 +398,11 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
               isinstance(e.get("file"), str)}  # a malformed entry's file is no unknown file
     known |= {f for f in (raw_documents.values() if isinstance(raw_documents, dict) else ())
               if isinstance(f, str)}
+    problems = []
     for item in sorted(folder.iterdir()):
         if item.name in known or (item.name == RAW and item.is_dir()):
             continue
         kind = "folder" if item.is_dir() else "file"
         problems.append(f"{item}: unknown {kind}; expected only {MANIFEST}, the files it lists "
                         f"and {RAW}/")
-    hidden = f", {len(not_exposed)} stage(s) not exposed" if not_exposed else ""
-    checked = (f"a dump of {spec.name}: {len(tensors)} tensor(s), {len(documents)} "
-               f"document(s){_layers_text(layers)}{hidden}")
-    return Checked(problems, checked)
-
-
-# --- a tool's raw folder, through its adapter ----------------------------------------------------
-
-
-def _check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Checked:
-    if (folder / MANIFEST).is_file():
-        return Checked([f"{folder / MANIFEST}: a dump of the contract; expected adapter "
-                        f"{adapter.name!r}'s raw output (check a dump without --adapter)"], "")
-    sources = ", ".join(s for mapping in adapter.tensors for s in mapping.sources())
-    if adapter.unmapped:
-        sources += f", or a file it declares unmapped ({', '.join(adapter.unmapped)})"
-    suffixes = (f32json.DATA, f32json.SIDECAR) if adapter.output == "f32json" else (
-        ".npy", ".json")
-    problems: list[str] = []
-    items: dict[tuple[str, str], Path] = {}  # (name, suffix) -> a file: one per tensor/document
-    files = 0
-    for item in sorted(folder.iterdir()):
-        if item.name in RUNNER_FILES:
-            continue
-        suffix = next((s for s in suffixes if item.name.endswith(s) and item.is_file()), None)
-        if suffix is None:
-            kind = "folder" if item.is_dir() else "file"
-            problems.append(f"{item}: unknown {kind}; expected {' or '.join(suffixes)} files of "
-                            f"adapter {adapter.name!r}")
-            continue
-        files += 1
-        key = (item.name.removesuffix(suffix), "" if adapter.output == "f32json" else suffix)
-        if key not in items or suffix == f32json.DATA:
-            items[key] = item
-    shaped: list[_Shaped] = []
-    unmapped = 0  # files it declares unmapped: read, not mapped
-    #: map -> layer -> source index -> (where, shape; () when unreadable)
-    found: dict[TensorMap, dict] = defaultdict(lambda: defaultdict(dict))
-    stages: set[str] = set()
-    for (name, suffix), file in items.items():
-        located = adapter.tensor_map(name)
-        if located is None and adapter.declares_unmapped(name):
-            unmapped += sum((folder / f"{name}{s}").is_file() for s in suffixes) if (
-                adapter.output == "f32json") else 1
-            problems += _unmapped_problems(folder, name, file, suffix, adapter)
-            continue
-        if located is None:
-            problems.append(f"{file}: maps to no stage of {spec.name} through adapter "
-                            f"{adapter.name!r}; expected one of {sources}")
-            continue
-        mapping, index, layer = located
-        stage_name = concrete(mapping.stage, layer)
-        where = f"{file} ({stage_name})"
-        stage_found = spec.locate(stage_name)
-        if stage_found is None:
-            problems.append(f"{where}: adapter {adapter.name!r} maps it to {stage_name!r}, no "
-                            f"stage of {spec.name}")
-            continue
-        stage = stage_found[1]
-        stages.add(stage_name)
-        found[mapping][layer][index] = (where, ())
-        if stage.kind == "document" or suffix == ".json":
-            if stage.kind != "document" or suffix != ".json":
-                problems.append(f"{where}: a {suffix} file for a {stage.kind} stage; expected "
-                                f"{'.json' if stage.kind == 'document' else '.npy'}")
-            else:
-                problems += _document_problems(file, stage, list(mapping.omits))
-            continue
-        if adapter.output == "f32json":
-            shape, pair = f32json.check_pair(folder, name)
-            problems += pair
-            if shape is None:
-                continue
-            array = np.fromfile(folder / f"{name}{f32json.DATA}", dtype="<f4").reshape(shape)
-        else:
-            try:
-                shape, dtype, _ = _read_npy_header(file)
-            except AudioparityError as err:
-                problems.append(str(err))
-                continue
-            if str(dtype) != FLOAT:
-                problems.append(f"{where}: dtype {dtype}; expected {FLOAT}")
-            array = np.load(file, allow_pickle=False)
-        problems += _value_problems(where, array, stage_name)
-        found[mapping][layer][index] = (where, tuple(shape))
-        if len(mapping.sources()) == 1:
-            shaped.append(_mapped_shape(mapping, stage, stage_name, file, tuple(shape)))
-    layers: set[int] = set()
-    for mapping in adapter.tensors:
-        by_layer = found.get(mapping, {})
-        stage_found = spec.locate(concrete(mapping.stage, 0))
-        document = stage_found is not None and stage_found[1].kind == "document"
-        if document and adapter.output == "f32json":
-            problems += _parsed_problems(folder, adapter, mapping)
-            continue
-        suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
-        if any(LAYER in source for source in mapping.sources()):
-            present = {k for k in by_layer if k is not None}
-            layers |= present
-            wanted: list[int | None] = sorted(present | set(_missing_layers(present)))
-            expected = (f"layers 0..{max(present)} without gaps" if present
-                        else "at least layer 0")
-        else:
-            wanted, expected = [None], f"every stage adapter {adapter.name!r} maps"
-        for layer in wanted:
-            for index, source in enumerate(mapping.sources()):
-                if index not in by_layer.get(layer, {}):
-                    problems.append(f"{folder}: missing {concrete(source, layer)}{suffix} "
-                                    f"(stage {concrete(mapping.stage, layer)}); expected "
-                                    f"{expected}")
-        if len(mapping.sources()) > 1 and stage_found is not None:
-            problems += _stack_problems(folder, mapping, by_layer, stage_found[1], shaped)
-    problems += _shape_problems(shaped, spec)
-    declared = f" ({unmapped} of them declared unmapped, not compared)" if unmapped else ""
-    checked = (f"{files} file(s) of adapter {adapter.name!r}{declared} onto {len(stages)} "
-               f"stage(s) of {spec.name}{_layers_text(layers)}")
-    return Checked(problems, checked)
-
-
-def _parsed_problems(folder: Path, adapter: Adapter, mapping: TensorMap) -> list[str]:
-    """A document stage of an ``f32json`` adapter (whose files hold tensors only): what its
-    ``parse`` cannot read of the tool's ``stdout.txt`` in ``folder``, one line."""
-    stdout = folder / "stdout.txt"
-    if not stdout.is_file():
-        return [f"{folder}: missing stdout.txt (stage {mapping.stage}); expected the tool's "
-                f"output, from which adapter {adapter.name!r} reads it"]
-    stderr = folder / "stderr.txt"
-    try:
-        adapter_module(adapter.name).parse(
-            stdout.read_text(), stderr.read_text() if stderr.is_file() else "", None,
-            options={})
-    except AudioparityError as err:
-        return [f"{stdout}: {err}"]
-    return []
-
-
-def _unmapped_problems(folder: Path, name: str, file: Path, suffix: str,
-                       adapter: Adapter) -> list[str]:
-    """A file the adapter declares unmapped: not compared, but ``candidate run`` reads every
-    file of the folder, so an unreadable one is a problem (a broken ``.f32`` + ``.json`` pair,
-    a corrupt ``.npy``, a ``.json`` that is not JSON)."""
-    if adapter.output == "f32json":
-        return f32json.check_pair(folder, name)[1]
-    if suffix == ".npy":
-        try:
-            _read_npy_header(file)
-        except AudioparityError as err:
-            return [str(err)]
-        return []
-    try:
-        json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        return [f"{file}: unreadable JSON ({_one_line(err)}); expected the JSON document adapter "
-                f"{adapter.name!r} writes"]
-    return []
-
-
-def _mapped_shape(mapping: TensorMap, stage: Stage, stage_name: str, file: Path,
-                  shape: tuple[int, ...]) -> _Shaped:
-    """A candidate's tensor as the shape checks see it: transposed to the stage's axes when
-    the map declares its own layout; the frames it drops and the rows its view takes noted."""
-    where = f"{file} ({stage_name})"
-    if mapping.layout:
-        shape = shape[::-1]
-        where = f"{file} ({stage_name}, its {mapping.layout} transposed)"
-    rows = sum(1 for step in mapping.view if step[0] == "row")
-    return _Shaped(stage_name, where, shape, stage.layout, rows, mapping.drop_frames)
-
-
-def _stack_problems(folder: Path, mapping: TensorMap, by_layer: dict, stage: Stage,
-                    shaped: list[_Shaped]) -> list[str]:
-    """A stacked map's sources (``dec.lstm.{i}.h.0`` and ``.c.0``): all of one shape, which,
-    stacked ``[layers, sources, ...]`` as ``candidate run`` stacks them, joins the shape
-    checks."""
-    parts = [(where, shape) for _, by_index in sorted(by_layer.items(), key=lambda i: i[0] or 0)
-             for _, (where, shape) in sorted(by_index.items()) if shape]
-    if not parts:
-        return []
-    model = Counter(shape for _, shape in parts).most_common(1)[0][0]
-    problems = [f"{where}: shape {list(shape)}; expected {list(model)} like the other sources "
-                f"stacked into {stage.name}" for where, shape in parts if shape != model]
-    if not problems:
-        names = " + ".join(mapping.sources())
-        shaped.append(_Shaped(stage.name, f"{folder}/{names} ({stage.name}, stacked)",
-                              (len(by_layer), len(mapping.sources()), *model), stage.layout))
     return problems

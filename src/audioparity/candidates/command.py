@@ -4,50 +4,50 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.candidates import Adapter
+from audioparity.candidates.adapter import EVERY_FAMILY, Adapter, Command, ggml_flags
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option, registered
+from audioparity.family import FamilySpec, Option
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 
 #: The fields a command template may use.
 FIELDS = ("model", "case", "reference", "output", "weight_type", "backend", "threads", "options")
 
-ADAPTER = Adapter(
-    name="command",
-    title="a dump tool with the command line of `audioparity ggml`",
-    families=tuple(registered()),
-    output="dump",
-    weight_types=WEIGHT_TYPES,
-    backends=BACKENDS,
-    reads_reference=True,
-    options=(Option("command", "", "the command template; fields " + ", ".join(
-        f"{{{name}}}" for name in FIELDS)),),
-)
 
+class CommandTool(Adapter):
+    name = "command"
+    families = EVERY_FAMILY
+    title = "a dump tool with the command line of `audioparity ggml`"
+    output = "dump"
+    weight_types = WEIGHT_TYPES
+    backends = BACKENDS
+    reads_reference = True
+    options = (Option("command", "", "the command template; fields " + ", ".join(
+        f"{{{name}}}" for name in FIELDS)),)
 
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """The template filled in (each field shell-quoted; ``{options}`` the family's ggml options
-    as our flags), split into argv.
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """The template filled in (each field shell-quoted; ``{options}`` the family's ggml
+        options as our flags), split into argv; ``output`` is the dump directory to write.
 
-    Raises:
-        AudioparityError: no template, or one naming an unknown field.
-    """
-    template = options["command"]
-    if not template.strip():
-        raise AudioparityError("candidate of adapter 'command': option 'command' is empty; "
-                               "expected a command template")
-    flags = [arg for option in spec.options_for("ggml")
-             for arg in option.argv(family_options[option.name])]
-    fields = {"model": model, "case": case, "reference": reference, "output": output,
-              "weight_type": weight_type, "backend": backend, "threads": threads}
-    try:
-        line = template.format(**{key: shlex.quote(str(value)) for key, value in fields.items()},
-                               options=shlex.join(flags))
-    except (KeyError, IndexError, ValueError) as err:
-        raise AudioparityError(f"command template {template!r}: {err!r}; fields: "
-                               f"{', '.join(FIELDS)}") from None
-    return [(shlex.split(line), {})]
+        Raises:
+            AudioparityError: no template, or one naming an unknown field.
+        """
+        template = options["command"]
+        if not template.strip():
+            raise AudioparityError("candidate of adapter 'command': option 'command' is empty; "
+                                   "expected a command template")
+        fields = {"model": model, "case": case, "reference": reference, "output": output,
+                  "weight_type": weight_type, "backend": backend, "threads": threads}
+        try:
+            line = template.format(
+                **{key: shlex.quote(str(value)) for key, value in fields.items()},
+                options=shlex.join(ggml_flags(spec, family_options)))
+        except (KeyError, IndexError, ValueError) as err:
+            raise AudioparityError(f"command template {template!r}: {err!r}; fields: "
+                                   f"{', '.join(FIELDS)}") from None
+        return [(shlex.split(line), {})]

@@ -9,40 +9,47 @@ never llama.cpp's ``auto``."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.artifacts import Dump
-from audioparity.candidates import Adapter, Port, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option
+from audioparity.family import FamilySpec, Option
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
 EMBEDDINGS = "input_embeddings.raw"
+#: Why the host's parts are not llama.cpp's: the codebook embeddings and audio heads are no
+#: Qwen3 parts.
+HOST = "the codebook embeddings and audio heads are not Qwen3 parts and stay on the host"
 
-ADAPTER = Adapter(
-    name="llama_cpp",
-    title="llama.cpp",
-    families=("moss_voicegen",),
-    output="f32json",
-    weight_types=("f32", "f16", "bf16", "q8_0"),
-    options=(
+
+class LlamaCpp(Adapter):
+    name = "llama_cpp"
+    title = "llama.cpp"
+    families = ("moss_voicegen",)
+    output = "f32json"
+    weight_types = ("f32", "f16", "bf16", "q8_0")
+    options = (
         Option("root", ".ports/llama_cpp", "the built port (make ports)"),
         Option("flash_attn", "off", "llama.cpp's flash attention (flash_attn_type)",
                choices=("off", "on")),
         Option("kv_cache_type", "f32", "llama.cpp's KV-cache type (type_k and type_v)",
                choices=("f32", "f16")),
-    ),
-    tensors=(
+    )
+    tensors = (
         TensorMap("l_out-{i}", "layer_{i}"),
         TensorMap("last_hidden", "last_hidden"),
         TensorMap("probe_hidden", "probe_hidden"),
         TensorMap("step_last_hidden", "step_last_hidden"),
         TensorMap("text_logits", "text_logits"),
-    ),
-    converts=True,
-    reads_reference=True,
-    inputs=("input_embeddings",),
-    port=Port(
+    )
+    unexposed = {"prompt": "it is fed the prompt's input embeddings (the reference's), not "
+                           "its rows", "audio_logits": HOST, "generation": HOST}
+    converts = True
+    reads_reference = True
+    inputs = ("input_embeddings",)
+    port = Port(
         download="llama-cpp-python==0.3.36",
         download_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
         drivers=("llama_moss_dump.c",),
@@ -58,49 +65,47 @@ ADAPTER = Adapter(
              "-lggml-base", "-Wl,-rpath,$ORIGIN"),
         ),
         products=("build/bin/llama-moss-dump", "vendor/llama.cpp/convert_hf_to_gguf.py"),
-    ),
-    notes=("input_embeddings: llama.cpp takes them as its input (llama_batch.embd), the "
-           "reference's; the codebook embeddings and audio heads are not Qwen3 parts and stay "
-           "on the host, so audio_logits and generation are not its",),
-)
+    )
+    notes = ("input_embeddings: llama.cpp takes them as its input (llama_batch.embd), the "
+             f"reference's; {HOST}, so audio_logits and generation are not its",)
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """The backbone re-laid as Qwen3 and converted by ``convert_hf_to_gguf.py --outtype
+        <weight type>`` (its own f16, bf16 and q8_0) into ``output/model-<weight type>.gguf``."""
+        return [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")),
+                 str(Path(output) / "qwen3"), str(_gguf(output, weight_type)), "--outtype",
+                 weight_type, "--llama-cpp", str(self.root(options) / "vendor" / "llama.cpp"),
+                 "--from-moss", str(model)]]
+
+    def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
+                ) -> Path:
+        """The reference's ``input_embeddings`` ``[S, H]`` as the raw float32 file the driver
+        reads, into the new folder ``folder``.
+
+        Raises:
+            AudioparityError: the reference dump is not ``ok`` or has no ``input_embeddings``.
+        """
+        from audioparity.artifacts import Dump
+
+        dump = Dump(reference)
+        if dump.status != "ok" or not dump.has("input_embeddings"):
+            raise AudioparityError(f"{reference}: expected a MOSS reference dump of status ok "
+                                   "with input_embeddings")
+        folder.mkdir(parents=True)
+        dump.tensor("input_embeddings").astype("<f4").tofile(folder / EMBEDDINGS)
+        return folder
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """The driver on the converted model and the prepared embeddings, writing into
+        ``output``."""
+        return [([str(self.root(options) / "build" / "bin" / "llama-moss-dump"), "--model",
+                  str(_gguf(model, weight_type)), "--embeddings", str(reference / EMBEDDINGS),
+                  "--output-dir", str(output), "--threads", str(threads), "--flash-attn",
+                  options["flash_attn"], "--kv-type", options["kv_cache_type"]], {})]
 
 
 def _gguf(model_dir: Path, weight_type: str) -> Path:
     return Path(model_dir) / f"model-{weight_type}.gguf"
-
-
-def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> list[list[str]]:
-    """The backbone re-laid as Qwen3 and converted by ``convert_hf_to_gguf.py --outtype
-    <weight type>`` (its own f16, bf16 and q8_0) into ``output/model-<weight type>.gguf``."""
-    root = Path(options["root"])
-    return [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")),
-             str(Path(output) / "qwen3"), str(_gguf(output, weight_type)), "--outtype",
-             weight_type, "--llama-cpp", str(root / "vendor" / "llama.cpp"), "--from-moss",
-             str(model)]]
-
-
-def prepare(reference: Path, folder: Path, *, options: dict) -> None:
-    """The reference's ``input_embeddings`` ``[S, H]`` as the raw float32 file the driver
-    reads, into the new folder ``folder``.
-
-    Raises:
-        AudioparityError: the reference dump is not ``ok`` or has no ``input_embeddings``.
-    """
-    dump = Dump(reference)
-    if dump.status != "ok" or not dump.has("input_embeddings"):
-        raise AudioparityError(f"{reference}: expected a MOSS reference dump of status ok with "
-                               "input_embeddings")
-    folder.mkdir(parents=True)
-    dump.tensor("input_embeddings").astype("<f4").tofile(folder / EMBEDDINGS)
-
-
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """The driver on the converted model and the prepared embeddings, writing into
-    ``output``."""
-    root = Path(options["root"])
-    return [([str(root / "build" / "bin" / "llama-moss-dump"), "--model",
-              str(_gguf(model, weight_type)), "--embeddings", str(reference / EMBEDDINGS),
-              "--output-dir", str(output), "--threads", str(threads), "--flash-attn",
-              options["flash_attn"], "--kv-type", options["kv_cache_type"]], {})]

@@ -10,27 +10,30 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.candidates import Adapter, Port, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option
+from audioparity.family import FamilySpec, Option
 
 #: The stdout line that carries openmoss's prompt rows.
 PROMPT_LINE = "prompt: "
 
-ADAPTER = Adapter(
-    name="openmoss",
-    title="openmoss",
-    families=("moss_voicegen",),
-    output="f32json",
-    weight_types=("f32", "bf16"),
-    options=(
+
+class Openmoss(Adapter):
+    name = "openmoss"
+    title = "openmoss"
+    families = ("moss_voicegen",)
+    output = "f32json"
+    weight_types = ("f32", "bf16")
+    options = (
         Option("root", ".ports/openmoss", "the built port (make ports)"),
         Option("flash_attn", "on", "openmoss's LoadOptions.flash_attn (on as it ships)",
                choices=("off", "on")),
-    ),
-    tensors=(
+    )
+    tensors = (
         TensorMap("prompt", "prompt", omits=("text",),
                   why="openmoss builds the rows itself and exposes no rendered string"),
         TensorMap("input_embeddings", "input_embeddings"),
@@ -40,9 +43,9 @@ ADAPTER = Adapter(
         TensorMap("step_last_hidden", "step_last_hidden"),
         TensorMap("text_logits", "text_logits"),
         TensorMap("audio_logits", "audio_logits"),
-    ),
-    converts=True,
-    port=Port(
+    )
+    converts = True
+    port = Port(
         archive="openmoss-*.tar.gz",
         vendors=(("llama_cpp", "vendor/llama.cpp", "third_party/llama.cpp"),),
         drivers=("openmoss_moss_dump.cpp",),
@@ -58,52 +61,52 @@ ADAPTER = Adapter(
         ),
         products=("build/bin/openmoss-moss-dump", "scripts/convert_hf_to_gguf.py",
                   "third_party/llama.cpp/convert_hf_to_gguf.py"),
-    ),
-    notes=("the backbone's K/V cache is f16 in openmoss's context (llama.cpp's default; its "
-           "LoadOptions has no cache type); layer_{i}: a second context over its model with "
-           "the same settings and the eval callback, checked to end in the same hidden states",
-           "audio_logits: the pad column set to -inf, as generation masks it"),
-)
+    )
+    notes = ("the backbone's K/V cache is f16 in openmoss's context (llama.cpp's default; its "
+             "LoadOptions has no cache type); layer_{i}: a second context over its model with "
+             "the same settings and the eval callback, checked to end in the same hidden "
+             "states",
+             "audio_logits: the pad column set to -inf, as generation masks it")
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """openmoss's converter (``--backbone-dtype <weight type>``, the extras f32 at f32,
+        bf16 at bf16) into ``output/moss-<weight type>.gguf`` and its ``.extras.gguf``."""
+        root = self.root(options)
+        return [[sys.executable, str(Path(__file__).with_name("openmoss_convert.py")),
+                 str(model), str(_gguf(output, weight_type)), "--outtype", weight_type,
+                 "--openmoss", str(root), "--llama-cpp", str(root / "third_party" / "llama.cpp")]]
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """The driver on the converted model and the case's prompt file, writing into
+        ``output``."""
+        return [([str(self.root(options) / "build" / "bin" / "openmoss-moss-dump"), "--model",
+                  str(_gguf(model, weight_type)), "--prompt", str(case), "--output-dir",
+                  str(output), "--threads", str(threads), "--flash-attn", options["flash_attn"]],
+                 {})]
+
+    def parse(self, stdout: str, stderr: str, model: Path | None, *,
+              options: Mapping[str, Any]) -> tuple[str, dict]:
+        """The ``prompt`` document (``{"rows": [[text, code_0, ...], ...]}``) the driver
+        prints.
+
+        Raises:
+            AudioparityError: no ``prompt:`` line, or one that is not a JSON object with rows.
+        """
+        for line in stdout.splitlines():
+            if line.startswith(PROMPT_LINE):
+                try:
+                    document = json.loads(line.removeprefix(PROMPT_LINE))
+                except ValueError as err:
+                    raise AudioparityError(f"openmoss-moss-dump: its prompt line is not JSON "
+                                           f"({err})") from err
+                if isinstance(document, dict) and isinstance(document.get("rows"), list):
+                    return "prompt", document
+                break
+        raise AudioparityError("openmoss-moss-dump printed no 'prompt: {\"rows\": ...}' line")
 
 
 def _gguf(model_dir: Path, weight_type: str) -> Path:
     return Path(model_dir) / f"moss-{weight_type}.gguf"
-
-
-def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> list[list[str]]:
-    """openmoss's converter (``--backbone-dtype <weight type>``, the extras f32 at f32, bf16 at
-    bf16) into ``output/moss-<weight type>.gguf`` and its ``.extras.gguf``."""
-    root = Path(options["root"])
-    return [[sys.executable, str(Path(__file__).with_name("openmoss_convert.py")), str(model),
-             str(_gguf(output, weight_type)), "--outtype", weight_type, "--openmoss", str(root),
-             "--llama-cpp", str(root / "third_party" / "llama.cpp")]]
-
-
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """The driver on the converted model and the case's prompt file, writing into ``output``."""
-    root = Path(options["root"])
-    return [([str(root / "build" / "bin" / "openmoss-moss-dump"), "--model",
-              str(_gguf(model, weight_type)), "--prompt", str(case), "--output-dir",
-              str(output), "--threads", str(threads), "--flash-attn", options["flash_attn"]],
-             {})]
-
-
-def parse(stdout: str, stderr: str, model: Path, *, options: dict) -> tuple[str, dict]:
-    """The ``prompt`` document (``{"rows": [[text, code_0, ...], ...]}``) the driver prints.
-
-    Raises:
-        AudioparityError: no ``prompt:`` line, or one that is not a JSON object with rows.
-    """
-    for line in stdout.splitlines():
-        if line.startswith(PROMPT_LINE):
-            try:
-                document = json.loads(line.removeprefix(PROMPT_LINE))
-            except ValueError as err:
-                raise AudioparityError(f"openmoss-moss-dump: its prompt line is not JSON "
-                                       f"({err})") from err
-            if isinstance(document, dict) and isinstance(document.get("rows"), list):
-                return "prompt", document
-            break
-    raise AudioparityError("openmoss-moss-dump printed no 'prompt: {\"rows\": ...}' line")

@@ -1,8 +1,9 @@
 """A Parakeet-TDT dump tool with the command line and files of the seed ``dump_cpp_reference``
 (audio.cpp, ``../shared/seeds/parakeet_dump_cpp_reference.cpp.txt``): ``mel_features.npy``,
 ``enc_out.npy``, an isolated ``layer_0.npy`` fed NeMo's ``pre_encode``/``pos_emb`` from
-``--nemo-dir`` (rank 3, written by :func:`prepare`), and with ``--decoder-input`` a replay of the
-reference's ``enc_out`` through its decoder into ``decoder_tokens.json``.
+``--nemo-dir`` (rank 3, written by :meth:`ParakeetDumpCpp.prepare`), and with
+``--decoder-input`` a replay of the reference's ``enc_out`` through its decoder into
+``decoder_tokens.json``.
 
 Option ``binary``: the tool's command line, split as a shell would (:func:`shlex.split`), so it
 may hold an interpreter and a script (``python3 tests/standins/parakeet_dump_cpp.py``); the
@@ -12,45 +13,83 @@ seed's flags are appended to it. The tool runs single-threaded (the seed fixes 1
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.candidates import Adapter, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, TensorMap
 from audioparity.errors import AudioparityError
-from audioparity.export import export_dump
-from audioparity.families import FamilySpec, Option
+from audioparity.family import FamilySpec, Option
 
-#: The folder of :func:`prepare`'s files inside the raw output folder, where
-#: :func:`audioparity.candidates.running.run_candidate` has ``prepare`` write them.
-PREPARED = "inputs"
 
-ADAPTER = Adapter(
-    name="parakeet_dump_cpp",
-    title="dump_cpp_reference (audio.cpp's Parakeet-TDT parity dumper)",
-    families=("parakeet_tdt",),
-    output="npy",
+class ParakeetDumpCpp(Adapter):
+    name = "parakeet_dump_cpp"
+    title = "dump_cpp_reference (audio.cpp's Parakeet-TDT parity dumper)"
+    families = ("parakeet_tdt",)
+    output = "npy"
     # The seed's usage names native|f16|bf16|q8_0; its parser (audio.cpp's
     # parse_tensor_storage_type) takes f32 too, as its Parakeet sessions do.
-    weight_types=("native", "f32", "f16", "bf16", "q8_0"),
-    backends=("cpu", "cuda", "vulkan"),
-    options=(Option("binary", "", "the tool's command line (shell-split: it may start with an "
-                    "interpreter); the seed's flags are appended"),),
-    tensors=(
+    weight_types = ("native", "f32", "f16", "bf16", "q8_0")
+    backends = ("cpu", "cuda", "vulkan")
+    options = (Option("binary", "", "the tool's command line (shell-split: it may start with "
+                      "an interpreter); the seed's flags are appended"),)
+    tensors = (
         TensorMap("mel_features", "mel_features"),
         TensorMap("enc_out", "enc_out"),
         TensorMap("layer_0", "layer_0_isolated"),
         TensorMap("decoder_tokens", "decoder_replay", omits=("text",),
                   why="the tool's decoder_tokens.json holds ids, frames and durations, no text"),
-    ),
-    reads_reference=True,
-    replays=True,
-    notes=("layer_0 is layer 0 alone on NeMo's pre_encode and pos_emb (the isolated form); "
-           "decoder_tokens.json is the decoder on NeMo's enc_out (decoder_replay)",
-           "mel_features: the seed's frontend may keep the frame NeMo pads (L//hop + 1 "
-           "frames); the stage then reports the frame counts and compares the common ones"),
-)
+    )
+    reads_reference = True
+    notes = ("layer_0 is layer 0 alone on NeMo's pre_encode and pos_emb (the isolated form); "
+             "decoder_tokens.json is the decoder on NeMo's enc_out (decoder_replay)",
+             "mel_features: the seed's frontend may keep the frame NeMo pads (L//hop + 1 "
+             "frames); the stage then reports the frame counts and compares the common ones")
+
+    def files(self, options: Mapping[str, Any]) -> list[str]:
+        """The files of the ``binary`` command line (its words naming a path: the tool, or the
+        script an interpreter runs): rebuilding the tool reruns its cells."""
+        return [word for word in _binary(options) if "/" in word]
+
+    def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
+                ) -> Path:
+        """The tool's ``--nemo-dir`` (and ``--decoder-input``) files from the reference dump,
+        into the new folder ``folder``: ``pre_encode.npy`` ``[1, T, D]``, ``pos_emb.npy``
+        ``[1, 2T-1, D]``, ``enc_out.npy`` ``[T, D]`` (the same files ``audioparity export
+        --format seed`` writes).
+
+        Raises:
+            AudioparityError: the reference dump is not a Parakeet-TDT dump of status ``ok``
+                holding those tensors.
+        """
+        from audioparity.export import export_dump
+
+        export_dump(reference, "seed", folder, family="parakeet_tdt")
+        return folder
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """Two runs of the tool writing into ``output``: the main one (``mel_features.npy``,
+        ``enc_out.npy``, ``layer_0.npy``; ``--nemo-dir`` is ``reference``, the folder
+        :meth:`prepare` wrote), then the decoder replay of the reference's ``enc_out``
+        (``--decoder-input``, ``decoder_tokens.json``). ``--flash-attention`` is the family
+        option ``flash_attention`` (0 when not given); ``threads`` is not passed (the tool runs
+        one thread).
+
+        Raises:
+            AudioparityError: the ``binary`` option is empty or unsplittable.
+        """
+        prepared = Path(reference)
+        common = [*_binary(options), "--model", str(model), "--audio", str(case),
+                  "--output-dir", str(output), "--matmul-weight-type", weight_type, "--backend",
+                  backend, "--flash-attention",
+                  str(int(family_options.get("flash_attention", 0)))]
+        return [([*common, "--nemo-dir", str(prepared)], {}),
+                ([*common, "--decoder-input", str(prepared / "enc_out.npy")], {})]
 
 
-def _binary(options: dict) -> list[str]:
+def _binary(options: Mapping[str, Any]) -> list[str]:
     """The ``binary`` option as argv words.
 
     Raises:
@@ -65,43 +104,3 @@ def _binary(options: dict) -> list[str]:
         raise AudioparityError("adapter 'parakeet_dump_cpp': option 'binary' is empty; expected "
                                "the tool's command line")
     return words
-
-
-def inputs(options: dict) -> list[str]:
-    """The files of the ``binary`` command line (its words naming a path: the tool, or the
-    script an interpreter runs): rebuilding the tool reruns its cells."""
-    return [word for word in _binary(options) if "/" in word]
-
-
-def prepare(reference: Path, folder: Path, *, options: dict) -> None:
-    """The tool's ``--nemo-dir`` (and ``--decoder-input``) files from the reference dump, into
-    the new folder ``folder``: ``pre_encode.npy`` ``[1, T, D]``, ``pos_emb.npy``
-    ``[1, 2T-1, D]``, ``enc_out.npy`` ``[T, D]`` (:mod:`audioparity.models.parakeet_tdt.seed`,
-    the same files ``audioparity export --format seed`` writes).
-
-    Raises:
-        AudioparityError: the reference dump is not a Parakeet-TDT dump of status ``ok``
-            holding those tensors.
-    """
-    export_dump(reference, "seed", folder, family="parakeet_tdt")
-
-
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """Two runs of the tool writing into ``output``: the main one (``mel_features.npy``,
-    ``enc_out.npy``, ``layer_0.npy``; ``--nemo-dir`` is ``reference``, the folder
-    :func:`prepare` wrote), then the decoder replay of the reference's ``enc_out``
-    (``--decoder-input``, ``decoder_tokens.json``).
-    ``--flash-attention`` is the family option ``flash_attention`` (0 when not given);
-    ``threads`` is not passed (the tool runs one thread).
-
-    Raises:
-        AudioparityError: the ``binary`` option is empty or unsplittable.
-    """
-    prepared = Path(reference)
-    common = [*_binary(options), "--model", str(model), "--audio", str(case), "--output-dir",
-              str(output), "--matmul-weight-type", weight_type, "--backend", backend,
-              "--flash-attention", str(int(family_options.get("flash_attention", 0)))]
-    return [([*common, "--nemo-dir", str(prepared)], {}),
-            ([*common, "--decoder-input", str(prepared / "enc_out.npy")], {})]

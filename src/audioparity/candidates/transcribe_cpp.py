@@ -8,31 +8,34 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.candidates import VULKAN_MARK, Adapter, Port, TensorMap
+from audioparity.candidates.adapter import VULKAN_MARK, Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option
+from audioparity.family import FamilySpec, Option
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
 FRAME_SECONDS = 0.08
 #: A token line of ``--timestamps token``: ``[ t0 ->  t1] p=0.529 <piece text>``.
 TOKEN_LINE = re.compile(r"^\s*\[\s*([\d.]+)\s*->\s*([\d.]+)\]\s+p=[\d.]+ (.*)$")
 
-ADAPTER = Adapter(
-    name="transcribe_cpp",
-    title="transcribe.cpp",
-    families=("parakeet_tdt",),
-    output="f32json",
-    weight_types=("f32", "f16", "q8_0"),
-    backends=("cpu", "vulkan"),
-    options=(
+
+class TranscribeCpp(Adapter):
+    name = "transcribe_cpp"
+    title = "transcribe.cpp"
+    families = ("parakeet_tdt",)
+    output = "f32json"
+    weight_types = ("f32", "f16", "q8_0")
+    backends = ("cpu", "vulkan")
+    options = (
         Option("root", ".ports/transcribe_cpp", "the built port (make ports)"),
         Option("profile", "parakeet-tdt-0.6b-v2", "the converter's variant profile, picked by "
                "the name of the folder the model is converted into (its vocabulary size must "
                "match: 1024 for v2, 8192 for v3)"),
-    ),
-    tensors=(
+    )
+    tensors = (
         TensorMap("enc.mel.in", "mel_features", layout="[n_mels, T]", drop_frames=1,
                   why="transcribe.cpp keeps the frame NeMo pads and zeroes: L//hop + 1 frames, "
                       "NeMo's valid ones are L//hop"),
@@ -44,11 +47,11 @@ ADAPTER = Adapter(
                   why="transcribe.cpp dumps the first joint step only, log-softmaxed over "
                       "tokens and durations together"),
         TensorMap(("dec.lstm.{i}.h.0", "dec.lstm.{i}.c.0"), "lstm_state_0"),
-    ),
-    unmapped=("enc.block.{i}.attn", "enc.block.{i}.conv", "enc.block.{i}.ff1",
-              "enc.block.{i}.ff2", "dec.embed.{i}", "dec.enc_out"),
-    converts=True,
-    port=Port(
+    )
+    unmapped = ("enc.block.{i}.attn", "enc.block.{i}.conv", "enc.block.{i}.ff1",
+                "enc.block.{i}.ff2", "dec.embed.{i}", "dec.enc_out")
+    converts = True
+    port = Port(
         archive="transcribe.cpp-*.tar.gz",
         commands=(
             ("cmake", "-B", "build", "-DCMAKE_BUILD_TYPE=Release", "-DTRANSCRIBE_BUILD_TESTS=OFF",
@@ -63,85 +66,90 @@ ADAPTER = Adapter(
         # its vendored ggml (0.20.2) names VK_EXT_layer_settings, which Debian 12's Vulkan
         # headers (1.3.239) lack: the one use is guarded, as for ggml-python (make setup-vulkan)
         vulkan_patch="transcribe.cpp-vulkan-headers.patch",
-    ),
-    notes=("decode: transcribe-cli prints each token's piece and times, not its id; the ids are "
-           "the pieces' ids in the model's own vocabulary (tokenizer.ggml.tokens)",),
-)
+    )
+    notes = ("decode: transcribe-cli prints each token's piece and times, not its id; the ids "
+             "are the pieces' ids in the model's own vocabulary (tokenizer.ggml.tokens)",)
+
+    def _gguf(self, model_dir: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        return Path(model_dir) / "models" / options["profile"] / f"model-{weight_type}.gguf"
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """``convert-parakeet.py`` into ``output/models/<profile>/model-f32.gguf``, then for
+        another weight type ``transcribe-quantize`` (its presets ``F16``, ``Q8_0``)."""
+        root = self.root(options)
+        f32 = self._gguf(output, options, "f32")
+        f32.parent.mkdir(parents=True)
+        commands = [[sys.executable, str(root / "scripts" / "convert-parakeet.py"), str(model),
+                     str(f32)]]
+        if weight_type != "f32":
+            commands.append([str(root / "build" / "bin" / "transcribe-quantize"), str(f32),
+                             str(self._gguf(output, options, weight_type)), "--quant",
+                             weight_type.upper()])
+        return commands
+
+    def cannot_run(self, options: Mapping[str, Any], weight_type: str, backend: str
+                   ) -> str | None:
+        """As :meth:`Adapter.cannot_run`, and Vulkan needs the build ``make ports`` makes after
+        ``make setup-vulkan`` at the option ``root``."""
+        why = super().cannot_run(options, weight_type, backend)
+        root = self.root(options)
+        if not why and backend == "vulkan" and not (root / VULKAN_MARK).is_file():
+            why = (f"transcribe.cpp at {root} is built without Vulkan (make setup-vulkan, then "
+                   "make ports; the Vulkan build is .ports/transcribe_cpp-vulkan)")
+        return why
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """``transcribe-cli`` on the converted model, every tensor dumped into ``output``."""
+        return [([str(self.root(options) / "build" / "bin" / "transcribe-cli"), "-m",
+                  str(self._gguf(model, options, weight_type)), "--threads", str(threads),
+                  "--backend", backend, "--timestamps", "token", "-q", str(case)],
+                 {"TRANSCRIBE_DUMP_DIR": str(output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
+
+    def parse(self, stdout: str, stderr: str, model: Path | None, *,
+              options: Mapping[str, Any]) -> tuple[str, dict]:
+        """The ``decode`` document of ``--timestamps token``'s lines: frames and durations from
+        the times (80 ms an encoder frame), ids from the pieces through the model's
+        vocabulary.
+
+        Raises:
+            AudioparityError: no ``tokens:`` list, or a piece the vocabulary does not hold (or
+                holds twice).
+        """
+        lines = stdout.splitlines()
+        listed = next((k for k, line in enumerate(lines) if line.startswith("tokens:")), None)
+        if listed is None:
+            raise AudioparityError("transcribe-cli printed no 'tokens:' list")
+        text = next((line.removeprefix("text: ") for line in lines
+                     if line.startswith("text: ")), "")
+        by_text = _pieces(next(Path(model).glob("models/*/model-f32.gguf")))
+        ids, frames, durations = [], [], []
+        for line in lines[listed + 1:]:
+            found = TOKEN_LINE.match(line)
+            if not found:
+                break
+            t0, t1, piece = float(found.group(1)), float(found.group(2)), found.group(3)
+            matches = by_text.get(piece, [])
+            if len(matches) != 1:
+                raise AudioparityError(f"transcribe-cli token {piece!r}: {len(matches)} pieces "
+                                       "of the vocabulary print so; expected one")
+            ids.append(matches[0])
+            frames.append(round(t0 / FRAME_SECONDS))
+            durations.append(round((t1 - t0) / FRAME_SECONDS))
+        return "decode", {"ids": ids, "frames": frames, "durations": durations,
+                          "text": "" if text == "(empty)" else text}
 
 
-def _gguf(model_dir: Path, options: dict, weight_type: str) -> Path:
-    return Path(model_dir) / "models" / options["profile"] / f"model-{weight_type}.gguf"
-
-
-def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> list[list[str]]:
-    """``convert-parakeet.py`` into ``output/models/<profile>/model-f32.gguf``, then for another
-    weight type ``transcribe-quantize`` (its presets ``F16``, ``Q8_0``)."""
-    root = Path(options["root"])
-    f32 = _gguf(output, options, "f32")
-    f32.parent.mkdir(parents=True)
-    commands = [[sys.executable, str(root / "scripts" / "convert-parakeet.py"), str(model),
-                 str(f32)]]
-    if weight_type != "f32":
-        commands.append([str(root / "build" / "bin" / "transcribe-quantize"), str(f32),
-                         str(_gguf(output, options, weight_type)), "--quant",
-                         weight_type.upper()])
-    return commands
-
-
-def unavailable(options: dict, backend: str) -> str | None:
-    """Why the build at the option ``root`` cannot run ``backend`` (None when it can): Vulkan
-    needs the build ``make ports`` makes after ``make setup-vulkan``."""
-    root = Path(options["root"])
-    if backend == "vulkan" and not (root / VULKAN_MARK).is_file():
-        return (f"transcribe.cpp at {root} is built without Vulkan (make setup-vulkan, then make "
-                "ports; the Vulkan build is .ports/transcribe_cpp-vulkan)")
-    return None
-
-
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """``transcribe-cli`` on the converted model, every tensor dumped into ``output``."""
-    root = Path(options["root"])
-    return [([str(root / "build" / "bin" / "transcribe-cli"), "-m",
-             str(_gguf(model, options, weight_type)), "--threads", str(threads), "--backend",
-             backend, "--timestamps", "token", "-q", str(case)],
-            {"TRANSCRIBE_DUMP_DIR": str(output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
-
-
-def parse(stdout: str, stderr: str, model: Path, *, options: dict) -> tuple[str, dict]:
-    """The ``decode`` document of ``--timestamps token``'s lines: frames and durations from the
-    times (80 ms an encoder frame), ids from the pieces through the model's vocabulary.
-
-    Raises:
-        AudioparityError: no ``tokens:`` list, or a piece the vocabulary does not hold (or holds
-            twice).
-    """
+def _pieces(gguf_file: Path) -> dict[str, list[int]]:
+    """The ids of each piece of a GGUF file's vocabulary (``tokenizer.ggml.tokens``), by the
+    text transcribe-cli prints for it (``▁`` as a space)."""
     import gguf
 
-    lines = stdout.splitlines()
-    if not any(line.startswith("tokens:") for line in lines):
-        raise AudioparityError("transcribe-cli printed no 'tokens:' list")
-    text = next((line.removeprefix("text: ") for line in lines if line.startswith("text: ")),
-                "")
-    reader = gguf.GGUFReader(str(next(Path(model).glob("models/*/model-f32.gguf"))))
-    field = reader.fields["tokenizer.ggml.tokens"]
-    pieces = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    field = gguf.GGUFReader(str(gguf_file)).fields["tokenizer.ggml.tokens"]
     by_text: dict[str, list[int]] = {}
-    for index, piece in enumerate(pieces):
+    for index, part in enumerate(field.data):
+        piece = bytes(field.parts[part]).decode("utf-8")
         by_text.setdefault(piece.replace("\u2581", " "), []).append(index)
-    ids, frames, durations = [], [], []
-    for line in lines[lines.index(next(x for x in lines if x.startswith("tokens:"))) + 1:]:
-        found = TOKEN_LINE.match(line)
-        if not found:
-            break
-        t0, t1, piece = float(found.group(1)), float(found.group(2)), found.group(3)
-        matches = by_text.get(piece, [])
-        if len(matches) != 1:
-            raise AudioparityError(f"transcribe-cli token {piece!r}: {len(matches)} pieces of "
-                                   "the vocabulary print so; expected one")
-        ids.append(matches[0])
-        frames.append(round(t0 / FRAME_SECONDS))
-        durations.append(round((t1 - t0) / FRAME_SECONDS))
-    return "decode", {"ids": ids, "frames": frames, "durations": durations,
-                      "text": "" if text == "(empty)" else text}
+    return by_text

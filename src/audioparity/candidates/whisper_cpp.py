@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from audioparity.candidates import Adapter, Port
+from audioparity.candidates.adapter import Adapter, Command, Port
 from audioparity.errors import AudioparityError
-from audioparity.families import FamilySpec, Option
+from audioparity.family import FamilySpec, Option
 
 #: A token row of ``-ps``: ``[ 9] id=  571 frame=  9 dur_idx= 0 dur_val= 0 ...``.
 TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx=\s*\d+\s+"
                        r"dur_val=\s*(\d+)\s")
 
-ADAPTER = Adapter(
-    name="whisper_cpp",
-    title="whisper.cpp",
-    families=("parakeet_tdt",),
-    output="tokens",
-    weight_types=("f32", "f16", "q8_0"),
-    options=(Option("root", ".ports/whisper_cpp", "the built port (make ports)"),),
-    converts=True,
-    port=Port(
+
+class WhisperCpp(Adapter):
+    name = "whisper_cpp"
+    title = "whisper.cpp"
+    families = ("parakeet_tdt",)
+    output = "tokens"
+    weight_types = ("f32", "f16", "q8_0")
+    options = (Option("root", ".ports/whisper_cpp", "the built port (make ports)"),)
+    converts = True
+    port = Port(
         archive="whisper.cpp-*.tar.gz",
         commands=(
             ("cmake", "-B", "build", "-DCMAKE_BUILD_TYPE=Release", "-DWHISPER_BUILD_TESTS=OFF",
@@ -36,55 +39,55 @@ ADAPTER = Adapter(
         ),
         products=("build/bin/parakeet-cli", "build/bin/parakeet-quantize",
                   "models/convert-parakeet-to-ggml.py"),
-    ),
-    replays=False,
-    notes=("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",),
-)
+    )
+    replays = False
+    notes = ("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",)
+
+    def unavailable(self, stage: str) -> str | None:
+        """Every stage but the decode: parakeet-cli prints its decode and nothing else."""
+        return "whisper.cpp does not expose it: parakeet-cli prints only its decode (-ps)"
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """The converter: ``--use-f32`` for f32; without it for f16 (its own choice of which
+        tensors stay f32: biases, norms, convolution kernels); for q8_0, the f32 model then
+        ``parakeet-quantize`` (whose types are the quantized ones only)."""
+        root = self.root(options)
+        base = "f16" if weight_type == "f16" else "f32"
+        commands = [[sys.executable, str(root / "models" / "convert-parakeet-to-ggml.py"),
+                     "--model", str(model), "--out-dir", str(output),
+                     *(["--use-f32"] if base == "f32" else []),
+                     "--out-name", _model(output, base).name]]
+        if weight_type not in ("f32", "f16"):
+            commands.append([str(root / "build" / "bin" / "parakeet-quantize"),
+                             str(_model(output, base)), str(_model(output, weight_type)),
+                             weight_type])
+        return commands
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """``parakeet-cli -ps`` on the converted model (CPU: ``-ng``)."""
+        return [([str(self.root(options) / "build" / "bin" / "parakeet-cli"), "-m",
+                  str(_model(model, weight_type)), "-f", str(case), "-ps", "-t", str(threads),
+                  *(["-ng"] if backend == "cpu" else [])], {})]
+
+    def parse(self, stdout: str, stderr: str, model: Path | None, *,
+              options: Mapping[str, Any]) -> tuple[str, dict]:
+        """The ``decode`` document of the ``-ps`` token rows (on stderr) and the text (the
+        first line of stdout).
+
+        Raises:
+            AudioparityError: no token row and no text (nothing decoded is a text of "").
+        """
+        rows = [row for row in map(TOKEN_ROW.match, stderr.splitlines()) if row]
+        text = stdout.splitlines()[0].strip() if stdout.strip() else ""
+        if not rows and text:
+            raise AudioparityError("parakeet-cli printed a text but no -ps token rows")
+        return "decode", {"ids": [int(r.group(1)) for r in rows],
+                          "frames": [int(r.group(2)) for r in rows],
+                          "durations": [int(r.group(3)) for r in rows], "text": text}
 
 
 def _model(model_dir: Path, weight_type: str) -> Path:
     return Path(model_dir) / f"ggml-model-{weight_type}.bin"
-
-
-def convert(model: Path, weight_type: str, output: Path, *, options: dict) -> list[list[str]]:
-    """The converter: ``--use-f32`` for f32; without it for f16 (its own choice of which
-    tensors stay f32: biases, norms, convolution kernels); for q8_0, the f32 model then
-    ``parakeet-quantize`` (whose types are the quantized ones only)."""
-    root = Path(options["root"])
-    base = "f16" if weight_type == "f16" else "f32"
-    commands = [[sys.executable, str(root / "models" / "convert-parakeet-to-ggml.py"),
-                 "--model", str(model), "--out-dir", str(output),
-                 *(["--use-f32"] if base == "f32" else []),
-                 "--out-name", _model(output, base).name]]
-    if weight_type not in ("f32", "f16"):
-        commands.append([str(root / "build" / "bin" / "parakeet-quantize"),
-                         str(_model(output, base)), str(_model(output, weight_type)),
-                         weight_type])
-    return commands
-
-
-def run(model: Path, case: Path, output: Path, *, spec: FamilySpec, family_options: dict,
-        options: dict, weight_type: str, backend: str, threads: int,
-        reference: Path) -> list[tuple[list[str], dict[str, str]]]:
-    """``parakeet-cli -ps`` on the converted model (CPU: ``-ng``)."""
-    root = Path(options["root"])
-    return [([str(root / "build" / "bin" / "parakeet-cli"), "-m",
-             str(_model(model, weight_type)), "-f", str(case), "-ps", "-t", str(threads),
-             *(["-ng"] if backend == "cpu" else [])], {})]
-
-
-def parse(stdout: str, stderr: str, model: Path, *, options: dict) -> tuple[str, dict]:
-    """The ``decode`` document of the ``-ps`` token rows (on stderr) and the text (the first
-    line of stdout).
-
-    Raises:
-        AudioparityError: no token row and no text (nothing decoded is a text of "").
-    """
-    rows = [TOKEN_ROW.match(line) for line in stderr.splitlines()]
-    rows = [row for row in rows if row]
-    text = stdout.splitlines()[0].strip() if stdout.strip() else ""
-    if not rows and text:
-        raise AudioparityError("parakeet-cli printed a text but no -ps token rows")
-    return "decode", {"ids": [int(r.group(1)) for r in rows],
-                      "frames": [int(r.group(2)) for r in rows],
-                      "durations": [int(r.group(3)) for r in rows], "text": text}

@@ -255,24 +255,30 @@ def _dump_tool_commands(sub) -> None:
     p.set_defaults(run=determinism_run)
 
 
+#: What ``--adapter`` takes (docs/candidates.md).
+ADAPTER_HELP = ("a shipped adapter's name, a path to a .py file defining one (relative to the "
+                "working directory), or an entry point of the group audioparity.adapters")
+
+
 def _candidate_command(sub) -> None:
     candidate = sub.add_parser(
-        "candidate", help="a third-party candidate through its adapter (docs/candidates.md)")
+        "candidate", help="a candidate through its adapter (docs/candidates.md)")
     candidate_sub = candidate.add_subparsers(dest="step", required=True)
     p = candidate_sub.add_parser("convert", help="the candidate's own model files, once per "
                                  "model and weight type")
-    p.add_argument("--adapter", required=True)
+    p.add_argument("--adapter", required=True, help=ADAPTER_HELP)
     p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--weight-type", required=True,
                    type=_value("weight type", choices=WEIGHT_TYPES))
     p.add_argument("--output-dir", required=True, type=Path)
     p.set_defaults(run=candidate_convert)
-    p = candidate_sub.add_parser("run", help="one cell: run the candidate, read what it writes "
-                                 "into a dump")
-    p.add_argument("--family", required=True)
-    p.add_argument("--adapter", required=True)
-    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
+    p = candidate_sub.add_parser("run", help="one cell: run the candidate (the family's own "
+                                 "port in this process), its output as a dump")
+    p.add_argument("--family", required=True, help="the family's name (parakeet_tdt)")
+    p.add_argument("--adapter", required=True, help=ADAPTER_HELP)
+    p.add_argument("--options", default="{}", help="the candidate's options, a JSON object "
+                   "(the family port's: the family's options it overrides)")
     p.add_argument("--model", required=True, type=Path,
                    help="the candidate's converted model folder (or the model)")
     p.add_argument("--audio", "--prompt", dest="case", required=True, type=Path)
@@ -284,6 +290,9 @@ def _candidate_command(sub) -> None:
                    type=_value("weight type", choices=WEIGHT_TYPES))
     p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--weights-file", type=Path, help="the family's own port: the weights "
+                   f"converted once (`audioparity {WEIGHTS} <family>`), mapped instead of read "
+                   "from --model")
     p.set_defaults(run=candidate_run)
 
 
@@ -306,8 +315,8 @@ def _dump_file_commands(sub) -> None:
                        "line on stdout")
     p.add_argument("check_dir", type=Path, metavar="DIR")
     p.add_argument("--family", required=True, help="the family's name (parakeet_tdt)")
-    p.add_argument("--adapter", help="the candidate's adapter: DIR is its tool's raw output "
-                   "(f32json, npy); omitted: DIR is a dump of the contract")
+    p.add_argument("--adapter", help=f"the candidate's adapter ({ADAPTER_HELP}): DIR is its "
+                   "tool's raw output (f32json, npy); omitted: DIR is a dump of the contract")
     p.set_defaults(run=check_dump)
 
 

@@ -146,25 +146,24 @@ def repro(args: argparse.Namespace) -> None:
 
 
 def candidate_convert(args: argparse.Namespace) -> None:
-    from audioparity.candidates import running
+    from audioparity.candidates.running import convert
 
-    running.convert(args.adapter, args.model, args.weight_type, args.output_dir,
-                    _json_object(args.options, "--options"))
+    convert(args.adapter, args.model, args.weight_type, args.output_dir,
+            _json_object(args.options, "--options"))
 
 
 def candidate_run(args: argparse.Namespace) -> None:
-    from audioparity.candidates import running
+    from audioparity.candidates.running import run_candidate
 
-    running.run_candidate(args.adapter, args.family, _json_object(args.options, "--options"),
-                          args.model, args.case, args.output_dir,
-                          reference_dir=args.reference_dir, weight_type=args.weight_type,
-                          backend=args.backend, threads=args.threads,
-                          family_options=_json_object(args.family_options,
-                                                      "--family-options"))
+    run_candidate(args.adapter, args.family, _json_object(args.options, "--options"),
+                  args.model, args.case, args.output_dir, reference_dir=args.reference_dir,
+                  weight_type=args.weight_type, backend=args.backend, threads=args.threads,
+                  family_options=_json_object(args.family_options, "--family-options"),
+                  weights_file=args.weights_file)
 
 
 def ports(args: argparse.Namespace) -> None:
-    from audioparity.candidates.running import build_ports
+    from audioparity.candidates.ports import build_ports
 
     for name, tree in build_ports(args.source, args.cache, args.jobs,
                                   vulkan=args.vulkan).items():

@@ -1,0 +1,333 @@
+"""The adapter protocol: :class:`Adapter`, the base class of every port adapter, and the data it
+declares (:class:`TensorMap`, :class:`Port`). docs/candidates.md walks through writing one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from audioparity.errors import AudioparityError
+from audioparity.family import FamilySpec, Option, concrete, match_name
+
+#: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
+#: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
+#: files without a manifest (``npy``, the seeds' tools), or only a decode it prints
+#: (``tokens``).
+OUTPUTS = ("dump", "f32json", "npy", "tokens")
+
+#: The file a port's Vulkan build leaves in its tree (``build_ports(..., vulkan=True)``).
+VULKAN_MARK = ".vulkan"
+
+#: One command of a candidate: its argv, and the environment variables it gets on top of the
+#: ``audioparity`` process's own.
+Command = tuple[list[str], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor (or JSON document) a candidate writes, and the stage of the family's contract it
+    is.
+
+    Attributes:
+        source: the candidate's name (``enc.block.{i}.out``, ``{i}`` a layer index), or several
+            names stacked along a new axis 1 per layer (``("dec.lstm.{i}.h.0",
+            "dec.lstm.{i}.c.0")`` makes ``[layers, 2, H]``).
+        stage: the stage (``layer_{i}``).
+        layout: the candidate's axes when they are the stage's transposed (``[n_mels, T]`` for a
+            stage ``[T, n_mels]``); "" when they are the stage's.
+        drop_frames: frames the candidate keeps beyond the reference's, dropped from the end
+            before comparing (a convention, named in ``why``).
+        view: what of the stage the candidate's tensor holds, applied to the reference before
+            the two are compared: ``("row", k)`` (row k only), ``("log_softmax",)`` (over the
+            last axis, all classes together).
+        omits: fields of a document stage the candidate does not write (the seeds'
+            ``decoder_tokens.json`` has no ``text``): left out of the comparison, and named in
+            the cell's reason.
+        why: the convention behind ``drop_frames``, ``view`` or ``omits``, one line for the
+            cell's reason.
+    """
+
+    source: str | tuple[str, ...]
+    stage: str
+    layout: str = ""
+    drop_frames: int = 0
+    view: tuple[tuple, ...] = ()
+    omits: tuple[str, ...] = ()
+    why: str = ""
+
+    def sources(self) -> tuple[str, ...]:
+        return self.source if isinstance(self.source, tuple) else (self.source,)
+
+    def match(self, name: str) -> tuple[int, int | None] | None:
+        """``(index in sources, layer or None)`` when ``name`` is one of this map's sources."""
+        for index, source in enumerate(self.sources()):
+            matched, layer = match_name(source, name)
+            if matched:
+                return index, layer
+        return None
+
+    def concrete(self, layer: int | None) -> str:
+        """The stage a file of layer ``layer`` maps onto (``layer_3`` for ``layer_{i}``)."""
+        return concrete(self.stage, layer)
+
+
+@dataclass(frozen=True)
+class Port:
+    """How to build a port from a source snapshot (a ``.tar.gz`` of its repository).
+
+    Attributes:
+        archive: the snapshot's file name pattern in the ports folder (``transcribe.cpp-*.tar.gz``);
+            for a ``download``, its source package's file name by default (the package's name
+            normalized as the package index names source files, PEP 625: ``llama-cpp-python==
+            0.3.36`` gives ``llama_cpp_python-0.3.36.tar.gz``).
+        commands: argv lists run in the unpacked tree, in order (``{jobs}``: parallel jobs).
+        products: files the build must leave, relative to the tree (the binaries).
+        vulkan: CMake arguments that add the Vulkan backend to the first command (the
+            configure step), for ``make ports`` after ``make setup-vulkan``; empty: none.
+        vulkan_patch: a patch (``-p1``, in ``candidates/patches/``) the Vulkan build applies to
+            the unpacked tree first, kept outside the snapshot.
+        download: a source package on the package index (``name==version``) fetched into the
+            cache (``pip download --no-binary :all:``) when the ports folder has no
+            ``archive``; ``download_sha256`` is the file's digest, checked.
+        drivers: files of ``candidates/drivers/`` (ours, against the port's public API) copied
+            into the tree's ``drivers/`` before the commands run; they are part of the tree's
+            key, so editing one rebuilds.
+        vendors: ``(adapter, folder, destination)``: the folder of another port's source
+            archive unpacked into the tree at ``destination`` before the commands run (a
+            submodule the snapshot leaves empty); that archive is part of the tree's key.
+    """
+
+    commands: tuple[tuple[str, ...], ...]
+    products: tuple[str, ...]
+    archive: str = ""
+    vulkan: tuple[str, ...] = ()
+    vulkan_patch: str | None = None
+    download: str | None = None
+    download_sha256: str | None = None
+    drivers: tuple[str, ...] = ()
+    vendors: tuple[tuple[str, str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.archive and self.download:
+            name, _, version = self.download.partition("==")
+            normalized = re.sub(r"[-_.]+", "_", name).lower()
+            object.__setattr__(self, "archive", f"{normalized}-{version}.tar.gz")
+        if not self.archive:
+            raise ValueError("Port: an archive pattern, or a download to name it, is required")
+
+
+class _EveryFamily:
+    """The value of :attr:`Adapter.families` for an adapter that serves every registered family
+    (:data:`EVERY_FAMILY`), read when asked (the families register after the adapters load)."""
+
+    def __get__(self, adapter: Adapter | None, owner: type) -> tuple[str, ...]:
+        from audioparity.families import registered
+
+        return tuple(registered())
+
+
+#: :attr:`Adapter.families` of an adapter that serves every registered family.
+EVERY_FAMILY = _EveryFamily()
+
+
+def ggml_flags(spec: FamilySpec, values: Mapping[str, Any]) -> list[str]:
+    """The family's ggml options as ``audioparity ggml`` flags, each from ``values``."""
+    return [arg for option in spec.options_for("ggml") for arg in option.argv(values[option.name])]
+
+
+class Adapter:
+    """One kind of candidate: how to build, feed, run and read it (docs/candidates.md). A
+    subclass declares the data below as class attributes and overrides the methods its port
+    needs; :func:`~audioparity.candidates.load_adapter` hands out an instance. Keyword
+    arguments of the constructor override the class's data (one instance, another setting).
+
+    Attributes:
+        name: the adapter's name: a registered adapter's is what a config entry's ``adapter``
+            names; a user's adapter's is named in messages and manifests.
+        title: one line naming the implementation.
+        families: the families it implements (its tensor maps must name their stages).
+        output: how it hands over what it computed (:data:`OUTPUTS`).
+        weight_types, backends: the cells it can compute; others get an ``unavailable`` dump
+            saying so (:meth:`cannot_run`).
+        options: settings of a candidate entry (``options``): paths, a profile, ...
+        tensors: how the files it writes map onto the family's stages (``f32json``, ``npy``).
+        unmapped: names of files it writes that no stage of the contract holds (sub-block taps,
+            ``{i}`` a layer): kept under ``raw/``, named in the dump's notes as not compared; a
+            file neither mapped nor declared here is a problem (``audioparity check-dump``).
+        unexposed: ``{stage: why}``: stages of its families it does not expose, and why, for
+            the cells' reasons (:meth:`unavailable`).
+        converts: it needs its own model files, made by :meth:`convert` once per model and
+            weight type.
+        reads_reference: its commands read the reference dump of the case (:meth:`prepare`,
+            or a ``{reference}`` field).
+        inputs: stages of the reference dump it takes as its input (llama.cpp is fed the
+            reference's ``input_embeddings``): ``unavailable`` in its cells, saying so.
+        family_port: it is the family's own ggml port: its cells run the family's ggml dump
+            through :func:`audioparity.driver.dump_ggml`, in the ``audioparity`` process.
+        replays: by default the reference replays its blocks (``audioparity replay``): for a
+            candidate whose dump holds the stages but no isolated forms.
+        port: how ``make ports`` builds it, for a third-party port; None for ours.
+        notes: what a reader of its cells should know (conventions, limits), one line each.
+    """
+
+    name: str = ""
+    title: str = ""
+    families: tuple[str, ...] = ()
+    output: str = "dump"
+    weight_types: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ("cpu",)
+    options: tuple[Option, ...] = ()
+    tensors: tuple[TensorMap, ...] = ()
+    unmapped: tuple[str, ...] = ()
+    unexposed: Mapping[str, str] = {}
+    converts: bool = False
+    reads_reference: bool = False
+    inputs: tuple[str, ...] = ()
+    family_port: bool = False
+    replays: bool = True
+    port: Port | None = None
+    notes: tuple[str, ...] = ()
+
+    #: The data a constructor's keyword arguments may set.
+    FIELDS = ("name", "title", "families", "output", "weight_types", "backends", "options",
+              "tensors", "unmapped", "unexposed", "converts", "reads_reference", "inputs",
+              "family_port", "replays", "port", "notes")
+
+    def __init__(self, **fields: Any) -> None:
+        unknown = sorted(set(fields) - set(self.FIELDS))
+        if unknown:
+            raise TypeError(f"Adapter: unknown field(s) {unknown}; expected some of "
+                            f"{', '.join(self.FIELDS)}")
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} adapter {self.name!r}>"
+
+    # -- what the tool asks of it -----------------------------------------------------------
+
+    def check_options(self, values: Any, where: str) -> dict[str, Any]:
+        """``values`` (a candidate entry's ``options``) checked, with the defaults filled in.
+
+        Raises:
+            AudioparityError: an unknown key or a value of another type (one line).
+        """
+        if not isinstance(values, dict):
+            raise AudioparityError(f"{where}: expected an object of options")
+        known = {option.name: option for option in self.options}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise AudioparityError(f"{where}: unknown option(s) {unknown} of adapter "
+                                   f"{self.name!r}; valid: {sorted(known)}")
+        for name, value in values.items():
+            kind = type(known[name].default)
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+                raise AudioparityError(f"{where}[{name!r}]: {value!r}; expected "
+                                       f"{kind.__name__}")
+            if known[name].choices and value not in known[name].choices:
+                raise AudioparityError(f"{where}[{name!r}]: {value!r}; expected one of "
+                                       f"{', '.join(map(str, known[name].choices))}")
+        return {**{name: option.default for name, option in known.items()}, **values}
+
+    def files(self, options: Mapping[str, Any]) -> list[str]:
+        """The files its jobs depend on, so that rebuilding the port reruns its conversions and
+        cells: by default its :attr:`Port.products` under the option ``root``; [] without a
+        port."""
+        if self.port is None:
+            return []
+        return [str(self.root(options) / product) for product in self.port.products]
+
+    def cannot_run(self, options: Mapping[str, Any], weight_type: str, backend: str
+                   ) -> str | None:
+        """Why it cannot compute a cell of ``weight_type`` on ``backend`` (the cell's
+        ``unavailable`` dump says so), or None when it can: by default, a weight type or
+        backend it does not declare."""
+        missing = [f"{what} {value}" for what, value, known in (
+            ("weight type", weight_type, self.weight_types), ("backend", backend, self.backends))
+            if value not in known]
+        if not missing:
+            return None
+        return (f"{self.title} has no {' or '.join(missing)} here (it runs "
+                f"{', '.join(self.weight_types)} on {', '.join(self.backends)})")
+
+    def unavailable(self, stage: str) -> str | None:
+        """Why it exposes nothing of ``stage`` (a stage of the family's spec), for the cell's
+        reason, or None when its author gives none (the cell then says it "does not expose
+        it"): by default its :attr:`unexposed` entry, or for a stage of :attr:`inputs`, that it
+        takes the stage from the reference."""
+        if stage in self.inputs:
+            return f"{self.title} takes it from the reference as its input"
+        why = self.unexposed.get(stage)
+        return f"{self.title} does not expose it: {why}" if why else None
+
+    # -- its commands -------------------------------------------------------------------------
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """The commands that write its own model files for ``model`` at ``weight_type`` into
+        the folder ``output`` (when :attr:`converts`).
+
+        Raises:
+            AudioparityError: it converts nothing.
+        """
+        raise AudioparityError(f"adapter {self.name!r} converts no model")
+
+    def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
+                ) -> Path | None:
+        """What :meth:`run` gets as ``reference``: by default the reference dump of the case
+        itself; an adapter whose tool wants other files writes them from the dump into the new
+        folder ``folder`` and returns it."""
+        return reference
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """Its commands for one cell, in order; they write their raw output into the folder
+        ``output`` or on stdout. ``model`` is the folder :meth:`convert` wrote (the model of
+        the config without :attr:`converts`), ``reference`` what :meth:`prepare` gave.
+
+        Raises:
+            AudioparityError: it runs no commands of its own (the family's port).
+        """
+        raise AudioparityError(f"adapter {self.name!r} has no commands to run")
+
+    def parse(self, stdout: str, stderr: str, model: Path | None, *,
+              options: Mapping[str, Any]) -> tuple[str, dict] | None:
+        """``(name, document)`` of a document the candidate printed (its decode), or None when
+        it prints none.
+
+        Raises:
+            AudioparityError: what it printed cannot be read.
+        """
+        return None
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def root(self, options: Mapping[str, Any]) -> Path:
+        """The built port's folder, the option ``root``."""
+        return Path(options["root"])
+
+    def declares_unmapped(self, name: str) -> bool:
+        """Whether ``name`` is one of the files it declares :attr:`unmapped`."""
+        return any(match_name(pattern, name)[0] for pattern in self.unmapped)
+
+    def tensor_map(self, name: str) -> tuple[TensorMap, int, int | None] | None:
+        """``(map, index in its sources, layer)`` of a tensor the candidate wrote, or None."""
+        for mapping in self.tensors:
+            found = mapping.match(name)
+            if found is not None:
+                return (mapping, *found)
+        return None
+
+    def stage_of(self, name: str) -> str:
+        """The stage a file of the candidate's holds: its map's (``enc.block.3.out`` ->
+        ``layer_3``), else the name itself."""
+        found = self.tensor_map(name)
+        return found[0].concrete(found[2]) if found else name
+
+    def overrides(self, method: str) -> bool:
+        """Whether this adapter's class overrides :class:`Adapter`'s ``method``."""
+        return getattr(type(self), method) is not getattr(Adapter, method)

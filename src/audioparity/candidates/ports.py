@@ -1,0 +1,165 @@
+"""Building the third-party ports (``make ports``, ``audioparity ports``): each adapter's
+:class:`~audioparity.candidates.Port`, from its source snapshot into a cache, once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from audioparity.artifacts import sha256_of
+from audioparity.candidates.adapter import VULKAN_MARK, Adapter
+from audioparity.candidates.registry import registered
+from audioparity.candidates.running import run_tool
+from audioparity.errors import AudioparityError
+
+log = logging.getLogger("audioparity")
+
+#: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`).
+PATCHES = Path(__file__).resolve().parent / "patches"
+#: Our drivers of ports' public APIs, built into their trees (:attr:`Port.drivers`).
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+
+
+def build_ports(source: Path, cache: Path, jobs: int = 2,
+                adapters: Sequence[Adapter] | None = None, vulkan: bool = False
+                ) -> dict[str, Path]:
+    """Build the port of every adapter (``adapters``, default every registered one) that has
+    one, from its snapshot in ``source`` into ``cache`` (one folder per port and snapshot,
+    ``<archive stem>-<sha256 prefix>``), once: a built one is reused (seconds). Returns
+    ``{adapter: link}``; ``cache/<adapter>`` links to the tree. With ``vulkan``, each port that
+    has a Vulkan build (:attr:`Port.vulkan`) also gets it, patched, in a tree of its own linked
+    as ``cache/<adapter>-vulkan``.
+
+    Raises:
+        AudioparityError: no ``source`` folder, a snapshot missing or ambiguous, a build step
+            failing (its last lines), or a product the build did not leave.
+    """
+    if not Path(source).is_dir():
+        raise AudioparityError(f"{source}: no such folder; expected the ports' source snapshots "
+                               "(PORTS_SOURCE=<folder>)")
+    built = {}
+    known = {**registered(), **{adapter.name: adapter for adapter in adapters or ()}}
+    for adapter in registered().values() if adapters is None else adapters:
+        if adapter.port is None:
+            continue
+        archive, digest = _archive(adapter, Path(source), Path(cache))
+        drivers = [DRIVERS / name for name in adapter.port.drivers]
+        vendored = [(*_archive(known[name], Path(source), Path(cache)), folder, into)
+                    for name, folder, into in adapter.port.vendors]
+        commands = json.dumps([adapter.port.commands, adapter.port.vendors]).encode()
+        stem = "-".join([archive.name.removesuffix('.tar.gz'), digest[:12],
+                         hashlib.sha256(commands).hexdigest()[:8],
+                         *(sha256_of(driver)[:8] for driver in drivers),
+                         *(other_digest[:8] for _, other_digest, _, _ in vendored)])
+        variants = [(adapter.name, stem, (), None)]
+        if vulkan and adapter.port.vulkan:
+            patch = PATCHES / adapter.port.vulkan_patch if adapter.port.vulkan_patch else None
+            key = sha256_of(patch)[:8] if patch else "plain"
+            variants.append((f"{adapter.name}-vulkan", f"{stem}-vulkan-{key}",
+                             adapter.port.vulkan, patch))
+        for name, tree, extra, patch in variants:
+            tree_root = Path(cache) / tree
+            stamp = tree_root / ".built"
+            if not stamp.is_file():
+                _build(adapter, archive, tree_root, jobs, extra, patch,
+                       [(other, folder, into) for other, _, folder, into in vendored])
+                stamp.write_text(" ".join(adapter.port.products) + "\n")
+            link = Path(cache) / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(tree_root.name)
+            built[name] = link
+            log.info("ports: %s ready in %s", name, tree_root)
+    return built
+
+
+def _unpack_folder(archive: Path, folder: str, destination: Path) -> None:
+    """The files under ``<top>/<folder>/`` of ``archive`` unpacked into ``destination``.
+
+    Raises:
+        AudioparityError: the archive has no such folder.
+    """
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        prefix = f"{members[0].name.split('/')[0]}/{folder}/"
+        inside = [m.replace(name=m.name.removeprefix(prefix)) for m in members
+                  if m.name.startswith(prefix)]
+        if not inside:
+            raise AudioparityError(f"{archive}: no folder {folder}; expected it to vendor")
+        destination.mkdir(parents=True, exist_ok=True)
+        tar.extractall(destination, members=inside, filter="data")
+
+
+def _archive(adapter: Adapter, source: Path, cache: Path) -> tuple[Path, str]:
+    """The port's source archive and its sha256: the one snapshot in ``source`` matching
+    :attr:`Port.archive`, or, for a port with a :attr:`Port.download`, that package fetched once
+    into ``cache/downloads`` and checked against its sha256.
+
+    Raises:
+        AudioparityError: no archive or several; a download of another digest (removed).
+    """
+    port = adapter.port
+    archives = sorted(source.glob(port.archive))
+    downloaded = not archives and port.download
+    if downloaded:
+        downloads = cache / "downloads"
+        archives = sorted(downloads.glob(port.archive))
+        if not archives:
+            log.info("ports: downloading %s (the source package)", port.download)
+            run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                       "--no-binary", ":all:", "--dest", str(downloads), port.download], {},
+                      f"download {adapter.name}", echo=False)
+            archives = sorted(downloads.glob(port.archive))
+        if not archives:
+            raise AudioparityError(f"{downloads}: pip download {port.download} left no "
+                                   f"{port.archive}")
+    if len(archives) != 1:
+        raise AudioparityError(f"{source}: expected one {port.archive}, found {len(archives)}")
+    digest = sha256_of(archives[0])
+    if downloaded and port.download_sha256 and digest != port.download_sha256:
+        archives[0].unlink()
+        raise AudioparityError(f"{archives[0]}: sha256 differs from {port.download_sha256} "
+                               f"({port.download}); removed, run again to fetch it anew")
+    return archives[0], digest
+
+
+def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
+           configure: tuple[str, ...] = (), patch: Path | None = None,
+           vendored: Sequence[tuple[Path, str, str]] = ()) -> None:
+    """Unpack ``archive`` into ``tree_root``, each ``(archive, folder, destination)`` of
+    ``vendored`` (:attr:`Port.vendors`) into it, apply ``patch``, and run the port's commands,
+    ``configure`` appended to the first; a Vulkan build (``configure`` given) leaves
+    :data:`VULKAN_MARK` in the tree."""
+    if tree_root.exists():
+        shutil.rmtree(tree_root)
+    tree_root.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree_root, filter="data")
+    (top,) = [p for p in tree_root.iterdir() if p.is_dir()]
+    for entry in top.iterdir():
+        entry.rename(tree_root / entry.name)
+    top.rmdir()
+    for other, folder, into in vendored:
+        _unpack_folder(other, folder, tree_root / into)
+    if patch is not None:
+        run_tool(["patch", "-p1", "--quiet", "-i", str(patch)], {}, f"patch {adapter.name}",
+                  cwd=tree_root, echo=False)
+    if adapter.port.drivers:
+        (tree_root / "drivers").mkdir()
+        for name in adapter.port.drivers:
+            shutil.copy(DRIVERS / name, tree_root / "drivers" / name)
+    for step, command in enumerate(adapter.port.commands):
+        argv = [arg.format(jobs=jobs) for arg in command] + list(configure if step == 0 else ())
+        run_tool(argv, {}, f"build {adapter.name}", cwd=tree_root, echo=False)
+    missing = [p for p in adapter.port.products if not (tree_root / p).is_file()]
+    if missing:
+        raise AudioparityError(f"build {adapter.name}: {missing[0]} was not built")
+    if configure:
+        (tree_root / VULKAN_MARK).write_text(" ".join(configure) + "\n")
+
