@@ -271,9 +271,10 @@ CASES = (
     Case("model_dir_without_config", "model", "model directory without config.json",
          parakeet("empty_dir", ggml_only=True), lambda cwd, fx: (cwd / "empty_dir").mkdir()),
     Case("reference_given_a_directory", "model",
-         "a directory given to the NeMo reference (it restores .nemo files only)",
-         (REFERENCE.format(model="empty_dir", audio="clip.wav"),),
-         lambda cwd, fx: (cwd / "empty_dir").mkdir()),
+         "a Hugging Face directory given to the NeMo reference (it restores .nemo files only)",
+         (REFERENCE.format(model="hf_dir", audio="clip.wav"),),
+         lambda cwd, fx: ((cwd / "hf_dir").mkdir(), (cwd / "hf_dir" / "config.json").write_text(
+             '{"model_type": "parakeet_tdt", "encoder_config": {}}'))),
     Case("nemo_not_tar", "model", ".nemo that is not a tar", parakeet("bad"),
          file_bytes(b"not a tar archive\n" * 64)),
     Case("nemo_truncated", "model", ".nemo truncated to half its size", parakeet("half.nemo"),
