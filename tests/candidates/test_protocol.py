@@ -318,3 +318,32 @@ def test_the_family_port_runs_in_process_and_dumps_what_audioparity_ggml_dumps(
                             str(tmp_path / "c")], capsys)
     assert code == 1 and "adapter 'audioparity' options" in err.splitlines()[-1]
     assert not (tmp_path / "c").exists()
+
+
+def test_the_adapter_docs_candidates_md_shows_loads_by_path_and_gives_its_commands(
+        tmp_path, monkeypatch):
+    """The example of docs/candidates.md ("an adapter of your own"), saved as
+    ports/my_port.py, is loaded, checked and run as written."""
+    from tests import REPO
+
+    text = (REPO / "docs/candidates.md").read_text()
+    section = text[text.index("### 2. Your tool writes its own files"):]
+    example = section[section.index("```python\n") + 10:section.index("```\n", 1)]
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "ports/my_port.py", example)
+    adapter = load_adapter("ports/my_port.py")
+    assert (adapter.name, type(adapter).__name__) == ("my_cpp", "MyCpp")
+    options = adapter.check_options({}, "my.cpp")
+    assert adapter.files(options) == [".ports/my_cpp/build/bin/my-cli",
+                                      ".ports/my_cpp/scripts/convert.py"]
+    (convert,) = adapter.convert(Path("m.nemo"), "q8_0", Path("out"), options=options)
+    assert convert[1:] == [".ports/my_cpp/scripts/convert.py", "m.nemo", "out/model-q8_0.gguf"]
+    ((argv, env),) = adapter.run(Path("out"), Path("a.wav"), Path("raw"),
+                                 spec=family("parakeet_tdt").spec, family_options={},
+                                 options=options, weight_type="q8_0", backend="cpu", threads=1,
+                                 reference=None)
+    assert argv == [".ports/my_cpp/build/bin/my-cli", "-m", "out/model-q8_0.gguf", "--dump",
+                    "raw", "a.wav"] and env == {}
+    assert adapter.unavailable("pos_emb") == (
+        "my.cpp does not expose it: my.cpp folds the positions into its attention kernel")
+    assert adapter.cannot_run(options, "f16", "cpu").startswith("my.cpp has no weight type f16")

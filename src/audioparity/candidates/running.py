@@ -178,7 +178,8 @@ def _fields(cell: Cell) -> dict[str, Any]:
 
 
 def _run_dump_tool(cell: Cell) -> None:
-    """A tool that writes the dump contract itself: its commands, ``output_dir`` their output.
+    """A tool that writes the dump contract itself: its commands, ``output_dir`` their output
+    (its parent created, itself not).
 
     Raises:
         AudioparityError: a command fails (the workflow's guard records the cell ``crashed``),
@@ -188,7 +189,9 @@ def _run_dump_tool(cell: Cell) -> None:
     if why:
         _unavailable(cell, why)
         return
-    for argv, env in cell.commands(cell.output_dir, cell.reference_dir):
+    commands = cell.commands(cell.output_dir, cell.reference_dir)
+    cell.output_dir.parent.mkdir(parents=True, exist_ok=True)
+    for argv, env in commands:
         run_tool(argv, env, f"{cell.adapter.name} on {cell.case.name}")
     if not (cell.output_dir / MANIFEST).is_file():
         raise AudioparityError(f"{cell.adapter.title}: its commands exited 0 but wrote no "
