@@ -57,7 +57,7 @@ with tempfile.TemporaryDirectory() as work:
 def stand_in(tmp_path, family: str, patches) -> str:
     """The `command` adapter's template running :data:`STAND_IN` on a planted copy of
     ``family``'s port (a family without ``ggml_reads_reference`` is not given the reference)."""
-    spec = family_spec(family)
+    spec = family_spec(family).spec
     source = planted_source(tmp_path / "planted", family, patches)
     tool = tmp_path / "tool.py"
     tool.write_text(STAND_IN.replace("PLANTED_SRC", str(source)))
@@ -104,6 +104,90 @@ def test_a_one_layer_fault_in_an_external_moss_tool_is_localised_by_replay_alone
     status, replayed = replayed_statuses(workdir)
     assert replayed == {"layer_0_replayed": "fail", "layer_1_replayed": "pass"}
     assert status["layer_0"] == status["layer_1"] == status["last_hidden"] == "fail"
+
+
+#: A user's port adapter in a folder of their own, outside the checkout: a tool that writes
+#: `.npy` files under its own names (here our port's stages, renamed, the mel transposed) and
+#: its decode as JSON, and does not write `pos_emb`.
+MY_PORT = """\
+import sys
+from pathlib import Path
+
+from audioparity.candidates import Adapter, TensorMap
+
+TOOL = Path(__file__).with_name("my_tool.py")
+
+
+class MyPort(Adapter):
+    name = "my_port"
+    title = "my.port"
+    families = ("parakeet_tdt",)
+    output = "npy"
+    weight_types = ("f32",)
+    tensors = (TensorMap("mel", "mel_features", layout="[n_mels, T]"),
+               TensorMap("pre", "pre_encode"), TensorMap("block{i}", "layer_{i}"),
+               TensorMap("encoder_out", "enc_out"), TensorMap("tokens", "decode"))
+    unexposed = {"pos_emb": "my.port computes the positions inside its attention"}
+    reads_reference = True
+
+    def files(self, options):
+        return [str(TOOL)]
+
+    def run(self, model, case, output, *, spec, family_options, options, weight_type,
+            backend, threads, reference):
+        return [([sys.executable, str(TOOL), str(model), str(case), str(reference),
+                  str(output)], {})]
+"""
+
+#: The tool :data:`MY_PORT` runs: our port's dump, handed over as its own files.
+MY_TOOL = """\
+import json, subprocess, sys, tempfile
+from pathlib import Path
+import numpy as np
+from audioparity.artifacts import Dump
+model, case, reference, output = sys.argv[1:]
+names = {"mel_features": "mel", "pre_encode": "pre", "enc_out": "encoder_out"}
+with tempfile.TemporaryDirectory() as work:
+    subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt",
+                    "--model", model, "--audio", case, "--reference-dir", reference,
+                    "--output-dir", f"{work}/dump", "--weight-type", "f32"], check=True)
+    dump = Dump(f"{work}/dump")
+    for name in dump.tensor_names:
+        if name.startswith("layer_") and not name.endswith("_isolated"):
+            np.save(Path(output) / f"block{name.removeprefix('layer_')}.npy", dump.tensor(name))
+        elif name in names:
+            array = dump.tensor(name)
+            np.save(Path(output) / f"{names[name]}.npy", array.T if name == "mel_features"
+                    else array)
+    (Path(output) / "tokens.json").write_text(json.dumps(dump.json("decode")))
+"""
+
+
+def test_a_users_adapter_outside_the_checkout_runs_through_the_workflow_with_replay(tmp_path):
+    """A config names the adapter by a path relative to the working directory; nothing under
+    src/ is touched. Its stages pass, each replayed layer passes, the stage it names is
+    unavailable with its reason, and its run's wall time is its last stage's seconds."""
+    mine = tmp_path / "my-ports"
+    mine.mkdir()
+    (mine / "my_port.py").write_text(MY_PORT)
+    (mine / "my_tool.py").write_text(MY_TOOL)
+    workdir = make_workdir(tmp_path / "run", parakeet_config(
+        weight_types=["f32"], candidates=[
+            {"name": "my.port", "adapter": "../my-ports/my_port.py", "replay": True}]))
+    run_to_completion(workdir)
+
+    summary = pd.read_csv(workdir / "results/report/summary.csv")
+    got = {row.stage: row for row in summary[summary.candidate == "my.port"].itertuples()}
+    compared = {"mel_features", "pre_encode", "layer_0", "layer_1", "layer_2", "enc_out",
+                "decode", "pre_encode_replayed", "layer_0_replayed", "layer_1_replayed",
+                "layer_2_replayed", "decode_replayed"}
+    assert {stage: got[stage].status for stage in compared} == dict.fromkeys(compared, "pass")
+    assert got["pos_emb"].status == "unavailable"
+    assert got["pos_emb"].reason == ("my.port does not expose it: my.port computes the "
+                                     "positions inside its attention")
+    assert got["joint_logits"].reason == "my.port does not expose it"
+    assert got["decode"].seconds > 0
+    assert all(pd.isna(row.seconds) for stage, row in got.items() if stage != "decode")
 
 
 PORTS = REPO / ".ports"
