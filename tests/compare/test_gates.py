@@ -566,3 +566,11 @@ def test_a_threshold_on_a_field_the_candidate_omits_is_not_read_and_any_other_is
                                             "differing": ["rows"]}).status == "fail"
     with pytest.raises(AudioparityError, match="sets wer_max, which does not apply"):
         status("prompt", gates, metrics={"exact": True, "differing": [], "wer": None})
+
+
+def test_every_stage_kind_has_a_comparison():
+    from audioparity.compare.cell import ARRAY_METRICS, COMPARE
+    from audioparity.vocabulary import STAGE_KINDS
+
+    assert set(COMPARE) == set(STAGE_KINDS)
+    assert set(ARRAY_METRICS) == {kind for kind in STAGE_KINDS if kind != "document"}

@@ -251,8 +251,8 @@ def gate_for(stage: str, gates: Mapping[str, Any]) -> dict[str, Any]:
     tried = ", ".join(("{from}/".format(**e) if "from" in e else "") + e["stage"]
                       for e in gates["gates"]) or "none"
     raise AudioparityError(f"gates: no entry matches stage {stage!r} (patterns tried: {tried}); "
-                           "every stage needs one (a pattern such as 'layer_*' also covers the "
-                           "isolated forms 'layer_3_isolated')")
+                           "every stage needs one (a pattern ending in '*' also covers the names "
+                           "it begins, a stage's isolated and replayed forms too)")
 
 
 def gate_text(gate: Mapping[str, Any]) -> str:

@@ -239,8 +239,8 @@ class LoadedGraph:
                             for record in records
                             if record["op_name"] in VIEW_OPS and record["view_src"] in inputs}
         self.tensors = []
-        for record in records:  # each after its sources
-            self.tensors.append(self._tensor(record))
+        for record in records:
+            self._add_tensor(record)
         self.buffer = ggml.ggml_backend_alloc_ctx_tensors(self.ctx, backend)
         if not self.buffer:
             raise AudioparityError(f"{self.folder}: could not allocate the graph's tensors")
@@ -256,18 +256,19 @@ class LoadedGraph:
                 self.computed[position] = len(self.computed)
                 ggml.ggml_graph_add_node(self.gf, node)
 
-    def _tensor(self, record: dict):
-        """The tensor of one saved record, in :attr:`ctx`, wired to the tensors before it (an
-        input view as an input of its own)."""
+    def _add_tensor(self, record: dict) -> None:
+        """The tensor of one saved record appended to :attr:`tensors`, in :attr:`ctx`, then
+        wired to its sources (an input view as an input of its own)."""
         ne = (ctypes.c_int64 * 4)(*record["ne"])
         tensor = ggml.ggml_new_tensor(self.ctx, record["type"], 4, ne)
         ggml.ggml_set_name(tensor, record["name"].encode())
+        self.tensors.append(tensor)
         t = tensor.contents
         for axis in range(4):
             t.nb[axis] = record["nb"][axis]
         if record["index"] in self.input_views:
             t.flags = ggml.GGML_TENSOR_FLAG_INPUT
-            return tensor
+            return
         t.op = record["op"]
         for k, value in enumerate(record["op_params"]):
             t.op_params[k] = value
@@ -278,7 +279,6 @@ class LoadedGraph:
         if record["view_src"] is not None:
             t.view_src = self.tensors[record["view_src"]]
             t.view_offs = record["view_offs"]
-        return tensor
 
     def _set_leafs(self, records: list[dict], inputs: dict[int, np.ndarray]) -> None:
         """Give every leaf its saved bytes: the inputs and input views their arrays, the other

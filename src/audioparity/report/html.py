@@ -270,7 +270,7 @@ def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
 
 
 def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tensor stage or "
-            "the token match of a decode document; hover a cell for the reason, the gate, the "
+            "the token match of a document stage; hover a cell for the reason, the gate, the "
             "tightest bounds it would pass and every metric. A quantized weight type is "
             "compared with a quantization-aware reference (torch computing as ggml's CPU "
             "backend does at that type); the small line under it (f32 ...) is the weight "
