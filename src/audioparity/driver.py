@@ -41,6 +41,12 @@ log = logging.getLogger("audioparity")
 MARGINS = "_margins"
 
 
+def side_options(family: Family, side: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of ``side`` (``reference``, ``ggml``, ``weights``): those given, and the
+    table's defaults of the others. A dump's manifest records them."""
+    return {**{o.name: o.default for o in family.spec.options_for(side)}, **options}
+
+
 def open_cases(family: Family, model: Path, paths: Sequence[Path],
                options: Mapping[str, Any]) -> tuple[Any, list[Case]]:
     """The model's config and each case read and checked (:meth:`Family.open_case`), as both
@@ -144,7 +150,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         AudioparityError: no cases, or an input the family refuses. A failing case's directory
             is not left behind; an input error leaves none at all.
     """
-    spec = family.spec
+    spec, options = family.spec, side_options(family, "reference", options)
     if not cases:
         raise AudioparityError(f"reference {spec.command}: no {spec.input} file given")
     model = Path(model)
@@ -157,7 +163,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         log.info("reference %s: loaded %s in %.1f s, for %d case(s)", spec.command, model,
                  seconds["load"], len(cases))
         fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
-                  **family.manifest_fields(config, options)}
+                  **options, **family.manifest_fields(config, options)}
         for variant in emulations(family.reference_module(loaded), emulate,
                                   keep=family.reference_keeps):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
@@ -254,7 +260,7 @@ def save_weights(family: Family, model: Path, output: Path, *, weight_type: str,
     """
     from audioparity.ggml import Runtime
 
-    model = Path(model)
+    model, options = Path(model), side_options(family, "weights", options)
     with Runtime("cpu") as runtime:
         weights, _ = upload_weights(family, runtime, model, family.config(model), weight_type,
                                     options)
@@ -301,11 +307,12 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
     from audioparity.ggml import open_runtime
 
     spec, model, start = family.spec, Path(model), time.perf_counter()
+    options = side_options(family, "ggml", options)
     config, (case,) = open_cases(family, model, [case_path], options)
     heads = family.heads(config)
     reference = _reference_for(family, reference_dir, heads)
     fields = {"family": spec.name, "backend": backend, "device": device,
-              "weight_type": weight_type, "threads": threads,
+              "weight_type": weight_type, "threads": threads, **options,
               **family.manifest_fields(config, options), **case.fields}
     inputs = {spec.input: case.path, **({"reference": reference.path} if reference else {})}
     with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs, fields=fields,
@@ -342,12 +349,12 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
     Raises:
         AudioparityError: an unreadable model, case or candidate dump.
     """
-    spec = family.spec
+    spec, options = family.spec, side_options(family, "reference", options)
     config, (case,) = open_cases(family, Path(model), [case_path], options)
     candidate = Dump(candidate_dir)
     fields = {"family": spec.name, "threads": threads, "replay": True,
               **({"emulates": {"weight_type": emulate, "backend": "cpu"}} if emulate else {}),
-              **family.manifest_fields(config, options)}
+              **options, **family.manifest_fields(config, options)}
     with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
                     inputs={spec.input: case.path, "candidate": candidate.path}, fields=fields,
                     versions=family.reference_versions) as writer:

@@ -449,8 +449,8 @@ class Family:
         return ()
 
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-        """Manifest fields of either side's dump beyond the driver's (``n_layers``, the
-        side's ``options``)."""
+        """Manifest fields of either side's dump beyond the driver's (which records the cell,
+        the case's fields and the side's options): ``n_layers``."""
         return {}
 
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:

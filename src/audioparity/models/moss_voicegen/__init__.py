@@ -67,10 +67,6 @@ class MossVoicegen(Family):
     reference_versions = ("torch", "transformers", "tokenizers")
     ggml_versions = ("ggml_python", "tokenizers")
 
-    def _option(self, options: Mapping[str, Any], name: str) -> Any:
-        """Option ``name`` as given, else its default."""
-        return options.get(name, next(o.default for o in self.spec.options if o.name == name))
-
     def config(self, model: Path) -> Any:
         from audioparity.models.moss_voicegen.config import load_config
 
@@ -85,15 +81,7 @@ class MossVoicegen(Family):
                     fields={"request": {key: getattr(request, key) for key in PROMPT_KEYS}})
 
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``n_layers``, ``generate_rows``; the ggml side's ``kv_cache_type`` (the only side
-        given it), the reference's ``modeling`` otherwise."""
-        fields = {"n_layers": config.n_layers,
-                  "generate_rows": self._option(options, "generate_rows")}
-        if "kv_cache_type" in options:
-            fields["kv_cache_type"] = options["kv_cache_type"]
-        else:
-            fields["modeling"] = config.modeling
-        return fields
+        return {"n_layers": config.n_layers}
 
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
         from audioparity.models.moss_voicegen.fixture import build_fixture
@@ -107,7 +95,7 @@ class MossVoicegen(Family):
         from audioparity.models.moss_voicegen.checkpoint import check_weights
         from audioparity.models.moss_voicegen.reference import check_memory
 
-        rows = max((self._option(case.options, "generate_rows") for case in cases), default=0)
+        rows = max((case.options["generate_rows"] for case in cases), default=0)
         check_memory(model, config, [case.data for case in cases], rows, emulates)
         check_weights(model, config)
 
@@ -119,7 +107,7 @@ class MossVoicegen(Family):
     def reference(self, loaded: Any, case: Case) -> Outputs:
         from audioparity.models.moss_voicegen.reference import stages
 
-        return stages(loaded, case, self._option(case.options, "generate_rows"))
+        return stages(loaded, case, case.options["generate_rows"])
 
     def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
         from audioparity.models.moss_voicegen.replay import replayed
@@ -142,8 +130,8 @@ class MossVoicegen(Family):
     def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
         from audioparity.models.moss_voicegen.port import stages
 
-        return stages(runtime, weights, case, self._option(case.options, "generate_rows"),
-                      self._option(case.options, "kv_cache_type"))
+        return stages(runtime, weights, case, case.options["generate_rows"],
+                      case.options["kv_cache_type"])
 
     def export_seed(self, dump: Any, folder: Path) -> list[str]:
         from audioparity.models.moss_voicegen.seed import write_seed

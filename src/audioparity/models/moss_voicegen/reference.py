@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Note, Outputs, Phase
+from audioparity.family import Case, Fields, Note, Outputs, Phase
 from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
@@ -239,6 +239,7 @@ def stages(net, case: Case, generate_rows: int) -> Outputs:
     import transformers
 
     config = case.config
+    yield Fields({"modeling": config.modeling})
     yield Phase("prompt")
     encoded = reference_prompt(case.model, config, case.data)
     yield "prompt", encoded.document()

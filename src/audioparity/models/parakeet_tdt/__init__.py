@@ -115,12 +115,7 @@ class ParakeetTdt(Family):
                 *((CTC,) if config.ctc is not None else ()))
 
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-        fields: dict[str, Any] = {"n_layers": config.encoder.n_layers}
-        if "conv_weight_type" in options:
-            fields["conv_weight_type"] = options["conv_weight_type"]
-        if "flash_attention" in options:
-            fields["flash_attention"] = bool(options["flash_attention"])
-        return fields
+        return {"n_layers": config.encoder.n_layers}
 
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
         from audioparity.models.parakeet_tdt.fixture import build_fixture
