@@ -48,9 +48,7 @@ parakeet_full: tokens
 
 
 def test_whisper_token_rows_become_the_decode_document():
-    name, decode = load_adapter("whisper_cpp").parse(" ab cd\n", WHISPER_STDERR, None,
-                                                     options={})
-    assert name == "decode"
+    decode = load_adapter("whisper_cpp").parse(" ab cd\n", WHISPER_STDERR, None, options={})
     assert decode == {"ids": [830, 874, 12], "frames": [2, 3, 3], "durations": [1, 0, 4],
                       "text": "ab cd"}
 
@@ -267,3 +265,21 @@ def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dum
     assert manifest["status"] == "crashed"
     assert "exit code 3" in manifest["message"] and "GGML_ASSERT" in manifest["message"]
     assert sorted(manifest["tensors"]) == ["mel_features", "pre_encode"]
+
+
+#: transcribe-cli's stdout with ``--timestamps token``, as it prints it.
+TRANSCRIBE_STDOUT = """\
+text: ab cd
+tokens:
+  [ 0.16 ->  0.24] p=0.529  ab
+  [ 0.24 ->  0.24] p=0.311  cd
+"""
+
+
+def test_transcribe_token_times_become_frames_and_without_a_model_no_ids():
+    """check-dump has no converted model: the printed lines are read, the ids left None."""
+    decode = load_adapter("transcribe_cpp").parse(TRANSCRIBE_STDOUT, "", None, options={})
+    assert decode == {"ids": [None, None], "frames": [2, 3], "durations": [1, 0],
+                      "text": "ab cd"}
+    with pytest.raises(AudioparityError, match="printed no 'tokens:' list"):
+        load_adapter("transcribe_cpp").parse("text: ab\n", "", None, options={})

@@ -29,7 +29,7 @@ MY_PORT = '''\
 
 import sys
 
-from audioparity.candidates import Adapter
+from audioparity.candidates import Adapter, TensorMap
 
 
 class MyPort(Adapter):
@@ -38,6 +38,7 @@ class MyPort(Adapter):
     families = ("parakeet_tdt",)
     output = "tokens"
     weight_types = ("f32",)
+    printed = TensorMap("stdout", "decode")
     unexposed = {"enc_out": "its encoder output lives in a fused kernel"}
     replays = False
 
@@ -47,8 +48,8 @@ class MyPort(Adapter):
 
     def parse(self, stdout, stderr, model, *, options):
         rows = [list(map(int, line.split())) for line in stdout.splitlines()]
-        return "decode", {"ids": [r[0] for r in rows], "frames": [r[1] for r in rows],
-                          "durations": [r[2] for r in rows], "text": ""}
+        return {"ids": [r[0] for r in rows], "frames": [r[1] for r in rows],
+                "durations": [r[2] for r in rows], "text": ""}
 '''
 
 
@@ -75,13 +76,16 @@ def test_every_shipped_adapter_is_an_adapter_subclass_whose_declarations_hold(na
     assert adapter.title and adapter.families and adapter.output in OUTPUTS
     assert adapter.converts == adapter.overrides("convert")
     assert adapter.family_port or adapter.overrides("run"), "a third-party port runs commands"
-    assert adapter.output != "tokens" or adapter.overrides("parse"), "a tokens port parses"
+    assert (adapter.printed is not None) == adapter.overrides("parse")
+    assert adapter.output != "tokens" or adapter.printed is not None, "a tokens port prints"
+    printed = (adapter.printed,) if adapter.printed else ()
     for family_name in adapter.families:
         spec = family(family_name).spec
-        names = {stage.name for stage in spec.stages}
-        for mapping in adapter.tensors:
+        for mapping in (*adapter.tensors, *printed, *adapter.inputs):
             assert spec.locate(mapping.concrete(0)) is not None, (family_name, mapping)
-        assert set(adapter.unexposed) | set(adapter.inputs) <= names
+        for mapping in printed:
+            assert spec.locate(mapping.stage).stage.kind == "document"
+        assert set(adapter.unexposed) <= {stage.name for stage in spec.stages}
     if adapter.port is not None:
         options = adapter.check_options({}, name)
         assert adapter.files(options) == [str(Path(options["root"]) / product)
@@ -106,10 +110,16 @@ BASE = {"name": "mine", "title": "mine", "families": ("parakeet_tdt",), "output"
      "TensorMap 'enc' maps onto 'encoder_out', no stage of parakeet_tdt; expected one of "
      "mel_features"),
     ({"unexposed": {"layer_3": "why"}},
-     "names 'layer_3' as unexposed or an input, no stage of parakeet_tdt"),
+     "names 'layer_3' as unexposed, no stage of parakeet_tdt"),
     ({"output": "wav"}, "output 'wav'; expected one of dump, f32json, npy, tokens"),
-    ({"inputs": ("pre_encode",)}, "inputs ['pre_encode'] from a reference it does not read"),
-    ({"converts": True}, "converts is True but convert is not defined"),
+    ({"inputs": (TensorMap("pre.raw", "pre_encode"),)},
+     "inputs ['pre_encode'] from a reference it does not read"),
+    ({"inputs": (TensorMap("pre.raw", "pre_encoder"),), "reads_reference": True},
+     "TensorMap 'pre.raw' maps onto 'pre_encoder', no stage of parakeet_tdt"),
+    ({"converts": True}, "converts is set but convert is not defined"),
+    ({"printed": TensorMap("stdout", "decode")}, "printed is set but parse is not defined"),
+    ({"output": "tokens"}, "output 'tokens' and nothing printed"),
+    ({"tensors": (TensorMap("d", "decode"),)}, "maps a .f32 file onto the document 'decode'"),
     ({"families": ("wav2vec",)}, "unknown family 'wav2vec'"),
     ({"title": ""}, "has no name or no title"),
 ])

@@ -157,6 +157,9 @@ class Adapter:
         unmapped: names of files it writes that no stage of the contract holds (sub-block taps,
             ``{i}`` a layer): kept under ``raw/``, named in the dump's notes as not compared; a
             file neither mapped nor declared here is a problem (``audioparity check-dump``).
+        printed: the document its tool prints (on stdout or stderr) rather than writes: a map
+            from the name it prints it under to its stage (its ``omits`` and ``why`` as for a
+            file); :meth:`parse` reads it. None: it prints none.
         unexposed: ``{stage: why}``: stages of its families it does not expose, and why, for
             the cells' reasons (:meth:`unavailable`).
         converts: it needs its own model files, made by :meth:`convert` once per model and
@@ -164,7 +167,9 @@ class Adapter:
         reads_reference: its commands read the reference dump of the case (:meth:`prepare`,
             or a ``{reference}`` field).
         inputs: stages of the reference dump it takes as its input (llama.cpp is fed the
-            reference's ``input_embeddings``): ``unavailable`` in its cells, saying so.
+            reference's ``input_embeddings``), each a map from the file its tool reads
+            (:meth:`prepare` writes it) to the reference's stage: ``unavailable`` in its cells,
+            saying so.
         family_port: it is the family's own ggml port: its cells run the family's ggml dump
             through :func:`audioparity.driver.dump_ggml`, in the ``audioparity`` process.
         replays: by default the reference replays its blocks (``audioparity replay``): for a
@@ -182,10 +187,11 @@ class Adapter:
     options: tuple[Option, ...] = ()
     tensors: tuple[TensorMap, ...] = ()
     unmapped: tuple[str, ...] = ()
+    printed: TensorMap | None = None
     unexposed: Mapping[str, str] = {}
     converts: bool = False
     reads_reference: bool = False
-    inputs: tuple[str, ...] = ()
+    inputs: tuple[TensorMap, ...] = ()
     family_port: bool = False
     replays: bool = True
     port: Port | None = None
@@ -193,8 +199,8 @@ class Adapter:
 
     #: The data a constructor's keyword arguments may set.
     FIELDS = ("name", "title", "families", "output", "weight_types", "backends", "options",
-              "tensors", "unmapped", "unexposed", "converts", "reads_reference", "inputs",
-              "family_port", "replays", "port", "notes")
+              "tensors", "unmapped", "printed", "unexposed", "converts", "reads_reference",
+              "inputs", "family_port", "replays", "port", "notes")
 
     def __init__(self, **fields: Any) -> None:
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -258,7 +264,7 @@ class Adapter:
         reason, or None when its author gives none (the cell then says it "does not expose
         it"): by default its :attr:`unexposed` entry, or for a stage of :attr:`inputs`, that it
         takes the stage from the reference."""
-        if stage in self.inputs:
+        if any(mapping.stage == stage for mapping in self.inputs):
             return f"{self.title} takes it from the reference as its input"
         why = self.unexposed.get(stage)
         return f"{self.title} does not expose it: {why}" if why else None
@@ -295,14 +301,16 @@ class Adapter:
         raise AudioparityError(f"adapter {self.name!r} has no commands to run")
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
-              options: Mapping[str, Any]) -> tuple[str, dict] | None:
-        """``(name, document)`` of a document the candidate printed (its decode), or None when
-        it prints none.
+              options: Mapping[str, Any]) -> dict:
+        """The document the candidate printed (:attr:`printed`: its decode) from its commands'
+        stdout and stderr. ``model`` is what :meth:`run` got; None when ``check-dump`` reads a
+        raw folder, which has none: the parse then checks what was printed, and may leave out
+        what only the model tells (transcribe.cpp's token ids).
 
         Raises:
-            AudioparityError: what it printed cannot be read.
+            AudioparityError: what it printed cannot be read; it prints no document.
         """
-        return None
+        raise AudioparityError(f"adapter {self.name!r} reads no printed document")
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -322,11 +330,6 @@ class Adapter:
                 return (mapping, *found)
         return None
 
-    def stage_of(self, name: str) -> str:
-        """The stage a file of the candidate's holds: its map's (``enc.block.3.out`` ->
-        ``layer_3``), else the name itself."""
-        found = self.tensor_map(name)
-        return found[0].concrete(found[2]) if found else name
 
     def overrides(self, method: str) -> bool:
         """Whether this adapter's class overrides :class:`Adapter`'s ``method``."""

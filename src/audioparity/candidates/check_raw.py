@@ -57,6 +57,8 @@ def check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Check
     layers: set[int] = set()
     for mapping in adapter.tensors:
         seen.problems += _mapping_problems(folder, mapping, spec, adapter, seen, layers)
+    if adapter.printed is not None:
+        seen.problems += _parsed_problems(folder, adapter)
     problems = seen.problems + _shape_problems(seen.shaped, spec)
     declared = (f" ({seen.unmapped} of them declared unmapped, not compared)" if seen.unmapped
                 else "")
@@ -155,13 +157,10 @@ def _tool_tensor(folder: Path, name: str, file: Path, where: str, adapter: Adapt
 def _mapping_problems(folder: Path, mapping: TensorMap, spec: FamilySpec, adapter: Adapter,
                       seen: _ToolFiles, layers: set[int]) -> list[str]:
     """What a map of the adapter lacks in the folder: its file, each of its layers without
-    gaps (the layers found are added to ``layers``), each source of a stacked map; a document
-    an ``f32json`` tool prints, what its parse cannot read."""
+    gaps (the layers found are added to ``layers``), each source of a stacked map."""
     by_layer = seen.found.get(mapping, {})
     stage_found = spec.locate(concrete(mapping.stage, 0))
     document = stage_found is not None and stage_found.stage.kind == "document"
-    if document and adapter.output == "f32json":
-        return _parsed_problems(folder, adapter, mapping)
     suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
     if any(LAYER in source for source in mapping.sources()):
         present = {k for k in by_layer if k is not None}
@@ -179,13 +178,14 @@ def _mapping_problems(folder: Path, mapping: TensorMap, spec: FamilySpec, adapte
     return problems
 
 
-def _parsed_problems(folder: Path, adapter: Adapter, mapping: TensorMap) -> list[str]:
-    """A document stage of an ``f32json`` adapter (whose files hold tensors only): what its
-    ``parse`` cannot read of the tool's ``stdout.txt`` in ``folder``, one line."""
+def _parsed_problems(folder: Path, adapter: Adapter) -> list[str]:
+    """The document the adapter's tool prints (:attr:`Adapter.printed`): what its ``parse``
+    cannot read of the tool's ``stdout.txt`` and ``stderr.txt`` in ``folder`` (without the
+    model, which a raw folder lacks), one line."""
     stdout = folder / "stdout.txt"
     if not stdout.is_file():
-        return [f"{folder}: missing stdout.txt (stage {mapping.stage}); expected the tool's "
-                f"output, from which adapter {adapter.name!r} reads it"]
+        return [f"{folder}: missing stdout.txt (stage {adapter.printed.stage}); expected the "
+                f"tool's output, from which adapter {adapter.name!r} reads it"]
     stderr = folder / "stderr.txt"
     try:
         adapter.parse(stdout.read_text(), stderr.read_text() if stderr.is_file() else "", None,

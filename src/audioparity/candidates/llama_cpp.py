@@ -19,9 +19,6 @@ from audioparity.family import FamilySpec, Option
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
 EMBEDDINGS = "input_embeddings.raw"
-#: Why the host's parts are not llama.cpp's: the codebook embeddings and audio heads are no
-#: Qwen3 parts.
-HOST = "the codebook embeddings and audio heads are not Qwen3 parts and stay on the host"
 
 
 class LlamaCpp(Adapter):
@@ -44,11 +41,9 @@ class LlamaCpp(Adapter):
         TensorMap("step_last_hidden", "step_last_hidden"),
         TensorMap("text_logits", "text_logits"),
     )
-    unexposed = {"prompt": "it is fed the prompt's input embeddings (the reference's), not "
-                           "its rows", "audio_logits": HOST, "generation": HOST}
     converts = True
     reads_reference = True
-    inputs = ("input_embeddings",)
+    inputs = (TensorMap(EMBEDDINGS, "input_embeddings"),)
     port = Port(
         download="llama-cpp-python==0.3.36",
         download_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
@@ -67,7 +62,16 @@ class LlamaCpp(Adapter):
         products=("build/bin/llama-moss-dump", "vendor/llama.cpp/convert_hf_to_gguf.py"),
     )
     notes = ("input_embeddings: llama.cpp takes them as its input (llama_batch.embd), the "
-             f"reference's; {HOST}, so audio_logits and generation are not its",)
+             "reference's; the codebook embeddings and audio heads are not Qwen3 parts and stay "
+             "on the host, so audio_logits and generation are not its",)
+
+    def unavailable(self, stage: str) -> str | None:
+        """Its input, as :meth:`Adapter.unavailable` says; any other stage it does not expose
+        is the host's (the prompt's rows, the audio heads, generation)."""
+        return super().unavailable(stage) or (
+            "llama.cpp does not expose it: it runs the Qwen3 backbone only, fed the reference's "
+            "input embeddings; the prompt's rows, the codebook embeddings and the audio heads "
+            "are not Qwen3 parts and stay on the host")
 
     def convert(self, model: Path, weight_type: str, output: Path, *,
                 options: Mapping[str, Any]) -> list[list[str]]:
@@ -80,20 +84,23 @@ class LlamaCpp(Adapter):
 
     def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
                 ) -> Path:
-        """The reference's ``input_embeddings`` ``[S, H]`` as the raw float32 file the driver
-        reads, into the new folder ``folder``.
+        """Each of its :attr:`inputs` (the prompt's input embeddings ``[S, H]``) from the
+        reference dump as the raw float32 file the driver reads, into the new folder
+        ``folder``.
 
         Raises:
-            AudioparityError: the reference dump is not ``ok`` or has no ``input_embeddings``.
+            AudioparityError: the reference dump is not ``ok`` or lacks one.
         """
         from audioparity.artifacts import Dump
 
         dump = Dump(reference)
-        if dump.status != "ok" or not dump.has("input_embeddings"):
+        lacking = [m.stage for m in self.inputs if dump.status != "ok" or not dump.has(m.stage)]
+        if lacking:
             raise AudioparityError(f"{reference}: expected a MOSS reference dump of status ok "
-                                   "with input_embeddings")
+                                   f"with {', '.join(lacking)}")
         folder.mkdir(parents=True)
-        dump.tensor("input_embeddings").astype("<f4").tofile(folder / EMBEDDINGS)
+        for mapping in self.inputs:
+            dump.tensor(mapping.stage).astype("<f4").tofile(folder / mapping.source)
         return folder
 
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,

@@ -34,8 +34,6 @@ class Openmoss(Adapter):
                choices=("off", "on")),
     )
     tensors = (
-        TensorMap("prompt", "prompt", omits=("text",),
-                  why="openmoss builds the rows itself and exposes no rendered string"),
         TensorMap("input_embeddings", "input_embeddings"),
         TensorMap("l_out-{i}", "layer_{i}"),
         TensorMap("last_hidden", "last_hidden"),
@@ -44,6 +42,8 @@ class Openmoss(Adapter):
         TensorMap("text_logits", "text_logits"),
         TensorMap("audio_logits", "audio_logits"),
     )
+    printed = TensorMap(PROMPT_LINE, "prompt", omits=("text",),
+                        why="openmoss builds the rows itself and exposes no rendered string")
     converts = True
     port = Port(
         archive="openmoss-*.tar.gz",
@@ -88,9 +88,9 @@ class Openmoss(Adapter):
                  {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
-              options: Mapping[str, Any]) -> tuple[str, dict]:
-        """The ``prompt`` document (``{"rows": [[text, code_0, ...], ...]}``) the driver
-        prints.
+              options: Mapping[str, Any]) -> dict:
+        """The prompt's document (``{"rows": [[text, code_0, ...], ...]}``) the driver prints
+        on its ``prompt:`` line.
 
         Raises:
             AudioparityError: no ``prompt:`` line, or one that is not a JSON object with rows.
@@ -103,7 +103,7 @@ class Openmoss(Adapter):
                     raise AudioparityError(f"openmoss-moss-dump: its prompt line is not JSON "
                                            f"({err})") from err
                 if isinstance(document, dict) and isinstance(document.get("rows"), list):
-                    return "prompt", document
+                    return document
                 break
         raise AudioparityError("openmoss-moss-dump printed no 'prompt: {\"rows\": ...}' line")
 

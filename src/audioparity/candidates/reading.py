@@ -29,8 +29,9 @@ def read_tool_output(writer: DumpWriter, adapter: Adapter, spec: FamilySpec, raw
                      commands: int) -> None:
     """The tool's files in ``raw`` (``f32json``, ``npy``) as the contract's stages, then, unless
     it died (``crash``: why; the dump is then ``crashed``, keeping what it wrote), the document
-    it printed (:meth:`Adapter.parse`, of ``raw/stdout.txt`` and ``raw/stderr.txt``), the stages
-    it does not expose, and its run's wall time on its last stage (:func:`wall_time`)."""
+    it printed (:attr:`Adapter.printed`, :meth:`Adapter.parse` of ``raw/stdout.txt`` and
+    ``raw/stderr.txt``) and the stages it does not expose; and its run's wall time on its last
+    stage (:func:`wall_time`)."""
     if adapter.output in ("f32json", "npy"):
         files, unreadable = (f32json.read_readable(raw) if adapter.output == "f32json"
                              else npy_folder(raw))
@@ -40,15 +41,12 @@ def read_tool_output(writer: DumpWriter, adapter: Adapter, spec: FamilySpec, raw
         log.warning("%s: %s; kept the %d tensor(s) it wrote", adapter.name, crash,
                     len(writer.manifest["tensors"]))
     else:
-        printed = adapter.parse((raw / "stdout.txt").read_text(),
-                                (raw / "stderr.txt").read_text(), model, options=options)
-        if printed is not None:
-            name, document = printed
-            stage = adapter.stage_of(name)
-            writer.add_json(stage, document)
-            found = adapter.tensor_map(name)
-            if found:
-                conventions(writer, found[0], stage)
+        if adapter.printed is not None:
+            stage = adapter.printed.concrete(None)
+            writer.add_json(stage, adapter.parse((raw / "stdout.txt").read_text(),
+                                                 (raw / "stderr.txt").read_text(), model,
+                                                 options=options))
+            conventions(writer, adapter.printed, stage)
         not_exposed(writer, adapter, spec)
     wall_time(writer, spec, commands)
 
@@ -108,7 +106,8 @@ def import_files(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
     ``conventions``. A file that cannot be read (``unreadable``: name -> why) leaves its stage
     out, with why under the manifest's ``unreadable``, and the other stages are compared."""
     for name, why in unreadable.items():
-        stage = adapter.stage_of(name)
+        found = adapter.tensor_map(name)
+        stage = found[0].concrete(found[2]) if found else name
         writer.manifest.setdefault("unreadable", {})[stage] = why
         writer.note(f"{stage}: not compared, the candidate's file is unreadable: {why}")
     stacks: dict[str, dict[int, dict[int, np.ndarray]]] = collections.defaultdict(dict)

@@ -131,42 +131,64 @@ def _defined_in(module: ModuleType, where: str, expected: str) -> Adapter:
 def check_adapter(adapter: Adapter, where: str) -> None:
     """Refuse an adapter whose data do not hold together: no name or title, an output not of
     :data:`OUTPUTS`, reference inputs without reading the reference, ``converts`` without
-    :meth:`Adapter.convert`, or a tensor map or ``unexposed`` entry naming no stage of a family
-    it implements.
+    :meth:`Adapter.convert`, a printed document without :meth:`Adapter.parse` (or a ``tokens``
+    adapter without one), or a tensor map, printed document, input or ``unexposed`` entry
+    naming no stage of a family it implements.
 
     Raises:
         AudioparityError: one line naming ``where`` and what was expected.
     """
-    from audioparity.families import family
-
-    label = f"{where}: adapter {adapter.name!r}"
     if not adapter.name or not adapter.title:
         raise AudioparityError(f"{where}: adapter {type(adapter).__name__} has no name or no "
                                "title; expected both")
+    label = f"{where}: adapter {adapter.name!r}"
     if adapter.output not in OUTPUTS:
         raise AudioparityError(f"{label}: output {adapter.output!r}; expected one of "
                                f"{', '.join(OUTPUTS)}")
     if adapter.inputs and not adapter.reads_reference:
-        raise AudioparityError(f"{label}: inputs {list(adapter.inputs)} from a reference it "
-                               "does not read; expected reads_reference = True")
-    if adapter.converts != adapter.overrides("convert"):
-        raise AudioparityError(f"{label}: converts is {adapter.converts} but convert is "
-                               f"{'' if adapter.overrides('convert') else 'not '}defined; "
-                               "expected both or neither")
+        raise AudioparityError(f"{label}: inputs {[m.stage for m in adapter.inputs]} from a "
+                               "reference it does not read; expected reads_reference = True")
+    for data, declared, method in (("converts", adapter.converts, "convert"),
+                                   ("printed", adapter.printed is not None, "parse")):
+        if declared != adapter.overrides(method):
+            defined = "defined" if adapter.overrides(method) else "not defined"
+            raise AudioparityError(f"{label}: {data} is {'set' if declared else 'not set'} but "
+                                   f"{method} is {defined}; expected both or neither")
+    if adapter.output == "tokens" and adapter.printed is None:
+        raise AudioparityError(f"{label}: output 'tokens' and nothing printed; expected printed, "
+                               "the document its tool prints")
     if not adapter.families:
         raise AudioparityError(f"{label}: no families; expected the families it implements")
     for name in adapter.families:
-        try:
-            spec = family(name).spec
-        except AudioparityError as err:
-            raise AudioparityError(f"{label}: {err}") from None
-        stages = ", ".join(stage.name for stage in spec.stages)
-        for mapping in adapter.tensors:
-            if spec.locate(mapping.concrete(0)) is None:
-                raise AudioparityError(
-                    f"{label}: TensorMap {mapping.source!r} maps onto {mapping.stage!r}, no "
-                    f"stage of {name}; expected one of {stages}")
-        for stage in (*adapter.unexposed, *adapter.inputs):
-            if stage not in {s.name for s in spec.stages}:
-                raise AudioparityError(f"{label}: names {stage!r} as unexposed or an input, "
-                                       f"no stage of {name}; expected one of {stages}")
+        _check_stages(adapter, label, name)
+
+
+def _check_stages(adapter: Adapter, label: str, family_name: str) -> None:
+    """Refuse a map, printed document, input or ``unexposed`` entry of ``adapter`` that names
+    no stage of family ``family_name`` (a printed one, no document stage)."""
+    from audioparity.families import family
+
+    try:
+        spec = family(family_name).spec
+    except AudioparityError as err:
+        raise AudioparityError(f"{label}: {err}") from None
+    stages = ", ".join(stage.name for stage in spec.stages)
+    printed = (adapter.printed,) if adapter.printed is not None else ()
+    for mapping in (*adapter.tensors, *printed, *adapter.inputs):
+        if spec.locate(mapping.concrete(0)) is None:
+            raise AudioparityError(
+                f"{label}: TensorMap {mapping.source!r} maps onto {mapping.stage!r}, no stage "
+                f"of {family_name}; expected one of {stages}")
+    for mapping in printed:
+        if spec.locate(mapping.stage).stage.kind != "document":
+            raise AudioparityError(f"{label}: printed maps onto {mapping.stage!r}, not a "
+                                   f"document of {family_name}; expected a document stage")
+    for mapping in adapter.tensors if adapter.output == "f32json" else ():
+        if spec.locate(mapping.concrete(0)).stage.kind == "document":
+            raise AudioparityError(f"{label}: TensorMap {mapping.source!r} maps a .f32 file "
+                                   f"onto the document {mapping.stage!r}; expected a document "
+                                   "it prints as printed")
+    for stage in adapter.unexposed:
+        if stage not in {s.name for s in spec.stages}:
+            raise AudioparityError(f"{label}: names {stage!r} as unexposed, no stage of "
+                                   f"{family_name}; expected one of {stages}")

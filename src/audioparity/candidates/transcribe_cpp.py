@@ -48,6 +48,7 @@ class TranscribeCpp(Adapter):
                       "tokens and durations together"),
         TensorMap(("dec.lstm.{i}.h.0", "dec.lstm.{i}.c.0"), "lstm_state_0"),
     )
+    printed = TensorMap("tokens:", "decode")
     unmapped = ("enc.block.{i}.attn", "enc.block.{i}.conv", "enc.block.{i}.ff1",
                 "enc.block.{i}.ff2", "dec.embed.{i}", "dec.enc_out")
     converts = True
@@ -109,10 +110,10 @@ class TranscribeCpp(Adapter):
                  {"TRANSCRIBE_DUMP_DIR": str(output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
-              options: Mapping[str, Any]) -> tuple[str, dict]:
-        """The ``decode`` document of ``--timestamps token``'s lines: frames and durations from
-        the times (80 ms an encoder frame), ids from the pieces through the model's
-        vocabulary.
+              options: Mapping[str, Any]) -> dict:
+        """The decode of ``--timestamps token``'s lines: frames and durations from the times
+        (80 ms an encoder frame), ids from the pieces through the vocabulary of the converted
+        ``model`` (without a model, each id is None).
 
         Raises:
             AudioparityError: no ``tokens:`` list, or a piece the vocabulary does not hold (or
@@ -124,22 +125,23 @@ class TranscribeCpp(Adapter):
             raise AudioparityError("transcribe-cli printed no 'tokens:' list")
         text = next((line.removeprefix("text: ") for line in lines
                      if line.startswith("text: ")), "")
-        by_text = _pieces(next(Path(model).glob("models/*/model-f32.gguf")))
+        by_text = (_pieces(next(Path(model).glob("models/*/model-f32.gguf")))
+                   if model is not None else None)
         ids, frames, durations = [], [], []
         for line in lines[listed + 1:]:
             found = TOKEN_LINE.match(line)
             if not found:
                 break
             t0, t1, piece = float(found.group(1)), float(found.group(2)), found.group(3)
-            matches = by_text.get(piece, [])
+            matches = by_text.get(piece, []) if by_text is not None else [None]
             if len(matches) != 1:
                 raise AudioparityError(f"transcribe-cli token {piece!r}: {len(matches)} pieces "
                                        "of the vocabulary print so; expected one")
             ids.append(matches[0])
             frames.append(round(t0 / FRAME_SECONDS))
             durations.append(round((t1 - t0) / FRAME_SECONDS))
-        return "decode", {"ids": ids, "frames": frames, "durations": durations,
-                          "text": "" if text == "(empty)" else text}
+        return {"ids": ids, "frames": frames, "durations": durations,
+                "text": "" if text == "(empty)" else text}
 
 
 def _pieces(gguf_file: Path) -> dict[str, list[int]]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
 
@@ -28,6 +28,7 @@ class WhisperCpp(Adapter):
     output = "tokens"
     weight_types = ("f32", "f16", "q8_0")
     options = (Option("root", ".ports/whisper_cpp", "the built port (make ports)"),)
+    printed = TensorMap("-ps", "decode")
     converts = True
     port = Port(
         archive="whisper.cpp-*.tar.gz",
@@ -44,7 +45,7 @@ class WhisperCpp(Adapter):
     notes = ("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",)
 
     def unavailable(self, stage: str) -> str | None:
-        """Every stage but the decode: parakeet-cli prints its decode and nothing else."""
+        """Every stage but its decode: parakeet-cli prints its decode and nothing else."""
         return "whisper.cpp does not expose it: parakeet-cli prints only its decode (-ps)"
 
     def convert(self, model: Path, weight_type: str, output: Path, *,
@@ -73,9 +74,9 @@ class WhisperCpp(Adapter):
                   *(["-ng"] if backend == "cpu" else [])], {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
-              options: Mapping[str, Any]) -> tuple[str, dict]:
-        """The ``decode`` document of the ``-ps`` token rows (on stderr) and the text (the
-        first line of stdout).
+              options: Mapping[str, Any]) -> dict:
+        """The decode of the ``-ps`` token rows (on stderr) and the text (the first line of
+        stdout).
 
         Raises:
             AudioparityError: no token row and no text (nothing decoded is a text of "").
@@ -84,9 +85,9 @@ class WhisperCpp(Adapter):
         text = stdout.splitlines()[0].strip() if stdout.strip() else ""
         if not rows and text:
             raise AudioparityError("parakeet-cli printed a text but no -ps token rows")
-        return "decode", {"ids": [int(r.group(1)) for r in rows],
-                          "frames": [int(r.group(2)) for r in rows],
-                          "durations": [int(r.group(3)) for r in rows], "text": text}
+        return {"ids": [int(r.group(1)) for r in rows],
+                "frames": [int(r.group(2)) for r in rows],
+                "durations": [int(r.group(3)) for r in rows], "text": text}
 
 
 def _model(model_dir: Path, weight_type: str) -> Path:
