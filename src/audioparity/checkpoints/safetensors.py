@@ -13,8 +13,8 @@ rows (:meth:`Entry.blocks`), is read on demand with a plain file read into its o
 bfloat16 widened exactly (its bits are the top half of a float32). No long-lived memory map: the
 pages of a mapped file count in a process's resident set for as long as the map lives, so a map
 of the checkpoint would double the peak memory of a process that keeps the weights elsewhere
-(in a ggml buffer). The per-family parts (key names, expected shapes, storage types) stay in each
-family's ``weights.py``.
+(in a ggml buffer). The per-family parts (key names, expected shapes) stay in each family's
+``checkpoint.py``; storage types are the driver's.
 """
 
 from __future__ import annotations

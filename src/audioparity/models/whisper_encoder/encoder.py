@@ -180,8 +180,8 @@ class Encoder:
     """transformers' ``WhisperEncoder`` on a ggml runtime.
 
     Args:
-        weights: uploaded weights (:meth:`~.weights.WhisperWeights.upload`), ``WhisperEncoder``
-            names.
+        weights: uploaded weights (:func:`audioparity.driver.upload_weights`),
+            ``WhisperEncoder`` names.
         config: the model config (its ``encoder`` part is used).
         runtime: the runtime the weights live on.
 
@@ -189,7 +189,7 @@ class Encoder:
 
         config = load_config(model)
         with Runtime("cpu", threads=4) as rt:
-            weights = load_weights(model, config, "f32").upload(rt)
+            weights, _ = upload_weights(WhisperEncoder(), rt, model, config, "f32", {})
             taps = Encoder(weights, config, rt).forward(mel)   # mel [3000, n_mels]
             taps["enc_out"]                                    # [1500, D]
     """
