@@ -52,12 +52,12 @@ from run import (  # noqa: E402
     ROOT,
     Plan,
     ensure_checkpoint,
-    header,
+    failures,
     machine_info,
     prepare_inputs,
     run_model,
-    write_raw,
 )
+from tables import header, write_raw  # noqa: E402
 
 log = logging.getLogger("audioparity.bench")
 
@@ -80,8 +80,9 @@ VARIANTS = {
 #: ggml's CPU backend uses, so both share one thread pool instead of spinning against each other.
 MKL_ENV = {"MKL_THREADING_LAYER": "GNU"}
 #: Parity tests run per variant with ``--tests``.
-PARITY_TESTS = ("tests/test_parakeet_encoder.py", "tests/test_parakeet_decoder.py",
-                "tests/test_moss_parity.py", "tests/test_ggml_runtime.py")
+PARITY_TESTS = ("tests/models/parakeet_tdt/test_encoder.py",
+                "tests/models/parakeet_tdt/test_decoder.py",
+                "tests/models/moss_voicegen/test_dump.py", "tests/ggml/test_runtime.py")
 #: What a copy of the workflow needs (``--sweep``), as tests/workflow_copy.py copies it.
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "src", "docs", "resources")
 
@@ -265,7 +266,7 @@ def parity_table(results: list[dict], variants: list[str]) -> list[str]:
     return lines
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default="default,llamafile,blas,llamafile-blas",
                         help=f"comma list of {', '.join(VARIANTS)}")
@@ -276,6 +277,7 @@ def main() -> None:
                         help="comma list; empty with --merge: only re-render merged results")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=9.9, help="Parakeet audio seconds")
     parser.add_argument("--tests", action="store_true", help="run the parity tests per variant")
     parser.add_argument("--sweep", action="store_true",
                         help="run the default sweep per variant and compare the cells' statuses")
@@ -290,30 +292,22 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
     parser.add_argument("--out", type=Path, default=HERE / "results")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    variants = args.variants.split(",")
-    start = time.perf_counter()
-    machine = machine_info()
-    log_dir = args.out / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    args.cache.mkdir(parents=True, exist_ok=True)
-    paths = {name: install_variant(name, args.cache, log_dir) for name in variants}
-    plan = Plan(size=args.size, threads=[int(t) for t in args.threads.split(",")],
-                weight_types=args.types.split(","),
-                models=[m for m in args.models.split(",") if m],
-                reps={"parakeet": args.reps, "moss": args.reps}, steps=args.steps, rows=128,
-                seconds=9.9, wait_quiet_s=args.wait_quiet)
+    return parser.parse_args(argv)
+
+
+def measure_variants(plan: Plan, args: argparse.Namespace, paths: dict[str, str],
+                     log_dir: Path) -> list[dict]:
+    """Every variant of ``paths`` on each model of the plan (the torch baselines once, with the
+    first variant), on the same inputs (:func:`run.run_model`)."""
     shapes = dict(zip(("parakeet", "moss"), SIZES[args.size], strict=True))
     models = {family: ensure_checkpoint(family, shapes[family], args.cache, log_dir)
               for family in plan.models}
     results: list[dict] = []
-    tests = {}
     with tempfile.TemporaryDirectory(prefix="audioparity_builds_", dir=args.cache) as tmp:
         work = Path(tmp)
         prepare_inputs(work, plan, models.get("moss"))
         for family, model in models.items():
-            for index, name in enumerate(variants):
+            for index, name in enumerate(paths):
                 plan.build, plan.pythonpath = name, paths[name]
                 plan.accel = "blas" if "blas" in name or "mkl" in name else ""
                 if "mkl" in name:
@@ -323,19 +317,14 @@ def main() -> None:
                         if plan.accel else ""
                     plan.env = {"OPENBLAS_CORETYPE": coretype} if coretype else {}
                 results += run_model(family, model, work, log_dir, plan, torch_side=index == 0)
-    if args.tests:
-        for name in variants:
-            tests[name] = parity_tests(paths[name], log_dir, name)
-            log.info("tests %s: %s", name, tests[name])
-    sweeps = {}
-    if args.sweep:
-        with tempfile.TemporaryDirectory(prefix="audioparity_sweeps_", dir=args.cache) as tmp:
-            for name in variants:
-                sweeps[name] = default_sweep(paths[name], name, Path(tmp), log_dir)
-    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    machine["total_s"] = round(time.perf_counter() - start)
-    covered, merged = set(plan.models), []
-    for path in args.merge:
+    return results
+
+
+def merge_previous(results: list[dict], covered: set[str], merges: list[Path]) -> list[str]:
+    """Add to ``results`` the results of each earlier ``builds.json`` for the models not
+    ``covered`` yet (now or by an earlier one); a line per file saying what it gave."""
+    merged = []
+    for path in merges:
         previous = json.loads(path.read_text())
         kept = [r for r in previous["results"] if r["spec"]["kind"].split("_")[0] not in covered]
         results += kept
@@ -344,11 +333,17 @@ def main() -> None:
         merged.append(f"{', '.join(families) or 'nothing'} from {path.name} (load average "
                       f"{previous['machine']['loadavg_start']} at its start, "
                       f"{previous['machine'].get('total_s')} s)")
+    return merged
+
+
+def write_builds(out: Path, machine: dict, plan: Plan, variants: list[str], results: list[dict],
+                 merged: list[str], tests: dict[str, str], sweeps: dict[str, dict]) -> None:
+    """``builds.json``, ``builds.csv`` and ``builds.md``."""
     plan.build = "+".join(variants)
     plan.extra = {"variants": {n: VARIANTS[n] for n in variants}, "tests": tests,
                   "sweeps": {n: {k: v for k, v in r.items() if k != "cells"}
                              for n, r in sweeps.items()}}
-    records = write_raw(args.out, "builds", machine, plan, results, [])
+    records = write_raw(out, "builds", machine, plan, results, [])
     lines = [*header("ggml-python build variants", machine, plan),
              "Variants: " + "; ".join(f"{n}: `{VARIANTS[n] or 'no flags'}`"
                                       if VARIANTS[n] is not None else f"{n}: the venv's build"
@@ -364,8 +359,44 @@ def main() -> None:
     if sweeps:
         lines += ["## Default sweep per build (gates of config/config.yaml)", "",
                   *sweep_lines(sweeps), ""]
-    (args.out / "builds.md").write_text("\n".join(lines))
+    (out / "builds.md").write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    variants = args.variants.split(",")
+    start = time.perf_counter()
+    machine = machine_info()
+    log_dir = args.out / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    paths = {name: install_variant(name, args.cache, log_dir) for name in variants}
+    plan = Plan(size=args.size, threads=[int(t) for t in args.threads.split(",")],
+                weight_types=args.types.split(","),
+                models=[m for m in args.models.split(",") if m],
+                reps={"parakeet": args.reps, "moss": args.reps}, steps=args.steps, rows=128,
+                seconds=args.seconds, wait_quiet_s=args.wait_quiet)
+    results = measure_variants(plan, args, paths, log_dir)
+    tests = {}
+    if args.tests:
+        for name in variants:
+            tests[name] = parity_tests(paths[name], log_dir, name)
+            log.info("tests %s: %s", name, tests[name])
+    sweeps = {}
+    if args.sweep:
+        with tempfile.TemporaryDirectory(prefix="audioparity_sweeps_", dir=args.cache) as tmp:
+            for name in variants:
+                sweeps[name] = default_sweep(paths[name], name, Path(tmp), log_dir)
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["total_s"] = round(time.perf_counter() - start)
+    merged = merge_previous(results, set(plan.models), args.merge)
+    write_builds(args.out, machine, plan, variants, results, merged, tests, sweeps)
     log.info("wrote %s (%.0f s)", args.out / "builds.md", machine["total_s"])
+    failed = failures(results, [])
+    if failed:
+        raise SystemExit(f"{len(failed)} measurement(s) failed: {', '.join(failed)}; see "
+                         f"{log_dir}")
 
 
 if __name__ == "__main__":

@@ -2,21 +2,22 @@
 
 - Parakeet-TDT: a NeMo ``EncDecRNNTBPEModel`` ``.nemo`` shaped like parakeet-tdt-0.6b-v3 (d_model
   1024, 24 layers, 8 heads, 128 mels, dw_striding x8 with 256 channels, LSTM 2x640, joint 640,
-  8192 tokens + blank + 5 durations), built through NeMo by the project's own fixture builder
-  (:func:`audioparity.models.parakeet_tdt.fixture.build_fixture`: same v3 config, seeded re-drawn
-  weights) with only the sizes changed and a SentencePiece tokenizer of 8192 pieces trained
-  offline on a synthetic corpus. No download.
+  8192 tokens + blank + 5 durations), built through NeMo by the family's own fixture builder
+  (:meth:`ParakeetTdt.fixture`: same v3 config, seeded re-drawn weights) with only the sizes
+  changed and a SentencePiece tokenizer of 8192 pieces trained offline on a synthetic corpus.
+  No download.
 - MOSS-VoiceGenerator: a checkpoint directory like the real one (``config.json``,
   ``model.safetensors`` in bfloat16, tokenizer) with a Qwen3 backbone of the 1.7B shape (hidden
   2048, 28 layers, 16 heads, 8 key/value heads, head_dim 128, SwiGLU 6144, 151936 text rows),
-  ``n_vq`` 16 and 1024 audio codes; the tokenizer and special ids come from the project's
-  fixture builder (:func:`audioparity.models.moss_voicegen.fixture.build_fixture`). The weights
-  (2.1 B values) are drawn and written one tensor at a time, so building needs well under 1 GB.
+  ``n_vq`` 16 and 1024 audio codes; the tokenizer and special ids come from the family's
+  fixture builder (:meth:`MossVoicegen.fixture`). The weights (2.1 B values) are drawn and
+  written one tensor at a time, so building needs well under 1 GB.
 
 Shapes: ``full`` (the ones above), ``small`` (MOSS with Qwen3-0.6B's backbone, for machines with
-less memory; Parakeet stays v3, 2.4 GB at f32) and ``tiny`` (seconds; for checking the
-benchmark scripts themselves). Built checkpoints are cached under the cache directory, named by
-shape and seed; a finished build is renamed into place, so a cached path is always complete.
+less memory; Parakeet stays v3, 2.4 GB at f32) and ``tiny`` (for checking the benchmark
+scripts themselves: tests/test_benchmarks.py). Built checkpoints are cached under the cache
+directory, named by shape and seed; a finished build is renamed into place, so a cached path is
+always complete.
 
 Command line (the benchmark runner calls it in a child process)::
 
@@ -85,11 +86,14 @@ SIZES = {"full": ("v3", "1.7b"), "small": ("v3", "0.6b"), "tiny": ("tiny", "tiny
 
 
 def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
-    """Write a Parakeet-TDT ``.nemo`` of ``shape`` at ``output`` through the project's fixture
-    builder: its v3 config with the sizes replaced, its seeded weight re-draw, its atomic save,
-    and a tokenizer of ``shape.vocab_size`` pieces (its ``vocab_size`` option)."""
+    """Write a Parakeet-TDT ``.nemo`` of ``shape`` at ``output`` through the family's fixture
+    builder (:meth:`ParakeetTdt.fixture`): its v3 config with the sizes replaced, its seeded
+    weight re-draw, its atomic save, and a tokenizer of ``shape.vocab_size`` pieces (its
+    ``vocab_size`` option)."""
+    from audioparity.families import family
     from audioparity.models.parakeet_tdt import fixture
 
+    parakeet = family("parakeet_tdt")
     base_config = fixture.fixture_config
 
     def fixture_config(tokenizer_dir: Path, *args) -> dict:
@@ -105,8 +109,8 @@ def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
 
     folder = output.with_name(f".{output.name}.{os.getpid()}.fixture")
     with mock.patch.object(fixture, "fixture_config", fixture_config):
-        fixture.build_fixture(folder, seed, vocab_size=shape.vocab_size)
-    os.replace(folder / fixture.SPEC.fixture_model, output)
+        parakeet.fixture(folder, seed=seed, vocab_size=shape.vocab_size)
+    os.replace(folder / parakeet.spec.fixture_model, output)
     shutil.rmtree(folder)
 
 
@@ -165,12 +169,12 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
     """Write a MOSS checkpoint directory of ``shape`` at ``output``: the project's fixture (its
     tokenizer, chat template and special ids) with ``config.json`` resized and
     ``model.safetensors`` replaced by :func:`write_bf16_safetensors` weights."""
-    from audioparity.models.moss_voicegen import fixture
+    from audioparity.families import family
     from audioparity.models.moss_voicegen.checkpoint import expected_shapes
-    from audioparity.models.moss_voicegen.config import parse_config
 
+    moss = family("moss_voicegen")
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
-    fixture.build_fixture(partial, seed)
+    moss.fixture(partial, seed=seed)
     try:
         raw = json.loads((partial / "config.json").read_text())
         raw.update(n_vq=shape.n_vq, audio_vocab_size=shape.audio_vocab_size,
@@ -179,7 +183,7 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
                 if key not in ("n_vq", "audio_vocab_size")}
         raw["language_config"].update(lang, max_window_layers=shape.num_hidden_layers)
         (partial / "config.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
-        config = parse_config(raw)
+        config = moss.config(partial)
         write_bf16_safetensors(partial / MOSS_WEIGHTS, expected_shapes(config), seed,
                                config.audio_pad_code)
         if output.exists():
@@ -187,40 +191,6 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
         os.replace(partial, output)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-
-
-class DiskTensor:
-    """One tensor of a safetensors file, read (and widened to float32) only when numpy asks for
-    it (``np.asarray``): a weight mapping of these uploads a checkpoint one tensor at a time.
-
-    Attributes:
-        shape, ndim, size: as numpy's; dtype: the safetensors dtype (``F32``, ``F16``, ``BF16``).
-    """
-
-    _NUMPY = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
-
-    def __init__(self, path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> None:
-        self.path, self.offset, self.shape, self.dtype = path, offset, tuple(shape), dtype
-        self.ndim, self.size = len(self.shape), int(np.prod(self.shape))
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            raw = np.fromfile(handle, dtype=self._NUMPY[self.dtype], count=self.size)
-        if self.dtype == "BF16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        values = raw.astype(np.float32, copy=False).reshape(self.shape)
-        return values if dtype is None else values.astype(dtype, copy=False)
-
-
-def disk_tensors(path: Path) -> dict[str, DiskTensor]:
-    """Every tensor of one safetensors file as a :class:`DiskTensor` (nothing read yet)."""
-    with open(path, "rb") as handle:
-        (size,) = struct.unpack("<Q", handle.read(8))
-        header = json.loads(handle.read(size))
-    return {name: DiskTensor(path, 8 + size + entry["data_offsets"][0], entry["shape"],
-                             entry["dtype"])
-            for name, entry in header.items() if name != "__metadata__"}
 
 
 def main() -> None:

@@ -10,22 +10,26 @@ ggml only: ``weight_type`` and ``accel`` (``""`` or ``"blas"``); MOSS only: ``st
 What is timed (milliseconds per call, ``time.perf_counter``, after ``warmup`` untimed calls;
 imports and weight loading are timed separately and never mixed in):
 
-- ``parakeet_torch``: ``encoder`` = NeMo ``model.encoder(audio_signal, length)`` on the shared
-  mel; ``decoder`` = NeMo's greedy TDT decoding (``model.decoding``, label looping, batch 1, the
-  reference's strategy) of the resulting ``enc_out``. Writes ``enc_out`` and the decoded ids.
+- ``parakeet_torch``: the model loaded as the reference dump loads it
+  (:meth:`Family.load_reference`); ``encoder`` = NeMo ``model.encoder(audio_signal, length)`` on
+  the shared mel; ``decoder`` = NeMo's greedy TDT decoding (``model.decoding``, label
+  looping, batch 1, the reference's strategy) of the resulting ``enc_out``. Writes ``enc_out``
+  and the decoded ids.
 - ``parakeet_ggml``: ``encoder`` = :meth:`Encoder.forward` (graph build, allocation, compute,
   read-back of every tap, as a dump runs it); ``decoder`` = :meth:`TdtDecoder.greedy` on NeMo's
   ``enc_out`` (same input as NeMo's decoder). Weights are loaded as a dump loads them
-  (:func:`audioparity.driver.upload_weights`, streamed from the ``.nemo``).
-- ``moss_torch``: ``prefill`` = the reference's modules on ``S`` rows with the heads at the last
+  (:func:`audioparity.driver.upload_weights` with the ggml side's default options, streamed
+  from the ``.nemo``).
+- ``moss_torch``: the model loaded as the reference dump loads it; ``prefill`` = the
+  reference's modules on ``S`` rows with the heads at the last
   row only (the same work as the ggml prefill); ``prefill_upstream`` =
   :func:`reference.forward` as the reference dump runs it (upstream applies the heads to every
   row); ``step`` = one cached row (:func:`reference.forward` with the KV cache) after the
   prefill, heads included.
 - ``moss_ggml``: ``prefill`` = :meth:`Backbone.prefill` of the ``S`` rows; ``step`` =
-  :meth:`Backbone.step`. Weights are uploaded one tensor at a time from the safetensors file
-  (:class:`checkpoints.DiskTensor`), so that a 1.7B model fits in memory at f32; the memory
-  check of the runner measures the dump's own loader.
+  :meth:`Backbone.step`. Weights are loaded as a dump loads them
+  (:func:`audioparity.driver.upload_weights`: streamed from the safetensors file a block of
+  rows at a time, so that a 1.7B model fits in memory at f32).
 
 The ggml side reports parity with the reference run at the same thread count: ``enc_out``
 cosine and ``max_rel`` (max_abs / max|ref|), whether the greedy ids equal NeMo's, MOSS last
@@ -53,6 +57,8 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 RESULT_MARK = "BENCH-RESULT "
 WARMUP = 1
+#: The registered families the kinds measure (:func:`audioparity.families.family`).
+PARAKEET, MOSS = "parakeet_tdt", "moss_voicegen"
 
 
 class Stages:
@@ -146,14 +152,18 @@ def _runtime(threads: int, accel: str, threadpool: bool = False):
     return runtime
 
 
-def _upload_streamed(runtime, arrays: dict, storage: dict):
-    """Upload lazily read tensors (:class:`checkpoints.DiskTensor`) one at a time:
-    ``Runtime.load`` with a generator where the runtime has it, else ``Runtime.upload`` (which
-    converts them one by one through ``np.asarray``)."""
-    if hasattr(runtime, "load"):
-        blocks = ((name, 0, np.asarray(tensor)) for name, tensor in arrays.items())
-        return runtime.load({name: t.shape for name, t in arrays.items()}, storage, blocks)
-    return runtime.upload(arrays, storage)
+def upload_family_weights(name: str, runtime, model: Path, weight_type: str) -> tuple[Any, Any]:
+    """Family ``name``'s weights of ``model`` in ``runtime`` at ``weight_type``, as its ggml
+    dump uploads them (:func:`audioparity.driver.upload_weights` with the ggml side's default
+    options), and the model's config."""
+    from audioparity.driver import side_options, upload_weights
+    from audioparity.families import family
+
+    chosen = family(name)
+    config = chosen.config(model)
+    weights, _ = upload_weights(chosen, runtime, model, config, weight_type,
+                                side_options(chosen, "ggml", {}))
+    return weights, config
 
 
 def _compute_buffer_bytes(runtime) -> int:
@@ -192,17 +202,20 @@ def parakeet_torch(spec: dict, stages: Stages) -> dict:
     torch = _set_torch_threads(threads)
     import nemo.collections.asr  # noqa: F401
 
-    from audioparity.audio import load_audio
+    from audioparity.families import family
     from audioparity.models.parakeet_tdt import reference
 
     seconds = {"import": time.perf_counter() - start}
+    parakeet, path = family(PARAKEET), Path(spec["model"])
     start = time.perf_counter()
-    model = reference.restore_model(Path(spec["model"]))
+    config = parakeet.config(path)
+    model = parakeet.load_reference(path, config, {})
     seconds["load"] = time.perf_counter() - start
     stages("loaded")
     mel_path = work / "mel.npy"
     if not mel_path.exists():
-        features, length = reference.preprocessor(model, load_audio(work / "audio.wav").samples)
+        case = parakeet.open_case(path, config, work / "audio.wav", {})
+        features, length = reference.preprocessor(model, case.data.samples)
         _save(mel_path, features[0, :, : int(length[0])].T.float().numpy())
     mel = np.load(mel_path)
     features = torch.from_numpy(np.ascontiguousarray(mel.T))[None]
@@ -239,20 +252,15 @@ def parakeet_ggml(spec: dict, stages: Stages) -> dict:
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
-    from audioparity.driver import upload_weights
-    from audioparity.models.parakeet_tdt import ParakeetTdt
-    from audioparity.models.parakeet_tdt.config import load_config
     from audioparity.models.parakeet_tdt.decoder import TdtDecoder
     from audioparity.models.parakeet_tdt.encoder import Encoder
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")
     start = time.perf_counter()
-    config = load_config(model)
     runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
     stages("host_weights")
-    weights, _ = upload_weights(ParakeetTdt(), runtime, model, config, spec["weight_type"],
-                                {"conv_weight_type": "f32"})
+    weights, config = upload_family_weights(PARAKEET, runtime, model, spec["weight_type"])
     stages("uploaded")
     gc.collect()
     stages("host_freed")
@@ -292,13 +300,13 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
     torch = _set_torch_threads(threads)
     import transformers
 
+    from audioparity.families import family
     from audioparity.models.moss_voicegen import reference
-    from audioparity.models.moss_voicegen.config import load_config
 
     seconds = {"import": time.perf_counter() - start}
+    moss, model = family(MOSS), Path(spec["model"])
     start = time.perf_counter()
-    model = Path(spec["model"])
-    net = reference.load_model(model, load_config(model))
+    net = moss.load_reference(model, moss.config(model), {})
     seconds["load"] = time.perf_counter() - start
     stages("loaded")
     rows, step_rows = _moss_inputs(work)
@@ -339,33 +347,16 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
 
 def moss_ggml(spec: dict, stages: Stages) -> dict:
     """ggml prefill and cached steps (module docstring)."""
-    from checkpoints import MOSS_WEIGHTS, disk_tensors
-
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
     model = Path(spec["model"])
     start = time.perf_counter()
-    from audioparity.checkpoints.safetensors import DTYPES
-    from audioparity.driver import storage_types
-    from audioparity.models.moss_voicegen import MossVoicegen, checkpoint
     from audioparity.models.moss_voicegen.backbone import Backbone
-    from audioparity.models.moss_voicegen.config import load_config
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")
     start = time.perf_counter()
-    config = load_config(model)
-    shapes = checkpoint.expected_shapes(config)
-    on_disk = disk_tensors(model / MOSS_WEIGHTS)
-    arrays = {name: on_disk[name] for name in shapes}
-    wrong = [name for name, shape in shapes.items() if arrays[name].shape != shape]
-    if wrong:
-        raise SystemExit(f"{model}: {wrong[0]} has shape {arrays[wrong[0]].shape}, "
-                         f"expected {shapes[wrong[0]]}")
-    storage, _ = storage_types(MossVoicegen(), shapes,
-                               {n: DTYPES[a.dtype][0] for n, a in arrays.items()},
-                               spec["weight_type"], {})
     runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
-    uploaded = _upload_streamed(runtime, arrays, storage)
+    uploaded, config = upload_family_weights(MOSS, runtime, model, spec["weight_type"])
     stages("uploaded")
     seconds["load"] = time.perf_counter() - start
     rows, step_rows = _moss_inputs(work)

@@ -27,7 +27,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,55 +90,46 @@ def _inputs(args, tmp: Path) -> Path:
     return tmp
 
 
-def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
-    from measure import _runtime, _upload_streamed
+def _ggml_call(args, work: Path, runtime) -> Callable[[], Any]:
+    """The part to profile on ``runtime``: the Parakeet encoder on the mel of ``audio.wav``, or
+    the MOSS prefill or one cached step; weights uploaded as the family's ggml dump uploads them
+    (:func:`measure.upload_family_weights`)."""
+    from measure import MOSS, PARAKEET, upload_family_weights
 
-    runtime = _runtime(args.threads, args.accel)
     if args.family == "parakeet":
-        from audioparity.audio import load_audio
-        from audioparity.driver import upload_weights
-        from audioparity.models.parakeet_tdt import ParakeetTdt
-        from audioparity.models.parakeet_tdt.config import load_config
+        from audioparity.families import family
         from audioparity.models.parakeet_tdt.encoder import Encoder
         from audioparity.models.parakeet_tdt.frontend import mel_features
         from audioparity.models.parakeet_tdt.layout import FB, WINDOW
 
-        config = load_config(args.model)
-        weights, _ = upload_weights(ParakeetTdt(), runtime, args.model, config,
-                                    args.weight_type, {"conv_weight_type": "f32"})
-        mel = mel_features(load_audio(work / "audio.wav").samples, config.preprocessor,
+        weights, config = upload_family_weights(PARAKEET, runtime, args.model,
+                                                args.weight_type)
+        case = family(PARAKEET).open_case(args.model, config, work / "audio.wav", {})
+        mel = mel_features(case.data.samples, config.preprocessor,
                            filterbank=weights.buffers.get(FB), window=weights.buffers.get(WINDOW))
         encoder = Encoder(weights, config, runtime)
+        return lambda: encoder.forward(mel)
+    from audioparity.models.moss_voicegen.backbone import Backbone
 
-        def call():
-            return encoder.forward(mel)
-    else:
-        from checkpoints import MOSS_WEIGHTS, disk_tensors
+    weights, config = upload_family_weights(MOSS, runtime, args.model, args.weight_type)
+    net = Backbone(runtime, weights, config, max_context=args.rows + 8)
+    rows, step_rows = np.load(work / "rows.npy"), np.load(work / "step_rows.npy")
 
-        from audioparity.checkpoints.safetensors import DTYPES
-        from audioparity.driver import storage_types
-        from audioparity.models.moss_voicegen import MossVoicegen
-        from audioparity.models.moss_voicegen import checkpoint as moss_checkpoint
-        from audioparity.models.moss_voicegen.backbone import Backbone
-        from audioparity.models.moss_voicegen.config import load_config
+    def call():
+        if args.part == "prefill":
+            return net.prefill(rows)
+        net.n_past = args.rows  # the same cached position every time
+        return net.step(step_rows[0])
 
-        config = load_config(args.model)
-        on_disk = disk_tensors(args.model / MOSS_WEIGHTS)
-        arrays = {name: on_disk[name] for name in moss_checkpoint.expected_shapes(config)}
-        storage, _ = storage_types(MossVoicegen(), {n: a.shape for n, a in arrays.items()},
-                                   {n: DTYPES[a.dtype][0] for n, a in arrays.items()},
-                                   args.weight_type, {})
-        net = Backbone(runtime, _upload_streamed(runtime, arrays, storage), config,
-                       max_context=args.rows + 8)
-        rows, step_rows = np.load(work / "rows.npy"), np.load(work / "step_rows.npy")
+    net.prefill(rows)
+    return call
 
-        def call():
-            if args.part == "prefill":
-                return net.prefill(rows)
-            net.n_past = args.rows  # the same cached position every time
-            return net.step(step_rows[0])
 
-        net.prefill(rows)
+def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
+    from measure import _runtime
+
+    runtime = _runtime(args.threads, args.accel)
+    call = _ggml_call(args, work, runtime)
     call()
     start = time.perf_counter()
     call()
@@ -150,20 +143,26 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
     import torch
 
     torch.set_num_threads(args.threads)
+    from measure import MOSS, PARAKEET
+
+    from audioparity.families import family
+
     if args.family == "parakeet":
-        from audioparity.audio import load_audio
         from audioparity.models.parakeet_tdt import reference
 
-        model = reference.restore_model(args.model)
-        features, length = reference.preprocessor(model, load_audio(work / "audio.wav").samples)
+        parakeet = family(PARAKEET)
+        config = parakeet.config(args.model)
+        model = parakeet.load_reference(args.model, config, {})
+        case = parakeet.open_case(args.model, config, work / "audio.wav", {})
+        features, length = reference.preprocessor(model, case.data.samples)
 
         def call():
             return model.encoder(audio_signal=features, length=length)
     else:
         from audioparity.models.moss_voicegen import reference
-        from audioparity.models.moss_voicegen.config import load_config
 
-        net = reference.load_model(args.model, load_config(args.model))
+        moss = family(MOSS)
+        net = moss.load_reference(args.model, moss.config(args.model), {})
         rows = torch.from_numpy(np.load(work / "rows.npy"))[None]
         step = torch.from_numpy(np.load(work / "step_rows.npy")[:1])[None]
         with torch.inference_mode():

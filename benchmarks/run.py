@@ -17,22 +17,22 @@ quiet, and it records the CPU they used meanwhile (``others_cores``), which the 
 
 Outputs (``--out``, default ``benchmarks/results``): ``bench.json`` (every child's full result,
 the machine, the arguments), ``bench.csv`` (one row per measurement and part), ``bench.md`` (the
-tables: times, ratios ggml/torch, parity, memory, the acceptance targets of issue 5), and
-``logs/`` (each child's stderr).
+tables: times, ratios ggml/torch, parity, memory, the acceptance targets of issue 5; built by
+:mod:`tables`), and ``logs/`` (each child's stderr). At the end it prints the ratio table and
+the acceptance lines.
 
 Usage::
 
     python benchmarks/run.py                 # full: Parakeet v3 shape, MOSS 1.7B shape
     python benchmarks/run.py --small         # MOSS with the Qwen3-0.6B shape (less memory)
     python benchmarks/run.py --quick         # 2 threads only, fewer repetitions
-    python benchmarks/run.py --size tiny --out bench-tiny  # seconds: checks the scripts
+    python benchmarks/run.py --size tiny --out bench-tiny  # checks the scripts (tiny shapes)
     python benchmarks/run.py --ggml-path DIR   # another ggml-python build (see builds.py)
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.metadata
 import json
 import logging
@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 
 from checkpoints import SIZES  # noqa: E402
 from measure import RESULT_MARK  # noqa: E402
+from tables import MIB, acceptance, ratio_table, write_outputs  # noqa: E402
 
 log = logging.getLogger("audioparity.bench")
 
@@ -66,7 +67,6 @@ MOSS_PROMPT = ROOT / "resources" / "moss" / "en_instruction.json"
 #: 1.7B dump at f32 needs ~21 GB; the 0.6B shape shows the same ratios in ~8 GB.
 MEMORY_MOSS_SHAPE = {"full": "0.6b", "small": "0.6b", "tiny": "tiny"}
 VERSIONED = ("torch", "nemo_toolkit", "transformers", "numpy", "ggml-python")
-MIB = 2**20
 #: ``--size`` -> Parakeet shape name.
 PARAKEET_SHAPES_NAME = {size: parakeet for size, (parakeet, _) in SIZES.items()}
 
@@ -350,189 +350,13 @@ def _memory_row(model: str, weight_type: str, child: Child, timing: dict | None)
     return row
 
 
-# ------------------------------------------------------------------------------------------
-# Tables
-
-
-def _stats(ms: list[float]) -> dict:
-    return {"n": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms),
-            "max_ms": max(ms)}
-
-
-def flatten(results: list[dict]) -> list[dict]:
-    """One record per (child, part) with its statistics, peak RSS and parity figures."""
-    records = []
-    for r in results:
-        if "parts" not in r:
-            continue
-        spec = r["spec"]
-        impl = "torch" if spec["kind"].endswith("_torch") else "ggml"
-        for part, ms in r["parts"].items():
-            records.append({
-                "model": spec["kind"].split("_")[0], "impl": impl,
-                "build": spec.get("build", "") if impl == "ggml" else "",
-                "weight_type": spec.get("weight_type", "f32") if impl == "ggml" else "f32",
-                "threads": spec["threads"], "part": part, **_stats(ms),
-                "peak_rss_mib": r["peak_rss_mib"], "others_cores": r.get("others_cores"),
-                **{f"parity_{k}": v for k, v in r.get("parity", {}).items()},
-                **{f"{k}_mib": round(v / MIB, 1) for k, v in r.get("bytes", {}).items()},
-            })
-    return records
-
-
-def _fmt_ms(record: dict) -> str:
-    return (f"{record['median_ms']:.0f} ({record['min_ms']:.0f}–{record['max_ms']:.0f})"
-            if record["median_ms"] >= 10 else
-            f"{record['median_ms']:.2f} ({record['min_ms']:.2f}–{record['max_ms']:.2f})")
-
-
-def _baseline(records: list[dict], model: str, part: str, threads: int) -> dict | None:
-    """The torch record a ggml part is compared with (torch is always float32; MOSS
-    ``prefill`` is the same-work prefill)."""
-    return next((r for r in records if r["impl"] == "torch" and r["model"] == model
-                 and r["part"] == part and r["threads"] == threads), None)
-
-
-#: Other processes' CPU use (cores) above which a measurement is flagged as disturbed.
-NOISY_CORES = 0.25
-
-
-def _ggml(records: list[dict], model: str, part: str, threads: int,
-          weight_type: str) -> dict | None:
-    return next((r for r in records if r["impl"] == "ggml" and r["model"] == model
-                 and r["part"] == part and r["threads"] == threads
-                 and r["weight_type"] == weight_type), None)
-
-
-def ratio_table(records: list[dict], weight_types: list[str]) -> list[str]:
-    """Markdown: torch ms, then ggml ms and ggml/torch per weight type, and the most CPU other
-    processes used during any of the row's measurements."""
-    head = ["model", "part", "threads", "torch ms (min–max)",
-            *[f"ggml {t} ms" for t in weight_types], *[f"{t} ratio" for t in weight_types],
-            "other load (cores)"]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    keys = sorted({(r["model"], r["part"], r["threads"]) for r in records if r["impl"] == "ggml"})
-    for model, part, threads in keys:
-        torch_rec = _baseline(records, model, part, threads)
-        cells = [model, part, str(threads), _fmt_ms(torch_rec) if torch_rec else "–"]
-        ratios, others = [], [torch_rec["others_cores"] if torch_rec else 0.0]
-        for t in weight_types:
-            g = _ggml(records, model, part, threads, t)
-            cells.append(_fmt_ms(g) if g else "–")
-            ratios.append(f"{g['median_ms'] / torch_rec['median_ms']:.2f}"
-                          if g and torch_rec else "–")
-            others.append(g["others_cores"] if g else 0.0)
-        lines.append("| " + " | ".join(cells + ratios + [f"{max(others):.2f}"]) + " |")
-    for r in (r for r in records if r["part"] == "prefill_upstream"):
-        lines.append(f"\nMOSS torch prefill as the reference dump runs it (upstream's forward: "
-                     f"heads on all rows), {r['threads']} thread(s): {_fmt_ms(r)} ms.")
-    return lines
-
-
-def process_table(results: list[dict]) -> list[str]:
-    """Markdown: per process, its peak RSS, buffers, load time and parity figures."""
-    lines = ["| process | threads | peak RSS MiB | weights MiB | activations MiB | load s | "
-             "other load (cores) | parity |", "|---" * 8 + "|"]
-    for r in results:
-        spec, b = r["spec"], r.get("bytes")
-        name = spec["kind"] + (f" {spec['weight_type']}" if "weight_type" in spec else "")
-        buffers = ["–", "–"] if not b else [
-            f"{b['weights'] / MIB:.0f}", f"{(b['compute'] + b.get('kv_cache', 0)) / MIB:.0f}"]
-        parity = ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in r.get("parity", {}).items()) or "–"
-        load = r.get("seconds", {}).get("load")
-        cells = [name, str(spec["threads"]), f"{r.get('peak_rss_mib', 0):.0f}", *buffers,
-                 f"{load:.1f}" if load is not None else r.get("error", "–"),
-                 f"{r.get('others_cores', float('nan')):.2f}", parity]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def acceptance(records: list[dict]) -> list[str]:
-    """The issue-5 targets at 2 threads, met or not (flagged when other processes disturbed
-    the measurements)."""
-    targets = [("parakeet", "encoder", "f32", 1.0), ("parakeet", "encoder", "q8_0", 0.6),
-               ("moss", "prefill", "f32", 1.0), ("moss", "step", "q8_0", 0.6)]
-    lines = []
-    for model, part, weight_type, limit in targets:
-        torch_rec = _baseline(records, model, part, 2)
-        g = _ggml(records, model, part, 2, weight_type)
-        if not (torch_rec and g):
-            lines.append(f"- {model} {part} {weight_type}: not measured")
-            continue
-        ratio = g["median_ms"] / torch_rec["median_ms"]
-        others = max(g["others_cores"] or 0.0, torch_rec["others_cores"] or 0.0)
-        noisy = (f" (other processes used up to {others:.2f} cores meanwhile: not conclusive)"
-                 if others > NOISY_CORES else "")
-        lines.append(f"- {model} {part}, ggml {weight_type} / torch f32, 2 threads: "
-                     f"**{ratio:.2f}** (target ≤ {limit}) — "
-                     f"{'met' if ratio <= limit else 'MISSED'}{noisy}")
-    return lines
-
-
-def memory_table(rows: list[dict]) -> list[str]:
-    lines = ["| model | process | weights | peak RSS MiB | weights MiB | activations MiB | "
-             "peak / (weights + activations) | interpreter MiB | same, less the interpreter |",
-             "|---" * 9 + "|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['process']} | {r['weight_type']} | "
-                     f"{r['peak_rss_mib']} | {r.get('weights_mib', '–')} | "
-                     f"{r.get('activations_mib', '–')} | {r.get('ratio', '–')} | "
-                     f"{r.get('interpreter_mib', '–')} | {r.get('ratio_less_interpreter', '–')} |")
-    return lines
-
-
-def write_raw(out: Path, prefix: str, machine: dict, plan: Plan, results: list[dict],
-              memory: list[dict]) -> list[dict]:
-    """``{prefix}.json`` (everything) and ``{prefix}.csv`` (:func:`flatten`); returns the
-    records."""
-    records = flatten(results)
-    out.mkdir(parents=True, exist_ok=True)
-    home = str(Path.home())  # paths under it are written from ~, as the results are shared
-    (out / f"{prefix}.json").write_text(json.dumps(
-        {"machine": machine, "plan": plan.__dict__, "results": results, "memory": memory},
-        indent=1).replace(home, "~") + "\n")
-    fields = list(dict.fromkeys(k for r in records for k in r))
-    with open(out / f"{prefix}.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        for record in records:
-            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else
-                                 v.replace(home, "~") if isinstance(v, str) else v)
-                             for k, v in record.items()})
-    return records
-
-
-def header(title: str, machine: dict, plan: Plan) -> list[str]:
-    """Markdown title, machine and plan lines."""
-    v = machine["versions"]
-    return [
-        f"# {title}", "",
-        f"Machine: {machine['cpu']} [{' '.join(machine.get('cpu_features', []))}], "
-        f"{machine['cores']} cores, {machine['memory_gib']} GiB; "
-        f"load average (1, 5, 15 min) at start {machine['loadavg_start']}, at end "
-        f"{machine.get('loadavg_end')}; {machine.get('total_s')} s in all. torch {v['torch']}, "
-        f"nemo_toolkit {v['nemo_toolkit']}, transformers {v['transformers']}, numpy "
-        f"{v['numpy']}, ggml-python {v['ggml-python']}; git {machine['git']}.", "",
-        f"Shapes: Parakeet {SIZES[plan.size][0]}, MOSS {SIZES[plan.size][1]}; "
-        f"{plan.seconds:g} s of audio, {plan.rows} prompt rows, {plan.steps} timed steps; "
-        f"repetitions {plan.reps} (median, min–max after one warm-up).", "",
-    ]
-
-
-def write_outputs(out: Path, machine: dict, plan: Plan, results: list[dict],
-                  memory: list[dict]) -> None:
-    """``bench.json``, ``bench.csv`` and ``bench.md``."""
-    records = write_raw(out, "bench", machine, plan, results, memory)
-    lines = [
-        *header(f"Benchmark ({plan.size}, ggml build {plan.build})", machine, plan),
-        "## Times and ratios (ggml / torch)", "", *ratio_table(records, plan.weight_types), "",
-        "## Acceptance (issue 5, 2 threads)", "", *acceptance(records), "",
-        "## Processes (peak RSS, parity with the reference)", "", *process_table(results), "",
-    ]
-    if memory:
-        lines += ["## Memory of the ggml dumps", "", *memory_table(memory), ""]
-    (out / "bench.md").write_text("\n".join(lines))
+def failures(results: list[dict], memory: list[dict]) -> list[str]:
+    """The measurements that failed: a child without a result, a memory dump with an exit code
+    other than 0."""
+    failed = ["_".join(str(r["spec"].get(k)) for k in ("kind", "weight_type", "threads")
+                       if k in r["spec"]) for r in results if "error" in r]
+    return failed + [f"{r['model']} {r['process']} {r['weight_type']}" for r in memory
+                     if r.get("rc")]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -609,8 +433,14 @@ def main(argv: list[str] | None = None) -> None:
                                   results)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["total_s"] = round(time.perf_counter() - start)
-    write_outputs(args.out, machine, plan, results, memory)
+    records = write_outputs(args.out, machine, plan, results, memory)
     log.info("wrote %s (%.0f s)", args.out / "bench.md", machine["total_s"])
+    print("\n".join(["", *ratio_table(records, plan.weight_types), "",
+                      *acceptance(records)]))
+    failed = failures(results, memory)
+    if failed:
+        raise SystemExit(f"{len(failed)} measurement(s) failed: {', '.join(failed)}; see "
+                         f"{log_dir}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Usage::
 
     python benchmarks/sweep.py                                # the issue's plan (hours)
     python benchmarks/sweep.py --clips 4,8 --weight-types f32,q8_0 --prompts 0   # minutes
+    python benchmarks/sweep.py --tiny --out DIR          # checks the script (tiny shapes)
 """
 
 from __future__ import annotations
@@ -83,32 +84,24 @@ def espeak(voice: str, text: str) -> np.ndarray:
     return soxr.resample(samples, rate, RATE).astype(np.float32)
 
 
-def make_clips(n: int, folder: Path, lengths: list[float] | None = None) -> list[dict]:
+def make_clips(n: int, folder: Path, lengths: list[float] | None = None,
+               mixed: bool = True) -> list[dict]:
     """``n`` clips with lengths spread evenly over 2-30 s (a seeded order; or ``lengths``, in
-    seconds), each a mix of a jfk.wav slice, the project clip and espeak-ng speech in turn,
-    cut to its length."""
+    seconds), each a mix of a jfk.wav slice, the project clip and espeak-ng speech in turn, cut
+    to its length; without ``mixed``, the project clip alone, repeated (needs neither jfk.wav
+    nor espeak-ng)."""
     import soundfile
 
     folder.mkdir(parents=True, exist_ok=True)
-    jfk, _ = soundfile.read(JFK, dtype="float32")
+    jfk = soundfile.read(JFK, dtype="float32")[0] if mixed else None
     clip, _ = soundfile.read(CLIP, dtype="float32")
-    voices = list(VOICES)
     if lengths is None:
         lengths = np.random.default_rng(0).permutation(np.linspace(2.0, 30.0, n))
     cases = []
     for i, seconds in enumerate(lengths):
-        pieces, total = [], 0
-        k = 0
+        pieces, total, k = [], 0, 0
         while total < seconds * RATE:
-            kind = (i + k) % 3
-            if kind == 0:
-                start = (i * 7919) % (len(jfk) - 2 * RATE)
-                piece = jfk[start:start + int(min(8, seconds) * RATE)]
-            elif kind == 1:
-                piece = clip
-            else:
-                voice = voices[(i + k) % len(voices)]
-                piece = espeak(voice, VOICES[voice])
+            piece = _piece(i, k, seconds, jfk, clip) if mixed else clip
             pieces.append(piece)
             total += len(piece)
             k += 1
@@ -116,6 +109,20 @@ def make_clips(n: int, folder: Path, lengths: list[float] | None = None) -> list
         soundfile.write(path, np.concatenate(pieces)[: int(seconds * RATE)], RATE)
         cases.append({"name": f"c{i:02d}", "path": str(path)})
     return cases
+
+
+def _piece(i: int, k: int, seconds: float, jfk: np.ndarray, clip: np.ndarray) -> np.ndarray:
+    """Piece ``k`` of clip ``i`` (``seconds`` long): a slice of jfk.wav, the project clip or an
+    espeak-ng sentence, in turn."""
+    kind = (i + k) % 3
+    if kind == 0:
+        start = (i * 7919) % (len(jfk) - 2 * RATE)
+        return jfk[start:start + int(min(8, seconds) * RATE)]
+    if kind == 1:
+        return clip
+    voices = list(VOICES)
+    voice = voices[(i + k) % len(voices)]
+    return espeak(voice, VOICES[voice])
 
 
 def make_prompts(n: int, folder: Path) -> list[dict]:
@@ -286,13 +293,21 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+#: ``--tiny``: the defaults of a short run that checks the script (tests/test_benchmarks.py).
+TINY = {"clips": "1", "prompts": 1, "weight_types": "f32", "moss_shape": "tiny",
+        "parakeet_shape": "tiny"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clips", default="8,16,32", help="Parakeet sweep sizes, in order")
     parser.add_argument("--prompts", type=int, default=16, help="MOSS prompts (0: no MOSS)")
     parser.add_argument("--weight-types", default="native,f32,f16,bf16,q8_0")
     parser.add_argument("--moss-shape", default="1.7b", choices=("1.7b", "0.6b", "tiny"))
     parser.add_argument("--parakeet-shape", default="v3", choices=("v3", "tiny"))
+    parser.add_argument("--tiny", action="store_true",
+                        help="check the script: tiny shapes, one clip of the project clip alone "
+                             "(no espeak-ng, no jfk.wav), one prompt, f32, unless given")
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--mem-mb", type=int, default=None,
                         help="the memory the jobs may share (--resources mem_mb; default: 95 %% "
@@ -305,13 +320,49 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--keep", action="store_true",
                         help="keep each run's results (tens of GB at the full plan)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args = parser.parse_args(argv)
+    if args.tiny:  # the tiny defaults, under the flags given
+        parser.set_defaults(**TINY)
+        args = parser.parse_args(argv)
+    return args
+
+
+def check_sources(mixed: bool) -> None:
+    """Exit with one line when the clips' sources are missing (espeak-ng, jfk.wav)."""
+    if not mixed:
+        return
     if shutil.which("espeak-ng") is None:
-        raise SystemExit("bench-sweep: no espeak-ng (apt-get install espeak-ng; make bench-sweep "
-                         "installs it)")
+        raise SystemExit("benchmarks: no espeak-ng for the clips (apt-get install espeak-ng; "
+                         "make bench-sweep installs it; --tiny needs none)")
     if not JFK.is_file():
-        raise SystemExit(f"bench-sweep: no {JFK} (the clips slice it)")
+        raise SystemExit(f"benchmarks: no {JFK} (the clips slice it; --tiny needs none)")
+
+
+def sweep_plan(args: argparse.Namespace, sizes: list[int], work: Path, parakeet: Path | None,
+               moss: Path | None) -> list[tuple[str, int, dict, tuple[str, dict] | None]]:
+    """``(family, cases, config, case to add or None)`` of each run: a Parakeet run per size
+    (the largest grows by one clip of the mean length), then MOSS over the prompts."""
+    weight_types, mixed = args.weight_types.split(","), not args.tiny
+    runs = []
+    for n in sizes:
+        clips = make_clips(n, work / "inputs" / f"clips{n}", mixed=mixed)
+        add = None
+        if n == max(sizes):
+            added = make_clips(1, work / "inputs" / "added", lengths=[16.0], mixed=mixed)[0]
+            add = ("parakeet_tdt", {**added, "name": "added"})
+        runs.append(("parakeet_tdt", n, sweep_config(parakeet, clips, None, [], weight_types),
+                     add))
+    if args.prompts:
+        prompts = make_prompts(args.prompts, work / "inputs" / "prompts")
+        runs.append(("moss_voicegen", args.prompts,
+                     sweep_config(None, [], moss, prompts, weight_types), None))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    check_sources(mixed=not args.tiny)
     sizes = [int(n) for n in args.clips.split(",") if n]
     mem_mb = args.mem_mb or int(0.95 * (host_free_bytes() or 0) / 2**20) or None
     weight_types = args.weight_types.split(",")
@@ -322,19 +373,7 @@ def main() -> None:
         if sizes else None
     moss = ensure_checkpoint("moss", args.moss_shape, args.cache, logs) if args.prompts else None
     runs = []
-    plans = [("parakeet_tdt", n) for n in sizes] + ([("moss_voicegen", args.prompts)]
-                                                    if args.prompts else [])
-    for family, n in plans:
-        add = None
-        if family == "parakeet_tdt":
-            config = sweep_config(parakeet, make_clips(n, work / "inputs" / f"clips{n}"), None,
-                                  [], weight_types)
-            if n == max(sizes):  # the largest sweep grows by one clip, of the mean length
-                added = make_clips(1, work / "inputs" / "added", lengths=[16.0])[0]
-                add = (family, {**added, "name": "added"})
-        else:
-            config = sweep_config(None, [], moss, make_prompts(n, work / "inputs" / "prompts"),
-                                  weight_types)
+    for family, n, config, add in sweep_plan(args, sizes, work, parakeet, moss):
         log.info("sweep %s: %d cases x %d weight types (cores %d, mem_mb %s)", family, n,
                  len(weight_types), args.cores, mem_mb)
         result = run_sweep(work / f"{family}-{n}", config, args.cores, mem_mb, args.keep, add)

@@ -1,0 +1,229 @@
+"""The benchmark harnesses run against the current code (issue 23: benchmarks are code too).
+
+Each script under benchmarks/ runs as ``make bench`` runs it (the venv's interpreter, from the
+checkout, as a subprocess) on its tiny setting: the tiny random-weight checkpoints of
+benchmarks/checkpoints.py, built once for the module, one or two weight types, short inputs,
+one thread. Each test then reads what the script wrote with the fields its tables read, not
+just its exit code. Every output goes under pytest's temporary folders; a guard checks that
+benchmarks/results is left as it was.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+#: The cached checkpoints' names, as ``run.ensure_checkpoint`` looks them up (seed 0).
+PARAKEET_TINY, MOSS_TINY = "parakeet-tiny-s0.nemo", "moss-tiny-s0"
+#: The columns of bench.csv (and builds.csv) that the tables of run.py and BENCHMARKS.md read.
+RECORD_FIELDS = ("model", "impl", "build", "weight_type", "threads", "part", "n", "median_ms",
+                 "min_ms", "max_ms", "peak_rss_mib", "others_cores")
+PARTS = {"parakeet": {"encoder", "decoder"}, "moss": {"prefill", "step"}}
+#: Short measurements: one thread, one repetition, short inputs, no waiting for quiet.
+SHORT = ("--threads", "1", "--reps", "1", "--steps", "2", "--seconds", "2", "--wait-quiet", "0")
+
+
+def bench(script: str, *args: str | Path, timeout: float = 600) -> str:
+    """Run ``benchmarks/<script>`` with ``args`` from the checkout; its stdout. Fails with the
+    end of its stderr unless it exits 0."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, (f"{script} exited {done.returncode}:\n"
+                                  f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*")
+            if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def results_untouched():
+    """No test run writes into benchmarks/results."""
+    before = snapshot(BENCHMARKS / "results")
+    yield
+    assert snapshot(BENCHMARKS / "results") == before, "a benchmark test wrote into results/"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The benchmark cache with both tiny checkpoints, built by checkpoints.py as the runner
+    builds them."""
+    folder = tmp_path_factory.mktemp("bench_cache")
+    bench("checkpoints.py", "parakeet", "--shape", "tiny", "--output", folder / PARAKEET_TINY)
+    bench("checkpoints.py", "moss", "--shape", "tiny", "--output", folder / MOSS_TINY)
+    return folder
+
+
+def records(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def markdown_rows(lines: list[str], header_start: str) -> list[dict]:
+    """The rows of the Markdown table whose header starts with ``header_start``, as dicts."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip("|").split("|")),
+                             strict=True)))
+    return rows
+
+
+def test_checkpoints(cache: Path) -> None:
+    """The tiny checkpoints have the sizes checkpoints.py gives them."""
+    assert (cache / PARAKEET_TINY).is_file()
+    config = json.loads((cache / MOSS_TINY / "config.json").read_text())
+    assert config["n_vq"] == 4 and config["language_config"]["hidden_size"] == 128
+    assert (cache / MOSS_TINY / "model.safetensors").stat().st_size > 0
+
+
+def check_run_results(out: Path, weight_types: tuple[str, ...]) -> None:
+    """bench.json: every child measured both families' parts, the ggml side with its parity
+    figures against the reference of the same run and its buffers' bytes; the memory dumps
+    exited 0. bench.csv: the records the tables read."""
+    bench_json = json.loads((out / "bench.json").read_text())
+    results = bench_json["results"]
+    assert not [r for r in results if "error" in r]
+    kinds = sorted((r["spec"]["kind"], r["spec"].get("weight_type", "")) for r in results)
+    assert kinds == sorted([("parakeet_torch", ""), ("moss_torch", ""),
+                            *[(f"{m}_ggml", t) for m in PARTS for t in weight_types]])
+    for r in results:
+        model = r["spec"]["kind"].split("_")[0]
+        assert PARTS[model] <= set(r["parts"]) and all(r["parts"][p] for p in PARTS[model])
+        assert r["peak_rss_mib"] > 0 and "load" in r["seconds"]
+        if r["spec"]["kind"].endswith("_ggml"):
+            assert r["bytes"]["weights"] > 0 and r["bytes"]["compute"] > 0
+            parity = r["parity"]
+            cosine = parity["enc_out_cosine" if model == "parakeet" else "last_hidden_cosine"]
+            assert cosine > (0.9999 if r["spec"]["weight_type"] == "f32" else 0.99)
+            if model == "parakeet" and r["spec"]["weight_type"] == "f32":
+                assert parity["decode_equal"] is True
+    memory = bench_json["memory"]
+    assert len(memory) == 5 and all(row["rc"] == 0 for row in memory), memory
+    assert all(row["peak_rss_mib"] > 0 for row in memory)
+    assert all(row["ratio"] > 0 for row in memory if row["process"] == "ggml dump")
+    rows = records(out / "bench.csv")
+    assert set(RECORD_FIELDS) <= set(rows[0])
+    measured = {(r["model"], r["impl"], r["weight_type"], r["part"]) for r in rows}
+    for model, parts in PARTS.items():
+        for part in parts:
+            assert (model, "torch", "f32", part) in measured
+            assert {(model, "ggml", t, part) for t in weight_types} <= measured
+
+
+@pytest.mark.slow
+def test_run_tiny(cache: Path, tmp_path: Path) -> None:
+    """``run.py --size tiny``: both families' reference and ggml parts and the memory check;
+    the ratio table printed at the end holds a ggml / torch ratio for every part and weight
+    type, measured against the reference in the same run."""
+    types = ("f32", "q8_0")
+    out = tmp_path / "out"
+    stdout = bench("run.py", "--size", "tiny", *SHORT, "--types", ",".join(types), "--rows",
+                   "16", "--cache", cache, "--out", out)
+    check_run_results(out, types)
+    printed = stdout.splitlines()
+    table = markdown_rows(printed, "| model | part | threads | torch ms")
+    assert {(row["model"], row["part"]) for row in table} == {
+        (model, part) for model, parts in PARTS.items() for part in parts}
+    for row in table:
+        for weight_type in types:
+            assert float(row[f"{weight_type} ratio"]) > 0, row
+    assert len([line for line in printed if line.startswith("- ")]) == 4  # acceptance lines
+    text = (out / "bench.md").read_text()
+    for section in ("## Times and ratios", "## Acceptance", "## Processes", "## Memory"):
+        assert section in text
+
+
+@pytest.mark.slow
+def test_builds_tiny(cache: Path, tmp_path: Path) -> None:
+    """``builds.py`` on the venv's own build, one weight type, MOSS (its measurements are
+    run.py's, tested above with both families): the comparison and parity tables of
+    builds.md."""
+    out = tmp_path / "out"
+    bench("builds.py", "--variants", "venv", "--size", "tiny", "--types", "f32", "--models",
+          "moss", *SHORT, "--cache", cache, "--out", out)
+    results = json.loads((out / "builds.json").read_text())["results"]
+    assert sorted(r["spec"]["kind"] for r in results) == ["moss_ggml", "moss_torch"]
+    assert not [r for r in results if "error" in r]
+    rows = records(out / "builds.csv")
+    assert set(RECORD_FIELDS) <= set(rows[0])
+    assert {r["build"] for r in rows if r["impl"] == "ggml"} == {"venv"}
+    lines = (out / "builds.md").read_text().splitlines()
+    times = markdown_rows(lines, "| model | part | weights | torch ms")
+    assert len(times) == 2 and all(re.fullmatch(r"[\d.]+ \([\d.]+x\)", row["venv"])
+                                   for row in times), times
+    parity = markdown_rows(lines, "| variant | flags found")
+    assert [row["weights"] for row in parity] == ["moss_ggml f32"]
+
+
+@pytest.mark.parametrize(("family", "impl", "args", "op"), [
+    ("parakeet", "ggml", ("--weight-type", "f32"), "MUL_MAT f32"),
+    ("parakeet", "torch", (), "aten::"),
+    ("moss", "ggml", ("--weight-type", "q8_0", "--part", "step"), "MUL_MAT q8_0"),
+    ("moss", "torch", ("--part", "prefill"), "aten::"),
+])
+def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
+                          args: tuple[str, ...], op: str) -> None:
+    """``profile_ops.py`` on each family and side: the summary line, and the per-op JSON whose
+    shares add up to one (a ggml matmul keyed by its weight's storage type)."""
+    model = cache / (PARAKEET_TINY if family == "parakeet" else MOSS_TINY)
+    stdout = bench("profile_ops.py", family, impl, "--model", model, *args, "--threads", "1",
+                   "--seconds", "2", "--rows", "16", "--json", tmp_path / "ops.json")
+    summary = rf"^{family} {impl} .*, 1 threads: [\d.]+ ms unprofiled, [\d.]+ ms in ops"
+    assert re.search(summary, stdout, re.M), stdout[-2000:]
+    profile = json.loads((tmp_path / "ops.json").read_text())
+    assert profile["plain_ms"] > 0 and profile["ops"]
+    assert math.isclose(sum(row["share"] for row in profile["ops"]), 1.0, rel_tol=1e-6)
+    assert any(row["op"].startswith(op) for row in profile["ops"]), profile["ops"][:5]
+
+
+def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
+    """``long_audio.py --tiny``: the reference and ggml dumps of a short clip, timed, and their
+    stages compared (the last layer's isolated form included), the decodes equal."""
+    out = tmp_path / "out"
+    bench("long_audio.py", "--tiny", "--minutes", "0.05", "--threads", "1", "--cache", cache,
+          "--out", out)
+    entry = json.loads((out / "long_audio.json").read_text())["0.05min"]
+    for side in ("reference", "ggml"):
+        assert entry[side]["exit"] == 0 and entry[side]["message"] == ""
+        assert entry[side]["wall_s"] > 0 and entry[side]["peak_rss_mb"] > 0
+    stages = entry["stages"]
+    assert {"mel_features", "pos_emb", "layer_0", "layer_1_isolated", "enc_out"} <= set(stages)
+    assert stages["layer_1_isolated"]["nmse"] < 1e-9
+    assert stages["decode_equal"] is True
+    assert entry["frames"] == stages["enc_out"]["shape"][0] > 0
+
+
+@pytest.mark.slow
+def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
+    """``sweep.py --tiny``: the workflow on one clip and one prompt, then grown by one clip: the
+    wall, compute and memory figures of sweep.json, and what the grown run re-ran."""
+    out = tmp_path / "out"
+    stdout = bench("sweep.py", "--tiny", "--cores", "2", "--cache", cache, "--work",
+                   tmp_path / "work", "--out", out)
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert [(r["family"], r["cases"]) for r in runs] == [("parakeet_tdt", 1),
+                                                          ("moss_voicegen", 1)]
+    for run in runs:
+        assert run["wall_s"] > 0 and run["compute_total_s"] > 0 and run["peak_job_rss_mb"] > 0
+        assert {f"{run['family']}/reference", f"{run['family']}/ggml"} <= set(run["compute_s"])
+    assert runs[0]["wall_per_case_vs_first"] == 1.0
+    added = runs[0]["add_a_case"]
+    assert {"reference_dump", "ggml_dump"} <= set(added["jobs"]), added
+    assert added["reference"] == ["1 of 2 case(s) restored"], added
+    assert "| parakeet_tdt | 1 | 1 |" in stdout and "one case added" in stdout
