@@ -14,6 +14,7 @@ import csv
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -227,3 +228,29 @@ def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
     assert {"reference_dump", "ggml_dump"} <= set(added["jobs"]), added
     assert added["reference"] == ["1 of 2 case(s) restored"], added
     assert "| parakeet_tdt | 1 | 1 |" in stdout and "one case added" in stdout
+
+
+def test_gpu_script_calls() -> None:
+    """benchmarks/gpu/run.sh (it needs an NVIDIA GPU) parses, and what it calls exists: its
+    make targets, its config, ``audioparity doctor --backend``, and run.py's flags, which
+    run.py's own parser accepts with the script's values."""
+    script = BENCHMARKS / "gpu" / "run.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text().replace("\\\n", " ")
+    makefile = (REPO / "Makefile").read_text()
+    for target in re.findall(r"^make ([\w-]+)", text, re.M):
+        assert re.search(rf"^{target}:", makefile, re.M), target
+    for config in re.findall(r"--configfile (\S+?)\"", text):
+        assert (REPO / config).is_file(), config
+    doctor = subprocess.run([str(Path(sys.executable).with_name("audioparity")), "doctor",
+                             "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--backend" in doctor
+    calls = [line.split("benchmarks/run.py", 1)[1] for line in text.splitlines()
+             if "benchmarks/run.py" in line]
+    assert calls
+    values = {"$backend": "cuda", "$cores": "16", "$out": "/nonexistent"}
+    for call in calls:
+        argv = [re.sub(r"\$\w+", lambda m: values[m[0]], word) for word in shlex.split(call)]
+        check = ("import sys; sys.path.insert(0, 'benchmarks'); import run; "
+                 "args = run.parse_args(sys.argv[1:]); run.make_plan(args)")
+        subprocess.run([sys.executable, "-c", check, *argv], cwd=REPO, check=True)
