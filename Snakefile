@@ -1,5 +1,6 @@
 # audioparity: does a ggml port compute what the PyTorch/NeMo reference computes?
-# Wiring only; the logic lives in rules/common.smk and in the audioparity package.
+# Wiring only; the logic lives in the audioparity package (src/audioparity/workflow/), which
+# rules/common.smk ties to the rules.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -31,8 +32,8 @@ localrules:
 rule all:
     default_target: True
     input:
-        "results/report/summary.csv",
-        "results/report/index.html",
+        paths.SUMMARY,
+        paths.HTML,
         # named too, since the summary's cells are known only once these have run: a summary
         # left by another config would otherwise pass for up to date
         reference_dirs,

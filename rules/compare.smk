@@ -6,18 +6,18 @@ rule compare_cell:
     input:
         unpack(compare_inputs),
     output:
-        "results/compare/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
+        paths.COMPARE,
     params:
-        reference=reference_case,
-        gates=get_gates,
-        replay=replay_flag,
-        cost=cost_flag,
+        reference=JOBS.reference_case,
+        gates=COMMANDS.gates,
+        replay=COMMANDS.replay_flag,
+        cost=COMMANDS.cost_flag,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/compare_cell/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+        paths.log("compare_cell", paths.CELL),
     benchmark:
-        "results/benchmarks/compare_cell/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
+        paths.benchmark("compare_cell", paths.CELL)
     shell:
         "audioparity compare --reference {params.reference:q} --candidate {input.candidate:q}"
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
@@ -31,15 +31,15 @@ rule compare_cell:
 # wrong". The gates are the cell's own; declared failures name `against: cpu`.
 rule compare_backend:
     input:
-        unpack(backend_compare_inputs),
+        unpack(JOBS.backend_compare_inputs),
     output:
-        "results/compare_backends/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
+        paths.COMPARE_BACKEND,
     params:
-        gates=lambda wildcards: get_gates(wildcards, against=BASELINE_BACKEND),
+        gates=COMMANDS.backend_gates,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/compare_backend/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+        paths.log("compare_backend", paths.CELL),
     shell:
         "audioparity compare --reference {input.baseline:q} --candidate {input.candidate:q}"
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
@@ -56,16 +56,16 @@ rule drilldown:
     input:
         unpack(drilldown_inputs),
     output:
-        cell="results/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.json",
-        folder=directory("results/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"),
+        cell=paths.DRILLDOWN,
+        folder=directory(paths.DRILLDOWN_FOLDER),
     params:
-        command=drilldown_command,
+        command=COMMANDS.drilldown_command,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+        paths.log("drilldown", paths.CELL),
     benchmark:
-        "results/benchmarks/drilldown/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
+        paths.benchmark("drilldown", paths.CELL)
     threads: 1
     resources:
         mem_mb=memory_mb("ggml", copies=2),

@@ -4,17 +4,17 @@
 
 rule fixture_build:
     input:
-        code=family_code("fixture"),
+        code=side_code("fixture"),
     output:
-        directory("results/fixtures/{family}/{name}"),
+        directory(paths.FIXTURE),
     params:
-        family=family_command,
-        options=fixture_options,
+        family=COMMANDS.family_command,
+        options=COMMANDS.fixture_options,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/fixture_build/{family}/{name}.log",
+        paths.log("fixture_build", "{family}/{name}"),
     benchmark:
-        "results/benchmarks/fixture_build/{family}/{name}.tsv"
+        paths.benchmark("fixture_build", "{family}/{name}")
     shell:
         "audioparity fixture {params.family} --output {output:q} {params.options} 2> {log}"

@@ -1,31 +1,30 @@
 # Each candidate's activations per backend and weight type (docs/candidates.md). The candidate
-# `audioparity` is this project's ggml port; a third-party port runs through its adapter
-# (src/audioparity/candidates/), which first converts the model with the port's own converter
-# and quantizer, once per model and weight type. `audioparity guard` records a dump process that
-# dies (abort, segfault, out of memory) as a `crashed` dump, so one bad cell never takes the
-# sweep down.
+# `audioparity` is this project's ggml port; a third-party port runs through its adapter, which
+# first converts the model with the port's own converter and quantizer, once per model and
+# weight type. `audioparity guard` records a dump process that dies (abort, segfault, out of
+# memory) as a `crashed` dump, so one bad cell never takes the sweep down.
 
 
 rule candidate_model:
     input:
-        model=model_input,
-        port=port_files,
-        code=candidate_code,
+        model=JOBS.model_input,
+        port=JOBS.port_files,
+        code=JOBS.convert_code,
     output:
-        directory("results/candidates/{family}/{model}/{candidate}/{weight_type}"),
+        directory(paths.CANDIDATE_MODEL),
     params:
-        adapter=lambda wildcards: CANDIDATES[wildcards.family][wildcards.candidate]["adapter"],
-        options=candidate_options,
-        model=model_path,
+        adapter=COMMANDS.adapter,
+        options=COMMANDS.candidate_options,
+        model=JOBS.model_path,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/candidate_model/{family}/{model}/{candidate}/{weight_type}.log",
+        paths.log("candidate_model", "{family}/{model}/{candidate}/{weight_type}"),
     threads: 1
     resources:
         mem_mb=memory_mb("convert"),
     shell:
-        "audioparity candidate convert --adapter {params.adapter} --options {params.options}"
+        "audioparity candidate convert --adapter {params.adapter:q} --options {params.options}"
         " --model {params.model:q} --weight-type {wildcards.weight_type}"
         " --output-dir {output:q} 2> {log}"
 
@@ -36,20 +35,20 @@ rule candidate_model:
 # its own (docs/design.md, "Weights").
 rule ggml_weights:
     input:
-        model=model_input,
-        code=family_code("weights"),
+        model=JOBS.model_input,
+        code=side_code("weights"),
     output:
-        "results/weights/{family}/{model}/{candidate}/{weight_type}.gguf",
+        paths.WEIGHTS,
     params:
-        family=family_command,
-        model=model_path,
-        options=weights_options,
+        family=COMMANDS.family_command,
+        model=JOBS.model_path,
+        options=COMMANDS.weights_options,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/ggml_weights/{family}/{model}/{candidate}/{weight_type}.log",
+        paths.log("ggml_weights", "{family}/{model}/{candidate}/{weight_type}"),
     benchmark:
-        "results/benchmarks/ggml_weights/{family}/{model}/{candidate}/{weight_type}.tsv"
+        paths.benchmark("ggml_weights", "{family}/{model}/{candidate}/{weight_type}")
     threads: 1
     resources:
         mem_mb=memory_mb("ggml"),
@@ -62,15 +61,15 @@ rule ggml_dump:
     input:
         unpack(ggml_inputs),
     output:
-        directory("results/ggml/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}"),
+        directory(paths.GGML),
     params:
-        command=ggml_command,
+        command=COMMANDS.ggml_command,
     conda:
         "../envs/audioparity.yaml"
     log:
-        "logs/ggml_dump/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.log",
+        paths.log("ggml_dump", paths.CELL),
     benchmark:
-        "results/benchmarks/ggml_dump/{family}/{model}/{candidate}/{backend}/{weight_type}/{case}.tsv"
+        paths.benchmark("ggml_dump", paths.CELL)
     threads: 1
     resources:
         mem_mb=memory_mb("ggml"),

@@ -2,7 +2,7 @@
 
 
 onsuccess:
-    print_outcome("results/report/summary.csv", "results/report/index.html")
+    print_outcome(paths.SUMMARY, paths.HTML)
 
 
 # The sweep's cells as the config names them, rewritten when they change: the summary's cells
@@ -10,9 +10,9 @@ onsuccess:
 # another config (the default sweep, then the ports one) would pass for up to date.
 rule report_cells:
     output:
-        "results/report/cells.json",
+        paths.REPORT_CELLS,
     params:
-        cells=sweep_cells,
+        cells=COMMANDS.sweep_cells,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -23,12 +23,12 @@ rule report_cells:
 
 rule report_summary:
     input:
-        plan="results/report/cells.json",
+        plan=paths.REPORT_CELLS,
         cells=all_cells,
-        code=report_code("report.summary"),
+        code=report_code("audioparity.report.summary"),
     output:
         report(
-            "results/report/summary.csv",
+            paths.SUMMARY,
             caption="../docs/report/summary.rst",
             category="Summary",
         ),
@@ -37,7 +37,7 @@ rule report_summary:
     log:
         "logs/report_summary/summary.log",
     benchmark:
-        "results/benchmarks/report_summary/summary.tsv"
+        paths.benchmark("report_summary", "summary")
     shell:
         "audioparity report summary {input.cells:q} --output {output:q} 2> {log}"
 
@@ -45,10 +45,10 @@ rule report_summary:
 rule report_html:
     input:
         summary=summary_input,
-        code=report_code("report.html"),
+        code=report_code("audioparity.report.html"),
     output:
         report(
-            "results/report/index.html",
+            paths.HTML,
             caption="../docs/report/index.rst",
             category="Summary",
         ),
@@ -57,6 +57,6 @@ rule report_html:
     log:
         "logs/report_html/index.log",
     benchmark:
-        "results/benchmarks/report_html/index.tsv"
+        paths.benchmark("report_html", "index")
     shell:
         "audioparity report html --summary {input.summary:q} --output {output:q} 2> {log}"

@@ -752,8 +752,8 @@ SCHEMA_HEADER = """## Workflow configuration
 `snakemake` validates the config against `config/schema.yaml` before it plans a job; the message
 column holds Snakemake's `ValidationError` line and the `On instance[...]` line naming the key.
 The family names, and each family's own `options` and fixture entries, are then checked against
-the families' specs (`rules/common.smk`): the message is the line under Snakemake's
-`WorkflowError` header.
+the families' specs (`src/audioparity/workflow/plan.py`): the message is the line under
+Snakemake's `WorkflowError` header.
 """
 
 COMPARE_HEADER = """## Reference and candidate that disagree in shape or layout

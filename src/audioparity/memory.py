@@ -1,6 +1,7 @@
 """The host memory a process may use (what the machine has free, at most what the user or the
 job's scheduler granted), what a reference process needs for its model, and the one-line
-refusal of a job that would not fit. Read by both sides' checks and by the rules' ``mem_mb``."""
+refusal of a job that would not fit. Read by both sides' checks and by the workflow's ``mem_mb``
+(:func:`job_memory_mb`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ REFERENCE_STACK_BYTES = 1500 * 2**20
 #: Bytes per value assumed for a checkpoint whose headers cannot be read: the smallest storage
 #: type of a float checkpoint (bf16, f16), so that its value count is never underestimated.
 SMALLEST_VALUE_BYTES = 2
+#: Resident memory (MiB) of a ggml-side job's process before the model: the Python stack; a
+#: converter's (``convert``: a third-party port's conversion, run by ``audioparity``).
+BASE_MEMORY_MB = {"ggml": 600, "convert": 1000}
+#: Bytes per weight of each storage type (q8_0: 34 per block of 32; ``native``, not listed,
+#: counts as float32, the worst case of a checkpoint's own types).
+STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
 
 
 def host_free_bytes() -> int | None:
@@ -84,3 +91,32 @@ def refuse_if_over(need: int, subject: str, remedy: str, detail: str = "") -> No
         raise AudioparityError(
             f"{subject} needs about {need / 2**20:.0f} MiB{detail}, more than the "
             f"{free / 2**20:.0f} MiB free (machine or {MEMORY_LIMIT}): {remedy}")
+
+
+def job_memory_mb(side: str, model: Path, weight_type: str | None, emulates: bool,
+                  copies: int = 1) -> int:
+    """The memory (MiB) a workflow job of ``side`` needs for ``model``, counted from its
+    weights (:func:`float_values`, the checkpoint's headers): on the ``reference`` side
+    :func:`reference_bytes` (``emulates``: it emulates a weight type); on the ``ggml`` side
+    and for a converter (``convert``) :data:`BASE_MEMORY_MB` plus the weights in the storage
+    type of ``weight_type`` (:data:`STORAGE_BYTES`); ``copies`` dumps in one job (a drill-down
+    runs two)."""
+    if side == "reference":
+        need = reference_bytes(model, emulates) / 2**20
+    else:
+        need = (BASE_MEMORY_MB[side] + float_values(model) / 2**20
+                * STORAGE_BYTES.get(weight_type or "f32", STORAGE_BYTES["f32"]))
+    return int(copies * need) + 1
+
+
+def refuse_over_limit(need: int, limit: float | None, subject: str) -> None:
+    """Refuse a job whose estimate ``need`` (MiB) exceeds the memory given to the workflow
+    (``--resources mem_mb``; None: not given), in one line naming ``subject`` (``ggml job of
+    parakeet_tdt/tiny/f32``): Snakemake would otherwise shrink its request silently.
+
+    Raises:
+        AudioparityError: ``need`` exceeds ``limit``.
+    """
+    if isinstance(limit, int | float) and need > limit:
+        raise AudioparityError(f"{subject} needs about {need} MB, more than "
+                               f"--resources mem_mb={limit}: give it more memory")

@@ -1,0 +1,173 @@
+"""The source files each kind of job runs, and their digest: a job's code input.
+
+A job depends on one file, ``results/code/<name>.sha256`` (:data:`~.paths.CODE`): the digest
+of the files it runs, then one ``<sha256>  <file>`` line per file. It is written when the
+workflow asks for it and rewritten only when a file's content changes, so an edit reruns
+exactly the jobs that run the edited file, and a touched file reruns nothing (docs/design.md,
+"Reruns"). Which files a kind of job runs (:class:`Code`):
+
+- a family's side (fixture, reference, ggml, weights, replay): the module-level imports of the
+  family's package, the imports inside the methods of its :class:`~audioparity.family.Family`
+  class that the side runs (:data:`~audioparity.family.SIDE_METHODS`), the dump driver's
+  function of the side (:data:`DRIVER_ENTRIES`), each followed transitively
+  (:mod:`.imports`), and the command line's files (:data:`CLI`, not followed: it dispatches);
+- a candidate's dump (``audioparity guard ... candidate run``): the guard, the code that runs a
+  candidate, its adapter (a module of ours and what it imports, or the user's file), and for
+  our own port the family's ggml side;
+- a compare, a drill-down, a report step: their modules and the families' tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from audioparity.family import REPLAY, SIDE_METHODS, WEIGHTS, Family
+from audioparity.workflow import paths
+from audioparity.workflow.imports import Entry, Sources
+
+#: The command line's modules: part of every job that runs ``audioparity``, not followed.
+CLI = ("audioparity.cli", "audioparity.cli.arguments", "audioparity.cli.commands")
+DRIVER = "audioparity.driver"
+#: The driver's functions each dump side runs.
+DRIVER_ENTRIES = {"reference": ("dump_reference",), "ggml": ("dump_ggml",),
+                  WEIGHTS: ("save_weights",), REPLAY: ("dump_replay",)}
+#: Modules whose functions import what only some jobs run: the driver (each side its
+#: function), the registries of families and adapters (each job its own).
+SHALLOW = frozenset({DRIVER, "audioparity.families", "audioparity.candidates.registry"})
+#: The modules that run a candidate, and the crash guard around a dump.
+RUNNER, GUARD = "audioparity.candidates.running", "audioparity.guard"
+
+
+def shallow(name: str) -> bool:
+    """Whether module ``name`` is followed by its module-level imports only: a family's package
+    (``audioparity.models.<family>``, whose methods import each side's code) or one of
+    :data:`SHALLOW`."""
+    parts = name.split(".")
+    return name in SHALLOW or (len(parts) == 3 and parts[:2] == ["audioparity", "models"])
+
+
+def family_module(family: Family) -> str:
+    """The package that defines ``family``'s class (``audioparity.models.parakeet_tdt``)."""
+    return type(family).__module__
+
+
+class Code:
+    """The source files of each kind of job, found in the checkout's source folder ``root``
+    (``src``), as paths relative to the working directory, and the digests of them.
+
+    Args:
+        root: the folder holding ``audioparity/``.
+        cache: where the parses of its modules are kept between runs (:class:`Sources`).
+    """
+
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
+        self.sources = Sources(root, shallow, cache)
+        self._written: dict[str, str] = {}
+
+    def files(self, modules: Iterable[str] = (), entries: Iterable[Entry] = (),
+              outside: Sequence[str] = ()) -> list[str]:
+        """The files of ``modules`` and ``entries`` followed (:meth:`Sources.files`), the
+        command line's (:data:`CLI`), and ``outside`` (files not of the package, followed for
+        their imports of it), relative to the working directory, sorted."""
+        found = self.sources.files(modules, entries, [Path(p) for p in outside])
+        found |= {p for p in map(self.sources.module_file, CLI) if p is not None}
+        return sorted({*(os.path.relpath(p) for p in found), *map(os.path.normpath, outside)})
+
+    def side_entries(self, family: Family, side: str) -> list[Entry]:
+        """What of ``family``'s package and of the driver a job of ``side`` runs."""
+        entries = [Entry(family_module(family), SIDE_METHODS[side], type(family).__name__)]
+        if side in DRIVER_ENTRIES:
+            entries.append(Entry(DRIVER, DRIVER_ENTRIES[side]))
+        return entries
+
+    def side(self, family: Family, side: str) -> list[str]:
+        """The files a job of ``family``'s ``side`` runs (``fixture``, ``reference``, ``ggml``,
+        ``weights``, ``replay``)."""
+        return self.files(entries=self.side_entries(family, side))
+
+    def adapter_source(self, adapter: Any, given: str) -> tuple[list[str], list[str]]:
+        """``(modules, outside files)`` of an adapter: the module of ours that defines its
+        class, or the file a user named (``given``, a path) or that an entry point loaded."""
+        if given.endswith(".py") or "/" in given:
+            return [], [given]
+        file = Path(inspect.getfile(type(adapter))).resolve()
+        try:
+            relative = file.relative_to(self.sources.root.resolve()).with_suffix("")
+        except ValueError:
+            return [], [str(file)]
+        parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+        return [".".join(parts)], []
+
+    def candidate_run(self, family: Family, adapter: Any, given: str) -> list[str]:
+        """The files of a candidate's dump (rule ggml_dump: ``audioparity guard ... --
+        audioparity candidate run``); for the family's own port, its ggml side too."""
+        modules, outside = self.adapter_source(adapter, given)
+        entries = self.side_entries(family, "ggml") if adapter.family_port else []
+        return self.files([GUARD, RUNNER, *modules], entries, outside)
+
+    def candidate_convert(self, adapter: Any, given: str) -> list[str]:
+        """The files of a candidate's conversion (rule candidate_model)."""
+        modules, outside = self.adapter_source(adapter, given)
+        return self.files([RUNNER, *modules], (), outside)
+
+    def compare(self, family: Family) -> list[str]:
+        """The compare's files and the family's table (its stages)."""
+        return self.files(["audioparity.compare", family_module(family)])
+
+    def drilldown(self, family: Family) -> list[str]:
+        """A drill-down's files: its own, the graphs it saves, the family's ggml side."""
+        return self.files(["audioparity.drilldown", "audioparity.ggml.graphs"],
+                          self.side_entries(family, "ggml"))
+
+    def report(self, module: str, families: Iterable[Family]) -> list[str]:
+        """A report step's files (``audioparity.report.summary``) and every swept family's
+        table (its stage order)."""
+        return self.files([module, *map(family_module, families)])
+
+    def digest(self, files: Iterable[str]) -> tuple[str, list[str]]:
+        """The digest of ``files`` (each name and content, in sorted order; the reference's
+        dump cache keys on it), and one ``<sha256>  <file>`` line per file."""
+        total, lines = hashlib.sha256(), []
+        for file in sorted(files):
+            data, digest = self.sources.read(Path(file).resolve())
+            total.update(f"{file}\0".encode())
+            total.update(data)
+            lines.append(f"{digest}  {file}")
+        return total.hexdigest(), lines
+
+    def stamp(self, name: str, files: Callable[[], Iterable[str]]) -> str:
+        """The code input ``results/code/<name>.sha256`` of the jobs that run ``files()``
+        (asked once per run), written where it is missing or differs; its path."""
+        path = paths.CODE.format(name=name)
+        if path not in self._written:
+            digest, lines = self.digest(files())
+            write_if_changed(Path(path), "\n".join([digest, *lines]) + "\n")
+            self.sources.save()
+            self._written[path] = digest
+        return path
+
+    def digest_of(self, stamp: str) -> str:
+        """The digest a stamp holds (its first line)."""
+        if stamp not in self._written:
+            self._written[stamp] = Path(stamp).read_text().partition("\n")[0]
+        return self._written[stamp]
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it already holds it (its time stamp then stays), through
+    a temporary file renamed over it; whether it wrote."""
+    try:
+        if path.read_text() == text:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+    return True

@@ -1,0 +1,217 @@
+"""The arguments of each rule's command, from a job's wildcards (:mod:`.jobs`): shell words,
+quoted. A candidate's dump always runs ``audioparity candidate run`` (our port in-process
+through the driver, a third-party port through its adapter's commands), inside
+``audioparity guard``, with its backend setting's environment variables.
+
+What is the same for many jobs (a family's flags, the gates of a cell that differ only by a
+case no expected failure names) is built once per run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+from audioparity.compare.gates import EXPECTED_LISTS, resolve_gates
+from audioparity.family import WEIGHTS
+from audioparity.workflow import paths
+from audioparity.workflow.jobs import Jobs
+from audioparity.workflow.plan import BASELINE_BACKEND
+
+
+def quoted(values: Iterable[Any]) -> str:
+    """``values`` as shell words."""
+    return " ".join(shlex.quote(str(value)) for value in values)
+
+
+def with_env(argv: list[str], env: Mapping[str, str]) -> str:
+    """``argv`` as a shell command, run with the environment variables ``env`` when there are
+    any."""
+    return shlex.join([*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv])
+
+
+def as_json(value: Any) -> str:
+    """A JSON argument (keys sorted)."""
+    return json.dumps(value, sort_keys=True)
+
+
+class Commands:
+    """The params of the sweep's rules (module docstring).
+
+    Args:
+        jobs: the sweep's jobs (:class:`~.jobs.Jobs`).
+    """
+
+    def __init__(self, jobs: Jobs) -> None:
+        self.jobs = jobs
+        self.sweep = jobs.sweep
+        self._gates: dict[tuple, str] = {}
+        self._cases: dict[tuple[str, str], tuple] = {}
+        self._json: dict[tuple, tuple[str, str]] = {}
+
+    def family_command(self, w: Any) -> str:
+        """The family's subcommand of ``audioparity fixture|reference|replay|weights``."""
+        return self.jobs.plan(w).spec.command
+
+    def input_flag(self, w: Any) -> str:
+        """``--audio`` or ``--prompt``: the flag of a case's file."""
+        return self.jobs.plan(w).spec.input_flag
+
+    def adapter(self, w: Any) -> str:
+        """What the candidate's entry names as its adapter."""
+        return self.jobs.candidate(w).adapter_name
+
+    def fixture_options(self, w: Any) -> str:
+        """``--seed N`` and the fixture options of config fixtures.{family}.{name}."""
+        entry = self.sweep.config["fixtures"][w.family][w.name]
+        spec = self.jobs.plan(w).spec
+        return quoted(["--seed", entry["seed"], *(arg for option in spec.options_for("fixture")
+                                                  for arg in option.argv(entry[option.name]))])
+
+    def family_options(self, side: str) -> Callable[[Any], str]:
+        """Params function: the family options of ``side`` from its config section, as
+        flags."""
+
+        def get(w: Any) -> str:
+            plan = self.jobs.plan(w)
+            options = plan.section["options"]
+            return quoted(arg for option in plan.spec.options_for(side)
+                          for arg in option.argv(options[option.name]))
+
+        get.__name__ = f"{side}_options"
+        return get
+
+    def weights_options(self, w: Any) -> str:
+        """The weight conversion's options (those of the candidate's options that change the
+        weights: Parakeet's ``conv_weight_type``), as flags."""
+        options = self.jobs.candidate(w).options
+        return quoted(arg for option in self.jobs.plan(w).spec.options_for(WEIGHTS)
+                      for arg in option.argv(options[option.name]))
+
+    def candidate_options(self, w: Any) -> str:
+        """The candidate's adapter options, as one JSON argument."""
+        return shlex.quote(self._options_json(w)[0])
+
+    def _options_json(self, w: Any) -> tuple[str, str]:
+        """The candidate's options and the family's, as JSON (built once per candidate)."""
+        key = (w.family, w.candidate)
+        if key not in self._json:
+            plan = self.jobs.plan(w)
+            self._json[key] = (as_json(plan.candidates[w.candidate].options),
+                               as_json(plan.section["options"]))
+        return self._json[key]
+
+    # -- the reference job --------------------------------------------------------------------
+
+    def reference_cases(self, w: Any, output: Any) -> str:
+        """``--audio FILE --output-dir DIR`` (or ``--prompt``) for each case of the reference
+        job, and ``--emulate TYPE`` for each weight type it also dumps the cases for."""
+        plan = self.jobs.plan(w)
+        flag = plan.spec.input_flag
+        return quoted([*(arg for name, path in plan.cases.items()
+                         for arg in (flag, path, "--output-dir", f"{output[0]}/{name}")),
+                       *(arg for t in plan.emulated for arg in ("--emulate", t))])
+
+    def reference_dumps(self, w: Any, output: Any) -> str:
+        """The dump directories the reference job writes: one per case and emulated type."""
+        plan = self.jobs.plan(w)
+        return quoted(paths.reference_dump(w.family, w.model, name, weight_type)
+                      for weight_type in (None, *plan.emulated) for name in plan.cases)
+
+    def reference_cache(self, w: Any, input: Any) -> str:
+        """``--cache-dir`` of the reference job of {family}/{model} and the digest of its code
+        (its code input's), so that a rerun for a new case restores the other cases' dumps
+        (docs/design.md, "Reruns")."""
+        return quoted(["--cache-dir", paths.REFERENCE_CACHE.format(family=w.family,
+                                                                   model=w.model),
+                       "--code-digest", self.jobs.code.digest_of(input.code)])
+
+    # -- a candidate's dump, a drill-down -----------------------------------------------------
+
+    def ggml_command(self, w: Any, output: Any, threads: int) -> str:
+        """``audioparity candidate run`` for one cell, with its backend setting's environment
+        variables."""
+        plan, setting = self.jobs.plan(w), self.jobs.plan(w).backends[w.backend]
+        options, family_options = self._options_json(w)
+        reference = (["--reference-dir", self.jobs.reference_case(w)]
+                     if self.jobs.reads_reference(w) else [])
+        weights = self.jobs.weights_file(w)
+        model = self.jobs.converted_model(w) or self.jobs.model_path(w)
+        return with_env(["audioparity", "candidate", "run", "--family", w.family, "--adapter",
+                         self.adapter(w), "--options", options, "--family-options",
+                         family_options, "--model", model, plan.spec.input_flag,
+                         self.jobs.case_path(w), *reference,
+                         *(["--weights-file", weights] if weights else []),
+                         "--output-dir", output[0], "--weight-type", w.weight_type,
+                         "--backend", setting.backend, "--threads", str(threads)],
+                        setting.env)
+
+    def drilldown_command(self, w: Any, output: Any, threads: int) -> str:
+        """``audioparity drilldown <family> ...`` for the cell, with the backend's settings."""
+        plan, setting = self.jobs.plan(w), self.jobs.plan(w).backends[w.backend]
+        spec, options = plan.spec, self.jobs.candidate(w).options
+        flags = [arg for option in spec.options_for("ggml")
+                 for arg in option.argv(options[option.name])]
+        reference = (["--reference-dir", self.jobs.reference_case(w)]
+                     if spec.ggml_reads_reference else [])
+        return with_env(["audioparity", "drilldown", spec.command, "--model",
+                         self.jobs.model_path(w), spec.input_flag, self.jobs.case_path(w),
+                         *reference, "--weight-type", w.weight_type, "--backend",
+                         setting.backend, "--against", BASELINE_BACKEND, "--threads",
+                         str(threads), *flags, "--cell", self.jobs.backend_cell(w),
+                         "--cell-output", output.cell, "--output-dir", output.folder],
+                        setting.env)
+
+    # -- a compare ----------------------------------------------------------------------------
+
+    def gates(self, w: Any, against: str = "reference") -> str:
+        """The gates and expected failures of one cell compared with ``against`` (the
+        reference, or the baseline backend), as JSON for ``audioparity compare``
+        (:func:`~audioparity.compare.gates.resolve_gates`; the cells that differ only by a
+        case that no expected failure's ``case`` pattern tells apart share one)."""
+        plan = self.jobs.plan(w)
+        case = self._case_signature(w.family, w.case) if against == "reference" else ()
+        key = (w.family, w.model, w.backend, w.weight_type, w.candidate, against, case)
+        if key not in self._gates:
+            self._gates[key] = as_json(resolve_gates(
+                plan.section, model=w.model, backend=w.backend, weight_type=w.weight_type,
+                candidate=w.candidate, case=w.case, against=against,
+                ggml_backend=plan.backends[w.backend].backend))
+        return self._gates[key]
+
+    def _case_signature(self, family: str, case: str) -> tuple:
+        """Which of the ``case`` patterns of ``family``'s expected failures match ``case``
+        (all that the gates of a cell read of its case)."""
+        key = (family, case)
+        if key not in self._cases:
+            section = self.sweep.families[family].section
+            patterns = sorted({entry.get("case", "*") if isinstance(entry, Mapping)
+                               and isinstance(entry.get("case", "*"), str) else repr(entry)
+                               for name in EXPECTED_LISTS for entry in section.get(name) or []})
+            self._cases[key] = tuple(fnmatchcase(case, pattern) for pattern in patterns)
+        return self._cases[key]
+
+    def backend_gates(self, w: Any) -> str:
+        """The cell's gates against the baseline backend."""
+        return self.gates(w, against=BASELINE_BACKEND)
+
+    def replay_flag(self, w: Any, input: Any) -> str:
+        """``--replay DIR`` when the compare has a replay input."""
+        return f"--replay {shlex.quote(input.replay)}" if "replay" in input.keys() else ""
+
+    def cost_flag(self, w: Any) -> str:
+        """``--cost-reference DIR`` (the float32 reference) for a quantized cell."""
+        return (f"--cost-reference {shlex.quote(self.jobs.f32_reference_case(w))}"
+                if self.jobs.emulated(w) else "")
+
+    def emulate_flag(self, w: Any) -> str:
+        """``--emulate TYPE`` for the replay of a quantized cell."""
+        emulated = self.jobs.emulated(w)
+        return f"--emulate {emulated}" if emulated else ""
+
+    def sweep_cells(self, w: Any) -> str:
+        """The sweep's cells as one JSON line (rule report_cells)."""
+        return json.dumps([list(cell) for cell in self.sweep.cells()])

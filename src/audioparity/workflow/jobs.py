@@ -1,0 +1,249 @@
+"""What each job of the workflow reads, from its wildcards (any object with them as attributes:
+Snakemake's, a namespace in the tests): the paths of its inputs, its code input
+(:mod:`.code`), its memory. The reference dump a job reads is known only once the reference
+checkpoint has run: the rules ask for it through the checkpoint (rules/common.smk) and then
+:meth:`Jobs.reference_inputs`.
+
+Per-job work is a few dictionary look-ups and string formats: what is the same for many jobs
+(a code input, a family's settings) is computed once per run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
+from audioparity.storage import EMULATED_TYPES
+from audioparity.workflow import paths
+from audioparity.workflow.code import Code
+from audioparity.workflow.plan import BASELINE_BACKEND, Candidate, FamilyPlan, Sweep
+
+
+class Jobs:
+    """The inputs of the sweep's jobs.
+
+    Args:
+        sweep: the plan (:class:`~.plan.Sweep`).
+        code: the source files and their digests (:class:`~.code.Code`).
+    """
+
+    def __init__(self, sweep: Sweep, code: Code) -> None:
+        self.sweep = sweep
+        self.code = code
+
+    # -- the sweep's names --------------------------------------------------------------------
+
+    def plan(self, w: Any) -> FamilyPlan:
+        return self.sweep.families[w.family]
+
+    def candidate(self, w: Any) -> Candidate:
+        return self.sweep.families[w.family].candidates[w.candidate]
+
+    def model_path(self, w: Any) -> str:
+        """Path of model {model} of {family} (a file or a checkpoint directory)."""
+        return self.sweep.families[w.family].models[w.model]
+
+    def model_input(self, w: Any) -> str:
+        """What a job on model {model} waits for: its fixture's directory when a rule builds
+        it."""
+        plan = self.sweep.families[w.family]
+        return plan.fixtures[w.model] or plan.models[w.model]
+
+    def case_path(self, w: Any) -> str:
+        """Input file (audio or prompt) of case {case} of {family}."""
+        return self.sweep.families[w.family].cases[w.case]
+
+    @staticmethod
+    def emulated(w: Any) -> str | None:
+        """The cell's weight type where its reference is quantization-aware, else None (f32,
+        native; a job without a weight type)."""
+        weight_type = getattr(w, "weight_type", None)
+        return weight_type if weight_type in EMULATED_TYPES else None
+
+    # -- the reference ------------------------------------------------------------------------
+
+    @staticmethod
+    def reference_dir(w: Any) -> str:
+        """The reference job's directory of {family}/{model}: one dump per case."""
+        return paths.REFERENCE.format(family=w.family, model=w.model)
+
+    @staticmethod
+    def reference_plan(w: Any) -> str:
+        """The file naming what the reference job of {family}/{model} dumps."""
+        return paths.REFERENCE_PLAN.format(family=w.family, model=w.model)
+
+    def reference_case(self, w: Any) -> str:
+        """The reference dump a cell reads and is compared with: the float32 one, or for a
+        quantized weight type its quantization-aware one, ``<case>@<weight type>``."""
+        return paths.reference_dump(w.family, w.model, w.case, self.emulated(w))
+
+    @staticmethod
+    def f32_reference_case(w: Any) -> str:
+        """The float32 reference dump of case {case}."""
+        return paths.reference_dump(w.family, w.model, w.case)
+
+    def reference_inputs(self, w: Any, ancient: Callable[[str], Any]) -> dict[str, Any]:
+        """Inputs that bring case {case}'s reference dump, once its checkpoint is done: the
+        reference directory, whose time stamp is ignored (``ancient``), and the case's content
+        digest, which Snakemake compares by checksum; so a reference job that runs again
+        reruns a dependent only where the dump it reads changed (docs/design.md, "Reruns").
+        Without the digest (another sweep's reference job, which dumped other cases: its plan
+        is newer, so it reruns first), the directory alone."""
+        digest = paths.digest(self.reference_case(w))
+        if not os.path.exists(digest):
+            return {"reference": self.reference_dir(w)}
+        return {"reference": ancient(self.reference_dir(w)), "reference_digest": digest}
+
+    def reads_reference(self, w: Any) -> bool:
+        """Whether the candidate's dump reads the case's reference dump (our port's
+        teacher-forced stages, a third-party port's inputs)."""
+        adapter = self.candidate(w).adapter
+        if adapter.family_port:
+            return self.plan(w).spec.ggml_reads_reference
+        return adapter.reads_reference
+
+    # -- a candidate's files ------------------------------------------------------------------
+
+    @staticmethod
+    def candidate_dump(w: Any) -> str:
+        """The candidate's dump of the cell."""
+        return paths.fill(paths.GGML, w)
+
+    @staticmethod
+    def replay_dump(w: Any) -> str:
+        """The reference's replay of the cell's candidate."""
+        return paths.fill(paths.REPLAY, w)
+
+    @staticmethod
+    def baseline_dump(w: Any) -> str:
+        """The candidate's dump of the cell on the baseline backend (cpu)."""
+        return paths.fill(paths.GGML, w, backend=BASELINE_BACKEND)
+
+    @staticmethod
+    def backend_cell(w: Any) -> str:
+        """The cell's comparison with the baseline backend (rule compare_backend)."""
+        return paths.fill(paths.COMPARE_BACKEND, w)
+
+    def converted_model(self, w: Any) -> str | None:
+        """The candidate's own model files for {model} at {weight_type} (rule
+        candidate_model), or None when its adapter converts nothing or does not run that
+        weight type."""
+        adapter = self.candidate(w).adapter
+        if not adapter.converts or w.weight_type not in adapter.weight_types:
+            return None
+        return paths.fill(paths.CANDIDATE_MODEL, w)
+
+    def weights_file(self, w: Any) -> str | None:
+        """The GGUF file of {model}'s weights at {weight_type} that the family's own port maps
+        (rule ggml_weights), or None for another candidate or a family that converts none."""
+        if not self.plan(w).weights(w.candidate):
+            return None
+        return paths.fill(paths.WEIGHTS, w)
+
+    def port_files(self, w: Any) -> list[str]:
+        """The built port's files (binaries, converter) a candidate's jobs depend on:
+        rebuilding the port reruns its conversions and cells."""
+        entry = self.candidate(w)
+        return list(entry.adapter.files(entry.options))
+
+    # -- code inputs --------------------------------------------------------------------------
+
+    def side_code(self, side: str) -> Callable[[Any], str]:
+        """Input function: the code input of a job of {family}'s ``side``."""
+
+        def get(w: Any) -> str:
+            family = self.sweep.families[w.family].family
+            return self.code.stamp(f"{w.family}/{side}", lambda: self.code.side(family, side))
+
+        get.__name__ = f"{side}_code"
+        return get
+
+    def run_code(self, w: Any) -> str:
+        """The code input of a candidate's dump (``audioparity candidate run``)."""
+        entry, family = self.candidate(w), self.plan(w).family
+        return self.code.stamp(f"{w.family}/{w.candidate}/run", lambda: self.code.candidate_run(
+            family, entry.adapter, entry.adapter_name))
+
+    def convert_code(self, w: Any) -> str:
+        """The code input of a candidate's conversion (``audioparity candidate convert``)."""
+        entry = self.candidate(w)
+        return self.code.stamp(f"{w.family}/{w.candidate}/convert",
+                               lambda: self.code.candidate_convert(entry.adapter,
+                                                                   entry.adapter_name))
+
+    def compare_code(self, w: Any) -> str:
+        """The code input of a compare of {family}."""
+        family = self.plan(w).family
+        return self.code.stamp(f"{w.family}/compare", lambda: self.code.compare(family))
+
+    def drilldown_code(self, w: Any) -> str:
+        """The code input of a drill-down of {family}."""
+        family = self.plan(w).family
+        return self.code.stamp(f"{w.family}/drilldown", lambda: self.code.drilldown(family))
+
+    def report_code(self, module: str) -> Callable[[Any], str]:
+        """Input function: the code input of a report step (``audioparity.report.html``)."""
+        families = [plan.family for plan in self.sweep.families.values()]
+
+        def get(w: Any) -> str:
+            return self.code.stamp(f"report/{module.rpartition('.')[2]}",
+                                   lambda: self.code.report(module, families))
+
+        get.__name__ = f"{module.rpartition('.')[2]}_code"
+        return get
+
+    # -- inputs of the rules that take several ------------------------------------------------
+
+    def ggml_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of a candidate's dump, but the reference: the model (or its conversion),
+        the case, the code, the port's files, the converted weights it maps."""
+        inputs = {"model": self.converted_model(w) or self.model_input(w),
+                  "case": self.case_path(w), "code": self.run_code(w),
+                  "port": self.port_files(w)}
+        weights = self.weights_file(w)
+        if weights:
+            inputs["weights"] = weights
+        return inputs
+
+    def compare_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of a compare, but the reference: the candidate's dump, its replay (when it
+        replays), the code; for a quantized cell, the float32 reference's digest (its cost)."""
+        inputs = {"candidate": self.candidate_dump(w), "code": self.compare_code(w)}
+        if self.emulated(w):
+            inputs["cost_digest"] = paths.digest(self.f32_reference_case(w))
+        if self.candidate(w).replay:
+            inputs["replay"] = self.replay_dump(w)
+        return inputs
+
+    def backend_compare_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of a comparison of the cell with the same candidate on the baseline."""
+        return {"baseline": self.baseline_dump(w), "candidate": self.candidate_dump(w),
+                "code": self.compare_code(w)}
+
+    def drilldown_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of a drill-down, but the reference: the cell's comparison with the baseline
+        backend, and what a dump of the family's port reads (model, case, code)."""
+        return {"cell": self.backend_cell(w), "model": self.model_input(w),
+                "case": self.case_path(w), "code": self.drilldown_code(w)}
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def memory_mb(self, side: str, w: Any, model: str | None, limit: float | None,
+                  copies: int = 1) -> int:
+        """The memory (MiB) a job of ``side`` asks for (:func:`~audioparity.memory.job_memory_mb`:
+        a replay emulates its cell's weight type, a reference job its sweep's), once its model
+        exists; before, the ggml side's base (Snakemake asks again before the job runs).
+
+        Raises:
+            AudioparityError: it would not fit ``limit`` (``--resources mem_mb``).
+        """
+        if model is None or not os.path.exists(model):
+            return BASE_MEMORY_MB["ggml"]
+        weight_type = getattr(w, "weight_type", None)
+        emulates = bool(self.emulated(w) if weight_type else self.plan(w).emulated)
+        need = job_memory_mb(side, model, weight_type, emulates, copies)
+        cell = "/".join(v for v in (w.family, w.model, weight_type) if v)
+        refuse_over_limit(need, limit, f"{side} job of {cell}")
+        return need
