@@ -150,7 +150,6 @@ def test_run_tiny(cache: Path, tmp_path: Path) -> None:
         assert section in text
 
 
-@pytest.mark.slow
 def test_builds_tiny(cache: Path, tmp_path: Path) -> None:
     """``builds.py`` on the venv's own build, one weight type, MOSS (its measurements are
     run.py's, tested above with both families): the comparison and parity tables of
