@@ -9,10 +9,11 @@ reference job reads, so the reference checkpoint is done and every cell is plann
 reads only their names and time stamps, so they are empty.
 
 For each size the dry run (``snakemake -n --quiet rules``, in its own process, as a user runs it)
-is timed by the CPU its process used (``ru_utime + ru_stime`` of the child), and the jobs it
-plans are counted from its job table. ``--finished`` also times the dry run of a finished
-default sweep (nothing to do); ``--profile`` runs each dry run under cProfile and lists where
-its time goes.
+is timed by the CPU its process used (``ru_utime + ru_stime`` of the child), the least of
+``--reps`` runs, and the jobs it plans are counted from its job table; the table gives the CPU
+per job and, between sizes, the CPU each added job costs. ``--finished`` also times the dry
+run of a finished default sweep (nothing to do); ``--profile`` runs each dry run under cProfile
+and lists where its time goes.
 
 Results: ``--out`` (default ``benchmarks/results``) ``planning.json`` and ``planning.md`` (the
 table of BENCHMARKS.md, "Planning").
@@ -20,6 +21,7 @@ table of BENCHMARKS.md, "Planning").
 Usage::
 
     python benchmarks/planning.py                             # about 1,000, 10,000, 100,000 jobs
+    python benchmarks/planning.py --jobs 1000,10000 --reps 3  # the least of 3 runs each
     python benchmarks/planning.py --jobs 40 --out /tmp/plan   # seconds: checks the script
     python benchmarks/planning.py --finished DIR              # DIR: a finished sweep's results/
     python benchmarks/planning.py --repo OTHER                # another checkout (before/after)
@@ -167,22 +169,28 @@ def profile_lines(path: Path, limit: int = 25) -> list[str]:
 
 
 def measure_size(repo: Path, work: Path, model: Path, jobs: int, args) -> dict:
-    """One size: ~``jobs`` jobs planned, its CPU and wall seconds."""
+    """One size: ~``jobs`` jobs planned, the least CPU and wall seconds of ``args.reps`` dry
+    runs (the first parses what changed since the last run; the others find it parsed)."""
     cases = max(1, round(jobs / (2 * len(WEIGHT_TYPES))))
     workdir = work / f"cases-{cases}"
     shutil.rmtree(workdir, ignore_errors=True)
     prepare(repo, workdir, model, cases)
     profile = args.out / f"planning-{cases}.prof" if args.profile else None
+    runs = []
     try:
-        result, cpu, wall = snakemake(workdir, "--configfile", str(workdir / "sweep.yaml"),
-                                      "-n", "--quiet", "rules", profile=profile,
-                                      timeout=args.timeout)
+        for rep in range(args.reps):
+            result, cpu, wall = snakemake(workdir, "--configfile", str(workdir / "sweep.yaml"),
+                                          "-n", "--quiet", "rules", timeout=args.timeout,
+                                          profile=profile if rep == args.reps - 1 else None)
+            runs.append((cpu, wall))
     except subprocess.TimeoutExpired:
         return {"cases": cases, "jobs": None, "cpu_s": None, "wall_s": None,
                 "timeout_s": args.timeout}
     planned = job_table(result.stdout + result.stderr)
+    cpu, wall = min(runs)
     row = {"cases": cases, "jobs": planned.get("total", 0), "rules": planned,
            "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
+           "runs_cpu_s": [round(run[0], 2) for run in runs],
            "ms_per_job": round(1000 * cpu / max(1, planned.get("total", 0)), 2)}
     if profile:
         row["profile"] = profile_lines(profile)
@@ -221,19 +229,25 @@ def machine() -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores; "
-             f"Snakemake {report['machine']['snakemake']}; checkout {report['repo']}.", ""]
+    lines = [f"{report['label']}. Machine: {report['machine']['cpu']}, "
+             f"{report['machine']['cores']} cores; Python {report['machine']['python']}, "
+             f"Snakemake {report['machine']['snakemake']}.", ""]
     if report.get("finished"):
         finished = report["finished"]
         lines += [f"Finished default sweep, nothing to do: CPU {finished['cpu_s']} s "
                   f"(wall {finished['wall_s']} s).", ""]
-    lines += ["| cases | jobs planned | CPU s | wall s | CPU ms per job |", "|---|---|---|---|---|"]
+    lines += ["| cases | jobs planned | CPU s | wall s | CPU ms per job | ms per job added |",
+              "|---|---|---|---|---|---|"]
+    before = None
     for row in report["sizes"]:
         if row["jobs"] is None:
-            lines.append(f"| {row['cases']} | - | over {row['timeout_s']} | - | - |")
-        else:
-            lines.append(f"| {row['cases']} | {row['jobs']} | {row['cpu_s']} | "
-                         f"{row['wall_s']} | {row['ms_per_job']} |")
+            lines.append(f"| {row['cases']} | - | over {row['timeout_s']} | - | - | - |")
+            continue
+        added = ("-" if before is None else
+                 f"{1000 * (row['cpu_s'] - before['cpu_s']) / (row['jobs'] - before['jobs']):.2f}")
+        lines.append(f"| {row['cases']} | {row['jobs']} | {row['cpu_s']} | {row['wall_s']} | "
+                     f"{row['ms_per_job']} | {added} |")
+        before = row
     for row in report["sizes"]:
         for block in row.get("profile", ()):
             lines += ["", f"Profile, {row['cases']} cases, {block.splitlines()[0]}", "```",
@@ -247,11 +261,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="about how many jobs each size plans, comma-separated")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose workflow "
                         "is planned (default this one)")
+    parser.add_argument("--label", help="what the tables call the checkout (default its path)")
     parser.add_argument("--fixture", type=Path, help="a built tiny Parakeet model.nemo "
                         "(default: built by the checkout's `audioparity fixture`)")
     parser.add_argument("--finished", type=Path, help="a finished default sweep's results/: "
                         "also time its dry run with nothing to do")
-    parser.add_argument("--reps", type=int, default=3, help="dry runs of --finished")
+    parser.add_argument("--reps", type=int, default=1, help="dry runs of each size (and 3 at "
+                        "least of --finished); the least CPU time is reported")
     parser.add_argument("--timeout", type=float, help="give up a size after this many seconds")
     parser.add_argument("--profile", action="store_true", help="cProfile each dry run")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
@@ -260,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     repo, work = args.repo.resolve(), args.out / "planning-work"
     model = args.fixture or build_fixture(repo, work / "fixture")
-    report = {"repo": str(repo), "machine": machine(), "sizes": []}
+    report = {"label": args.label or ("this checkout" if repo == ROOT else str(repo)),
+              "machine": machine(), "sizes": []}
     if args.finished:
-        report["finished"] = measure_finished(repo, work, args.finished, args.reps)
+        report["finished"] = measure_finished(repo, work, args.finished, max(3, args.reps))
     for jobs in (int(n) for n in args.jobs.split(",")):
         report["sizes"].append(row := measure_size(repo, work, model, jobs, args))
         print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
