@@ -77,8 +77,7 @@ def parakeet_reference(parakeet_model: Path, clip_wav: Path,
 def vulkan_or_skip() -> None:
     """Skip unless this ggml-python runs Vulkan on a device (`make setup-vulkan`); with
     AUDIOPARITY_REQUIRE_VULKAN set (CI after setup-vulkan) fail instead."""
-    from audioparity.ggml import BackendUnavailable
-    from audioparity.ggml import check_backend
+    from audioparity.ggml import BackendUnavailable, check_backend
 
     try:
         check_backend("vulkan")
