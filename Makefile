@@ -25,9 +25,9 @@ CUDA_ARCHITECTURES ?= native
 setup: $(STAMP)
 
 # ggml-python is compiled from source with llamafile's matmul kernels (-DGGML_LLAMAFILE=ON):
-# 2.2x faster f32 encoder and 3.5x faster f16 prefill than the default build, same parity
-# (BENCHMARKS.md). The wheel is cached outside the checkout (setup/ggml-python.sh), so a second
-# setup installs it without compiling. It has no GPU backend: setup-vulkan and setup-cuda
+# the fastest portable build measured, with the same parity (BENCHMARKS.md, "Build variants").
+# The wheel is cached outside the checkout (setup/ggml-python.sh), so a second setup installs it
+# without compiling. It has no GPU backend: setup-vulkan and setup-cuda
 # replace it, and a new setup drops theirs.
 $(STAMP): pyproject.toml Makefile setup/ggml-python.sh
 	$(PYTHON) -m venv $(VENV)

@@ -7,7 +7,7 @@
 #   munged, slurmctld and slurmd, and waits until the node is idle. Running already: no change.
 # stop: stops the three daemons and removes the slurm.conf start wrote (the state and logs under
 #   /var/lib/audioparity-slurm stay): with a slurm.conf and no controller, every snakemake start
-#   waits about 9 s, because the SLURM executor plugin asks `scontrol show config` on import.
+#   waits for a timeout, because the SLURM executor plugin asks `scontrol show config` on import.
 # No slurmdbd: jobs show in squeue while they run and for MinJobAge after, and every finished
 # job is written to the job completion log (jobcomp.log in the state folder); the profile's
 # status command is squeue (sacct needs slurmdbd).

@@ -215,7 +215,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     p = heads(linear(ctx, w, prefix + "linear_pos", pos_emb), 2 * n_frames - 1)
 
     # Contiguous queries keep the q k^T and q p^T products in llamafile's sgemm (the CPU backend
-    # computes a strided right-hand side one dot product at a time: 3x slower at v3's shape);
+    # computes a strided right-hand side one dot product at a time, far slower: BENCHMARKS.md);
     # contiguous keys and positions keep them in f32 on Vulkan (ggml-vulkan converts a strided
     # left-hand side to f16 first).
     q_u = ggml.ggml_cont(ctx, _per_head(ctx, ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])))
