@@ -1,8 +1,10 @@
 """Checkpoint readers that need no torch, one module per format: :mod:`.safetensors` (Hugging
 Face), :mod:`.torch_zip` (``torch.save``'s zip format, inside a NeMo ``.nemo``), :mod:`.nemo`
-(the ``.nemo`` tar). Each tensor is read on demand and widened to float32 exactly; this module
-holds what they share: the widening and the finite check of weights. The per-family parts (key
-names, expected shapes, storage types) stay in each family's package.
+(the ``.nemo`` tar), :mod:`.ctranslate2` (CTranslate2's ``model.bin``; its Whisper written out
+as a transformers checkpoint by :mod:`.ctranslate2_whisper`). Each tensor is read on demand and
+widened to float32 exactly; this module holds what they share: the widening and the finite check
+of weights. The per-family parts (key names, expected shapes, storage types) stay in each
+family's package.
 """
 
 from __future__ import annotations
