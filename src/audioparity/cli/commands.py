@@ -139,6 +139,13 @@ def drilldown(args: argparse.Namespace) -> None:
                phases=args.phase)
 
 
+def convert_ct2(args: argparse.Namespace) -> None:
+    """Write ``--output``, a transformers Whisper checkpoint, from a CTranslate2 one."""
+    from audioparity.checkpoints.ctranslate2_whisper import write_whisper_checkpoint
+
+    write_whisper_checkpoint(args.model, args.output)
+
+
 def repro(args: argparse.Namespace) -> None:
     from audioparity.drilldown import rerun_repro
 
