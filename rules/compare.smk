@@ -60,6 +60,7 @@ rule drilldown:
         folder=directory(paths.DRILLDOWN_FOLDER),
     params:
         command=COMMANDS.drilldown_command,
+        settings=COMMANDS.cell_settings,
     conda:
         "../envs/audioparity.yaml"
     log:

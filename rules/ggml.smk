@@ -64,6 +64,7 @@ rule ggml_dump:
         directory(paths.GGML),
     params:
         command=COMMANDS.ggml_command,
+        settings=COMMANDS.cell_settings,
     conda:
         "../envs/audioparity.yaml"
     log:

@@ -151,6 +151,25 @@ def test_a_users_adapter_named_by_path_is_its_own_code_input(tmp_path, monkeypat
     assert os.path.relpath(REPO / "src/audioparity/candidates/adapter.py") in files
 
 
+def test_a_users_adapter_brings_the_helpers_of_its_own_folder_it_imports(tmp_path,
+                                                                        monkeypatch):
+    """An adapter importing a module beside it (its folder is on the path when it loads)
+    depends on that module too, transitively; a module it does not import is no input."""
+    code = Code(REPO / "src")
+    monkeypatch.chdir(tmp_path)
+    ports = tmp_path / "ports"
+    (ports / "shared").mkdir(parents=True)
+    (ports / "lite.py").write_text("import my_port\nfrom shared import tools\n")
+    (ports / "my_port.py").write_text("def f():\n    import helper\n")
+    (ports / "helper.py").write_text("import os\n")
+    (ports / "shared" / "__init__.py").write_text("")
+    (ports / "unused.py").write_text("")
+    files = code.candidate_convert(None, "ports/lite.py")
+    assert {"ports/lite.py", "ports/my_port.py", "ports/helper.py",
+            "ports/shared/__init__.py"} <= set(files)
+    assert "ports/unused.py" not in files
+
+
 def test_a_code_input_holds_the_digest_of_its_files_and_changes_only_with_them(
         tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

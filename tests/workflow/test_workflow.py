@@ -209,6 +209,18 @@ def test_a_dump_asks_memory_for_its_model_and_weight_type_and_one_that_cannot_fi
             f"--resources mem_mb={memory['f32'] - 1}") in refused.stdout + refused.stderr
 
 
+def test_changing_a_familys_option_reruns_its_dumps_and_not_the_other_familys(sweep):
+    """A dump's command reads its output and threads, which Snakemake does not record; the
+    options it runs with are recorded apart, so a changed option reruns the cells it feeds."""
+    config = yaml.safe_load((sweep / "sweep.yaml").read_text())
+    config["moss_voicegen"]["options"] = {"kv_cache_type": "f16"}
+    changed = sweep / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    out = snakemake(sweep, "-n", "--configfile", str(changed)).stdout
+    dumps = re.findall(r"^\s+output: (results/ggml/\S+)", out, flags=re.M)
+    assert dumps and all(d.startswith("results/ggml/moss_voicegen/") for d in dumps), dumps
+
+
 def test_editing_the_report_code_reruns_only_the_html(sweep):
     with edited(sweep / "src/audioparity/report/html.py"):
         assert planned_rules(sweep) == ["report_html"]

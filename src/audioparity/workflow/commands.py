@@ -95,6 +95,15 @@ class Commands:
         """The candidate's adapter options, as one JSON argument."""
         return shlex.quote(self._options_json(w)[0])
 
+    def cell_settings(self, w: Any) -> str:
+        """What a cell's dump runs with besides its files: the candidate's and the family's
+        options and the backend setting. A params function of the wildcards alone, so that
+        Snakemake records it and reruns the cell when it changes (the command itself reads the
+        job's output and threads, which Snakemake does not record)."""
+        setting = self.jobs.plan(w).backends[w.backend]
+        options, family_options = self._options_json(w)
+        return f"{options} {family_options} {setting.backend} {as_json(setting.env)}"
+
     def _options_json(self, w: Any) -> tuple[str, str]:
         """The candidate's options and the family's, as JSON (built once per candidate)."""
         key = (w.family, w.candidate)

@@ -237,14 +237,17 @@ class Sources:
         """The files of ``modules`` and of every module of the package they import,
         transitively, with each package's ``__init__`` on the way; ``entries``: functions of
         shallow modules a job runs (their modules and imports included); ``paths``: files
-        outside the package (a user's adapter) whose imports of the package are followed.
+        outside the package (a user's adapter) whose imports of the package are followed, and
+        the modules beside them they import (:meth:`beside`, listed; ``paths`` themselves are
+        not).
         """
         todo = list(modules)
         for entry in entries:
             todo += [entry.module, *entry_imports(self.module(entry.module), entry)]
-        for path in paths:
-            todo += self.parsed(Path(path), "").anywhere
-        files: set[Path] = set()
+        given, files = {Path(path) for path in paths}, set()
+        for path in self.beside(given):
+            files |= {path} - given
+            todo += self.parsed(path, "").anywhere
         seen: set[str] = set()
         while todo:
             name = todo.pop()
@@ -261,6 +264,23 @@ class Sources:
                 parsed = self.module(prefix)
                 todo += parsed.module_level if self.shallow(prefix) else parsed.anywhere
         return files
+
+
+    def beside(self, paths: Iterable[Path]) -> set[Path]:
+        """``paths`` (files outside the package) and the modules beside them that they import,
+        transitively: a user's adapter importing a helper of its own folder (its folder is on
+        the path when it is loaded)."""
+        found: set[Path] = set()
+        todo = [Path(path) for path in paths]
+        while todo:
+            path = todo.pop()
+            if path in found:
+                continue
+            found.add(path)
+            for name in self.parsed(path, "").anywhere:
+                top = path.parent / name.split(".")[0]
+                todo += [c for c in (top.with_suffix(".py"), top / "__init__.py") if c.is_file()]
+        return found
 
 
 def relative(paths: Iterable[Path], start: str | os.PathLike = os.curdir) -> list[str]:
