@@ -182,7 +182,8 @@ def test_design_doc_lists_each_familys_stages_as_its_spec_declares(spec: FamilyS
         assert rows.get(name) == [stage.kind, f"`{stage.layout}`"], (name, rows.get(name))
 
 
-def test_a_family_asked_for_by_its_command_gets_a_hint():
-    with pytest.raises(AudioparityError, match=r"\('parakeet_tdt' is the family of the command "
-                                               r"'parakeet-tdt'\)"):
-        family("parakeet-tdt")
+def test_a_family_is_found_by_its_name_or_its_command_and_an_unknown_one_is_named():
+    assert family("parakeet-tdt") is family("parakeet_tdt")
+    with pytest.raises(AudioparityError, match=r"^unknown family 'parakeet'; registered: "
+                                               r"parakeet_tdt, moss_voicegen, whisper_encoder$"):
+        family("parakeet")

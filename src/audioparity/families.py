@@ -27,18 +27,17 @@ def registered() -> dict[str, Family]:
 
 
 def family(name: str) -> Family:
-    """The family ``name``.
+    """The family ``name``, or the one whose command it is (``parakeet-tdt``).
 
     Raises:
-        AudioparityError: no family of that name (the message lists the registered ones).
+        AudioparityError: no family of that name or command (the message lists them).
     """
     families = registered()
-    if name not in families:
-        hint = next((f" ({f.spec.name!r} is the family of the command {name!r})"
-                     for f in families.values() if f.spec.command == name), "")
-        raise AudioparityError(f"unknown family {name!r}; registered: "
-                               f"{', '.join(families)}{hint}")
-    return families[name]
+    found = families.get(name) or next(
+        (known for known in families.values() if known.spec.command == name), None)
+    if found is None:
+        raise AudioparityError(f"unknown family {name!r}; registered: {', '.join(families)}")
+    return found
 
 
 def _form_of(stage: str) -> tuple[str, int]:

@@ -188,6 +188,13 @@ def test_a_users_adapter_named_by_path_runs_through_the_cli(tmp_path, monkeypatc
     assert rows["enc_out"]["seconds"] is None
 
 
+def test_a_folder_given_as_an_adapter_is_named_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ports").mkdir()
+    with pytest.raises(AudioparityError, match=r"^adapter 'ports/': a folder: .*ports \(a path"):
+        load_adapter("ports/")
+
+
 @pytest.mark.parametrize("text, found", [
     (None, "no such file"),
     ("x = 1\n", "defines no Adapter; expected a .py file that defines one Adapter subclass"),

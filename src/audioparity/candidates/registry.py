@@ -63,7 +63,9 @@ def _from_path(path: str, given: str) -> Adapter:
     file = Path(path)
     expected = "a .py file that defines one Adapter subclass (docs/candidates.md)"
     if file.suffix != ".py" or not file.is_file():
-        raise AudioparityError(f"adapter {given!r}: no such file {file} (a path is relative to "
+        what = ("a folder" if file.is_dir() else "not a .py file" if file.exists()
+                else "no such file")
+        raise AudioparityError(f"adapter {given!r}: {what}: {file} (a path is relative to "
                                f"the working directory {Path.cwd()}); expected {expected}")
     module_name = f"audioparity_adapter_{file.stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, file)
