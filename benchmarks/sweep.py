@@ -156,7 +156,7 @@ def sweep_config(parakeet: Path | None, clips: list[dict], moss: Path | None,
         name = (model.stem if model.is_file() else model.name).replace(".", "_")
         config[family].update(models=[{"name": name, "path": str(model)}],
                               cases=cases, weight_types=weight_types, backends=["cpu"])
-    config.pop("whisper_encoder", None)
+    config.pop("whisper", None)
     return config
 
 

@@ -74,7 +74,7 @@ def test_cli_formats_are_the_modules(capsys):
 def test_refusals_name_the_dump_and_leave_nothing(tmp_path, kind):
     dump = {"status": lambda: planted_dump(tmp_path / "dump", status="unavailable"),
             "family": lambda: planted_dump(tmp_path / "dump", family="no_such_family"),
-            "seedless": lambda: planted_dump(tmp_path / "dump", family="whisper_encoder")}.get(
+            "seedless": lambda: planted_dump(tmp_path / "dump", family="whisper")}.get(
         kind, lambda: planted_dump(tmp_path / "dump"))()
     if kind == "floats":
         with DumpWriter(dump, producer="torch") as writer:
@@ -85,7 +85,7 @@ def test_refusals_name_the_dump_and_leave_nothing(tmp_path, kind):
         "floats": "no float tensor to export as f32json",
         "format": "unknown export format 'npz'; valid: f32json, seed",
         "family": "unknown family 'no_such_family'",
-        "seedless": "family 'whisper_encoder' has no seed format",
+        "seedless": "family 'whisper' has no seed format",
     }[kind]
     with pytest.raises(AudioparityError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         export_dump(dump, fmt, tmp_path / "out")

@@ -216,8 +216,10 @@ def rows(cell, k):
       "src/audioparity/candidates/planted.py:12: 'layer_{...}_isolated'",
       "src/audioparity/candidates/planted.py:12: 'decode_margins'"]),
     ("src/audioparity/models/parakeet_tdt/planted.py", []),
-    ("src/audioparity/models/whisper_encoder/planted.py",
-     ["src/audioparity/models/whisper_encoder/planted.py:12: 'decode_margins'"]),
+    ("src/audioparity/models/whisper/planted.py", []),
+    ("src/audioparity/models/moss_voicegen/planted.py",
+     ["src/audioparity/models/moss_voicegen/planted.py:12: 'layer_{...}_isolated'",
+      "src/audioparity/models/moss_voicegen/planted.py:12: 'decode_margins'"]),
 ])
 def test_a_planted_stage_name_fails_where_it_is_not_allowed(names, where, expected):
     found = violations(literals(PLANTED, Path(where)), names)

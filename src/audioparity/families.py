@@ -20,9 +20,9 @@ def registered() -> dict[str, Family]:
     """
     from audioparity.models.moss_voicegen import MossVoicegen
     from audioparity.models.parakeet_tdt import ParakeetTdt
-    from audioparity.models.whisper_encoder import WhisperEncoder
+    from audioparity.models.whisper import Whisper
 
-    families = [ParakeetTdt(), MossVoicegen(), WhisperEncoder()]
+    families = [ParakeetTdt(), MossVoicegen(), Whisper()]
     return {family.spec.name: family for family in families}
 
 

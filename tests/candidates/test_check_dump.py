@@ -210,8 +210,8 @@ CASES = (
          "dump/manifest.json: status 'crashed' (killed by SIGSEGV); expected ok (its required "
          "stages are not checked)"),
     Case("other_family", "a manifest of another family",
-         lambda cwd: write_dump(cwd / "dump", fields={"family": "whisper_encoder"}),
-         "dump/manifest.json: family 'whisper_encoder'; expected parakeet_tdt"),
+         lambda cwd: write_dump(cwd / "dump", fields={"family": "whisper"}),
+         "dump/manifest.json: family 'whisper'; expected parakeet_tdt"),
     Case("no_manifest", "a folder without manifest.json",
          then(lambda dump: (dump / "manifest.json").unlink()),
          "dump: no manifest.json; expected a dump of the contract (a tool's raw folder is "
@@ -484,8 +484,8 @@ def test_a_dump_adapter_checks_the_contract(cwd, capsys):
     (f"{CHECK} --adapter nope", "unknown adapter 'nope': not one of the shipped adapters ("),
     (f"{CHECK} --adapter ports/nope.py", "adapter 'ports/nope.py': no such file "),
     ("audioparity check-dump dump --family wav2vec", "unknown family 'wav2vec'; registered: "),
-    ("audioparity check-dump dump --family whisper_encoder --adapter transcribe_cpp",
-     "adapter 'transcribe_cpp' implements parakeet_tdt, not whisper_encoder"),
+    ("audioparity check-dump dump --family whisper --adapter transcribe_cpp",
+     "adapter 'transcribe_cpp' implements parakeet_tdt, not whisper"),
     ("audioparity check-dump none --family parakeet_tdt",
      "none: no such directory; expected a dump directory"),
 ])

@@ -313,24 +313,24 @@ def test_the_family_port_runs_in_process_and_dumps_what_audioparity_ggml_dumps(
     identical dumps."""
     from audioparity.driver import dump_reference
 
-    model = fixture_model("whisper_encoder")
-    whisper = family("whisper_encoder")
+    model = fixture_model("whisper")
+    whisper = family("whisper")
     dump_reference(whisper, model, [(clip_wav, tmp_path / "ref")], options={}, threads=1)
     common = ["--model", str(model), "--audio", str(clip_wav), "--reference-dir",
               str(tmp_path / "ref"), "--weight-type", "q8_0", "--weights-file",
               str(tmp_path / "w.gguf")]
-    assert run_cli(["weights", "whisper-encoder", "--model", str(model), "--weight-type", "q8_0",
+    assert run_cli(["weights", "whisper", "--model", str(model), "--weight-type", "q8_0",
                     "--output", str(tmp_path / "w.gguf")], capsys)[0] == 0
-    assert run_cli(["ggml", "whisper-encoder", *common, "--output-dir", str(tmp_path / "a")],
+    assert run_cli(["ggml", "whisper", *common, "--output-dir", str(tmp_path / "a")],
                    capsys)[0] == 0
-    code, _, err = run_cli(["candidate", "run", "--family", "whisper_encoder", "--adapter",
+    code, _, err = run_cli(["candidate", "run", "--family", "whisper", "--adapter",
                             "audioparity", *common, "--output-dir", str(tmp_path / "b")],
                            capsys)
     assert code == 0, err
     code, out, _ = run_cli(["determinism", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
                            capsys)
     assert code == 0 and out.startswith("identical:")
-    code, _, err = run_cli(["candidate", "run", "--family", "whisper_encoder", "--adapter",
+    code, _, err = run_cli(["candidate", "run", "--family", "whisper", "--adapter",
                             "audioparity", "--options", '{"nope": 1}', *common, "--output-dir",
                             str(tmp_path / "c")], capsys)
     assert code == 1 and "adapter 'audioparity' options" in err.splitlines()[-1]

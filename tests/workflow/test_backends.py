@@ -99,7 +99,7 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     rows = summary(workdir)
     reference = rows[rows["against"] == "reference"]
     assert set(reference["backend"]) == {"cpu", "vulkan", "vulkan-no-f16"}
-    assert set(reference["family"]) == {"parakeet_tdt", "moss_voicegen", "whisper_encoder"}
+    assert set(reference["family"]) == {"parakeet_tdt", "moss_voicegen", "whisper"}
     assert set(reference[reference["family"] == "moss_voicegen"]["case"]) == {"en-instruction"}
     # nothing fails that is not declared, and f32 without f16 arithmetic meets every f32 gate
     assert set(reference["status"]) <= {"pass", "xfail"}, reference[

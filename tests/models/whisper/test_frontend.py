@@ -9,8 +9,8 @@ import pytest
 from audioparity.audio import load_audio
 from audioparity.compare.metrics import cosine, max_rel, nmse
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder import frontend
-from audioparity.models.whisper_encoder.config import FeatureExtractorConfig
+from audioparity.models.whisper import frontend
+from audioparity.models.whisper.config import FeatureExtractorConfig
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

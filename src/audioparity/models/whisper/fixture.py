@@ -132,5 +132,5 @@ def build_fixture(output: Path, seed: int = 0) -> None:
         WhisperFeatureExtractor(feature_size=ENCODER["num_mel_bins"]).save_pretrained(work)
         for file in work.iterdir():
             file.chmod(0o644)  # save_pretrained writes model.safetensors owner-only
-    log.info("fixture whisper-encoder: transformers imported in %.1f s; wrote %s (seed %d) in "
+    log.info("fixture whisper: transformers imported in %.1f s; wrote %s (seed %d) in "
              "%.2f s", imported - start, output, seed, time.perf_counter() - imported)

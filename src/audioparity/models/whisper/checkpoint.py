@@ -20,7 +20,7 @@ import numpy as np
 
 from audioparity.checkpoints.safetensors import Entry, checkpoint_entries
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder.config import WhisperEncoderConfig
+from audioparity.models.whisper.config import WhisperEncoderConfig
 
 #: Key prefixes of the encoder, by the class that saves it, tried in this order.
 PREFIXES = {"model.encoder.": "WhisperForConditionalGeneration", "encoder.": "WhisperModel"}

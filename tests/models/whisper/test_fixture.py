@@ -13,10 +13,10 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.driver import storage_types
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder import WhisperEncoder
-from audioparity.models.whisper_encoder.checkpoint import read_weights
-from audioparity.models.whisper_encoder.config import load_config
-from audioparity.models.whisper_encoder.fixture import build_fixture
+from audioparity.models.whisper import Whisper
+from audioparity.models.whisper.checkpoint import read_weights
+from audioparity.models.whisper.config import load_config
+from audioparity.models.whisper.fixture import build_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -67,7 +67,7 @@ def test_layout_is_a_hugging_face_whisper_checkpoint(whisper_model: Path):
 
 
 def test_q8_0_holds_every_matmul_weight(whisper_model: Path):
-    whisper = WhisperEncoder()
+    whisper = Whisper()
     weights = whisper.weights(whisper_model, load_config(whisper_model))
     storage, notes = storage_types(whisper, weights.shapes, weights.native, "q8_0", {})
     assert notes == []

@@ -132,6 +132,6 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals the "
                "input of layers[0] exactly (checked)")
-    log.info("reference whisper-encoder: %s (%.2f s of audio): mel %s, encoder %d layers, "
+    log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, "
              "T'=%d", case.path, case.data.seconds, list(features.shape),
              case.config.n_layers, taps["enc_out"].shape[0])

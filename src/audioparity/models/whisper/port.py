@@ -17,8 +17,8 @@ from typing import Any
 from audioparity.artifacts import Dump
 from audioparity.family import Case, Outputs, Phase
 from audioparity.ggml import Runtime, Weights
-from audioparity.models.whisper_encoder.encoder import Encoder
-from audioparity.models.whisper_encoder.frontend import mel_features
+from audioparity.models.whisper.encoder import Encoder
+from audioparity.models.whisper.frontend import mel_features
 
 log = logging.getLogger("audioparity")
 
@@ -41,5 +41,5 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
               for name in ["conv_out", *(f"layer_{i}" for i in range(config.n_layers - 1))]]
     for i, output in enumerate(encoder.layers_isolated(inputs)):
         yield f"layer_{i}_isolated", output
-    log.info("ggml whisper-encoder %s: mel %s, encoder (%d layers, T'=%d)", case.path.name,
+    log.info("ggml whisper %s: mel %s, encoder (%d layers, T'=%d)", case.path.name,
              list(mel.shape), config.n_layers, taps["enc_out"].shape[0])

@@ -54,7 +54,7 @@ BUGS: dict[str, list[Patch]] = {
 @pytest.fixture(scope="module")
 def statuses(whisper_model, clip_wav, whisper_reference, tmp_path_factory):
     """Run every planted copy once; {bug: {stage: status}} under the config's f32 gates."""
-    return {bug: planted_statuses(tmp_path_factory.mktemp(bug), "whisper_encoder", patches,
+    return {bug: planted_statuses(tmp_path_factory.mktemp(bug), "whisper", patches,
                                   whisper_model, clip_wav, whisper_reference)
             for bug, patches in BUGS.items()}
 

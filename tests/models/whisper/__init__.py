@@ -10,5 +10,5 @@ from tests import config_gates
 
 def gate(weight_type: str, stage: str) -> dict:
     """The gate entry ``stage`` takes at ``weight_type`` (the first whose pattern matches)."""
-    return next(entry for entry in config_gates("whisper_encoder", weight_type)["gates"]
+    return next(entry for entry in config_gates("whisper", weight_type)["gates"]
                 if fnmatchcase(stage, entry["stage"]))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder.config import FeatureExtractorConfig
+from audioparity.models.whisper.config import FeatureExtractorConfig
 
 #: The floor of the mel energies before the log (``torch.clamp(mel, min=1e-10)``).
 LOG_FLOOR = np.float32(1e-10)

@@ -16,7 +16,7 @@ from audioparity.artifacts import Dump
 from audioparity.audio import load_audio
 from audioparity.driver import dump_reference as drive_reference
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder import WhisperEncoder
+from audioparity.models.whisper import Whisper
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,7 +45,7 @@ def transformers_run(whisper_model: Path, clip_wav: Path) -> dict:
 def test_manifest_names_family_threads_layers_audio_and_versions(whisper_reference: Path):
     manifest = Dump(whisper_reference).manifest
     assert manifest["producer"] == "torch" and manifest["status"] == "ok"
-    assert manifest["family"] == "whisper_encoder"
+    assert manifest["family"] == "whisper"
     assert (manifest["threads"], manifest["cases_per_load"], manifest["n_layers"]) == (1, 1, 2)
     assert manifest["audio"] == {"format": "WAV", "subtype": "PCM_16", "channels": 1,
                                  "sample_rate": 16000, "frames": 49459}
@@ -98,7 +98,7 @@ def test_conv_out_is_the_gelu_of_conv2_in_float64(whisper_reference: Path, trans
 
 def dump_reference(model: Path, cases: list, **kwargs) -> None:
     """The driver's reference dump of the Whisper family."""
-    drive_reference(WhisperEncoder(), model, cases, options={}, **kwargs)
+    drive_reference(Whisper(), model, cases, options={}, **kwargs)
 
 
 def test_one_model_load_dumps_every_case_as_separate_jobs_would(
@@ -148,9 +148,9 @@ def test_a_bad_checkpoint_is_refused_before_torch_is_imported(whisper_model: Pat
         "import sys\n"
         "from audioparity.errors import AudioparityError\n"
         "from audioparity.driver import dump_reference\n"
-        "from audioparity.models.whisper_encoder import WhisperEncoder\n"
+        "from audioparity.models.whisper import Whisper\n"
         "try:\n"
-        f"    dump_reference(WhisperEncoder(), {str(broken)!r},\n"
+        f"    dump_reference(Whisper(), {str(broken)!r},\n"
         f"                   [({str(clip_wav)!r}, {str(tmp_path / 'd')!r})], options={{}})\n"
         "except AudioparityError as err:\n"
         "    print(err)\n"

@@ -1,4 +1,4 @@
-"""``audioparity ggml whisper-encoder`` as a subprocess on the tiny fixture and its reference dump:
+"""``audioparity ggml whisper`` as a subprocess on the tiny fixture and its reference dump:
 the manifest lists every contract tensor with the reference's shapes and layouts, a backend that
 is not built in gives status ``unavailable`` with exit code 0, and bad inputs leave nothing."""
 
@@ -14,14 +14,14 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.driver import dump_ggml
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper_encoder import WhisperEncoder
+from audioparity.models.whisper import Whisper
 
 FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers")
 
 
 def run_dump(model: Path, audio: Path, reference: Path, output: Path, *options: str):
     return subprocess.run(
-        [sys.executable, "-m", "audioparity.cli", "ggml", "whisper-encoder", "--model",
+        [sys.executable, "-m", "audioparity.cli", "ggml", "whisper", "--model",
          str(model), "--audio", str(audio), "--reference-dir", str(reference), "--output-dir",
          str(output), *options],
         capture_output=True, text=True, timeout=300,
@@ -37,7 +37,7 @@ def test_dump_writes_every_stage(whisper_model, clip_wav, whisper_reference, tmp
     manifest = dump.manifest
     assert dump.status == "ok" and manifest["producer"] == "ggml"
     assert {key: manifest[key] for key in FIELDS} == {
-        "family": "whisper_encoder", "backend": "cpu", "device": 0, "weight_type": "f32",
+        "family": "whisper", "backend": "cpu", "device": 0, "weight_type": "f32",
         "threads": 2, "n_layers": reference.manifest["n_layers"]}
     assert manifest["audio"] == reference.manifest["audio"]
     assert manifest["ggml_build"]["ggml_python"] == ggml.__version__
@@ -86,7 +86,7 @@ def test_a_reference_lacking_a_stage_is_refused_and_nothing_is_left(whisper_mode
     (reference / "manifest.json").write_text(manifest.replace('"conv_out": {', '"gone": {'))
     output = tmp_path / "out"
     with pytest.raises(AudioparityError, match="reference dump lacks conv_out"):
-        dump_ggml(WhisperEncoder(), whisper_model, clip_wav, output, reference_dir=reference,
+        dump_ggml(Whisper(), whisper_model, clip_wav, output, reference_dir=reference,
                   weight_type="f32", backend="cpu", options={})
     assert not output.exists() and not (tmp_path / "out.partial").exists()
     result = run_dump(whisper_model, tmp_path / "missing.wav", whisper_reference, output)

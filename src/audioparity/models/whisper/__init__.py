@@ -24,12 +24,12 @@ from audioparity.family import (
 _MATMUL = re.compile(r"\.(self_attn\.[qkv]_proj|self_attn\.out_proj|fc1|fc2)\.weight$")
 
 
-class WhisperEncoder(Family):
+class Whisper(Family):
     """transformers' ``WhisperEncoder`` and our ggml port of it (:mod:`.encoder`)."""
 
     spec = FamilySpec(
-        name="whisper_encoder",
-        command="whisper-encoder",
+        name="whisper",
+        command="whisper",
         title="Whisper audio encoder (log-mel frontend, conv stack, transformer) against "
               "transformers' WhisperEncoder",
         input="audio",
@@ -50,14 +50,14 @@ class WhisperEncoder(Family):
     reference_keeps = ("embed_positions",)
 
     def config(self, model: Path) -> Any:
-        from audioparity.models.whisper_encoder.config import load_config
+        from audioparity.models.whisper.config import load_config
 
         return load_config(model)
 
     def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
                   ) -> Case:
         from audioparity.audio import load_audio
-        from audioparity.models.whisper_encoder.frontend import trim_note
+        from audioparity.models.whisper.frontend import trim_note
 
         extractor = config.feature_extractor
         sound = load_audio(path, sample_rate=extractor.sampling_rate)
@@ -69,18 +69,18 @@ class WhisperEncoder(Family):
         return {"n_layers": config.n_layers}
 
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
-        from audioparity.models.whisper_encoder.fixture import build_fixture
+        from audioparity.models.whisper.fixture import build_fixture
 
         build_fixture(output, seed=seed)
 
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
-        from audioparity.models.whisper_encoder.checkpoint import check_weights
+        from audioparity.models.whisper.checkpoint import check_weights
 
         check_weights(model, config)
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        from audioparity.models.whisper_encoder.reference import load_model
+        from audioparity.models.whisper.reference import load_model
 
         return load_model(model)
 
@@ -88,12 +88,12 @@ class WhisperEncoder(Family):
         return loaded.encoder
 
     def reference(self, loaded: Any, case: Case) -> Outputs:
-        from audioparity.models.whisper_encoder.reference import stages
+        from audioparity.models.whisper.reference import stages
 
         return stages(loaded, case)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
-        from audioparity.models.whisper_encoder.checkpoint import checked_entries
+        from audioparity.models.whisper.checkpoint import checked_entries
 
         tensors = checked_entries(model, config)
         return CheckpointWeights({name: entry.shape for name, entry in tensors.entries.items()},
@@ -103,6 +103,6 @@ class WhisperEncoder(Family):
         return MATMUL if _MATMUL.search(name) else FLOAT32
 
     def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
-        from audioparity.models.whisper_encoder.port import stages
+        from audioparity.models.whisper.port import stages
 
         return stages(runtime, weights, case, reference)

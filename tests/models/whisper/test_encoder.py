@@ -17,17 +17,17 @@ from audioparity.compare.metrics import cosine, max_rel, nmse
 from audioparity.driver import storage_types, upload_weights
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime
-from audioparity.models.whisper_encoder import WhisperEncoder
-from audioparity.models.whisper_encoder import encoder as enc
-from audioparity.models.whisper_encoder.checkpoint import (
+from audioparity.models.whisper import Whisper
+from audioparity.models.whisper import encoder as enc
+from audioparity.models.whisper.checkpoint import (
     check_weights,
     expected_shapes,
     read_weights,
 )
-from audioparity.models.whisper_encoder.config import load_config, parse_config
-from audioparity.models.whisper_encoder.fixture import redraw_weights
+from audioparity.models.whisper.config import load_config, parse_config
+from audioparity.models.whisper.fixture import redraw_weights
 from audioparity.storage import emulated_dir
-from tests.models.whisper_encoder import gate
+from tests.models.whisper import gate
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -113,7 +113,7 @@ def test_conv1d_matches_torch_conv1d(n_in, n_out, stride, length):
     assert_float32_close(out, reference)
 
 
-def test_conv_stack_matches_whisper_encoder_convs(module):
+def test_conv_stack_matches_whisper_convs(module):
     mel = np.random.default_rng(1).standard_normal((74, SMALL["num_mel_bins"]))
     with torch.no_grad():
         x = torch.from_numpy(mel.T.copy())[None]
@@ -135,7 +135,7 @@ def test_self_attention_matches_whisper_attention(module, config, n_frames):
     assert_float32_close(out, reference)
 
 
-def test_encoder_layer_matches_whisper_encoder_layer(module, config):
+def test_encoder_layer_matches_whisper_layer(module, config):
     x = np.random.default_rng(3).standard_normal((37, SMALL["d_model"]))
     with torch.no_grad():
         reference = module.layers[0](torch.from_numpy(x)[None], None)[0].numpy()
@@ -144,7 +144,7 @@ def test_encoder_layer_matches_whisper_encoder_layer(module, config):
     assert_float32_close(out, reference)
 
 
-def test_encoder_matches_whisper_encoder_end_to_end_and_layer_by_layer(module, config):
+def test_encoder_matches_whisper_end_to_end_and_layer_by_layer(module, config):
     """Every tap of :meth:`Encoder.forward` and every isolated layer against the module's own
     outputs (``hidden_states``: the layers' input, then each layer's output but the last, whose
     place ``last_hidden_state`` takes)."""
@@ -220,7 +220,7 @@ def test_defaults_are_whisper_configs_and_extractors():
     assert config.n_frames == 1500
 
 
-def test_scale_embedding_is_accepted_because_whisper_encoder_does_not_apply_it(module):
+def test_scale_embedding_is_accepted_because_whisper_does_not_apply_it(module):
     """``WhisperEncoder`` computes ``embed_scale`` and never uses it: the same weights give the
     same output with ``scale_embedding`` true (if transformers starts applying it, this fails and
     the config must refuse it until the port follows)."""
@@ -250,14 +250,14 @@ def whisper_model_dir(tmp_path_factory):
 
 def plan(model: Path, weight_type: str) -> tuple[dict[str, str], list[str]]:
     """The storage types the driver gives the checkpoint's encoder weights, and its notes."""
-    whisper = WhisperEncoder()
+    whisper = Whisper()
     weights = whisper.weights(model, load_config(model))
     return storage_types(whisper, weights.shapes, weights.native, weight_type, {})
 
 
 def uploaded(runtime: Runtime, model: Path, weight_type: str):
     """The checkpoint's encoder weights uploaded by the driver at ``weight_type``."""
-    return upload_weights(WhisperEncoder(), runtime, model, load_config(model), weight_type,
+    return upload_weights(Whisper(), runtime, model, load_config(model), weight_type,
                           {})[0]
 
 
@@ -282,7 +282,7 @@ def test_q8_0_falls_back_to_f16_for_rows_it_cannot_hold(whisper_model_dir):
     assert storage["layers.0.self_attn.k_proj.weight"] == "f16"
     assert storage["layers.0.fc2.weight"] == "f16"  # rows of 80
     assert any("layers.0.fc1.weight [80, 48]: q8_0 needs rows" in n for n in notes)
-    whisper = WhisperEncoder()
+    whisper = Whisper()
     assert storage_types(whisper, {"layers.0.fc1.weight": (256, 64)}, {}, "q8_0", {}) == (
         {"layers.0.fc1.weight": "q8_0"}, [])
 

@@ -27,7 +27,7 @@ import numpy as np
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
 from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, layer_norm, linear
-from audioparity.models.whisper_encoder.config import (
+from audioparity.models.whisper.config import (
     CONV_STRIDES,
     LAYER_NORM_EPS,
     EncoderConfig,
@@ -189,7 +189,7 @@ class Encoder:
 
         config = load_config(model)
         with Runtime("cpu", threads=4) as rt:
-            weights, _ = upload_weights(WhisperEncoder(), rt, model, config, "f32", {})
+            weights, _ = upload_weights(Whisper(), rt, model, config, "f32", {})
             taps = Encoder(weights, config, rt).forward(mel)   # mel [3000, n_mels]
             taps["enc_out"]                                    # [1500, D]
     """
