@@ -12,6 +12,7 @@ rule compare_cell:
         gates=COMMANDS.gates,
         replay=COMMANDS.replay_flag,
         cost=COMMANDS.cost_flag,
+        known_text=COMMANDS.known_text_flag,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -23,7 +24,7 @@ rule compare_cell:
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
         " --label case={wildcards.case} --label candidate={wildcards.candidate}"
         " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
-        " {params.replay} {params.cost} --output {output:q} 2> {log}"
+        " {params.replay} {params.cost} {params.known_text} --output {output:q} 2> {log}"
 
 
 # Each backend other than the baseline (cpu) against the baseline, stage by stage, for the same

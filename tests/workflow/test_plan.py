@@ -201,3 +201,16 @@ def test_a_reference_jobs_plan_names_its_cases_their_content_and_its_emulated_ty
     assert list(plans) == ["results/reference/parakeet_tdt/tiny.plan.json"]
     assert json.loads(plans["results/reference/parakeet_tdt/tiny.plan.json"]) == {
         "cases": {"clip": CLIP}, "digests": {"clip": f"digest of {CLIP}"}, "emulate": ["q8_0"]}
+
+
+def test_a_known_text_is_kept_for_an_audio_case_and_refused_for_a_prompt():
+    spoken = config(cases=[{"name": "clip", "path": CLIP, "text": "what was said"}])
+    assert sweep(spoken).families["parakeet_tdt"].known_texts == {"clip": "what was said"}
+    prompt = str(REPO / "resources/moss/en_instruction.json")
+    moss = section(models=[{"name": "tiny", "path": "results/fixtures/moss_voicegen/tiny"}],
+                   cases=[{"name": "en", "path": prompt, "text": "hello"}])
+    value = {"families": ["moss_voicegen"], "fixtures": {"moss_voicegen": {"tiny": {}}},
+             "moss_voicegen": moss}
+    with pytest.raises(AudioparityError, match="config moss_voicegen.cases 'en': a known "
+                                               "text is what is said in an audio case"):
+        sweep(value)

@@ -212,6 +212,9 @@ def _compare_command(sub) -> None:
                    help="gates for this cell: a JSON object, or a .json/.yaml file")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="cell labels copied into every row (family, model, case, ...)")
+    p.add_argument("--known-text", metavar="TEXT",
+                   help="what was said in the case's audio: decode documents also get their "
+                   "WER against it (wer_known, ref_wer_known)")
     p.add_argument("--output", required=True, type=Path, help="cell result (.json)")
     p.set_defaults(run=compare)
 

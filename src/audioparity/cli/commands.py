@@ -188,7 +188,8 @@ def compare(args: argparse.Namespace) -> None:
     from audioparity.compare import compare_cell
 
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
-                 args.output, replay_dir=args.replay, cost_dir=args.cost_reference)
+                 args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
+                 known_text=args.known_text)
 
 
 def report_summary(args: argparse.Namespace) -> None:

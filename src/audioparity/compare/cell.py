@@ -35,7 +35,7 @@ import numpy as np
 
 from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
 from audioparity.compare import metrics as m
-from audioparity.compare.documents import document_metrics
+from audioparity.compare.documents import document_metrics, known_text_metrics
 from audioparity.compare.gates import Verdict, check_resolved, status
 from audioparity.errors import AudioparityError
 from audioparity.families import (
@@ -59,7 +59,8 @@ REFERENCE = "reference"
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
     "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
-    "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
+    "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "wer_known",
+    "ref_wer_known",
 )
 #: The cost of a weight type: the candidate measured against the float32 reference, where a
 #: quantized cell's own reference is a quantization-aware one (``audioparity.storage``); empty
@@ -289,6 +290,8 @@ class Cell:
     plan: list[Planned] = field(default_factory=list)
     #: The row stage a crashed dump died in (:func:`_crashed_stage`).
     crashed_in: str | None = None
+    #: What was said in the case's audio, where the config gives it (``text`` of a case).
+    known_text: str | None = None
 
     @property
     def message(self) -> str:
@@ -460,6 +463,17 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def _add_known_text(cell: Cell, row: Planned, measured: dict[str, Any]) -> None:
+    """Add a compared document row's ``wer_known`` and ``ref_wer_known`` to its metrics; for a
+    case with no known text, mark ``wer_known`` not measured (a ``wer_known_max`` gate then
+    passes it by)."""
+    if cell.known_text is None:
+        measured.setdefault("not_measured", {})["wer_known"] = "the case has no known text"
+        return
+    measured.update(known_text_metrics(_document(cell.candidate, row.cand_stage),
+                                       _document(row.against, row.ref_stage), cell.known_text))
+
+
 def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]
          ) -> dict[str, Any]:
     """One row of the cell (:data:`COLUMNS`, labels first, extra labels after them)."""
@@ -468,6 +482,8 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
     if state == "ok":
         measured, problems = compare_stage(row.against, cell.candidate, row.cand_stage,
                                            row.ref_stage, row.kind, row.ref_kind)
+        if measured is not None and row.kind == "document":
+            _add_known_text(cell, row, measured)
     verdict = status(row.stage, gates, availability=state, metrics=measured, problems=problems)
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)
@@ -482,7 +498,8 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
 
 def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike,
               labels: Mapping[str, str], replay_dir: str | os.PathLike | None = None,
-              cost_dir: str | os.PathLike | None = None) -> Cell:
+              cost_dir: str | os.PathLike | None = None, known_text: str | None = None
+              ) -> Cell:
     """The dumps of a cell read, and its rows planned (:func:`compare_cell`'s arguments).
 
     Raises:
@@ -497,6 +514,7 @@ def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike
         cost=Dump(cost_dir) if cost_dir is not None else None,
         family=labels.get("family"),
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
+        known_text=known_text,
     )
     cell.plan = _plan(cell)
     cell.crashed_in = _crashed_stage(cell)
@@ -511,6 +529,7 @@ def compare_cell(
     output: str | os.PathLike,
     replay_dir: str | os.PathLike | None = None,
     cost_dir: str | os.PathLike | None = None,
+    known_text: str | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -534,6 +553,9 @@ def compare_cell(
         cost_dir: where ``reference_dir`` is a quantization-aware reference (the cell's weight
             type emulated), the float32 reference: each compared row gets :data:`COST_COLUMNS`,
             the candidate's stage measured against its reference stage there (None elsewhere).
+        known_text: what was said in the case's audio: each document row with a ``text`` gets
+            ``wer_known`` and ``ref_wer_known``
+            (:func:`~audioparity.compare.documents.known_text_metrics`).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
     the same candidate's dump on that backend and every stage, an isolated form too, is
@@ -544,7 +566,7 @@ def compare_cell(
             threshold that does not apply to it.
     """
     check_resolved(gates)
-    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir)
+    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text)
     rows = [_row(cell, row, gates, labels) for row in cell.plan]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}

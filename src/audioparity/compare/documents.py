@@ -151,3 +151,20 @@ def document_metrics(
     if not_measured:
         metrics["not_measured"] = not_measured
     return {**metrics, **_margin_counts(ref_margins, cand_margins)}
+
+
+def known_text_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any], known: str
+                       ) -> dict[str, float | None]:
+    """Both documents' ``text`` against the known text of the case (what was said):
+    ``wer_known`` the candidate's, ``ref_wer_known`` the reference's
+    (:func:`~audioparity.compare.metrics.wer_known`, case and punctuation aside); None for a
+    side whose document has no ``text`` string. Beside ``wer`` (candidate against reference),
+    they tell a port that departs from a reference that is itself right from one that departs
+    from a reference that is wrong too.
+
+    Raises:
+        AudioparityError: ``known`` holds no word.
+    """
+    return {key: m.wer_known(document["text"], known)
+            if isinstance(document.get("text"), str) else None
+            for key, document in (("wer_known", cand), ("ref_wer_known", ref))}

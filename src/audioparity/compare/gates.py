@@ -41,6 +41,9 @@ key                 applies to passes when
 ``kl_max``          logits     kl <= value: the largest KL(ref || cand) over rows, in nats
 ``token_match_min`` documents  token_match >= value
 ``wer_max``         documents  wer <= value (documents with a "text" field)
+``wer_known_max``   documents  wer_known <= value: the candidate's text against the case's
+                               known ``text`` (case and punctuation aside); cases without one
+                               are not held to it
 ``exact``           documents  ``true``: every field of the reference document is identical
 ``logit_gap_max``   documents  identical, or the first divergence is at a near-tie: the
                                reference's margin there (``logit_gap``) <= value
@@ -95,6 +98,7 @@ _LIMITS = {
     "kl_max": ("kl", "<="),
     "token_match_min": ("token_match", ">="),
     "wer_max": ("wer", "<="),
+    "wer_known_max": ("wer_known", "<="),
 }
 #: Numeric threshold keys: the limits, and ``logit_gap_max`` (documents part at a near-tie only).
 _NUMERIC = (*_LIMITS, "logit_gap_max")

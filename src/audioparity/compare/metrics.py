@@ -358,3 +358,23 @@ def wer(cand: str, ref: str) -> float:
     if not cand.split():
         return 1.0
     return float(jiwer.wer(ref, cand))
+
+
+#: What :func:`wer_known` does to both texts before counting words: a known text is written by
+#: a person, with the case and punctuation a model may not produce.
+_KNOWN_TEXT = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(),
+                             jiwer.RemoveMultipleSpaces(), jiwer.Strip()])
+
+
+def wer_known(text: str, known: str) -> float:
+    """Word error rate of a decoded ``text`` against the ``known`` text of the audio (what was
+    said, from a transcript), both lower-cased and stripped of punctuation first
+    (``jiwer.ToLowerCase``, ``jiwer.RemovePunctuation``); then :func:`wer`.
+
+    Raises:
+        AudioparityError: ``known`` holds no word (a known text must say something).
+    """
+    if not _KNOWN_TEXT(known).split():
+        raise AudioparityError(f"known text {known!r}: no word left once lower-cased and "
+                               "stripped of punctuation")
+    return wer(_KNOWN_TEXT(text), _KNOWN_TEXT(known))

@@ -216,6 +216,11 @@ class Commands:
         return (f"--cost-reference {shlex.quote(self.jobs.f32_reference_case(w))}"
                 if self.jobs.emulated(w) else "")
 
+    def known_text_flag(self, w: Any) -> str:
+        """``--known-text TEXT`` where the cell's case gives what is said in its audio."""
+        text = self.jobs.plan(w).known_texts.get(w.case)
+        return f"--known-text {shlex.quote(text)}" if text is not None else ""
+
     def emulate_flag(self, w: Any) -> str:
         """``--emulate TYPE`` for the replay of a quantized cell."""
         emulated = self.jobs.emulated(w)

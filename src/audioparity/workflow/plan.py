@@ -98,6 +98,8 @@ class FamilyPlan:
     section: dict[str, Any]
     models: dict[str, str] = field(default_factory=dict)
     cases: dict[str, str] = field(default_factory=dict)
+    #: case name -> what is said in its audio (the case's ``text``), where the config gives it.
+    known_texts: dict[str, str] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)
     candidates: dict[str, Candidate] = field(default_factory=dict)
     #: model name -> the fixture directory a rule builds it in, or None (a file of the user's).
@@ -204,6 +206,17 @@ def _named_paths(config: Mapping[str, Any], plan: FamilyPlan, key: str) -> dict[
     return named
 
 
+def _known_texts(plan: FamilyPlan) -> dict[str, str]:
+    """``{case: text}`` of the cases that give what is said in their audio (``text``); only
+    a family whose input is audio takes one."""
+    texts = {entry["name"]: entry["text"] for entry in plan.section["cases"] if "text" in entry}
+    if texts and plan.spec.input != "audio":
+        raise AudioparityError(f"config {plan.spec.name}.cases {next(iter(texts))!r}: a known "
+                               f"text is what is said in an audio case; {plan.spec.name}'s "
+                               f"cases are {plan.spec.input}")
+    return texts
+
+
 def _candidate(plan: FamilyPlan, entry: Mapping[str, Any],
                load_adapter: Callable[[str], Any]) -> Candidate:
     """One entry of ``{family}.candidates``: its adapter loaded and serving the family, its
@@ -275,6 +288,7 @@ class Sweep:
         for plan in self.families.values():
             plan.models = _named_paths(config, plan, "models")
             plan.cases = _named_paths(config, plan, "cases")
+            plan.known_texts = _known_texts(plan)
         for plan in self.families.values():
             plan.candidates = _candidates(plan, load_adapter)
 
