@@ -98,6 +98,12 @@ class Port:
         vendors: ``(adapter, folder, destination)``: the folder of another port's source
             archive unpacked into the tree at ``destination`` before the commands run (a
             submodule the snapshot leaves empty); that archive is part of the tree's key.
+        assets: ``(package, sha256, folder, destination)``: a source package of the package
+            index (``name==version``, fetched once into the cache as ``download`` is, without
+            its dependencies, and checked against ``sha256``) whose ``folder`` is unpacked
+            into the tree at ``destination`` before the commands run (data files a converter
+            reads: whisper.cpp's wants ``whisper/assets/mel_filters.npz`` of OpenAI's
+            ``openai-whisper``); its digest is part of the tree's key.
     """
 
     commands: tuple[tuple[str, ...], ...]
@@ -109,14 +115,21 @@ class Port:
     download_sha256: str | None = None
     drivers: tuple[str, ...] = ()
     vendors: tuple[tuple[str, str, str], ...] = ()
+    assets: tuple[tuple[str, str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.archive and self.download:
-            name, _, version = self.download.partition("==")
-            normalized = re.sub(r"[-_.]+", "_", name).lower()
-            object.__setattr__(self, "archive", f"{normalized}-{version}.tar.gz")
+            object.__setattr__(self, "archive", source_file(self.download))
         if not self.archive:
             raise ValueError("Port: an archive pattern, or a download to name it, is required")
+
+
+def source_file(package: str) -> str:
+    """The file name of the source package ``name==version`` on the package index: the name
+    normalized as PEP 625 says (``llama-cpp-python==0.3.36`` gives
+    ``llama_cpp_python-0.3.36.tar.gz``)."""
+    name, _, version = package.partition("==")
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}.tar.gz"
 
 
 class _EveryFamily:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from audioparity.artifacts import sha256_of
-from audioparity.candidates.adapter import VULKAN_MARK, Adapter
+from audioparity.candidates.adapter import VULKAN_MARK, Adapter, source_file
 from audioparity.candidates.registry import registered
 from audioparity.candidates.running import run_tool
 from audioparity.errors import AudioparityError
@@ -52,6 +52,9 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
         drivers = [DRIVERS / name for name in adapter.port.drivers]
         vendored = [(*_archive(known[name], Path(source), Path(cache)), folder, into)
                     for name, folder, into in adapter.port.vendors]
+        vendored += [(_download(package, source_file(package), sha256, Path(cache),
+                                adapter.name), sha256, folder, into)
+                     for package, sha256, folder, into in adapter.port.assets]
         commands = json.dumps([adapter.port.commands, adapter.port.vendors]).encode()
         stem = "-".join([archive.name.removesuffix('.tar.gz'), digest[:12],
                          hashlib.sha256(commands).hexdigest()[:8],
@@ -106,36 +109,49 @@ def _archive(adapter: Adapter, source: Path, cache: Path) -> tuple[Path, str]:
     """
     port = adapter.port
     archives = sorted(source.glob(port.archive))
-    downloaded = not archives and port.download
-    if downloaded:
-        downloads = cache / "downloads"
-        archives = sorted(downloads.glob(port.archive))
-        if not archives:
-            log.info("ports: downloading %s (the source package)", port.download)
-            run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                       "--no-binary", ":all:", "--dest", str(downloads), port.download], {},
-                      f"download {adapter.name}", echo=False)
-            archives = sorted(downloads.glob(port.archive))
-        if not archives:
-            raise AudioparityError(f"{downloads}: pip download {port.download} left no "
-                                   f"{port.archive}")
+    if not archives and port.download:
+        archive = _download(port.download, port.archive, port.download_sha256, cache,
+                            adapter.name)
+        return archive, sha256_of(archive)
     if len(archives) != 1:
         raise AudioparityError(f"{source}: expected one {port.archive}, found {len(archives)}")
-    digest = sha256_of(archives[0])
-    if downloaded and port.download_sha256 and digest != port.download_sha256:
+    return archives[0], sha256_of(archives[0])
+
+
+def _download(package: str, pattern: str, sha256: str | None, cache: Path, name: str) -> Path:
+    """The source package ``package`` (``name==version``), fetched once into
+    ``cache/downloads`` without its dependencies (``pip download --no-deps --no-binary
+    :all:``) and checked against ``sha256`` when given; ``pattern`` is its file name.
+
+    Raises:
+        AudioparityError: pip leaves no such file or several; a file of another digest
+            (removed).
+    """
+    downloads = cache / "downloads"
+    archives = sorted(downloads.glob(pattern))
+    if not archives:
+        log.info("ports: downloading %s (the source package)", package)
+        run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                   "--no-binary", ":all:", "--dest", str(downloads), package], {},
+                  f"download {name}", echo=False)
+        archives = sorted(downloads.glob(pattern))
+    if len(archives) != 1:
+        raise AudioparityError(f"{downloads}: pip download {package} left "
+                               f"{len(archives)} {pattern}; expected one")
+    if sha256 and sha256_of(archives[0]) != sha256:
         archives[0].unlink()
-        raise AudioparityError(f"{archives[0]}: sha256 differs from {port.download_sha256} "
-                               f"({port.download}); removed, run again to fetch it anew")
-    return archives[0], digest
+        raise AudioparityError(f"{archives[0]}: sha256 differs from {sha256} ({package}); "
+                               "removed, run again to fetch it anew")
+    return archives[0]
 
 
 def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
            configure: tuple[str, ...] = (), patch: Path | None = None,
            vendored: Sequence[tuple[Path, str, str]] = ()) -> None:
     """Unpack ``archive`` into ``tree_root``, each ``(archive, folder, destination)`` of
-    ``vendored`` (:attr:`Port.vendors`) into it, apply ``patch``, and run the port's commands,
-    ``configure`` appended to the first; a Vulkan build (``configure`` given) leaves
-    :data:`VULKAN_MARK` in the tree."""
+    ``vendored`` (:attr:`Port.vendors`, :attr:`Port.assets`) into it, apply ``patch``, and run
+    the port's commands, ``configure`` appended to the first; a Vulkan build (``configure``
+    given) leaves :data:`VULKAN_MARK` in the tree."""
     if tree_root.exists():
         shutil.rmtree(tree_root)
     tree_root.mkdir(parents=True)
