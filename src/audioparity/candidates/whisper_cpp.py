@@ -20,6 +20,32 @@ from audioparity.family import FamilySpec, Option
 TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx=\s*\d+\s+"
                        r"dur_val=\s*(\d+)\s")
 
+#: One build of the snapshot serves both of its families: Parakeet-TDT (``parakeet-cli``,
+#: ``parakeet-quantize``) and Whisper (``whisper-cli``, ``whisper-quantize``, our driver of
+#: ``whisper.h`` linked with its examples' audio reader, and OpenAI's mel filters, which its
+#: converter ``convert-h5-to-ggml.py`` reads from an ``openai-whisper`` tree).
+PORT = Port(
+    archive="whisper.cpp-*.tar.gz",
+    drivers=("whisper_cpp_dump.cpp",),
+    assets=(("openai-whisper==20250625",
+             "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96",
+             "whisper/assets", "openai-whisper/whisper/assets"),),
+    commands=(
+        ("cmake", "-B", "build", "-DCMAKE_BUILD_TYPE=Release", "-DWHISPER_BUILD_TESTS=OFF",
+         "-DWHISPER_SDL2=OFF"),
+        ("cmake", "--build", "build", "-j{jobs}", "--target", "parakeet-cli",
+         "parakeet-quantize", "whisper-cli", "whisper-quantize", "common"),
+        ("c++", "-O2", "-std=c++17", "-Wall", "-o", "build/bin/whisper-cpp-dump",
+         "drivers/whisper_cpp_dump.cpp", "-Iinclude", "-Iggml/include", "-Iexamples",
+         "build/examples/libcommon.a", "-Lbuild/bin", "-lwhisper", "-lggml", "-lggml-base",
+         "-lpthread", "-Wl,-rpath,$ORIGIN"),
+    ),
+    products=("build/bin/parakeet-cli", "build/bin/parakeet-quantize",
+              "models/convert-parakeet-to-ggml.py", "build/bin/whisper-cli",
+              "build/bin/whisper-quantize", "build/bin/whisper-cpp-dump",
+              "models/convert-h5-to-ggml.py", "openai-whisper/whisper/assets/mel_filters.npz"),
+)
+
 
 class WhisperCpp(Adapter):
     name = "whisper_cpp"
@@ -30,17 +56,7 @@ class WhisperCpp(Adapter):
     options = (Option("root", ".ports/whisper_cpp", "the built port (make ports)"),)
     printed = TensorMap("-ps", "decode")
     converts = True
-    port = Port(
-        archive="whisper.cpp-*.tar.gz",
-        commands=(
-            ("cmake", "-B", "build", "-DCMAKE_BUILD_TYPE=Release", "-DWHISPER_BUILD_TESTS=OFF",
-             "-DWHISPER_SDL2=OFF"),
-            ("cmake", "--build", "build", "-j{jobs}", "--target", "parakeet-cli",
-             "parakeet-quantize"),
-        ),
-        products=("build/bin/parakeet-cli", "build/bin/parakeet-quantize",
-                  "models/convert-parakeet-to-ggml.py"),
-    )
+    port = PORT
     replays = False
     notes = ("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",)
 

@@ -1,0 +1,143 @@
+"""whisper.cpp's own Whisper (ggml-org/whisper.cpp, MIT; ggml 0.21.0 vendored) as a candidate
+of the Whisper family: the transformers checkpoint converted by its ``convert-h5-to-ggml.py``
+(OpenAI's mel filters from the ``openai-whisper`` source package), quantized by its
+``whisper-quantize``, then our driver of ``whisper.h`` (``drivers/whisper_cpp_dump.cpp``): its
+transcript (``whisper_full``, greedy) and its decoder's logits teacher-forced along the
+reference's tokens. Its C API returns no activation, so those two are what is compared."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.candidates.adapter import Adapter, Command, TensorMap
+from audioparity.candidates.whisper_cpp import PORT
+from audioparity.errors import AudioparityError
+from audioparity.family import FamilySpec, Option
+
+#: The teacher-forced tokens as the driver reads them (raw little-endian int32 ``[S]``).
+TOKENS = "tokens.i32"
+#: The prefix of the driver's one line on stdout holding its transcript.
+DECODE_LINE = "decode: "
+#: The files of the converted model at each weight type: the converter's own names (f32 with
+#: its f32 flag, f16 without), a quantized type's made by ``whisper-quantize`` from the f16 one.
+MODEL_FILES = {"f32": "ggml-model-f32.bin", "f16": "ggml-model.bin",
+               "q8_0": "ggml-model-q8_0.bin"}
+#: What its converter reads of the checkpoint directory beyond what transformers loads.
+CONVERTER_READS = ("vocab.json", "added_tokens.json", "config.json")
+
+
+class WhisperCppWhisper(Adapter):
+    name = "whisper_cpp_whisper"
+    title = "whisper.cpp"
+    families = ("whisper",)
+    output = "f32json"
+    weight_types = tuple(MODEL_FILES)
+    options = (
+        Option("root", ".ports/whisper_cpp", "the built port (make ports)"),
+        Option("flash_attn", "on", "whisper.cpp's flash attention (whisper_context_params."
+               "flash_attn; on as whisper-cli and whisper_context_default_params ship it)",
+               choices=("on", "off")),
+    )
+    tensors = (TensorMap("decoder_logits", "decoder_logits"),)
+    printed = TensorMap(DECODE_LINE.strip(), "decode")
+    converts = True
+    reads_reference = True
+    replays = False
+    port = PORT
+    notes = ("whisper.cpp's C API returns no activation (its state is opaque, its graphs have no "
+             "eval callback): its transcript (whisper_full) and the logits of each decoded "
+             "token (whisper_get_logits), teacher-forced one cached step at a time along the "
+             "reference's prompt and ids, are compared",)
+
+    def unavailable(self, stage: str) -> str | None:
+        """Every stage but its logits and its decode: whisper.h returns no activation."""
+        return ("whisper.cpp does not expose it: whisper.h returns the logits of the last "
+                "decoded token and whisper_full's tokens, no activation (the mel, the encoder "
+                "and the decoder layers stay inside its opaque state)")
+
+    def convert(self, model: Path, weight_type: str, output: Path, *,
+                options: Mapping[str, Any]) -> list[list[str]]:
+        """Its converter, ``convert-h5-to-ggml.py <checkpoint> <openai-whisper tree> <output>``:
+        with a fourth argument (any) it writes f32, without it f16 (biases, norms, the conv
+        biases and both position tables f32); a quantized type is ``whisper-quantize`` of the
+        f16 file, as whisper.cpp's README makes them (its loader wants the conv kernels f16 in
+        every type but f32, which quantizing the f32 file would leave f32).
+
+        Raises:
+            AudioparityError: the checkpoint lacks a file the converter reads.
+        """
+        lacking = [name for name in CONVERTER_READS if not (Path(model) / name).is_file()]
+        if lacking:
+            raise AudioparityError(f"{model}: no {', '.join(lacking)}; whisper.cpp's converter "
+                                   "reads them from a transformers Whisper checkpoint directory")
+        root = self.root(options)
+        base = "f32" if weight_type == "f32" else "f16"
+        commands = [[sys.executable, str(root / "models" / "convert-h5-to-ggml.py"), str(model),
+                     str(root / "openai-whisper"), str(output),
+                     *(["use-f32"] if base == "f32" else [])]]
+        if weight_type != base:
+            commands.append([str(root / "build" / "bin" / "whisper-quantize"),
+                             str(Path(output) / MODEL_FILES[base]),
+                             str(Path(output) / MODEL_FILES[weight_type]), weight_type])
+        return commands
+
+    def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
+                ) -> Path:
+        """The teacher-forced tokens, the reference's decoder prompt (its manifest's
+        ``decoder_prompt``) then its decoded ids, as the raw int32 file the driver reads, in
+        the new folder ``folder``.
+
+        Raises:
+            AudioparityError: the reference dump is not ``ok`` or lacks its decode or prompt.
+        """
+        from audioparity.artifacts import Dump
+
+        dump = Dump(reference)
+        stage = self.printed.stage
+        prompt = dump.manifest.get("decoder_prompt")
+        if dump.status != "ok" or not dump.has(stage) or not isinstance(prompt, list):
+            raise AudioparityError(f"{reference}: expected a Whisper reference dump of status "
+                                   f"ok with its {stage} and decoder_prompt")
+        folder.mkdir(parents=True)
+        np.asarray([*prompt, *dump.json(stage)["ids"]], dtype="<i4").tofile(folder / TOKENS)
+        return folder
+
+    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
+            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
+            backend: str, threads: int, reference: Path | None) -> list[Command]:
+        """The driver on the converted model, the case's audio and the prepared tokens."""
+        return [([str(self.root(options) / "build" / "bin" / "whisper-cpp-dump"), "--model",
+                  str(Path(model) / MODEL_FILES[weight_type]), "--audio", str(case),
+                  "--tokens", str(reference / TOKENS), "--output-dir", str(output),
+                  "--threads", str(threads), "--flash-attn", options["flash_attn"]], {})]
+
+    def parse(self, stdout: str, stderr: str, model: Path | None, *,
+              options: Mapping[str, Any]) -> dict:
+        """The decode ``{ids, text}`` of the driver's ``decode:`` line: whisper_full's text
+        tokens (below ``<|endoftext|>``) and its segments' text, as whisper.cpp joins its
+        tokens' bytes (the tokenizer's decode with special tokens skipped, leading space kept).
+
+        Raises:
+            AudioparityError: no such line, or several, or one that is not ``{ids, text}``.
+        """
+        lines = [line[len(DECODE_LINE):] for line in stdout.splitlines()
+                 if line.startswith(DECODE_LINE)]
+        if len(lines) != 1:
+            raise AudioparityError(f"whisper-cpp-dump printed {len(lines)} '{DECODE_LINE}' "
+                                   "lines; expected one")
+        try:
+            document = json.loads(lines[0])
+        except json.JSONDecodeError as err:
+            raise AudioparityError(f"whisper-cpp-dump's decode line is not JSON: {err}") from None
+        if (not isinstance(document, dict) or set(document) != {"ids", "text"}
+                or not isinstance(document["text"], str) or not isinstance(document["ids"], list)
+                or not all(isinstance(i, int) for i in document["ids"])):
+            raise AudioparityError("whisper-cpp-dump's decode line is not {ids: [int], text: "
+                                   f"str}}: {lines[0][:80]}")
+        return document

