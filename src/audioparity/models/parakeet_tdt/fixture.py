@@ -247,22 +247,23 @@ def _switch_head(cfg: dict, head: str, d_model: int) -> None:
                           "decoding": {"strategy": "greedy_batch"}}
 
 
-def corpus(vocab_size: int) -> tuple[str, ...]:
-    """The tokenizer's training text: :data:`CORPUS`, and for a vocabulary larger than
-    :data:`VOCAB_SIZE` (which CORPUS has too few merges for) twice as many sentences as pieces
-    of random lower-case words, drawn from a fixed seed (the same text every time)."""
+def corpus(vocab_size: int, sentences: tuple[str, ...] = CORPUS) -> tuple[str, ...]:
+    """The tokenizer's training text: ``sentences`` (:data:`CORPUS`), and for a vocabulary
+    larger than :data:`VOCAB_SIZE` (which CORPUS has too few merges for) twice as many sentences
+    as pieces of random lower-case words, drawn from a fixed seed (the same text every time)."""
     if vocab_size <= VOCAB_SIZE:
-        return CORPUS
+        return sentences
     rng = random.Random(0)
     words = (" ".join("".join(rng.choice(string.ascii_lowercase)
                               for _ in range(rng.randint(2, 9))) for _ in range(12))
              for _ in range(2 * vocab_size))
-    return (*CORPUS, *words)
+    return (*sentences, *words)
 
 
-def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
-    """Train a SentencePiece BPE model of ``vocab_size`` pieces on :func:`corpus` (one thread:
-    deterministic).
+def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE,
+                    sentences: tuple[str, ...] = CORPUS) -> Path:
+    """Train a SentencePiece BPE model of ``vocab_size`` pieces on :func:`corpus` of
+    ``sentences`` (one thread: deterministic).
 
     Returns:
         The directory, now holding ``tokenizer.model``, ``tokenizer.vocab`` and ``vocab.txt``.
@@ -271,7 +272,7 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> Path:
 
     output_dir.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus(vocab_size)),
+        sentence_iterator=iter(corpus(vocab_size, tuple(sentences))),
         model_prefix=str(output_dir / "tokenizer"),
         vocab_size=vocab_size,
         model_type="bpe",
