@@ -28,6 +28,7 @@ from audioparity.cli.commands import (
     report_html,
     report_summary,
     repro,
+    train_parakeet_tdt,
     weights,
 )
 from audioparity.families import registered
@@ -360,6 +361,32 @@ def _checkpoint_commands(sub) -> None:
     p.set_defaults(run=convert_ct2)
 
 
+def _training_commands(sub) -> None:
+    """``train parakeet-tdt``: the model of resources/models/parakeet-tdt-espeak, trained here."""
+    from audioparity.models.parakeet_tdt.training import TrainingRun
+
+    default = TrainingRun()
+    families = sub.add_parser("train", help="train a model here (CPU, seeded)").add_subparsers(
+        dest="family", required=True, metavar="FAMILY")
+    p = families.add_parser("parakeet-tdt", help="a small Parakeet-TDT on espeak-ng speech "
+                            "(resources/models/parakeet-tdt-espeak/README.md)")
+    p.add_argument("--output", required=True, type=Path, help="directory to write: model.nemo "
+                   "and training.json, rewritten at each checkpoint")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and weights (default 0)")
+    for name, minimum, help_text in (
+            ("train_count", 1, "training sentences"), ("heldout_count", 1, "held-out sentences"),
+            ("steps", 1, "optimizer steps"), ("checkpoint_every", 1, "steps between checkpoints"),
+            ("threads", 1, "torch threads")):
+        value = getattr(default, name)
+        p.add_argument(f"--{name.replace('_', '-')}", default=value,
+                       type=_value(name.replace("_", " "), int, minimum=minimum),
+                       help=f"{help_text} (default {value})")
+    p.add_argument("--minutes", default=default.minutes, type=_value("minutes", float),
+                   help="stop after this many minutes of training, the learning rate's decay "
+                   "following the clock (default: no limit, --steps only)")
+    p.set_defaults(run=train_parakeet_tdt)
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``audioparity`` command's parser; each subcommand's ``run`` is its function."""
     parser = argparse.ArgumentParser(
@@ -369,7 +396,7 @@ def parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_family_commands, _compare_command, _report_command, _dump_tool_commands,
                 _candidate_command, _dump_file_commands, _machine_commands,
-                _checkpoint_commands):
+                _checkpoint_commands, _training_commands):
         add(sub)
     return parser
 

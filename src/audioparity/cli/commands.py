@@ -146,6 +146,17 @@ def convert_ct2(args: argparse.Namespace) -> None:
     write_whisper_checkpoint(args.model, args.output)
 
 
+def train_parakeet_tdt(args: argparse.Namespace) -> None:
+    """Train the Parakeet-TDT of :mod:`audioparity.models.parakeet_tdt.training` into
+    ``--output``."""
+    from audioparity.models.parakeet_tdt.training import TrainingRun, train
+
+    run = TrainingRun(train_count=args.train_count, heldout_count=args.heldout_count,
+                      steps=args.steps, minutes=args.minutes,
+                      checkpoint_every=args.checkpoint_every, threads=args.threads)
+    train(args.output, seed=args.seed, run=run)
+
+
 def repro(args: argparse.Namespace) -> None:
     from audioparity.drilldown import rerun_repro
 
