@@ -101,6 +101,19 @@ lint: setup
 clean:
 	rm -rf results logs .snakemake
 
+# make train-parakeet: the default Parakeet model, resources/models/parakeet-tdt-espeak, trained
+# again from its seed on espeak-ng speech (its README.md: the data, the run, the held-out WER);
+# about an hour of the CPU, checkpoints in results/train. `make run` never runs it: the trained
+# weights are committed.
+TRAIN_ARGS ?= --minutes 60
+.PHONY: train-parakeet
+train-parakeet: setup
+	setup/apt.sh espeak-ng
+	$(BIN)/audioparity train parakeet-tdt --output results/train/parakeet-tdt-espeak --seed 0 \
+		$(TRAIN_ARGS)
+	cp results/train/parakeet-tdt-espeak/model.nemo results/train/parakeet-tdt-espeak/training.json \
+		resources/models/parakeet-tdt-espeak/
+
 # make bench: the ggml ports vs PyTorch/NeMo on full-size random-weight models (BENCHMARKS.md);
 # BENCH_ARGS=--quick (2 threads, fewer repetitions) or --small (MOSS with the Qwen3-0.6B shape).
 BENCH_ARGS ?=
