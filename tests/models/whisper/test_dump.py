@@ -16,7 +16,8 @@ from audioparity.driver import dump_ggml
 from audioparity.errors import AudioparityError
 from audioparity.models.whisper import Whisper
 
-FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers")
+FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers",
+          "n_decoder_layers")
 
 
 def run_dump(model: Path, audio: Path, reference: Path, output: Path, *options: str):
@@ -38,17 +39,23 @@ def test_dump_writes_every_stage(whisper_model, clip_wav, whisper_reference, tmp
     assert dump.status == "ok" and manifest["producer"] == "ggml"
     assert {key: manifest[key] for key in FIELDS} == {
         "family": "whisper", "backend": "cpu", "device": 0, "weight_type": "f32",
-        "threads": 2, "n_layers": reference.manifest["n_layers"]}
+        "threads": 2, "n_layers": reference.manifest["n_layers"],
+        "n_decoder_layers": reference.manifest["n_decoder_layers"]}
     assert manifest["audio"] == reference.manifest["audio"]
     assert manifest["ggml_build"]["ggml_python"] == ggml.__version__
     assert manifest["device_description"]
-    expected = set(reference.tensor_names) | {"layer_0_isolated", "layer_1_isolated"}
+    expected = set(reference.tensor_names) | {"layer_0_isolated", "layer_1_isolated",
+                                              "decoder_layer_0_isolated",
+                                              "decoder_layer_1_isolated",
+                                              "decoder_replay_margins"}
     assert set(dump.tensor_names) == expected
     for name in dump.tensor_names:
-        ref_name = name.removesuffix("_isolated")
+        ref_name = name.removesuffix("_isolated").replace("decoder_replay", "decode")
         assert dump.tensor(name).shape == reference.tensor(ref_name).shape, name
         assert dump.layout(name) == reference.layout(ref_name), name
-    assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated"}
+    assert set(manifest["documents"]) == {"decode", "decoder_replay"}
+    assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated", "decoder",
+                                        "decode", "decoder_isolated"}
     assert any(note.startswith("storage: ") and "f32" in note for note in manifest["notes"])
 
 
@@ -59,7 +66,7 @@ def test_q8_0_dump_stores_the_matmul_weights_in_q8_0(whisper_model, clip_wav, wh
     assert result.returncode == 0, result.stderr[-2000:]
     dump = Dump(output)
     assert (dump.status, dump.manifest["weight_type"]) == ("ok", "q8_0")
-    assert "storage: 25 x f32, 12 x q8_0 (checkpoint dtypes: f32)" in dump.manifest["notes"]
+    assert "storage: 56 x f32, 33 x q8_0 (checkpoint dtypes: f32)" in dump.manifest["notes"]
 
 
 @pytest.mark.parametrize("backend", ["vulkan", "cuda"])

@@ -43,6 +43,10 @@ SMALL = {"num_mel_bins": 19, "d_model": 48, "encoder_layers": 2, "encoder_attent
 LIMIT = 1e-11
 
 
+#: The generation config of :data:`SMALL`: its prompt and end tokens.
+GENERATION = {"decoder_start_token_id": 3, "eos_token_id": 2, "no_timestamps_token_id": 15}
+
+
 def small_config(**overrides) -> dict:
     return {"model_type": "whisper", **SMALL, **overrides}
 
@@ -63,11 +67,13 @@ FEATURES = {"feature_size": SMALL["num_mel_bins"], "chunk_length": 1, "hop_lengt
 
 @pytest.fixture(scope="module")
 def config():
-    return parse_config(small_config(), FEATURES)
+    return parse_config(small_config(), FEATURES, GENERATION)
 
 
 def arrays(module) -> dict[str, np.ndarray]:
-    return {name: value.detach().float().numpy() for name, value in module.state_dict().items()}
+    """The encoder module's weights under their ``WhisperModel`` names (``encoder.*``)."""
+    return {"encoder." + name: value.detach().float().numpy()
+            for name, value in module.state_dict().items()}
 
 
 def run_block(weights: dict[str, np.ndarray], inputs: dict[str, np.ndarray], build) -> np.ndarray:
@@ -131,7 +137,7 @@ def test_self_attention_matches_whisper_attention(module, config, n_frames):
     with torch.no_grad():
         reference = attention(hidden_states=torch.from_numpy(x)[None])[0][0].numpy()
     out = run_block(arrays(module), {"x": x}, lambda ctx, w, t: enc.self_attention(
-        ctx, w, "layers.1.self_attn.", config.encoder, t))
+        ctx, w, "encoder.layers.1.self_attn.", config.encoder, t))
     assert_float32_close(out, reference)
 
 
@@ -161,7 +167,7 @@ def test_encoder_matches_whisper_end_to_end_and_layer_by_layer(module, config):
         encoder = enc.Encoder(rt.upload(weights, dict.fromkeys(weights, "f32")), config, rt)
         out = encoder.forward(mel.astype(np.float32))
         isolated = encoder.layers_isolated([conv_out, hidden[1]])
-    np.testing.assert_allclose(hidden[0], conv_out + weights["embed_positions.weight"],
+    np.testing.assert_allclose(hidden[0], conv_out + weights["encoder.embed_positions.weight"],
                                atol=1e-12)
     assert_float32_close(out["conv_out"], conv_out)
     assert_float32_close(out["layer_0"], hidden[1])
@@ -194,7 +200,7 @@ def test_encoder_refuses_inputs_it_cannot_take(module, config):
 ])
 def test_config_refuses_what_the_port_does_not_implement(key, value, message):
     with pytest.raises(AudioparityError, match=message):
-        parse_config(small_config(**{key: value}), FEATURES)
+        parse_config(small_config(**{key: value}), FEATURES, GENERATION)
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -203,17 +209,21 @@ def test_config_refuses_what_the_port_does_not_implement(key, value, message):
 ])
 def test_config_refuses_feature_extractor_settings(key, value, message):
     with pytest.raises(AudioparityError, match=message):
-        parse_config(small_config(), {**FEATURES, key: value})
+        parse_config(small_config(), {**FEATURES, key: value}, GENERATION)
 
 
 def test_defaults_are_whisper_configs_and_extractors():
     """Keys left out take the transformers classes' defaults (save_pretrained omits them)."""
-    config = parse_config({"model_type": "whisper"}, {})
+    config = parse_config({"model_type": "whisper"}, {}, {
+        "decoder_start_token_id": 50258, "eos_token_id": 50257, "no_timestamps_token_id": 50363})
     hf, extractor = transformers.WhisperConfig(), transformers.WhisperFeatureExtractor()
     for key in ("num_mel_bins", "d_model", "encoder_layers", "encoder_attention_heads",
                 "encoder_ffn_dim", "max_source_positions", "activation_function",
                 "scale_embedding"):
         assert getattr(config.encoder, key) == getattr(hf, key), key
+    for key in ("vocab_size", "decoder_layers", "decoder_attention_heads", "decoder_ffn_dim",
+                "max_target_positions", "tie_word_embeddings"):
+        assert getattr(config.decoder, key) == getattr(hf, key), key
     for key in ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft",
                 "padding_value", "dither", "n_samples", "nb_max_frames"):
         assert getattr(config.feature_extractor, key) == getattr(extractor, key), key
@@ -232,12 +242,14 @@ def test_scale_embedding_is_accepted_because_whisper_does_not_apply_it(module):
     mel = torch.from_numpy(np.random.default_rng(6).standard_normal((1, 19, 74)))
     with torch.no_grad():
         assert torch.equal(scaled(mel).last_hidden_state, module(mel).last_hidden_state)
-    assert parse_config(small_config(scale_embedding=True), FEATURES).encoder.scale_embedding
+    assert parse_config(small_config(scale_embedding=True), FEATURES,
+                        GENERATION).encoder.scale_embedding
 
 
 @pytest.fixture(scope="module")
 def whisper_model_dir(tmp_path_factory):
-    """A small ``WhisperModel`` (keys ``encoder.*``) saved in bfloat16, and its state dict."""
+    """A small ``WhisperModel`` (keys ``encoder.*``, ``decoder.*``) saved in bfloat16, and its
+    state dict."""
     config = transformers.WhisperConfig(**SMALL)
     model = transformers.WhisperModel(config)
     redraw_weights(model, seed=7)
@@ -245,18 +257,19 @@ def whisper_model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("whisper_model")
     model.save_pretrained(directory)
     transformers.WhisperFeatureExtractor(**FEATURES).save_pretrained(directory)
-    return directory, {k: v.float() for k, v in model.encoder.state_dict().items()}
+    (directory / "generation_config.json").write_text(json.dumps(GENERATION))
+    return directory, {k: v.float() for k, v in model.state_dict().items()}
 
 
 def plan(model: Path, weight_type: str) -> tuple[dict[str, str], list[str]]:
-    """The storage types the driver gives the checkpoint's encoder weights, and its notes."""
+    """The storage types the driver gives the checkpoint's weights, and its notes."""
     whisper = Whisper()
     weights = whisper.weights(model, load_config(model))
     return storage_types(whisper, weights.shapes, weights.native, weight_type, {})
 
 
 def uploaded(runtime: Runtime, model: Path, weight_type: str):
-    """The checkpoint's encoder weights uploaded by the driver at ``weight_type``."""
+    """The checkpoint's weights uploaded by the driver at ``weight_type``."""
     return upload_weights(Whisper(), runtime, model, load_config(model), weight_type,
                           {})[0]
 
@@ -270,21 +283,24 @@ def test_a_whisper_model_checkpoint_reads_like_a_conditional_generation_one(whis
     for name, value in weights.items():
         np.testing.assert_array_equal(value, state[name].numpy(), err_msg=name)
     storage, _ = plan(directory, "native")
-    assert storage["layers.1.fc1.weight"] == "bf16"
-    assert storage["conv1.weight"] == "f32"
-    assert storage["layers.1.self_attn.q_proj.bias"] == "f32"
+    assert storage["encoder.layers.1.fc1.weight"] == "bf16"
+    assert storage["decoder.layers.0.encoder_attn.k_proj.weight"] == "bf16"
+    assert storage["decoder.embed_tokens.weight"] == "bf16"  # also the tied proj_out
+    assert storage["encoder.conv1.weight"] == "f32"
+    assert storage["decoder.embed_positions.weight"] == "f32"
+    assert storage["encoder.layers.1.self_attn.q_proj.bias"] == "f32"
 
 
 def test_q8_0_falls_back_to_f16_for_rows_it_cannot_hold(whisper_model_dir):
     directory, _ = whisper_model_dir
     storage, notes = plan(directory, "q8_0")
     # d_model 48 is no multiple of 32: every matmul weight with 48-wide rows stays f16
-    assert storage["layers.0.self_attn.k_proj.weight"] == "f16"
-    assert storage["layers.0.fc2.weight"] == "f16"  # rows of 80
-    assert any("layers.0.fc1.weight [80, 48]: q8_0 needs rows" in n for n in notes)
+    assert storage["encoder.layers.0.self_attn.k_proj.weight"] == "f16"
+    assert storage["encoder.layers.0.fc2.weight"] == "f16"  # rows of 80
+    assert any("encoder.layers.0.fc1.weight [80, 48]: q8_0 needs rows" in n for n in notes)
     whisper = Whisper()
-    assert storage_types(whisper, {"layers.0.fc1.weight": (256, 64)}, {}, "q8_0", {}) == (
-        {"layers.0.fc1.weight": "q8_0"}, [])
+    assert storage_types(whisper, {"encoder.layers.0.fc1.weight": (256, 64)}, {}, "q8_0",
+                         {}) == ({"encoder.layers.0.fc1.weight": "q8_0"}, [])
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -299,7 +315,7 @@ def test_damaged_checkpoint_names_the_tensor_and_shapes(whisper_model_dir, tmp_p
     from safetensors.torch import load_file, save_file
 
     directory, _ = whisper_model_dir
-    for name in ("config.json", "preprocessor_config.json"):
+    for name in ("config.json", "preprocessor_config.json", "generation_config.json"):
         shutil.copy(directory / name, tmp_path / name)
     state = load_file(directory / "model.safetensors")
     key = "encoder.layers.1.fc1.weight"
@@ -323,6 +339,7 @@ def test_damaged_checkpoint_names_the_tensor_and_shapes(whisper_model_dir, tmp_p
 def test_a_missing_preprocessor_config_is_named(whisper_model_dir, tmp_path):
     directory, _ = whisper_model_dir
     shutil.copy(directory / "config.json", tmp_path / "config.json")
+    shutil.copy(directory / "generation_config.json", tmp_path / "generation_config.json")
     with pytest.raises(AudioparityError, match="preprocessor_config.json: no such file"):
         load_config(tmp_path)
     (tmp_path / "preprocessor_config.json").write_text(json.dumps([1]))

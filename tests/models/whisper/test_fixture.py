@@ -45,8 +45,9 @@ def test_same_seed_gives_identical_tensors_and_another_seed_does_not(whisper_mod
 
 def test_layout_is_a_hugging_face_whisper_checkpoint(whisper_model: Path):
     assert sorted(p.name for p in whisper_model.iterdir()) == [
-        "config.json", "generation_config.json", "model.safetensors",
-        "preprocessor_config.json"]
+        "added_tokens.json", "config.json", "generation_config.json", "merges.txt",
+        "model.safetensors", "preprocessor_config.json", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json", "vocab.json"]
     raw = json.loads((whisper_model / "config.json").read_text())
     assert raw["model_type"] == "whisper"
     assert raw["architectures"] == ["WhisperForConditionalGeneration"]
@@ -56,10 +57,14 @@ def test_layout_is_a_hugging_face_whisper_checkpoint(whisper_model: Path):
             encoder.encoder_attention_heads, encoder.encoder_ffn_dim,
             encoder.max_source_positions) == (80, 64, 2, 4, 256, 1500)
     assert config.feature_extractor.nb_max_frames == 3000 and config.n_frames == 1500
+    decoder = config.decoder
+    assert (decoder.vocab_size, decoder.decoder_layers, decoder.decoder_attention_heads,
+            decoder.decoder_ffn_dim, decoder.max_target_positions) == (64, 2, 4, 128, 32)
     tensors = all_tensors(whisper_model)
     assert all(value.dtype == np.float32 for value in tensors.values())
     assert "model.encoder.conv1.weight" in tensors
-    assert not any(k.endswith("self_attn.k_proj.bias") for k in tensors)
+    assert not any(k.endswith("k_proj.bias") for k in tensors)
+    assert "proj_out.weight" not in tensors  # tied to model.decoder.embed_tokens.weight
     # transformers loads it back as it was saved
     model = transformers.WhisperForConditionalGeneration.from_pretrained(whisper_model)
     np.testing.assert_array_equal(model.model.encoder.conv2.weight.detach().numpy(),
@@ -71,13 +76,16 @@ def test_q8_0_holds_every_matmul_weight(whisper_model: Path):
     weights = whisper.weights(whisper_model, load_config(whisper_model))
     storage, notes = storage_types(whisper, weights.shapes, weights.native, "q8_0", {})
     assert notes == []
-    assert sum(kind == "q8_0" for kind in storage.values()) == 2 * 6
+    # per encoder layer 4 projections and fc1, fc2; per decoder layer 8 and fc1, fc2;
+    # embed_tokens
+    assert sum(kind == "q8_0" for kind in storage.values()) == 2 * 6 + 2 * 10 + 1
 
 
 def test_positions_are_transformers_sinusoids(whisper_model: Path):
     from transformers.models.whisper.modeling_whisper import sinusoids
 
-    positions = read_weights(whisper_model, load_config(whisper_model))["embed_positions.weight"]
+    positions = read_weights(whisper_model, load_config(whisper_model))[
+        "encoder.embed_positions.weight"]
     np.testing.assert_array_equal(positions, sinusoids(1500, 64).numpy())
 
 

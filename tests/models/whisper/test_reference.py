@@ -46,16 +46,20 @@ def test_manifest_names_family_threads_layers_audio_and_versions(whisper_referen
     manifest = Dump(whisper_reference).manifest
     assert manifest["producer"] == "torch" and manifest["status"] == "ok"
     assert manifest["family"] == "whisper"
-    assert (manifest["threads"], manifest["cases_per_load"], manifest["n_layers"]) == (1, 1, 2)
+    assert (manifest["threads"], manifest["cases_per_load"], manifest["n_layers"],
+            manifest["n_decoder_layers"]) == (1, 1, 2, 2)
     assert manifest["audio"] == {"format": "WAV", "subtype": "PCM_16", "channels": 1,
                                  "sample_rate": 16000, "frames": 49459}
     assert {"torch", "transformers"} <= set(manifest["versions"])
     assert set(manifest["tensors"]) == {"mel_features", "conv_out", "layer_0", "layer_1",
-                                        "enc_out"}
+                                        "enc_out", "decoder_layer_0", "decoder_layer_1",
+                                        "decoder_logits", "decode_margins"}
     assert {manifest["tensors"][name]["layout"] for name in manifest["tensors"]} == {
-        "[T, n_mels]", "[T, D]"}
-    assert manifest["documents"] == {}
-    assert {"load", "mel", "encoder"} <= set(manifest["seconds"])  # load: import and load
+        "[T, n_mels]", "[T, D]", "[S, D]", "[S, V]", "[positions]"}
+    assert manifest["documents"] == {"decode": "decode.json"}
+    assert (manifest["decoder_prompt"], manifest["language"], manifest["task"]) == (
+        [57, 63], "", "transcribe")
+    assert {"load", "mel", "encoder", "decode", "decoder"} <= set(manifest["seconds"])
 
 
 def test_mel_is_the_extractors_output_time_major(whisper_reference: Path, transformers_run):
@@ -162,3 +166,76 @@ def test_a_bad_checkpoint_is_refused_before_torch_is_imported(whisper_model: Pat
     assert "activation_function='relu' is not supported" in message
     assert imported == "False"
     assert not (tmp_path / "d").exists()
+
+
+# --- the decoder: the explicit greedy loop against generate, the teacher-forced stages ------------
+
+def generated(model_dir: Path, audio: Path) -> tuple[list[int], np.ndarray]:
+    """``model.generate`` greedy (``num_beams=1``, no sampling, no timestamps, the generation
+    config's suppression) on ``audio``: the generated ids after the prompt, the ``<|endoftext|>``
+    dropped, and the processed scores of each generated token's step."""
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(
+        model_dir, attn_implementation="eager").eval()
+    features = extractor(load_audio(audio).samples, sampling_rate=16000,
+                         return_tensors="pt").input_features
+    with torch.inference_mode():
+        out = model.generate(features, do_sample=False, num_beams=1, return_timestamps=False,
+                             output_scores=True, return_dict_in_generate=True)
+    ids = out.sequences[0].tolist()
+    prompt = [model.generation_config.decoder_start_token_id,
+              model.generation_config.no_timestamps_token_id]
+    assert ids[:len(prompt)] == prompt
+    ids = ids[len(prompt):]
+    if ids and ids[-1] == model.generation_config.eos_token_id:
+        ids = ids[:-1]
+    scores = torch.stack(out.scores)[:, 0].numpy()  # [steps, V]
+    return ids, scores[:len(ids)]
+
+
+def margins_of(scores: np.ndarray) -> np.ndarray:
+    """The top-1 minus runner-up of each row of ``scores`` (float64)."""
+    top = np.sort(scores.astype(np.float64), axis=-1)
+    return top[:, -1] - top[:, -2]
+
+
+def test_the_greedy_loop_is_generates_greedy_decode(whisper_model: Path, clip_wav: Path,
+                                                    whisper_reference: Path):
+    """The dump's explicit KV-cached loop (prompt, suppression, stop at max_length here) gives
+    ``generate``'s ids, its text is the tokenizer's, and its margins are the top-2 gaps of
+    ``generate``'s processed scores (the suppression included)."""
+    dump = Dump(whisper_reference)
+    ids, scores = generated(whisper_model, clip_wav)
+    decode = dump.json("decode")
+    assert decode["ids"] == ids
+    assert len(ids) == 32 - 2 and dump.manifest["decode_stopped"] == "max_length"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(whisper_model)
+    assert decode["text"] == tokenizer.decode(ids, skip_special_tokens=True)
+    np.testing.assert_allclose(dump.tensor("decode_margins"), margins_of(scores), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_teacher_forced_stages_are_the_models_forward(whisper_model: Path, clip_wav: Path,
+                                                      whisper_reference: Path):
+    """``decoder_layer_{i}`` and ``decoder_logits`` are what
+    ``WhisperForConditionalGeneration`` computes on the prompt plus the decoded ids
+    (``decoder_hidden_states``, ``logits``)."""
+    dump = Dump(whisper_reference)
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(whisper_model)
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(
+        whisper_model, attn_implementation="eager").eval()
+    features = extractor(load_audio(clip_wav).samples, sampling_rate=16000,
+                         return_tensors="pt").input_features
+    tokens = dump.manifest["decoder_prompt"] + dump.json("decode")["ids"]
+    with torch.inference_mode():
+        out = model(features, decoder_input_ids=torch.tensor([tokens]),
+                    output_hidden_states=True)
+    hidden = out.decoder_hidden_states  # the embeddings, layer 0's output, the final norm's
+    np.testing.assert_allclose(dump.tensor("decoder_layer_0"), hidden[1][0].numpy(), rtol=0,
+                               atol=1e-5)
+    with torch.inference_mode():
+        normed = model.model.decoder.layer_norm(torch.from_numpy(dump.tensor("decoder_layer_1")))
+    np.testing.assert_allclose(normed.numpy(), hidden[2][0].numpy(), rtol=0, atol=1e-5)
+    logits = dump.tensor("decoder_logits")
+    assert logits.shape == (len(tokens), 64)
+    np.testing.assert_allclose(logits, out.logits[0].numpy(), rtol=0, atol=1e-5)

@@ -1,5 +1,5 @@
-"""Whisper audio encoder (transformers ``WhisperEncoder``): tiny fixture, PyTorch reference, our
-numpy log-mel frontend and the ggml encoder port."""
+"""Whisper (transformers ``WhisperForConditionalGeneration``): tiny fixture, PyTorch reference,
+our numpy log-mel frontend and the ggml encoder and decoder ports, and the greedy decode."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
     MATMUL,
@@ -15,26 +16,32 @@ from audioparity.family import (
     CheckpointWeights,
     Family,
     FamilySpec,
+    Option,
     Outputs,
     Stage,
 )
 
-#: The weights that enter a matmul as its first operand (``nn.Linear`` of the layers); conv
-#: kernels (an f32 im2col and matmul), norms, biases and ``embed_positions`` stay float32.
-_MATMUL = re.compile(r"\.(self_attn\.[qkv]_proj|self_attn\.out_proj|fc1|fc2)\.weight$")
+#: The weights that enter a matmul as its first operand: ``nn.Linear`` of the layers (both
+#: attentions' projections, ``fc1``, ``fc2``) and the decoder's ``embed_tokens``, which is also
+#: the tied ``proj_out`` (stored like the other matrices, as whisper.cpp stores it; its rows are
+#: read as stored). Conv kernels (an f32 im2col and matmul), norms, biases and both
+#: ``embed_positions`` tables stay float32.
+_MATMUL = re.compile(r"\.((self_attn|encoder_attn)\.(q_proj|k_proj|v_proj|out_proj)|fc1|fc2)"
+                     r"\.weight$|^decoder\.embed_tokens\.weight$")
 
 
 class Whisper(Family):
-    """transformers' ``WhisperEncoder`` and our ggml port of it (:mod:`.encoder`)."""
+    """transformers' ``WhisperForConditionalGeneration`` and our ggml port of it (:mod:`.encoder`,
+    :mod:`.decoder`), with Whisper's greedy decoding (:mod:`.decoding`)."""
 
     spec = FamilySpec(
         name="whisper",
         command="whisper",
-        title="Whisper audio encoder (log-mel frontend, conv stack, transformer) against "
-              "transformers' WhisperEncoder",
+        title="Whisper speech recognition (log-mel frontend, encoder, decoder, greedy decode) "
+              "against transformers' WhisperForConditionalGeneration",
         input="audio",
         model="a Hugging Face Whisper checkpoint directory (config.json, model.safetensors, "
-              "preprocessor_config.json)",
+              "preprocessor_config.json, generation_config.json, tokenizer.json)",
         stages=(
             Stage("mel_features", "tensor", "[T, n_mels]",
                   "log-mel features of the audio padded or trimmed to n_samples (30 s: "
@@ -42,12 +49,29 @@ class Whisper(Family):
             Stage("conv_out", "tensor", "[T, D]",
                   "gelu(conv2(gelu(conv1(mel)))), T' frames, before the positions are added"),
             Stage("layer_{i}", "tensor", "[T, D]", "output of WhisperEncoderLayer i",
-                  isolated="layer_{i}_isolated"),
+                  isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
             Stage("enc_out", "tensor", "[T, D]", "encoder output, after the final layer_norm"),
+            Stage("decoder_layer_{i}", "tensor", "[S, D]",
+                  "output of WhisperDecoderLayer i over the teacher-forced tokens (the prompt "
+                  "and the reference's decoded ids)", isolated="decoder_layer_{i}_isolated",
+                  reference_path=True),
+            Stage("decoder_logits", "logits", "[S, V]",
+                  "proj_out of the decoder at every teacher-forced token: row j predicts token "
+                  "j+1", reference_path=True),
+            Stage("decode", "document", "{ids, text}",
+                  "greedy decode with the KV cache: the generated ids (no prompt, no "
+                  "<|endoftext|>) and their text; decoder_replay runs the ggml decoder on the "
+                  "reference enc_out", isolated="decoder_replay", margins="[positions]"),
+        ),
+        options=(
+            Option("language", "", "a multilingual model's language token (en or <|en|>); '' "
+                   "for an English-only model", sides=("reference", "ggml")),
+            Option("task", "transcribe", "a multilingual model's task token",
+                   sides=("reference", "ggml"), choices=("transcribe", "translate")),
         ),
         ggml_reads_reference=True,
     )
-    reference_keeps = ("embed_positions",)
+    reference_keeps = ("model.encoder.embed_positions", "model.decoder.embed_positions")
 
     def config(self, model: Path) -> Any:
         from audioparity.models.whisper.config import load_config
@@ -59,6 +83,13 @@ class Whisper(Family):
         from audioparity.audio import load_audio
         from audioparity.models.whisper.frontend import trim_note
 
+        from audioparity.models.whisper.decoding import prompt_ids
+        from audioparity.models.whisper.tokenizer import TOKENIZER_FILE
+
+        prompt_ids(config, options["language"], options["task"])
+        if not (Path(model) / TOKENIZER_FILE).is_file():
+            raise AudioparityError(f"{Path(model) / TOKENIZER_FILE}: no such file; the "
+                                   "decode's text needs the checkpoint's tokenizer")
         extractor = config.feature_extractor
         sound = load_audio(path, sample_rate=extractor.sampling_rate)
         notes = [*sound.notes, trim_note(len(sound.samples), extractor)]
@@ -66,7 +97,7 @@ class Whisper(Family):
                     {"audio": sound.source})
 
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-        return {"n_layers": config.n_layers}
+        return {"n_layers": config.n_layers, "n_decoder_layers": config.n_decoder_layers}
 
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
         from audioparity.models.whisper.fixture import build_fixture
@@ -85,12 +116,17 @@ class Whisper(Family):
         return load_model(model)
 
     def reference_module(self, loaded: Any) -> Any:
-        return loaded.encoder
+        return loaded.model
 
     def reference(self, loaded: Any, case: Case) -> Outputs:
         from audioparity.models.whisper.reference import stages
 
         return stages(loaded, case)
+
+    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
+        from audioparity.models.whisper.replay import stages
+
+        return stages(loaded, case, candidate)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
         from audioparity.models.whisper.checkpoint import checked_entries

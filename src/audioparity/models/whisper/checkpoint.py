@@ -1,13 +1,14 @@
-"""The Whisper encoder's tensors in a Hugging Face checkpoint: names, expected shapes and checks,
-read without torch or ggml (both sides run :func:`check_weights` first, so both refuse a bad
+"""Whisper's tensors in a Hugging Face checkpoint: names, expected shapes and checks, read
+without torch or ggml (both sides run :func:`check_weights` first, so both refuse a bad
 checkpoint with the same message).
 
 Reads ``model.safetensors`` or the shards of ``model.safetensors.index.json``
 (:mod:`audioparity.checkpoints.safetensors`; f16 and bf16 widened to float32 exactly), a block of
-rows at a time. Names here are ``WhisperEncoder``'s own ``state_dict`` keys (``conv1.weight``,
-``layers.{i}.self_attn.q_proj.weight``, ...); in the checkpoint they carry the prefix of the
-class that saved it: ``model.encoder.`` (``WhisperForConditionalGeneration``) or ``encoder.``
-(``WhisperModel``). Only the encoder's tensors are read; the decoder's are left alone.
+rows at a time. Names here are ``WhisperModel``'s own ``state_dict`` keys
+(``encoder.conv1.weight``, ``decoder.layers.{i}.encoder_attn.k_proj.weight``, ...); in the
+checkpoint they carry the prefix of the class that saved it: ``model.``
+(``WhisperForConditionalGeneration``) or none (``WhisperModel``). ``proj_out.weight`` is tied to
+``decoder.embed_tokens.weight`` (the config refuses an untied model) and is not read.
 """
 
 from __future__ import annotations
@@ -20,62 +21,81 @@ import numpy as np
 
 from audioparity.checkpoints.safetensors import Entry, checkpoint_entries
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper.config import WhisperEncoderConfig
+from audioparity.models.whisper.config import WhisperModelConfig
 
-#: Key prefixes of the encoder, by the class that saves it, tried in this order.
-PREFIXES = {"model.encoder.": "WhisperForConditionalGeneration", "encoder.": "WhisperModel"}
+#: Key prefixes of ``WhisperModel``'s tensors, by the class that saves them, tried in this order.
+PREFIXES = {"model.": "WhisperForConditionalGeneration", "": "WhisperModel"}
 
 
-def expected_shapes(config: WhisperEncoderConfig) -> dict[str, tuple[int, ...]]:
-    """``WhisperEncoder`` parameter name -> numpy shape, from the config, in the module's order.
+def _attention_shapes(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
+    """A ``WhisperAttention`` named ``prefix``: ``k_proj`` without a bias (``bias=False``),
+    ``v_proj``, ``q_proj``, ``out_proj`` ``[D, D]`` with biases."""
+    return {prefix + "k_proj.weight": (d, d),
+            prefix + "v_proj.weight": (d, d), prefix + "v_proj.bias": (d,),
+            prefix + "q_proj.weight": (d, d), prefix + "q_proj.bias": (d,),
+            prefix + "out_proj.weight": (d, d), prefix + "out_proj.bias": (d,)}
 
-    ``conv1``/``conv2``: ``Conv1d`` kernels ``[out, in, 3]`` and biases; ``embed_positions``
-    ``[max_source_positions, D]``; per ``WhisperEncoderLayer``: ``self_attn`` ``q_proj``,
-    ``v_proj``, ``out_proj`` with biases and ``k_proj`` without one (``bias=False`` in
-    ``WhisperAttention``), the two LayerNorms, ``fc1`` ``[ffn, D]``, ``fc2`` ``[D, ffn]``; the
-    final ``layer_norm``.
+
+def _norm_shapes(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
+    """A ``LayerNorm`` named ``prefix``: weight and bias ``[D]``."""
+    return {prefix + "weight": (d,), prefix + "bias": (d,)}
+
+
+def _feed_forward_shapes(prefix: str, d: int, ffn: int) -> dict[str, tuple[int, ...]]:
+    """``fc1`` ``[ffn, D]`` and ``fc2`` ``[D, ffn]`` with biases."""
+    return {prefix + "fc1.weight": (ffn, d), prefix + "fc1.bias": (ffn,),
+            prefix + "fc2.weight": (d, ffn), prefix + "fc2.bias": (d,)}
+
+
+def expected_shapes(config: WhisperModelConfig) -> dict[str, tuple[int, ...]]:
+    """``WhisperModel`` parameter name -> numpy shape, from the config, in the module's order.
+
+    Encoder: ``conv1``/``conv2`` ``Conv1d`` kernels ``[out, in, 3]`` and biases;
+    ``embed_positions`` ``[max_source_positions, D]``; per ``WhisperEncoderLayer`` its
+    ``self_attn``, the two LayerNorms and the feed-forward; the final ``layer_norm``.
+    Decoder: ``embed_tokens`` ``[vocab_size, D]`` (also the tied ``proj_out``),
+    ``embed_positions`` ``[max_target_positions, D]``; per ``WhisperDecoderLayer`` its
+    ``self_attn``, ``self_attn_layer_norm``, ``encoder_attn``, ``encoder_attn_layer_norm``, the
+    feed-forward and ``final_layer_norm``; the final ``layer_norm``.
     """
-    enc = config.encoder
-    d, ffn = enc.d_model, enc.encoder_ffn_dim
+    enc, dec = config.encoder, config.decoder
+    d = enc.d_model
     shapes: dict[str, tuple[int, ...]] = {
-        "conv1.weight": (d, enc.num_mel_bins, 3),
-        "conv1.bias": (d,),
-        "conv2.weight": (d, d, 3),
-        "conv2.bias": (d,),
-        "embed_positions.weight": (enc.max_source_positions, d),
+        "encoder.conv1.weight": (d, enc.num_mel_bins, 3),
+        "encoder.conv1.bias": (d,),
+        "encoder.conv2.weight": (d, d, 3),
+        "encoder.conv2.bias": (d,),
+        "encoder.embed_positions.weight": (enc.max_source_positions, d),
     }
     for i in range(enc.encoder_layers):
-        p = f"layers.{i}."
-        shapes.update({
-            p + "self_attn.k_proj.weight": (d, d),
-            p + "self_attn.v_proj.weight": (d, d),
-            p + "self_attn.v_proj.bias": (d,),
-            p + "self_attn.q_proj.weight": (d, d),
-            p + "self_attn.q_proj.bias": (d,),
-            p + "self_attn.out_proj.weight": (d, d),
-            p + "self_attn.out_proj.bias": (d,),
-            p + "self_attn_layer_norm.weight": (d,),
-            p + "self_attn_layer_norm.bias": (d,),
-            p + "fc1.weight": (ffn, d),
-            p + "fc1.bias": (ffn,),
-            p + "fc2.weight": (d, ffn),
-            p + "fc2.bias": (d,),
-            p + "final_layer_norm.weight": (d,),
-            p + "final_layer_norm.bias": (d,),
-        })
-    shapes["layer_norm.weight"] = (d,)
-    shapes["layer_norm.bias"] = (d,)
+        p = f"encoder.layers.{i}."
+        shapes.update({**_attention_shapes(p + "self_attn.", d),
+                       **_norm_shapes(p + "self_attn_layer_norm.", d),
+                       **_feed_forward_shapes(p, d, enc.encoder_ffn_dim),
+                       **_norm_shapes(p + "final_layer_norm.", d)})
+    shapes.update(_norm_shapes("encoder.layer_norm.", d))
+    shapes["decoder.embed_tokens.weight"] = (dec.vocab_size, d)
+    shapes["decoder.embed_positions.weight"] = (dec.max_target_positions, d)
+    for i in range(dec.decoder_layers):
+        p = f"decoder.layers.{i}."
+        shapes.update({**_attention_shapes(p + "self_attn.", d),
+                       **_norm_shapes(p + "self_attn_layer_norm.", d),
+                       **_attention_shapes(p + "encoder_attn.", d),
+                       **_norm_shapes(p + "encoder_attn_layer_norm.", d),
+                       **_feed_forward_shapes(p, d, dec.decoder_ffn_dim),
+                       **_norm_shapes(p + "final_layer_norm.", d)})
+    shapes.update(_norm_shapes("decoder.layer_norm.", d))
     return shapes
 
 
 @dataclass(frozen=True)
-class EncoderTensors:
-    """The checkpoint entries of every encoder tensor, checked present and shaped.
+class WhisperTensors:
+    """The checkpoint entries of every tensor of ``WhisperModel``, checked present and shaped.
 
     Attributes:
         model: the checkpoint directory.
-        prefix: the key prefix of the encoder in the checkpoint (:data:`PREFIXES`).
-        entries: ``WhisperEncoder`` name -> safetensors entry, in :func:`expected_shapes` order.
+        prefix: the key prefix of ``WhisperModel`` in the checkpoint (:data:`PREFIXES`).
+        entries: ``WhisperModel`` name -> safetensors entry, in :func:`expected_shapes` order.
     """
 
     model: Path
@@ -105,24 +125,24 @@ class EncoderTensors:
                 del block
 
 
-def encoder_prefix(model_dir: Path, keys) -> str:
-    """The prefix under which ``keys`` (a checkpoint's tensor names) hold the encoder: the one
-    of :data:`PREFIXES` whose ``conv1.weight`` is present.
+def model_prefix(model_dir: Path, keys) -> str:
+    """The prefix under which ``keys`` (a checkpoint's tensor names) hold ``WhisperModel``: the
+    one of :data:`PREFIXES` whose ``encoder.conv1.weight`` is present.
 
     Raises:
-        AudioparityError: no prefix holds ``conv1.weight``, or both do.
+        AudioparityError: no prefix holds ``encoder.conv1.weight``, or both do.
     """
-    found = [prefix for prefix in PREFIXES if prefix + "conv1.weight" in keys]
+    found = [prefix for prefix in PREFIXES if prefix + "encoder.conv1.weight" in keys]
     if len(found) != 1:
-        expected = " or ".join(f"'{prefix}conv1.weight' ({cls})" for prefix, cls in
+        expected = " or ".join(f"'{prefix}encoder.conv1.weight' ({cls})" for prefix, cls in
                                PREFIXES.items())
         what = "both" if found else "neither"
         raise AudioparityError(f"{model_dir}: holds {what} of {expected}; expected the tensors "
-                               "of one Whisper encoder")
+                               "of one Whisper model")
     return found[0]
 
 
-def checked_entries(model_dir: Path, config: WhisperEncoderConfig) -> EncoderTensors:
+def checked_entries(model_dir: Path, config: WhisperModelConfig) -> WhisperTensors:
     """The encoder's tensors of ``model_dir`` after the headers showed every one present with
     the config's shape; no tensor data is read.
 
@@ -133,7 +153,7 @@ def checked_entries(model_dir: Path, config: WhisperEncoderConfig) -> EncoderTen
     """
     model_dir = Path(model_dir)
     entries = checkpoint_entries(model_dir)
-    prefix = encoder_prefix(model_dir, entries)
+    prefix = model_prefix(model_dir, entries)
     shapes = expected_shapes(config)
     missing = [name for name in shapes if prefix + name not in entries]
     if missing:
@@ -145,12 +165,12 @@ def checked_entries(model_dir: Path, config: WhisperEncoderConfig) -> EncoderTen
             raise AudioparityError(f"{model_dir}: tensor {prefix + name!r} has shape "
                                    f"{list(entries[prefix + name].shape)}, expected "
                                    f"{list(shape)}")
-    return EncoderTensors(model_dir, prefix, {name: entries[prefix + name] for name in shapes})
+    return WhisperTensors(model_dir, prefix, {name: entries[prefix + name] for name in shapes})
 
 
-def read_weights(model_dir: Path, config: WhisperEncoderConfig) -> dict[str, np.ndarray]:
-    """Every encoder tensor as a float32 array, ``WhisperEncoder`` names (for tests and
-    analysis; the dump streams them into ggml, :mod:`.weights`).
+def read_weights(model_dir: Path, config: WhisperModelConfig) -> dict[str, np.ndarray]:
+    """Every tensor as a float32 array, ``WhisperModel`` names (for tests and analysis; the
+    dump streams them into ggml, :meth:`~audioparity.driver.upload_weights`).
 
     Raises:
         AudioparityError: see :func:`check_weights`.
@@ -162,14 +182,14 @@ def read_weights(model_dir: Path, config: WhisperEncoderConfig) -> dict[str, np.
     return arrays
 
 
-def check_weights(model_dir: Path, config: WhisperEncoderConfig) -> None:
+def check_weights(model_dir: Path, config: WhisperModelConfig) -> None:
     """The checks of the ggml upload, reading a block at a time and keeping none: every
-    encoder tensor present with the config's shape, of a float dtype, finite. The reference
+    tensor present with the config's shape, of a float dtype, finite. The reference
     dump runs them before transformers loads the checkpoint, so both sides refuse a bad one
     with the same message.
 
     Raises:
-        AudioparityError: see :func:`checked_entries` and :meth:`EncoderTensors.blocks`.
+        AudioparityError: see :func:`checked_entries` and :meth:`WhisperTensors.blocks`.
     """
     for _ in checked_entries(model_dir, config).blocks():
         pass

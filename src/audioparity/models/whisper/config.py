@@ -1,6 +1,8 @@
-"""Whisper encoder hyper-parameters from a Hugging Face checkpoint directory, under the names of
-transformers' classes: ``config.json`` (``WhisperConfig``) and ``preprocessor_config.json``
-(``WhisperFeatureExtractor``). Reads JSON only (no torch, no ggml).
+"""Whisper hyper-parameters from a Hugging Face checkpoint directory, under the names of
+transformers' classes: ``config.json`` (``WhisperConfig``), ``preprocessor_config.json``
+(``WhisperFeatureExtractor``) and ``generation_config.json`` (the ``GenerationConfig`` that
+``WhisperGenerationMixin.generate`` reads: the prompt's and the suppressed tokens). Reads JSON
+only (no torch, no ggml).
 
 A key the file leaves out takes the default of the transformers class, as ``from_pretrained``
 does (``save_pretrained`` writes only the values that differ from the defaults). Only what the
@@ -12,10 +14,14 @@ key and the value found:
 - ``feature_size`` (mel bins of the extractor) equal to ``num_mel_bins`` (the conv's input);
 - ``n_samples // hop_length`` mel frames equal to ``2 * max_source_positions``: the only input
   length ``WhisperEncoder.forward`` accepts (it raises otherwise);
-- ``dither`` 0 (dithering adds random noise: no two runs agree).
+- ``dither`` 0 (dithering adds random noise: no two runs agree);
+- ``tie_word_embeddings`` true: the logits are ``embed_tokens`` applied as the output
+  projection (``proj_out`` tied), as in every released Whisper;
+- every token id of the generation config inside the vocabulary.
 
-``scale_embedding`` is accepted either way: ``WhisperEncoder`` computes ``embed_scale`` but never
-applies it (transformers 5.x), so neither does the port; a test holds transformers to that.
+``scale_embedding`` is accepted either way: neither ``WhisperEncoder`` nor ``WhisperDecoder``
+applies the ``embed_scale`` they compute (transformers 5.x), so neither does the port; a test
+holds transformers to that.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from audioparity.errors import AudioparityError
 
 CONFIG_FILE = "config.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"
+GENERATION_FILE = "generation_config.json"
 
 #: ``torch.nn.LayerNorm``'s default eps; ``WhisperEncoder`` does not set another.
 LAYER_NORM_EPS = 1e-5
@@ -53,6 +60,49 @@ class EncoderConfig:
     def head_dim(self) -> int:
         """Size of one attention head, ``d_model // encoder_attention_heads``."""
         return self.d_model // self.encoder_attention_heads
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The ``WhisperConfig`` fields ``WhisperDecoder`` and the tied ``proj_out`` read (defaults:
+    ``WhisperConfig``'s); ``d_model`` is the encoder's."""
+
+    vocab_size: int = 51865
+    decoder_layers: int = 4
+    decoder_attention_heads: int = 6
+    decoder_ffn_dim: int = 1536
+    max_target_positions: int = 448
+    tie_word_embeddings: bool = True
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """The ``generation_config.json`` fields Whisper's greedy decoding reads
+    (``WhisperGenerationMixin.generate`` without timestamps, :mod:`.decoding`).
+
+    Attributes:
+        decoder_start_token_id: ``<|startoftranscript|>``, the prompt's first token.
+        eos_token_id: ``<|endoftext|>``, which ends a decode.
+        no_timestamps_token_id: ``<|notimestamps|>``, the prompt's last token.
+        suppress_tokens: ids whose logits are ``-inf`` at every step
+            (``SuppressTokensLogitsProcessor``).
+        begin_suppress_tokens: ids whose logits are ``-inf`` at the first generated step
+            (``SuppressTokensAtBeginLogitsProcessor``).
+        max_length: the longest sequence, prompt included (``MaxLengthCriteria``).
+        is_multilingual: the prompt carries a language and a task token.
+        lang_to_id: ``<|xx|>`` -> id (multilingual models).
+        task_to_id: ``transcribe``/``translate`` -> id (multilingual models).
+    """
+
+    decoder_start_token_id: int
+    eos_token_id: int
+    no_timestamps_token_id: int
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
+    max_length: int = 448
+    is_multilingual: bool = False
+    lang_to_id: tuple[tuple[str, int], ...] = ()
+    task_to_id: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,11 +135,18 @@ class FeatureExtractorConfig:
 
 
 @dataclass(frozen=True)
-class WhisperEncoderConfig:
-    """Everything the frontend and the ggml encoder need."""
+class WhisperModelConfig:
+    """Everything the frontend, the ggml encoder and decoder and the greedy decoding need."""
 
     encoder: EncoderConfig
+    decoder: DecoderConfig
     feature_extractor: FeatureExtractorConfig
+    generation: GenerationConfig
+
+    @property
+    def n_decoder_layers(self) -> int:
+        """Decoder layers (``decoder_layers``)."""
+        return self.decoder.decoder_layers
 
     @property
     def n_layers(self) -> int:
@@ -140,9 +197,77 @@ def _positive(where: str, obj, *keys: str) -> None:
                                    "positive integer")
 
 
-def parse_config(raw: Any, preprocessor: Any, where: str = CONFIG_FILE,
-                 preprocessor_where: str = PREPROCESSOR_FILE) -> WhisperEncoderConfig:
-    """The config from the parsed ``config.json`` and ``preprocessor_config.json`` objects.
+def _token_ids(raw: dict[str, Any], key: str, vocab_size: int, where: str) -> tuple[int, ...]:
+    """``raw[key]``, a list of token ids below ``vocab_size`` (empty when absent or null)."""
+    value = raw.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in value):
+        raise AudioparityError(f"{where}: {key!r} is {json.dumps(value)[:60]}; expected a list "
+                               f"of token ids in [0, {vocab_size})")
+    return tuple(value)
+
+
+def _token_map(raw: dict[str, Any], key: str, vocab_size: int, where: str
+               ) -> tuple[tuple[str, int], ...]:
+    """``raw[key]``, an object of name -> token id below ``vocab_size`` (empty when absent)."""
+    value = raw.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size
+            for i in value.values()):
+        raise AudioparityError(f"{where}: {key!r} is {json.dumps(value)[:60]}; expected an "
+                               f"object of token ids in [0, {vocab_size})")
+    return tuple(value.items())
+
+
+def parse_generation(raw: Any, decoder: DecoderConfig, where: str = GENERATION_FILE
+                     ) -> GenerationConfig:
+    """The :class:`GenerationConfig` of the parsed ``generation_config.json`` object.
+
+    Raises:
+        AudioparityError: not a JSON object, a missing or out-of-vocabulary special token id,
+            a ``max_length`` below 1, or a multilingual config without ``lang_to_id`` and
+            ``task_to_id``.
+    """
+    if not isinstance(raw, dict):
+        raise AudioparityError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    vocab = decoder.vocab_size
+    ids = {}
+    for key in ("decoder_start_token_id", "eos_token_id", "no_timestamps_token_id"):
+        value = raw.get(key)
+        if isinstance(value, list) and len(value) == 1:  # eos_token_id may be a list of one
+            value = value[0]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
+            raise AudioparityError(f"{where}: {key!r} is {json.dumps(value)[:60]}; expected a "
+                                   f"token id in [0, {vocab})")
+        ids[key] = value
+    max_length = _value(raw, "max_length", GenerationConfig.max_length, where)
+    if max_length < 1:
+        raise AudioparityError(f"{where}: 'max_length' is {max_length}; expected a positive "
+                               "integer")
+    config = GenerationConfig(
+        **ids,
+        suppress_tokens=_token_ids(raw, "suppress_tokens", vocab, where),
+        begin_suppress_tokens=_token_ids(raw, "begin_suppress_tokens", vocab, where),
+        max_length=max_length,
+        is_multilingual=_value(raw, "is_multilingual", False, where),
+        lang_to_id=_token_map(raw, "lang_to_id", vocab, where),
+        task_to_id=_token_map(raw, "task_to_id", vocab, where),
+    )
+    if config.is_multilingual and not (config.lang_to_id and config.task_to_id):
+        raise AudioparityError(f"{where}: 'is_multilingual' is true without 'lang_to_id' and "
+                               "'task_to_id'; expected both (the prompt's language and task)")
+    return config
+
+
+def parse_config(raw: Any, preprocessor: Any, generation: Any, where: str = CONFIG_FILE,
+                 preprocessor_where: str = PREPROCESSOR_FILE,
+                 generation_where: str = GENERATION_FILE) -> WhisperModelConfig:
+    """The config from the parsed ``config.json``, ``preprocessor_config.json`` and
+    ``generation_config.json`` objects.
 
     Raises:
         AudioparityError: not JSON objects, a value of another type, a size that is not
@@ -155,17 +280,25 @@ def parse_config(raw: Any, preprocessor: Any, where: str = CONFIG_FILE,
         raise AudioparityError(f"{where}: model_type={raw.get('model_type')!r}; expected "
                                "'whisper'")
     encoder = _fields(EncoderConfig, raw, where)
+    decoder = _fields(DecoderConfig, raw, where)
     features = _fields(FeatureExtractorConfig, preprocessor, preprocessor_where)
     _positive(where, encoder, "num_mel_bins", "d_model", "encoder_layers",
               "encoder_attention_heads", "encoder_ffn_dim", "max_source_positions")
+    _positive(where, decoder, "vocab_size", "decoder_layers", "decoder_attention_heads",
+              "decoder_ffn_dim", "max_target_positions")
     _positive(preprocessor_where, features, "feature_size", "sampling_rate", "hop_length",
               "chunk_length", "n_fft")
     if encoder.activation_function != "gelu":
         raise AudioparityError(f"{where}: activation_function={encoder.activation_function!r} "
                                "is not supported by the ggml port (supported: 'gelu')")
-    if encoder.d_model % encoder.encoder_attention_heads:
-        raise AudioparityError(f"{where}: d_model={encoder.d_model} is not a multiple of "
-                               f"encoder_attention_heads={encoder.encoder_attention_heads}")
+    for key in ("encoder_attention_heads", "decoder_attention_heads"):
+        heads = getattr(decoder if key.startswith("decoder") else encoder, key)
+        if encoder.d_model % heads:
+            raise AudioparityError(f"{where}: d_model={encoder.d_model} is not a multiple of "
+                                   f"{key}={heads}")
+    if not decoder.tie_word_embeddings:
+        raise AudioparityError(f"{where}: tie_word_embeddings=false is not supported by the "
+                               "ggml port (the logits are embed_tokens applied as proj_out)")
     if features.feature_size != encoder.num_mel_bins:
         raise AudioparityError(f"{preprocessor_where}: feature_size={features.feature_size}; "
                                f"expected num_mel_bins={encoder.num_mel_bins} of {where}")
@@ -180,7 +313,9 @@ def parse_config(raw: Any, preprocessor: Any, where: str = CONFIG_FILE,
     if features.n_fft // 2 >= features.n_samples:
         raise AudioparityError(f"{preprocessor_where}: n_fft={features.n_fft} is too long for "
                                f"n_samples={features.n_samples} (reflect padding)")
-    return WhisperEncoderConfig(encoder=encoder, feature_extractor=features)
+    return WhisperModelConfig(encoder=encoder, decoder=decoder, feature_extractor=features,
+                              generation=parse_generation(generation, decoder,
+                                                          generation_where))
 
 
 def read_json(path: Path) -> Any:
@@ -191,16 +326,16 @@ def read_json(path: Path) -> Any:
     """
     if not path.is_file():
         raise AudioparityError(f"{path}: no such file; a Whisper checkpoint directory holds "
-                               f"{CONFIG_FILE} and {PREPROCESSOR_FILE}")
+                               f"{CONFIG_FILE}, {PREPROCESSOR_FILE} and {GENERATION_FILE}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:
         raise AudioparityError(f"{path}: unreadable JSON ({err})") from None
 
 
-def load_config(model_dir: Path) -> WhisperEncoderConfig:
+def load_config(model_dir: Path) -> WhisperModelConfig:
     """The config of the checkpoint directory ``model_dir`` (:func:`parse_config` of its
-    ``config.json`` and ``preprocessor_config.json``).
+    ``config.json``, ``preprocessor_config.json`` and ``generation_config.json``).
 
     Raises:
         AudioparityError: not a directory, a missing or unreadable file, or an unusable config.
@@ -209,7 +344,6 @@ def load_config(model_dir: Path) -> WhisperEncoderConfig:
     if not model_dir.is_dir():
         raise AudioparityError(f"{model_dir}: no such checkpoint directory; expected a Hugging "
                                f"Face Whisper directory ({CONFIG_FILE}, model.safetensors, "
-                               f"{PREPROCESSOR_FILE})")
-    config, preprocessor = model_dir / CONFIG_FILE, model_dir / PREPROCESSOR_FILE
-    return parse_config(read_json(config), read_json(preprocessor), str(config),
-                        str(preprocessor))
+                               f"{PREPROCESSOR_FILE}, {GENERATION_FILE})")
+    paths = [model_dir / name for name in (CONFIG_FILE, PREPROCESSOR_FILE, GENERATION_FILE)]
+    return parse_config(*map(read_json, paths), *map(str, paths))

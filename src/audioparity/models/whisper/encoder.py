@@ -5,8 +5,9 @@ Read beside ``transformers.models.whisper.modeling_whisper``: ``WhisperEncoder.f
 (``+ embed_positions``), the layers, and the final ``layer_norm``; :func:`encoder_layer` is
 ``WhisperEncoderLayer`` (pre-norm: ``self_attn_layer_norm`` -> :func:`self_attention` ->
 residual; ``final_layer_norm`` -> ``fc1`` -> GELU -> ``fc2`` -> residual) and
-:func:`self_attention` is ``WhisperAttention`` with ``eager_attention_forward``. Weight names are
-``WhisperEncoder``'s own (:mod:`.checkpoint`).
+:func:`self_attention` is ``WhisperAttention`` with ``eager_attention_forward``
+(:func:`attention`, which the decoder's attentions share). Weight names are ``WhisperModel``'s
+own (``encoder.*``, :mod:`.checkpoint`).
 
 Shapes in docstrings are transformers', batch dropped: ``[T, D]`` is time-major. ggml's ``ne``
 is the reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; the conv
@@ -31,7 +32,7 @@ from audioparity.models.whisper.config import (
     CONV_STRIDES,
     LAYER_NORM_EPS,
     EncoderConfig,
-    WhisperEncoderConfig,
+    WhisperModelConfig,
 )
 
 
@@ -89,8 +90,8 @@ def conv_stack(ctx, w: Weights, mel):
         ``[T', D]`` with ``T' = (T - 1) // 2 + 1``: the ``conv_out`` stage (before the
         positions are added).
     """
-    x = gelu(ctx, conv1d(ctx, w, "conv1", _channel_major(ctx, mel), CONV_STRIDES[0], 1))
-    return gelu(ctx, conv1d(ctx, w, "conv2", _channel_major(ctx, x), CONV_STRIDES[1], 1))
+    x = gelu(ctx, conv1d(ctx, w, "encoder.conv1", _channel_major(ctx, mel), CONV_STRIDES[0], 1))
+    return gelu(ctx, conv1d(ctx, w, "encoder.conv2", _channel_major(ctx, x), CONV_STRIDES[1], 1))
 
 
 def add_positions(ctx, w: Weights, x):
@@ -104,17 +105,51 @@ def add_positions(ctx, w: Weights, x):
     Returns:
         ``[T', D]``.
     """
-    table = w["embed_positions.weight"]  # ne [D, max_source_positions]
+    table = w["encoder.embed_positions.weight"]  # ne [D, max_source_positions]
     n_frames = x.contents.ne[1]
     rows = ggml.ggml_view_2d(ctx, table, table.contents.ne[0], n_frames, table.contents.nb[1], 0)
     return ggml.ggml_add(ctx, x, rows)
+
+
+def attention(ctx, n_head: int, q, k, v, mask=None):
+    """``eager_attention_forward`` with ``scaling=1.0`` (the query comes scaled, as
+    ``WhisperAttention`` scales its projection): ``softmax(q k^T + mask) v`` per head.
+
+    Args:
+        q: ``[S_q, D]`` (ne ``[D, S_q]``), ``q_proj(x) * head_dim ** -0.5``.
+        k, v: ``[S_k, D]`` (ne ``[D, S_k]``), contiguous (a cache's first rows are).
+        mask: None, or an additive ``[S_q, S_k]`` float32 (``0`` or ``-inf``: the causal mask).
+
+    Returns:
+        ``[S_q, D]``, the heads concatenated, before ``out_proj``.
+    """
+    d = q.contents.ne[0]
+    head_dim, n_q, n_k = d // n_head, q.contents.ne[1], k.contents.ne[1]
+
+    def per_head(t, n):  # ne [D, n] -> ne [head_dim, n, H]
+        return ggml.ggml_permute(ctx, ggml.ggml_reshape_3d(ctx, t, head_dim, n_head, n),
+                                 0, 2, 1, 3)
+
+    # A contiguous query keeps q k^T in llamafile's sgemm; contiguous keys keep it in f32 on
+    # Vulkan (ggml-vulkan converts a strided left-hand side to f16 first).
+    scores = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, per_head(k, n_k)),
+                               ggml.ggml_cont(ctx, per_head(q, n_q)))  # ne [S_k, S_q, H]
+    probs = ggml.ggml_soft_max_ext(ctx, scores, mask, 1.0, 0.0)
+    # S_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
+    pad = -n_k % SGEMM_INNER_MULTIPLE
+    v_t = ggml.ggml_reshape_3d(ctx, v, head_dim, n_head, n_k)
+    v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v_t, 1, 2, 0, 3), pad, 0, 0, 0)
+    probs = ggml.ggml_pad(ctx, probs, pad, 0, 0, 0)  # ne [S_k + pad, S_q, H]
+    out = ggml.ggml_mul_mat(ctx, v_t, probs)  # [H, S_q, head_dim] (ne [head_dim, S_q, H])
+    out = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [head_dim, H, S_q]
+    return ggml.ggml_reshape_2d(ctx, out, d, n_q)
 
 
 def self_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
     """``WhisperAttention`` (self-attention, no mask, eager):
     ``q = q_proj(x) * head_dim ** -0.5`` (q_proj with bias; the scale applied to the
     projection, as transformers does, and none in the softmax), ``k = k_proj(x)`` (no bias),
-    ``v = v_proj(x)``, split in H heads; ``out_proj(softmax(q k^T) v)``.
+    ``v = v_proj(x)``, split in H heads; ``out_proj(softmax(q k^T) v)`` (:func:`attention`).
 
     Args:
         x: ``[T, D]`` (after ``self_attn_layer_norm``).
@@ -122,32 +157,11 @@ def self_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
     Returns:
         ``[T, D]``.
     """
-    n_head, head_dim = cfg.encoder_attention_heads, cfg.head_dim
-    n_frames = x.contents.ne[1]
-
-    def heads(t):  # [T, D] -> ne [head_dim, H, T]
-        return ggml.ggml_reshape_3d(ctx, t, head_dim, n_head, n_frames)
-
-    def per_head(t):  # ne [head_dim, H, T] -> ne [head_dim, T, H]
-        return ggml.ggml_permute(ctx, t, 0, 2, 1, 3)
-
-    q = ggml.ggml_scale(ctx, linear(ctx, w, prefix + "q_proj", x), head_dim**-0.5)
+    q = ggml.ggml_scale(ctx, linear(ctx, w, prefix + "q_proj", x), cfg.head_dim**-0.5)
     k = linear(ctx, w, prefix + "k_proj", x)
     v = linear(ctx, w, prefix + "v_proj", x)
-    # A contiguous query keeps q k^T in llamafile's sgemm; contiguous keys keep it in f32 on
-    # Vulkan (ggml-vulkan converts a strided left-hand side to f16 first).
-    q = ggml.ggml_cont(ctx, per_head(heads(q)))
-    k = ggml.ggml_cont(ctx, per_head(heads(k)))
-    scores = ggml.ggml_mul_mat(ctx, k, q)  # [H, T_q, T_k] (ne [T_k, T_q, H])
-    probs = ggml.ggml_soft_max_ext(ctx, scores, None, 1.0, 0.0)
-    # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
-    pad = -n_frames % SGEMM_INNER_MULTIPLE
-    v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, heads(v), 1, 2, 0, 3), pad, 0, 0, 0)
-    probs = ggml.ggml_pad(ctx, probs, pad, 0, 0, 0)  # ne [T_k + pad, T_q, H]
-    out = ggml.ggml_mul_mat(ctx, v_t, probs)  # [H, T_q, head_dim] (ne [head_dim, T_q, H])
-    out = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [head_dim, H, T]
-    out = ggml.ggml_reshape_2d(ctx, out, n_head * head_dim, n_frames)
-    return linear(ctx, w, prefix + "out_proj", out)
+    return linear(ctx, w, prefix + "out_proj", attention(ctx, cfg.encoder_attention_heads,
+                                                         q, k, v))
 
 
 def encoder_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x):
@@ -160,7 +174,7 @@ def encoder_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x):
     Returns:
         ``[T, D]``.
     """
-    p = f"layers.{index}."
+    p = f"encoder.layers.{index}."
 
     def norm(name, t):
         return layer_norm(ctx, t, w[f"{p}{name}.weight"], w[f"{p}{name}.bias"], LAYER_NORM_EPS)
@@ -173,7 +187,8 @@ def encoder_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x):
 
 def final_layer_norm(ctx, w: Weights, x):
     """``WhisperEncoder.layer_norm`` after the last layer: x ``[T, D]`` -> ``[T, D]``."""
-    return layer_norm(ctx, x, w["layer_norm.weight"], w["layer_norm.bias"], LAYER_NORM_EPS)
+    return layer_norm(ctx, x, w["encoder.layer_norm.weight"], w["encoder.layer_norm.bias"],
+                      LAYER_NORM_EPS)
 
 
 class Encoder:
@@ -181,7 +196,7 @@ class Encoder:
 
     Args:
         weights: uploaded weights (:func:`audioparity.driver.upload_weights`),
-            ``WhisperEncoder`` names.
+            ``WhisperModel`` names.
         config: the model config (its ``encoder`` part is used).
         runtime: the runtime the weights live on.
 
@@ -194,7 +209,7 @@ class Encoder:
             taps["enc_out"]                                    # [1500, D]
     """
 
-    def __init__(self, weights: Weights, config: WhisperEncoderConfig, runtime: Runtime) -> None:
+    def __init__(self, weights: Weights, config: WhisperModelConfig, runtime: Runtime) -> None:
         self.weights = weights
         self.cfg = config.encoder
         self.runtime = runtime

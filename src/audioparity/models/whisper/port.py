@@ -1,12 +1,19 @@
-"""The ggml port's stages of one case (:meth:`WhisperEncoder.ggml`), each phase timed by the
-driver:
+"""The ggml port's stages of one case (:meth:`Whisper.ggml`), each phase timed by the driver:
 
 - ``mel``: :func:`.frontend.mel_features` -> ``mel_features [T, n_mels]``;
 - ``encoder``: the end-to-end encoder on that mel, one graph -> ``conv_out``, ``layer_{i}``,
   ``enc_out`` (``[T', D]`` each);
-- ``layers_isolated``: every layer alone on the reference's input of that layer (reference
-  ``conv_out`` plus ``embed_positions`` for layer 0, reference ``layer_{i-1}`` after) ->
-  ``layer_{i}_isolated``.
+- ``layers_isolated``: every encoder layer alone on the reference's input of that layer
+  (reference ``conv_out`` plus ``embed_positions`` for layer 0, reference ``layer_{i-1}``
+  after) -> ``layer_{i}_isolated``;
+- ``decoder``: the decoder on our ``enc_out`` over the reference's teacher-forced sequence
+  (the prompt and the reference's decoded ids), run as a decode runs (the prompt, then one
+  KV-cached step a token: :meth:`.Decoder.teacher_forced`) -> ``decoder_layer_{i} [S, D]``,
+  ``decoder_logits [S, V]``;
+- ``decode``: our greedy decode of our ``enc_out`` -> ``decode`` and ``decode_margins``;
+- ``decoder_isolated``: the decoder on the reference's ``enc_out``: every layer alone on the
+  reference's input of that layer -> ``decoder_layer_{i}_isolated``; its greedy decode ->
+  ``decoder_replay`` and ``decoder_replay_margins``.
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ from typing import Any
 from audioparity.artifacts import Dump
 from audioparity.family import Case, Outputs, Phase
 from audioparity.ggml import Runtime, Weights
+from audioparity.models.whisper.decoder import Decoder
+from audioparity.models.whisper.decoding import prompt_ids
 from audioparity.models.whisper.encoder import Encoder
 from audioparity.models.whisper.frontend import mel_features
+from audioparity.models.whisper.tokenizer import Tokenizer
 
 log = logging.getLogger("audioparity")
 
@@ -27,6 +37,8 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
     """The stages of the module docstring, on ``case`` (its audio ``[L]`` float32 at the
     extractor's rate)."""
     config = case.config
+    tokenizer = Tokenizer(case.model)
+    prompt = prompt_ids(config, case.options["language"], case.options["task"])
     yield Phase("mel")
     mel = mel_features(case.data.samples, config.feature_extractor)
     yield "mel_features", mel
@@ -41,5 +53,30 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
               for name in ["conv_out", *(f"layer_{i}" for i in range(config.n_layers - 1))]]
     for i, output in enumerate(encoder.layers_isolated(inputs)):
         yield f"layer_{i}_isolated", output
-    log.info("ggml whisper %s: mel %s, encoder (%d layers, T'=%d)", case.path.name,
-             list(mel.shape), config.n_layers, taps["enc_out"].shape[0])
+
+    decoder = Decoder(weights, config, runtime)
+    yield Phase("decoder")
+    decoder.encoder_output(taps["enc_out"])
+    tokens = prompt + list(reference.json("decode")["ids"])
+    forced = decoder.teacher_forced(tokens, len(prompt))
+    for i in range(config.n_decoder_layers):
+        yield f"decoder_layer_{i}", forced[f"decoder_layer_{i}"]
+    yield "decoder_logits", forced["logits"]
+
+    yield Phase("decode")
+    decode = decoder.greedy(prompt)
+    yield "decode", {"ids": decode.ids, "text": tokenizer.decode(decode.ids)}
+    yield "decode_margins", decode.margins
+
+    yield Phase("decoder_isolated")
+    decoder.encoder_output(reference.tensor("enc_out"))
+    inputs = [reference.tensor(f"decoder_layer_{i}") for i in range(config.n_decoder_layers - 1)]
+    for i, output in enumerate(decoder.layers_isolated(tokens, inputs)):
+        yield f"decoder_layer_{i}_isolated", output
+    replay = decoder.greedy(prompt)
+    yield "decoder_replay", {"ids": replay.ids, "text": tokenizer.decode(replay.ids)}
+    yield "decoder_replay_margins", replay.margins
+    log.info("ggml whisper %s: mel %s, encoder (%d layers, T'=%d), decoder (%d layers): %d "
+             "tokens (%s), on the reference's enc_out %d (%s)", case.path.name, list(mel.shape),
+             config.n_layers, taps["enc_out"].shape[0], config.n_decoder_layers,
+             len(decode.ids), decode.stopped, len(replay.ids), replay.stopped)

@@ -1,9 +1,9 @@
-"""The PyTorch reference dump of a Whisper encoder (producer ``torch``): transformers'
-``WhisperFeatureExtractor`` and ``WhisperEncoder`` run on CPU, float32, eager attention, batch
-size 1, eval mode; every tensor is what they computed in one run, taken by forward hooks on the
-encoder's own modules.
+"""The PyTorch reference dump of Whisper (producer ``torch``): transformers'
+``WhisperFeatureExtractor``, ``WhisperForConditionalGeneration`` and ``WhisperTokenizer`` run on
+CPU, float32, eager attention, batch size 1, eval mode; every tensor is what they computed, taken
+by forward hooks on the model's own modules.
 
-Dump (canonical layouts, batch dropped, float32, time-major):
+Dump (canonical layouts, batch dropped, float32):
 
 - ``mel_features`` ``[T, n_mels]``: ``WhisperFeatureExtractor.from_pretrained(model)(samples)``
   (with torch installed it runs ``_torch_extract_fbank_features``), transposed from its
@@ -11,12 +11,18 @@ Dump (canonical layouts, batch dropped, float32, time-major):
 - ``conv_out`` ``[T', D]``: ``nn.functional.gelu`` of ``conv2``'s output (a forward hook, the
   same call ``WhisperEncoder.forward`` makes), transposed; checked to give, plus
   ``embed_positions``, exactly the input of layer 0 (a forward pre-hook);
-- ``layer_{i}`` ``[T', D]``: the output of ``layers[i]`` (forward hooks);
-- ``enc_out`` ``[T', D]``: ``last_hidden_state``, after the final ``layer_norm``.
+- ``layer_{i}`` ``[T', D]``: the output of ``encoder.layers[i]`` (forward hooks);
+- ``enc_out`` ``[T', D]``: the encoder's ``last_hidden_state``, after the final ``layer_norm``;
+- ``decode`` ``{ids, text}`` and ``decode_margins`` ``[len(ids)]``: the greedy decode of
+  :mod:`.decoding` written out as a loop over ``model.decoder`` with its
+  ``EncoderDecoderCache`` and ``proj_out``, one token a step (tests hold its ids to
+  ``model.generate``'s); ``text`` is ``tokenizer.decode(ids, skip_special_tokens=True)``;
+- ``decoder_layer_{i}`` ``[S, D]`` and ``decoder_logits`` ``[S, V]``: one forward of
+  ``model.decoder`` (no cache) over the teacher-forced sequence, the prompt then the decoded
+  ids (``S = len(prompt) + len(ids)``), hooks on ``decoder.layers[i]``, and ``proj_out`` of its
+  ``last_hidden_state``: row ``j`` predicts token ``j + 1``.
 
-The model is ``WhisperModel.from_pretrained(model).encoder``: a
-``WhisperForConditionalGeneration`` checkpoint (keys ``model.*``) and a ``WhisperModel`` one
-load alike. Importing this module imports neither torch nor ggml.
+Importing this module imports neither torch nor ggml.
 """
 
 from __future__ import annotations
@@ -29,40 +35,50 @@ import numpy as np
 
 from audioparity.audio import Audio
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Note, Outputs, Phase
+from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.models.whisper.decoding import Decode, greedy, prompt_ids
 
 log = logging.getLogger("audioparity")
 
 
 class Loaded(NamedTuple):
-    """The reference's ``WhisperFeatureExtractor`` and ``WhisperEncoder``."""
+    """The reference's ``WhisperFeatureExtractor``, ``WhisperForConditionalGeneration`` and
+    ``WhisperTokenizer``."""
 
     extractor: Any
-    encoder: Any
+    model: Any
+    tokenizer: Any
 
 
 def load_model(model_dir: Path) -> Loaded:
-    """The ``WhisperFeatureExtractor`` and ``WhisperEncoder`` of the checkpoint: the extractor from
-    ``preprocessor_config.json``, the encoder of ``WhisperModel.from_pretrained`` in float32,
-    eager attention, eval mode.
+    """The extractor (``preprocessor_config.json``), the model
+    (``WhisperForConditionalGeneration.from_pretrained`` in float32, eager attention, eval mode;
+    a ``WhisperModel`` checkpoint loads into it, ``proj_out`` tied) and the tokenizer of the
+    checkpoint.
 
     Raises:
-        AudioparityError: transformers cannot load the checkpoint, or it lacks encoder weights.
+        AudioparityError: transformers cannot load the checkpoint or its tokenizer, or it lacks
+            weights.
     """
     import torch
-    from transformers import WhisperFeatureExtractor, WhisperModel
+    from transformers import (
+        AutoTokenizer,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+    )
 
     try:
         extractor = WhisperFeatureExtractor.from_pretrained(str(model_dir))
-        net, info = WhisperModel.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                 attn_implementation="eager",
-                                                 output_loading_info=True)
+        net, info = WhisperForConditionalGeneration.from_pretrained(
+            str(model_dir), dtype=torch.float32, attn_implementation="eager",
+            output_loading_info=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     except (OSError, ValueError, KeyError) as err:
         raise AudioparityError(f"{model_dir}: transformers cannot load the model ({err})") from err
-    missing = [key for key in info.get("missing_keys", ()) if key.startswith("encoder.")]
+    missing = [key for key in info.get("missing_keys", ()) if key != "proj_out.weight"]
     if missing:
         raise AudioparityError(f"{model_dir}: transformers found no weights for {missing[:3]}")
-    return Loaded(extractor, net.encoder.eval())
+    return Loaded(extractor, net.eval(), tokenizer)
 
 
 def mel_features(extractor: Any, sound: Audio) -> np.ndarray:
@@ -122,16 +138,88 @@ def encoder(net: Any, features: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def greedy_decoding(loaded: Loaded, config: Any, enc_out: np.ndarray, prompt: list[int]
+                    ) -> Decode:
+    """The greedy decode (:func:`~.decoding.greedy`) of ``enc_out`` ``[T', D]``: the prompt
+    through ``model.decoder`` with a new ``EncoderDecoderCache``, then one token at a time with
+    the cache it returned, each step's logits ``proj_out`` of its last row."""
+    import torch
+
+    model = loaded.model
+    encoder_hidden = torch.from_numpy(np.ascontiguousarray(enc_out))[None]
+    cache = None
+
+    def forward(ids: list[int]) -> np.ndarray:
+        nonlocal cache
+        out = model.model.decoder(input_ids=torch.tensor([ids]), encoder_hidden_states=encoder_hidden,
+                                  cache=cache, use_cache=True)
+        cache = out.cache
+        return model.proj_out(out.last_hidden_state)[0, -1].numpy()
+
+    with torch.inference_mode():
+        return greedy(config, prompt, forward)
+
+
+def teacher_forced(loaded: Loaded, enc_out: np.ndarray, tokens: list[int]
+                   ) -> dict[str, np.ndarray]:
+    """``model.decoder`` over ``tokens`` ``[S]`` at once (no cache), with hooks on its layers.
+
+    Returns:
+        ``decoder_layer_{i}`` ``[S, D]`` and ``decoder_logits`` ``[S, V]`` (``proj_out`` of
+        ``last_hidden_state``), float32.
+
+    Raises:
+        AudioparityError: a hook did not fire exactly once.
+    """
+    import torch
+
+    model = loaded.model
+    layers = model.model.decoder.layers
+    taps: dict[str, list[Any]] = {}
+    handles = [layer.register_forward_hook(
+        lambda m, a, out, n=index: taps.setdefault(f"decoder_layer_{n}", []).append(
+            out[0] if isinstance(out, tuple) else out))
+        for index, layer in enumerate(layers)]
+    try:
+        with torch.inference_mode():
+            out = model.model.decoder(input_ids=torch.tensor([tokens]),
+                                      encoder_hidden_states=torch.from_numpy(
+                                          np.ascontiguousarray(enc_out))[None],
+                                      use_cache=False)
+            result = {}
+            for index in range(len(layers)):
+                fired = taps.get(f"decoder_layer_{index}", [])
+                if len(fired) != 1:
+                    raise AudioparityError(f"decoder tap decoder_layer_{index}: fired "
+                                           f"{len(fired)} times; expected once")
+                result[f"decoder_layer_{index}"] = fired[0][0].numpy()
+            result["decoder_logits"] = model.proj_out(out.last_hidden_state)[0].numpy()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return result
+
+
 def stages(loaded: Loaded, case: Case) -> Outputs:
     """The reference's stages of one case (module docstring), each phase timed by the driver."""
+    config = case.config
     yield Phase("mel")
     features = mel_features(loaded.extractor, case.data)
     yield "mel_features", features.T
     yield Phase("encoder")
-    taps = encoder(loaded.encoder, features)
+    taps = encoder(loaded.model.model.encoder, features)
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals the "
                "input of layers[0] exactly (checked)")
-    log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, "
-             "T'=%d", case.path, case.data.seconds, list(features.shape),
-             case.config.n_layers, taps["enc_out"].shape[0])
+    yield Phase("decode")
+    prompt = prompt_ids(config, case.options["language"], case.options["task"])
+    decode = greedy_decoding(loaded, config, taps["enc_out"], prompt)
+    yield "decode", {"ids": decode.ids,
+                     "text": loaded.tokenizer.decode(decode.ids, skip_special_tokens=True)}
+    yield "decode_margins", decode.margins
+    yield Fields({"decoder_prompt": prompt, "decode_stopped": decode.stopped})
+    yield Phase("decoder")
+    yield from teacher_forced(loaded, taps["enc_out"], prompt + decode.ids).items()
+    log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, T'=%d, "
+             "%d tokens (%s)", case.path, case.data.seconds, list(features.shape),
+             config.n_layers, taps["enc_out"].shape[0], len(decode.ids), decode.stopped)
