@@ -22,6 +22,9 @@ from audioparity.family import FamilySpec, Option
 
 #: The teacher-forced tokens as the driver reads them (raw little-endian int32 ``[S]``).
 TOKENS = "tokens.i32"
+#: The reference's log-mel as the driver reads it with ``--mel`` (raw float32 ``[n_mels, T]``),
+#: with the option ``mel`` ``reference``.
+REFERENCE_MEL = TensorMap("mel.f32", "mel_features", layout="[n_mels, T]")
 #: The prefix of the driver's one line on stdout holding its transcript.
 DECODE_LINE = "decode: "
 #: The files of the converted model at each weight type: the converter's own names (f32 with
@@ -43,6 +46,10 @@ class WhisperCppWhisper(Adapter):
         Option("flash_attn", "on", "whisper.cpp's flash attention (whisper_context_params."
                "flash_attn; on as whisper-cli and whisper_context_default_params ship it)",
                choices=("on", "off")),
+        Option("mel", "own", "the log-mel its teacher-forced logits encode: its own of the "
+               "audio (whisper_pcm_to_mel), or the reference's mel_features (whisper_set_mel), "
+               "which takes its frontend out of decoder_logits; its transcript is always "
+               "whisper_full's on the audio", choices=("own", "reference")),
     )
     tensors = (TensorMap("decoder_logits", "decoder_logits"),)
     printed = TensorMap(DECODE_LINE.strip(), "decode")
@@ -91,21 +98,29 @@ class WhisperCppWhisper(Adapter):
                 ) -> Path:
         """The teacher-forced tokens, the reference's decoder prompt (its manifest's
         ``decoder_prompt``) then its decoded ids, as the raw int32 file the driver reads, in
-        the new folder ``folder``.
+        the new folder ``folder``; with the option ``mel`` ``reference``, also the reference's
+        ``mel_features`` ``[T, n_mels]`` as the raw float32 ``[n_mels, T]`` whisper_set_mel
+        takes.
 
         Raises:
-            AudioparityError: the reference dump is not ``ok`` or lacks its decode or prompt.
+            AudioparityError: the reference dump is not ``ok`` or lacks its decode, its prompt
+                or (``mel`` ``reference``) its mel_features.
         """
         from audioparity.artifacts import Dump
 
         dump = Dump(reference)
-        stage = self.printed.stage
+        decode, mel = self.printed.stage, REFERENCE_MEL.stage
+        needs = [decode, *([mel] if options["mel"] == "reference" else [])]
         prompt = dump.manifest.get("decoder_prompt")
-        if dump.status != "ok" or not dump.has(stage) or not isinstance(prompt, list):
+        if (dump.status != "ok" or not all(map(dump.has, needs))
+                or not isinstance(prompt, list)):
             raise AudioparityError(f"{reference}: expected a Whisper reference dump of status "
-                                   f"ok with its {stage} and decoder_prompt")
+                                   f"ok with its {', '.join(needs)} and decoder_prompt")
         folder.mkdir(parents=True)
-        np.asarray([*prompt, *dump.json(stage)["ids"]], dtype="<i4").tofile(folder / TOKENS)
+        np.asarray([*prompt, *dump.json(decode)["ids"]], dtype="<i4").tofile(folder / TOKENS)
+        if options["mel"] == "reference":
+            np.ascontiguousarray(dump.tensor(mel).T, dtype="<f4").tofile(
+                folder / REFERENCE_MEL.source)
         return folder
 
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
@@ -115,7 +130,10 @@ class WhisperCppWhisper(Adapter):
         return [([str(self.root(options) / "build" / "bin" / "whisper-cpp-dump"), "--model",
                   str(Path(model) / MODEL_FILES[weight_type]), "--audio", str(case),
                   "--tokens", str(reference / TOKENS), "--output-dir", str(output),
-                  "--threads", str(threads), "--flash-attn", options["flash_attn"]], {})]
+                  "--threads", str(threads), "--flash-attn", options["flash_attn"],
+                  *(["--mel", str(reference / REFERENCE_MEL.source)]
+                    if options["mel"] == "reference" else [])],
+                 {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
               options: Mapping[str, Any]) -> dict:
