@@ -30,9 +30,10 @@ def registered() -> dict[str, Adapter]:
     from audioparity.candidates.parakeet_dump_cpp import ParakeetDumpCpp
     from audioparity.candidates.transcribe_cpp import TranscribeCpp
     from audioparity.candidates.whisper_cpp import WhisperCpp
+    from audioparity.candidates.whisper_cpp_whisper import WhisperCppWhisper
 
-    adapters = [Audioparity(), CommandTool(), TranscribeCpp(), WhisperCpp(), ParakeetDumpCpp(),
-                LlamaCpp(), Openmoss()]
+    adapters = [Audioparity(), CommandTool(), TranscribeCpp(), WhisperCpp(), WhisperCppWhisper(),
+                ParakeetDumpCpp(), LlamaCpp(), Openmoss()]
     for adapter in adapters:
         check_adapter(adapter, inspect.getfile(type(adapter)))
     return {adapter.name: adapter for adapter in adapters}
