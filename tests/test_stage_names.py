@@ -218,7 +218,9 @@ def rows(cell, k):
     ("src/audioparity/models/parakeet_tdt/planted.py", []),
     ("src/audioparity/models/whisper/planted.py", []),
     ("src/audioparity/models/moss_voicegen/planted.py",
-     ["src/audioparity/models/moss_voicegen/planted.py:12: 'layer_{...}_isolated'",
+     ["src/audioparity/models/moss_voicegen/planted.py:5: 'enc_out'",
+      "src/audioparity/models/moss_voicegen/planted.py:11: 'enc_out'",
+      "src/audioparity/models/moss_voicegen/planted.py:12: 'layer_{...}_isolated'",
       "src/audioparity/models/moss_voicegen/planted.py:12: 'decode_margins'"]),
 ])
 def test_a_planted_stage_name_fails_where_it_is_not_allowed(names, where, expected):

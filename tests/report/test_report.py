@@ -243,7 +243,7 @@ def test_per_layer_stages_are_those_their_family_spec_declares_per_layer():
 
     assert per_layer("parakeet_tdt", "layer_3_isolated") == (3, "isolated")
     assert per_layer("moss_voicegen", "layer_0_replayed") == (0, "replayed")
-    assert per_layer("whisper_encoder", "layer_12") == (12, "")
+    assert per_layer("whisper", "layer_12") == (12, "")
     assert per_layer("parakeet_tdt", "lstm_state_0") is None  # numbered, but not per layer
     assert per_layer("parakeet_tdt", "enc_out") is None
     assert per_layer("somebody_elses", "layer_3") is None  # a family this install lacks

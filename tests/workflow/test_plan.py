@@ -70,7 +70,7 @@ def test_a_key_neither_a_setting_nor_a_family_is_refused():
         check_keys({"families": [], "parakeet_tdd": {}}, registered())
     assert str(refused.value) == ("config: 'parakeet_tdd' is neither families nor fixtures nor "
                                   "a registered family (parakeet_tdt, moss_voicegen, "
-                                  "whisper_encoder)")
+                                  "whisper)")
 
 
 def bad(**changes) -> dict:
@@ -84,14 +84,14 @@ def bad(**changes) -> dict:
 REFUSED = [
     (bad(families=["parakeet_tdt", "wav2vec"]),
      "config families: unknown family 'wav2vec'; registered: parakeet_tdt, moss_voicegen, "
-     "whisper_encoder"),
-    ({"families": ["whisper_encoder"], "fixtures": {}},
-     "config families: 'whisper_encoder' is listed but has no whisper_encoder: section"),
+     "whisper"),
+    ({"families": ["whisper"], "fixtures": {}},
+     "config families: 'whisper' is listed but has no whisper: section"),
     (bad(options={"flash_attention": 2}),
      "config parakeet_tdt.options['flash_attention']: 2 is not one of [0, 1]"),
     (bad(fixtures={"wav2vec": {}}),
      "config fixtures: unknown family 'wav2vec'; registered: parakeet_tdt, moss_voicegen, "
-     "whisper_encoder"),
+     "whisper"),
     (bad(backends=["cpu", "cpu"]), "config parakeet_tdt.backends: the name 'cpu' is used twice"),
     (bad(backends=["cpu", {"name": "vulkan", "backend": "cuda"}]),
      "config parakeet_tdt.backends 'vulkan': a setting of cuda cannot be named after the "
@@ -133,14 +133,22 @@ def test_a_bad_config_is_refused_in_one_line(value, message):
     assert "\n" not in str(refused.value)
 
 
-def test_replay_where_the_family_has_no_replayed_stage_is_refused():
-    value = {"families": ["whisper_encoder"], "fixtures": {"whisper_encoder": {"tiny": {}}},
-             "whisper_encoder": {
+def test_replay_where_the_family_has_no_replayed_stage_is_refused(monkeypatch):
+    """Every shipped family replays: whisper's table is given none of its replayed forms."""
+    import dataclasses
+
+    from audioparity.families import family
+
+    whisper = type(family("whisper"))
+    monkeypatch.setattr(whisper, "spec", dataclasses.replace(whisper.spec, stages=tuple(
+        dataclasses.replace(stage, replayed=None) for stage in whisper.spec.stages)))
+    value = {"families": ["whisper"], "fixtures": {"whisper": {"tiny": {}}},
+             "whisper": {
                  **section(), "models": [{"name": "tiny",
-                                          "path": "results/fixtures/whisper_encoder/tiny"}],
+                                          "path": "results/fixtures/whisper/tiny"}],
                  "candidates": [{"name": "t", "adapter": "audioparity", "options": {},
                                  "replay": True}]}}
-    with pytest.raises(AudioparityError, match="replay is set, but family whisper_encoder "
+    with pytest.raises(AudioparityError, match="replay is set, but family whisper "
                                                "has no replay"):
         sweep(value)
 

@@ -81,9 +81,8 @@ class Whisper(Family):
     def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
                   ) -> Case:
         from audioparity.audio import load_audio
-        from audioparity.models.whisper.frontend import trim_note
-
         from audioparity.models.whisper.decoding import prompt_ids
+        from audioparity.models.whisper.frontend import trim_note
         from audioparity.models.whisper.tokenizer import TOKENIZER_FILE
 
         prompt_ids(config, options["language"], options["task"])

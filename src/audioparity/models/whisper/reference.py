@@ -151,8 +151,9 @@ def greedy_decoding(loaded: Loaded, config: Any, enc_out: np.ndarray, prompt: li
 
     def forward(ids: list[int]) -> np.ndarray:
         nonlocal cache
-        out = model.model.decoder(input_ids=torch.tensor([ids]), encoder_hidden_states=encoder_hidden,
-                                  cache=cache, use_cache=True)
+        out = model.model.decoder(input_ids=torch.tensor([ids]),
+                                  encoder_hidden_states=encoder_hidden, cache=cache,
+                                  use_cache=True)
         cache = out.cache
         return model.proj_out(out.last_hidden_state)[0, -1].numpy()
 
