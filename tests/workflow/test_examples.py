@@ -20,7 +20,8 @@ EXAMPLES = sorted((REPO / "config/examples").glob("*.yaml"))
 #: Examples that name files a user brings (a real checkpoint, their own audio): the refusal
 #: must name the first of them.
 USER_FILES = {"parakeet-tdt-0.6b-v3.yaml": "/path/to/parakeet-tdt-0.6b-v3.nemo",
-              "moss-voicegenerator.yaml": "/path/to/MOSS-VoiceGenerator"}
+              "moss-voicegenerator.yaml": "/path/to/MOSS-VoiceGenerator",
+              "whisper-tiny-en.yaml": "results/models/whisper-tiny-en"}
 
 
 def _workdir(tmp_path: Path) -> Path:
