@@ -12,6 +12,7 @@ import ggml
 import pytest
 
 from audioparity.artifacts import Dump
+from audioparity.compare.metrics import nmse
 from audioparity.driver import dump_ggml
 from audioparity.errors import AudioparityError
 from audioparity.models.whisper import Whisper
@@ -101,3 +102,27 @@ def test_a_reference_lacking_a_stage_is_refused_and_nothing_is_left(whisper_mode
     assert result.stderr.strip().splitlines()[-1].endswith(
         "missing.wav: no such file; expected an audio file")
     assert not output.exists()
+
+
+def test_q8_0_cell_passes_against_its_quantization_aware_reference(whisper_model, clip_wav,
+                                                                   whisper_reference, tmp_path):
+    """The q8_0 dump read and compared with the q8_0 reference (torch computing as ggml's CPU
+    does with q8_0 matmul weights, the decoder's and the tied embeddings' included): every stage
+    passes the q8_0 gates, and the decoder's stages fed the reference's inputs are far closer
+    to it than to the float32 reference (their cost)."""
+    from audioparity.storage import emulated_dir
+    from tests import cell_rows
+
+    emulated = emulated_dir(whisper_reference, "q8_0")
+    output = tmp_path / "q8"
+    result = run_dump(whisper_model, clip_wav, emulated, output, "--weight-type", "q8_0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = cell_rows(emulated, output, tmp_path / "cell.json", "whisper", "q8_0",
+                     whisper_reference)
+    assert {stage: row["status"] for stage, row in rows.items() if row["status"] != "pass"} == {}
+    reference, f32 = Dump(emulated), Dump(whisper_reference)
+    dump = Dump(output)
+    for name in ("decoder_layer_0_isolated", "decoder_layer_1_isolated"):
+        own = nmse(dump.tensor(name), reference.tensor(name.removesuffix("_isolated")))
+        cost = nmse(dump.tensor(name), f32.tensor(name.removesuffix("_isolated")))
+        assert cost > 1e6 * own, (name, own, cost)
