@@ -25,6 +25,8 @@ from tests.checkpoints.test_ctranslate2 import JFK, JFK_TEXT, normalise
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = {"root": "/w", "flash_attn": "on", "mel": "own"}
+#: The family's options for an English-only model, as the config gives them.
+ENGLISH_ONLY = {"language": "", "task": "transcribe"}
 
 
 @pytest.fixture
@@ -83,13 +85,20 @@ def test_the_driver_is_fed_the_references_prompt_then_its_ids(tmp_path, adapter)
     tokens = np.fromfile(inputs / "tokens.i32", dtype="<i4")
     assert tokens.tolist() == [50257, 50362, 843, 523, 13]
     (argv, env), = adapter.run(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
-                               spec=family("whisper").spec, family_options={}, options=OPTIONS,
-                               weight_type="q8_0", backend="cpu", threads=2, reference=inputs)
+                               spec=family("whisper").spec, family_options=ENGLISH_ONLY,
+                               options=OPTIONS, weight_type="q8_0", backend="cpu", threads=2,
+                               reference=inputs)
     assert argv == ["/w/build/bin/whisper-cpp-dump", "--model",
                     str(tmp_path / "model/ggml-model-q8_0.bin"), "--audio",
                     str(tmp_path / "jfk.wav"), "--tokens", str(inputs / "tokens.i32"),
                     "--output-dir", str(tmp_path / "raw"), "--threads", "2", "--flash-attn",
-                    "on"] and env == {}
+                    "on", "--language", "en", "--task", "transcribe"] and env == {}
+    (argv, _), = adapter.run(tmp_path / "model", tmp_path / "a.wav", tmp_path / "raw",
+                             spec=family("whisper").spec,
+                             family_options={"language": "<|de|>", "task": "translate"},
+                             options=OPTIONS, weight_type="f32", backend="cpu", threads=1,
+                             reference=inputs)
+    assert argv[-4:] == ["--language", "de", "--task", "translate"]
 
 
 def test_with_the_references_mel_the_driver_gets_it_band_major(tmp_path, adapter):
@@ -99,7 +108,8 @@ def test_with_the_references_mel_the_driver_gets_it_band_major(tmp_path, adapter
     mel = np.fromfile(inputs / "mel.f32", dtype="<f4")
     assert mel.tolist() == [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]  # [n_mels, T]
     (argv, _), = adapter.run(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
-                             spec=family("whisper").spec, family_options={}, options=options,
+                             spec=family("whisper").spec, family_options=ENGLISH_ONLY,
+                             options=options,
                              weight_type="f32", backend="cpu", threads=1, reference=inputs)
     assert argv[-2:] == ["--mel", str(inputs / "mel.f32")]
     own = adapter.prepare(reference_dump(tmp_path / "ref2", mel=False), tmp_path / "own",

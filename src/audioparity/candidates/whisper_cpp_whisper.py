@@ -126,11 +126,15 @@ class WhisperCppWhisper(Adapter):
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
             family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
             backend: str, threads: int, reference: Path | None) -> list[Command]:
-        """The driver on the converted model, the case's audio and the prepared tokens."""
+        """The driver on the converted model, the case's audio and the prepared tokens; its
+        transcript in the family's language (``en`` or ``<|en|>``; English for an English-only
+        model, whose prompt has none) and task."""
+        language = family_options["language"].removeprefix("<|").removesuffix("|>") or "en"
         return [([str(self.root(options) / "build" / "bin" / "whisper-cpp-dump"), "--model",
                   str(Path(model) / MODEL_FILES[weight_type]), "--audio", str(case),
                   "--tokens", str(reference / TOKENS), "--output-dir", str(output),
                   "--threads", str(threads), "--flash-attn", options["flash_attn"],
+                  "--language", language, "--task", family_options["task"],
                   *(["--mel", str(reference / REFERENCE_MEL.source)]
                     if options["mel"] == "reference" else [])],
                  {})]

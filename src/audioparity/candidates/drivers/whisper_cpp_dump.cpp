@@ -3,7 +3,8 @@
  * little-endian float32 row-major, <name>.json with its shape).
  *
  * whisper-cpp-dump --model M.bin --audio A.wav --tokens T.i32 --output-dir D [--threads N]
- *                  [--flash-attn on|off] [--mel MEL.f32]
+ *                  [--flash-attn on|off] [--language en] [--task transcribe|translate]
+ *                  [--mel MEL.f32]
  *
  * A.wav is read by whisper.cpp's own reader (examples/common-whisper: miniaudio, 16 kHz mono).
  * T.i32 holds the S tokens to teacher-force, raw little-endian int32 (the reference's decoder
@@ -12,8 +13,9 @@
  *                           j+1), one cached step at a time: whisper_decode of token j with
  *                           n_past = j, then whisper_get_logits
  * and on stdout one line, decode: {"ids": [...], "text": "..."}: whisper_full's transcript
- * (greedy, one decoder, temperature 0 without fallback, no timestamps, language en,
- * suppress_blank and suppress_nst on; as `whisper-cli -bs 1 -bo 1 -tp 0 -nf -nt -sns -l en`),
+ * (greedy, one decoder, temperature 0 without fallback, no timestamps, the language and task
+ * given, which a model without languages ignores, suppress_blank and suppress_nst on; as
+ * `whisper-cli -bs 1 -bo 1 -tp 0 -nf -nt -sns -l en`),
  * ids its text tokens (below <|endoftext|>), text its segments joined.
  * With --mel, the teacher-forced pass encodes MEL.f32 (raw float32 [n_mels, T], T >= 3000)
  * through whisper_set_mel instead of its own log-mel of the audio; the transcript still comes
@@ -75,14 +77,15 @@ static std::string json_string(const std::string & text) {
 }
 
 /* whisper_full's greedy transcript, printed as one line. */
-static void transcribe(whisper_context * ctx, const std::vector<float> & pcm, int threads) {
+static void transcribe(whisper_context * ctx, const std::vector<float> & pcm, int threads,
+                       const std::string & language, bool translate) {
     whisper_full_params params = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
     params.n_threads = threads;
     params.print_realtime = params.print_progress = params.print_timestamps = false;
     params.print_special = false;
     params.no_timestamps = true;
-    params.language = "en";
-    params.translate = false;
+    params.language = language.c_str();
+    params.translate = translate;
     params.detect_language = false;
     params.greedy.best_of = 1;
     params.temperature = 0.0f;
@@ -128,7 +131,8 @@ static std::vector<float> teacher_forced(whisper_context * ctx, const std::vecto
 }
 
 int main(int argc, char ** argv) {
-    std::string model, audio, tokens_path, output, mel_path, flash = "on";
+    std::string model, audio, tokens_path, output, mel_path, flash = "on", language = "en",
+                task = "transcribe";
     int threads = 1;
     for (int i = 1; i < argc; i++) {
         const std::string arg = argv[i];
@@ -141,13 +145,18 @@ int main(int argc, char ** argv) {
         else if (arg == "--threads") threads = atoi(value.c_str());
         else if (arg == "--flash-attn") flash = value;
         else if (arg == "--mel") mel_path = value;
+        else if (arg == "--language") language = value;
+        else if (arg == "--task") task = value;
         else die("unknown argument", arg);
     }
     if (model.empty() || audio.empty() || tokens_path.empty() || output.empty())
         die("usage: whisper-cpp-dump --model M --audio A --tokens T.i32 --output-dir D "
-            "[--threads N] [--flash-attn on|off] [--mel MEL.f32]");
+            "[--threads N] [--flash-attn on|off] [--language L] [--task T] [--mel MEL.f32]");
     if (flash != "on" && flash != "off") die("--flash-attn: expected on or off, got", flash);
     if (threads < 1) die("--threads: expected a positive count");
+    if (task != "transcribe" && task != "translate")
+        die("--task: expected transcribe or translate, got", task);
+    if (whisper_lang_id(language.c_str()) < 0) die("--language: not a Whisper language", language);
 
     std::vector<float> pcm;
     std::vector<std::vector<float>> stereo;
@@ -167,7 +176,7 @@ int main(int argc, char ** argv) {
         tokens.push_back(id);
     }
 
-    transcribe(ctx, pcm, threads);
+    transcribe(ctx, pcm, threads, language, task == "translate");
     const std::vector<float> logits = teacher_forced(ctx, pcm, mel_path, tokens, threads);
     write_tensor(output, "decoder_logits", logits.data(), (int) tokens.size(), whisper_n_vocab(ctx));
     whisper_free(ctx);
