@@ -482,7 +482,7 @@ def test_a_dump_adapter_checks_the_contract(cwd, capsys):
 
 @pytest.mark.parametrize("command, message", [
     (f"{CHECK} --adapter nope", "unknown adapter 'nope': not one of the shipped adapters ("),
-    (f"{CHECK} --adapter ports/nope.py", "adapter 'ports/nope.py': no such file "),
+    (f"{CHECK} --adapter ports/nope.py", "adapter 'ports/nope.py': no such file: "),
     ("audioparity check-dump dump --family wav2vec", "unknown family 'wav2vec'; registered: "),
     ("audioparity check-dump dump --family whisper --adapter transcribe_cpp",
      "adapter 'transcribe_cpp' implements parakeet_tdt, not whisper"),
