@@ -40,7 +40,8 @@ IMPOSSIBLE = -1.0e4
 def model_config(tokenizer_dir: Path) -> dict:
     """The NeMo config of the trained model: :func:`~.fixture.fixture_config` (parakeet-tdt's
     structure) at :data:`SIZES`, with SpecAugment (2 frequency masks of up to 15 mels, 2 time
-    masks of up to 5 % of the frames) that only training applies."""
+    masks of up to 5 % of the frames) that only training applies, and a ``validation_ds``
+    without data, which NeMo's ``transcribe()`` reads its dataloader settings from."""
     cfg = fixture_config(tokenizer_dir, joint_hidden=SIZES["joint_hidden"])
     cfg["model_defaults"].update(enc_hidden=SIZES["d_model"], pred_hidden=SIZES["pred_hidden"])
     cfg["encoder"].update(d_model=SIZES["d_model"], n_layers=SIZES["n_layers"],
@@ -51,6 +52,8 @@ def model_config(tokenizer_dir: Path) -> dict:
         "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
         "freq_masks": 2, "time_masks": 2, "freq_width": 15, "time_width": 0.05,
     }
+    cfg["validation_ds"] = {"manifest_filepath": None, "sample_rate": 16000, "batch_size": 16,
+                            "shuffle": False, "use_start_end_token": False}
     return cfg
 
 
