@@ -35,13 +35,28 @@ def make_workdir(root: Path, config: dict) -> Path:
     return root
 
 
+#: The tiny random fixture's greedy decode at bf16 and q8_0: float32 noise flips rounding
+#: decisions that compound layer after layer, and the decode of random weights re-routes after
+#: a near-tie (token_match 0.53 at bf16, 0.22 at q8_0 on the clip; decoder_replay exact), on
+#: some CPUs only (q8_0: 1.0 on an AMD EPYC of family 26), so a pass is no stale declaration.
+#: The default sweep's model is trained (config/config.yaml); the tests' sweeps of the fixture
+#: carry this.
+TINY_NEAR_TIES = [{"stage": "decode", "model": "tiny", "weight_type": weight_type,
+                   "candidate": candidate, "strict": False,
+                   "reason": "tiny random fixture: greedy decoding re-routes after a near-tie "
+                   "flipped by float32 noise; decoder_replay is exact"}
+                  for weight_type, candidate in (("bf16", "audioparity*"), ("q8_0", "*"))]
+
+
 def parakeet_config(**section) -> dict:
-    """A Parakeet-only sweep of the tiny fixture on the shipped clip; `section` overrides keys."""
+    """A Parakeet-only sweep of the tiny fixture on the shipped clip, with its declared near-tie
+    decodes (:data:`TINY_NEAR_TIES`); `section` overrides keys."""
     return {
         "families": ["parakeet_tdt"],
         "parakeet_tdt": {
             "models": [{"name": "tiny", "path": "results/fixtures/parakeet_tdt/tiny/model.nemo"}],
             "cases": [{"name": "clip", "path": str(REPO / "resources/speech/clip.wav")}],
+            "extra_expected_failures": TINY_NEAR_TIES,
             **section,
         },
     }
