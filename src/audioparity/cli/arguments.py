@@ -381,7 +381,7 @@ def _training_commands(sub) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", default=value,
                        type=_value(name.replace("_", " "), int, minimum=minimum),
                        help=f"{help_text} (default {value})")
-    p.add_argument("--minutes", default=default.minutes, type=_value("minutes", float),
+    p.add_argument("--minutes", default=default.minutes, type=_value("minutes", float, minimum=0),
                    help="stop after this many minutes of training, the learning rate's decay "
                    "following the clock (default: no limit, --steps only)")
     p.set_defaults(run=train_parakeet_tdt)
