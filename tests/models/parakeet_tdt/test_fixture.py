@@ -40,6 +40,9 @@ def test_same_seed_gives_identical_state_dict_and_another_seed_does_not(
     assert not torch.equal(first["joint.joint_net.2.weight"], other["joint.joint_net.2.weight"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "other"]
     assert [p.name for p in (tmp_path / "again").iterdir()] == ["model.nemo"]
+    # the folder it was built in (the tokenizer's, in the config and in the SentencePiece
+    # proto) is no path a model carries: the committed trained model is built the same way
+    assert str(tmp_path).encode() not in (tmp_path / "again" / "model.nemo").read_bytes()
 
 
 def test_fixture_has_v3_structure(model) -> None:

@@ -283,12 +283,25 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE,
         unk_id=0,
         minloglevel=2,
     )
+    portable_tokenizer(output_dir / "tokenizer.model")
     # NeMo's ``create_spt_model`` convention, and a file ``EncDecRNNTBPEModel`` registers.
     lines = (output_dir / "tokenizer.vocab").read_text().splitlines()
     pieces = [line.split("\t")[0] for line in lines]
     vocab = [p[1:] or p if p.startswith("\u2581") else f"##{p}" for p in pieces if p != "<unk>"]
     (output_dir / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab))
     return output_dir
+
+
+def portable_tokenizer(model_file: Path) -> None:
+    """Rewrite a SentencePiece ``model_file`` with its ``trainer_spec.model_prefix`` reduced to
+    the file's stem: the proto keeps the trainer's settings, and that one names the folder it
+    was trained in, a path of this machine that a committed model must not carry. The pieces,
+    scores and normalizer (what tokenizes) are untouched."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model_file.read_bytes())
+    proto.trainer_spec.model_prefix = model_file.stem
+    model_file.write_bytes(proto.SerializeToString())
 
 
 def redraw_weights(model, seed: int, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
@@ -373,6 +386,22 @@ def _nudge_biases(model, blank_bias_nudge: float, duration0_bias_nudge: float,
         ctc.decoder_layers[0].bias[ctc.num_classes_with_blank - 1] += ctc_blank_bias_nudge
 
 
+#: ``tokenizer.dir`` as a saved model's config holds it: the tokenizer travels in the ``.nemo``
+#: as artifacts (``model_path``, ``vocab_path``: ``nemo:`` names), which NeMo restores from, so
+#: the folder it was built in (a temporary one of this machine) is no path to keep.
+SAVED_TOKENIZER_DIR = "tokenizer"
+
+
+def save_model(model, path: Path) -> None:
+    """``model.save_to(path)`` with ``tokenizer.dir`` set to :data:`SAVED_TOKENIZER_DIR`, so the
+    ``.nemo`` names no folder of the machine that built it (NeMo's ``ModelPT.save_to``)."""
+    from omegaconf import open_dict
+
+    with open_dict(model.cfg):
+        model.cfg.tokenizer.dir = SAVED_TOKENIZER_DIR
+    model.save_to(str(path))
+
+
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
@@ -413,7 +442,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
             tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
-        model.save_to(str(work / ParakeetTdt.spec.fixture_model))
+        save_model(model, work / ParakeetTdt.spec.fixture_model)
         shutil.rmtree(tokenizer_dir)
     log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
              time.perf_counter() - imported)
