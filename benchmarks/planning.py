@@ -22,7 +22,7 @@ Usage::
 
     python benchmarks/planning.py                             # about 1,000, 10,000, 100,000 jobs
     python benchmarks/planning.py --jobs 1000,10000 --reps 3  # the least of 3 runs each
-    python benchmarks/planning.py --jobs 40 --out /tmp/plan   # seconds: checks the script
+    python benchmarks/planning.py --jobs 40 --out DIR         # seconds: checks the script
     python benchmarks/planning.py --finished DIR              # DIR: a finished sweep's results/
     python benchmarks/planning.py --repo OTHER                # another checkout (before/after)
     python benchmarks/planning.py --profile                   # where each dry run's time goes
