@@ -1,20 +1,24 @@
 """How ggml stores a weight and how its CPU backend rounds a matmul's input, as float32 values.
 
 Both sides use it: the ggml ports pick each weight's storage type with
-:func:`storage_or_fallback`, and a quantization-aware reference (:func:`emulating`) computes in
-torch with the weights as ggml stores them (:func:`stored`) and every matmul input rounded as
-ggml's CPU backend rounds it (:func:`matmul_input`). It imports neither ggml nor (until
-:func:`emulating` runs) torch. Sources: ggml ``ggml-quants.c`` (``quantize_row_q8_0_ref``, what
-``ggml_quantize_chunk`` stores), ``ggml-impl.h`` (``ggml_compute_fp32_to_bf16``), and
-``ggml-cpu`` (``type_traits_cpu[...].vec_dot_type`` and ``from_float``: ``quantize_row_q8_0``
-of ``arch/x86/quants.c``).
+:func:`storage_or_fallback` and convert it with :func:`quantize`, and a quantization-aware
+reference (:func:`emulating`) computes in torch with the weights as ggml stores them
+(:func:`stored`) and every matmul input rounded as ggml's CPU backend rounds it
+(:func:`matmul_input`). Every conversion is ggml's own (the ``ggml`` library, imported on first
+use; torch only once :func:`emulating` runs): ``ggml_quantize_chunk`` and the type's
+``to_float`` for weights, the CPU backend's ``from_float`` of the type's ``vec_dot_type`` for
+matmul inputs (``ggml-cpu.c``, ``type_traits_cpu``). The fallbacks of a block type that cannot
+hold a weight's rows are llama.cpp's (``tensor_type_fallback`` of ``llama-quant.cpp``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import ctypes
+import os
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +29,41 @@ from audioparity.vocabulary import STORAGE_TYPES
 
 #: Values per block of each storage type (ggml ``ggml_blck_size``): a block type's rows (the
 #: last numpy axis, ggml ``ne[0]``) are a multiple of it.
-BLOCK_SIZES = {"f32": 1, "f16": 1, "bf16": 1, "q8_0": 32}
+BLOCK_SIZES = {"f32": 1, "f16": 1, "bf16": 1, "q8_0": 32, "q6_K": 256, "q5_1": 32, "q5_0": 32,
+               "q5_K": 256, "q4_1": 32, "q4_0": 32, "q4_K": 256, "iq4_nl": 32, "mxfp4": 32,
+               "q3_K": 256, "q2_K": 256}
 
-#: Storage a weight falls back to when the block type asked for cannot hold its rows.
+#: Bits each value takes in a storage type, scales included (ggml ``type_size * 8 /
+#: blck_size``).
+BITS_PER_WEIGHT = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_K": 6.5625,
+                   "q5_1": 6.0, "q5_0": 5.5, "q5_K": 5.5, "q4_1": 5.0, "q4_0": 4.5, "q4_K": 4.5,
+                   "iq4_nl": 4.5, "mxfp4": 4.25, "q3_K": 3.4375, "q2_K": 2.625}
+
+#: The type the CPU backend converts a matmul's input to before multiplying it with a weight of
+#: each storage type (``type_traits_cpu[type].vec_dot_type``).
+VEC_DOT_TYPES = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q6_K": "q8_K",
+                 "q5_1": "q8_1", "q5_0": "q8_0", "q5_K": "q8_K", "q4_1": "q8_1", "q4_0": "q8_0",
+                 "q4_K": "q8_K", "iq4_nl": "q8_0", "mxfp4": "q8_0", "q3_K": "q8_K",
+                 "q2_K": "q8_K"}
+
+#: Input types whose rounding :func:`matmul_input` cannot give exactly as rounded values:
+#: ``block_q8_1`` also stores ``s = d * sum(q)`` as f16, and the q4_1 and q5_1 dot products add
+#: each weight block's minimum times that rounded ``s``; the emulation multiplies it by the
+#: unrounded sum. Their cells are gated on measured figures (config/config.yaml).
+INEXACT_INPUTS = {"q8_1": "the dot product's min term uses d*sum(q) rounded to f16"}
+
+#: What a 256-value k-quant falls back to for a weight whose rows it cannot hold
+#: (llama.cpp's ``tensor_type_fallback``); a 32-value type that cannot hold them either falls
+#: back to :data:`FALLBACK_STORAGE`.
+BLOCK_FALLBACKS = {"q2_K": "q4_0", "q3_K": "q4_0", "q4_K": "q5_0", "q5_K": "q5_1",
+                   "q6_K": "q8_0"}
+
+#: Storage a weight falls back to when no block type of :data:`BLOCK_FALLBACKS` holds its rows.
 FALLBACK_STORAGE = "f16"
 
 #: Weight types whose ggml cells are compared with a quantization-aware reference: what ggml
 #: computes at f32 is what torch computes, so f32 (and native) cells need none.
-EMULATED_TYPES = ("f16", "bf16", "q8_0")
+EMULATED_TYPES = tuple(t for t in STORAGE_TYPES if t != "f32")
 
 
 def storage_supported(storage: str, shape: tuple[int, ...]) -> bool:
@@ -51,89 +82,140 @@ def storage_supported(storage: str, shape: tuple[int, ...]) -> bool:
 def storage_or_fallback(name: str, wanted: str, shape: tuple[int, ...],
                         notes: list[str]) -> str:
     """``wanted`` when it can hold weight ``name`` of numpy ``shape`` (:func:`storage_supported`),
-    else :data:`FALLBACK_STORAGE`, with a line saying so appended to ``notes`` (for the dump's
-    manifest): q8_0 needs rows of a multiple of 32 values."""
+    else its fallback (:data:`BLOCK_FALLBACKS`, then :data:`FALLBACK_STORAGE`), with a line
+    ``"<name> [shape]: <wanted> -> <stored>"`` appended to ``notes`` (the dump's manifest)."""
     if storage_supported(wanted, shape):
         return wanted
-    notes.append(f"{name} {list(shape)}: {wanted} needs rows of a multiple of its block size; "
-                 f"stored as {FALLBACK_STORAGE}")
-    return FALLBACK_STORAGE
+    fallback = BLOCK_FALLBACKS.get(wanted, FALLBACK_STORAGE)
+    if not storage_supported(fallback, shape):
+        fallback = FALLBACK_STORAGE
+    notes.append(f"{name} {list(shape)}: {wanted} -> {fallback} (rows of {shape[-1]} values, "
+                 f"blocks of {BLOCK_SIZES[wanted]})")
+    return fallback
 
 
-def _bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 -> float32 as ``ggml_compute_fp32_to_bf16``: round to nearest even, NaN
-    made quiet."""
-    u = x.view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    bits = np.where(nan, (u >> 16) | 64, rounded).astype(np.uint32) << 16
-    return bits.view(np.float32)
+def storage_record(shapes: Mapping[str, tuple[int, ...]], storage: Mapping[str, str],
+                   fallbacks: Sequence[str]) -> dict[str, Any]:
+    """The ``storage`` field of a dump's manifest: ``bits_per_weight`` over every weight of
+    ``shapes`` stored as ``storage`` (name -> type; :data:`BITS_PER_WEIGHT`), ``types`` (type
+    -> how many tensors) and the ``fallbacks`` lines (:func:`storage_or_fallback`)."""
+    values = {name: int(np.prod(shape, dtype=np.int64)) for name, shape in shapes.items()}
+    bits = sum(values[name] * BITS_PER_WEIGHT[storage[name]] for name in values)
+    types: dict[str, int] = {}
+    for name in shapes:
+        types[storage[name]] = types.get(storage[name], 0) + 1
+    return {"bits_per_weight": round(bits / max(sum(values.values()), 1), 4),
+            "types": dict(sorted(types.items())), "fallbacks": list(fallbacks)}
 
 
-def _q8_0(x: np.ndarray, cpu: bool) -> np.ndarray:
-    """float32 ``[..., K]`` (K a multiple of 32) -> q8_0 blocks -> float32.
+@cache
+def _ggml():
+    """The ggml library, its CPU backend's tables initialized."""
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    import ggml
 
-    Weights (``cpu`` False, ``quantize_row_q8_0_ref``): ``d = amax / 127``, ``q = roundf(x / d)``
-    (half away from zero, through ``id = 1 / d``). Matmul inputs (``cpu`` True, the x86
-    ``quantize_row_q8_0``): ``id = 127 / amax``, ``q`` rounded half to even. Both store ``d``
-    as f16; the value is ``q * d``.
+    ggml.ggml_cpu_init()
+    return ggml
+
+
+def ggml_type(name: str) -> int:
+    """The ggml type number of storage or input type ``name`` (``q4_K`` -> ``GGML_TYPE_Q4_K``)."""
+    return getattr(_ggml(), f"GGML_TYPE_{name.upper()}")
+
+
+def _rows(values: np.ndarray, name: str) -> tuple[np.ndarray, int, int]:
+    """``values`` as contiguous float32 rows of the last axis, checked against ``name``'s block
+    size; the array, its row count and row length."""
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    block = _ggml().ggml_blck_size(ggml_type(name))
+    if x.ndim == 0 or x.shape[-1] % block:
+        raise AudioparityError(f"{name} cannot store rows of {x.shape[-1] if x.ndim else 1} "
+                               f"values (blocks of {block})")
+    return x, x.size // x.shape[-1], x.shape[-1]
+
+
+def _f32_pointer(x: np.ndarray):
+    return x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def quantize(values: np.ndarray, storage: str) -> np.ndarray:
+    """The bytes ggml stores for float32 ``values`` ``[..., K]`` as ``storage`` (rows along the
+    last axis; ``ggml_quantize_chunk``, which also rounds f16 and bf16): uint8, ``rows *
+    ggml_row_size(K)`` long; float32 values are their own bytes.
+
+    Raises:
+        AudioparityError: an unknown type, or rows the block type cannot hold.
     """
-    blocks = x.reshape(*x.shape[:-1], -1, BLOCK_SIZES["q8_0"])
-    amax = np.abs(blocks).max(axis=-1, keepdims=True)
-    d = amax / np.float32(127)
-    with np.errstate(divide="ignore"):
-        if cpu:
-            inverse = np.where(amax != 0, np.float32(127) / amax, np.float32(0))
-        else:
-            inverse = np.where(d != 0, np.float32(1) / d, np.float32(0))
-    scaled = (blocks * inverse.astype(np.float32)).astype(np.float32)
-    if cpu:
-        q = np.rint(scaled)
-    else:
-        wide = scaled.astype(np.float64)
-        q = np.sign(wide) * np.floor(np.abs(wide) + 0.5)
-    with np.errstate(over="ignore"):
-        scale = d.astype(np.float16).astype(np.float32)
-    return (q.astype(np.float32) * scale).reshape(x.shape)
+    storage_supported(storage, np.shape(values) or (1,))
+    x, rows, k = _rows(values, storage)
+    if storage == "f32":
+        return x.reshape(-1).view(np.uint8)
+    ggml, type_ = _ggml(), ggml_type(storage)
+    raw = np.empty(ggml.ggml_row_size(type_, k) * rows, dtype=np.uint8)
+    written = ggml.ggml_quantize_chunk(type_, _f32_pointer(x), raw.ctypes.data_as(ctypes.c_void_p),
+                                       0, rows, k, None)
+    if written != raw.nbytes:
+        raise AudioparityError(f"ggml_quantize_chunk wrote {written} bytes, expected {raw.nbytes}")
+    return raw
+
+
+def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """float32 values of numpy ``shape`` from the bytes ``raw`` of ``type_name`` (a storage
+    type, or an input type ``q8_1``/``q8_K``): ggml's ``to_float``, or for the input types,
+    which have none, ``q * d`` of each block (``block_q8_1``: f16 ``d``, f16 ``s``, 32 int8;
+    ``block_q8_K``: float32 ``d``, 256 int8, 16 int16 sums).
+    """
+    n = int(np.prod(shape, dtype=np.int64))
+    if type_name == "f32":
+        return raw.view(np.float32).reshape(shape).copy()
+    if type_name in ("q8_1", "q8_K"):
+        scale_dtype, extra, block = ((np.float16, 2, 32) if type_name == "q8_1"
+                                     else (np.float32, 32, 256))
+        head = np.dtype(scale_dtype).itemsize + (2 if type_name == "q8_1" else 0)
+        blocks = raw.reshape(-1, head + block + (0 if type_name == "q8_1" else extra))
+        d = blocks[:, :np.dtype(scale_dtype).itemsize].copy().view(scale_dtype).astype(np.float32)
+        q = blocks[:, head:head + block].copy().view(np.int8).astype(np.float32)
+        return (q * d).reshape(shape)
+    ggml = _ggml()
+    out = np.empty(n, dtype=np.float32)
+    traits = ggml.ggml_get_type_traits(ggml_type(type_name)).contents
+    traits.to_float(raw.ctypes.data_as(ctypes.c_void_p), _f32_pointer(out), n)
+    return out.reshape(shape)
 
 
 def stored(values: np.ndarray, storage: str) -> np.ndarray:
-    """``values`` as ggml stores them as ``storage`` (``ggml_quantize_chunk``), read back as
-    float32: f16 and bf16 rounded to nearest even, q8_0 in blocks of 32 along the last axis
-    with an f16 scale each (:func:`_q8_0`).
+    """``values`` ``[..., K]`` as ggml stores them as ``storage`` (:func:`quantize`), read back
+    as float32 by ggml's ``to_float``: bit for bit what a ggml port computes with.
 
     Raises:
         AudioparityError: an unknown storage type, or rows the block type cannot hold.
     """
     x = np.ascontiguousarray(values, dtype=np.float32)
-    if not storage_supported(storage, x.shape):
-        raise AudioparityError(f"{storage} cannot store rows of {x.shape[-1]} values (blocks of "
-                               f"{BLOCK_SIZES[storage]})")
-    if storage == "f16":
-        with np.errstate(over="ignore"):  # beyond the f16 range: inf, as ggml stores it
-            return x.astype(np.float16).astype(np.float32)
-    if storage == "bf16":
-        return _bf16(x)
-    if storage == "q8_0":
-        return _q8_0(x, cpu=False)
-    return x.copy()
+    with np.errstate(over="ignore"):
+        return dequantize(quantize(x, storage), storage, x.shape)
 
 
 def matmul_input(values: np.ndarray, weight_storage: str) -> np.ndarray:
     """A matmul's input ``[..., K]`` as ggml's CPU backend rounds it before multiplying it with
-    a weight stored as ``weight_storage``: converted to that type's ``vec_dot_type`` (f32 for
-    f32, f16 for f16, bf16 for bf16, q8_0 for q8_0, the x86 rounding of :func:`_q8_0`), read
-    back as float32. The products are then summed in float32.
+    a weight stored as ``weight_storage``: converted by the CPU's ``from_float`` to that type's
+    ``vec_dot_type`` (:data:`VEC_DOT_TYPES`: f32, f16, bf16, q8_0, q8_1 or q8_K) and read back
+    as float32 (:func:`dequantize`). The products are then summed in float32; for q8_1 see
+    :data:`INEXACT_INPUTS`.
 
     Raises:
-        AudioparityError: an unknown storage type, or a q8_0 input whose K is no multiple of 32.
+        AudioparityError: an unknown storage type, or a K the input type's blocks cannot hold.
     """
-    x = np.ascontiguousarray(values, dtype=np.float32)
-    if weight_storage == "q8_0":
-        if not storage_supported("q8_0", x.shape):
-            raise AudioparityError(f"q8_0 matmul input of {x.shape[-1]} values per row")
-        return _q8_0(x, cpu=True)
-    return stored(x, weight_storage)
+    storage_supported(weight_storage, (1,))
+    input_type = VEC_DOT_TYPES[weight_storage]
+    x, rows, k = _rows(values, input_type)
+    if input_type == "f32":
+        return x.copy()
+    ggml, type_ = _ggml(), ggml_type(input_type)
+    raw = np.empty(ggml.ggml_row_size(type_, k) * rows, dtype=np.uint8)
+    from_float = ggml.ggml_get_type_traits_cpu(type_).contents.from_float
+    # blocks never cross a row (K is a multiple of the block): all rows in one call
+    from_float(_f32_pointer(x), raw.ctypes.data_as(ctypes.c_void_p), x.size)
+    return dequantize(raw, input_type, x.shape)
 
 
 #: Rows of a weight rounded at a time by :func:`emulating`: the rounding's temporaries stay

@@ -5,9 +5,12 @@ names from here (a test holds ``config/schema.yaml``'s enums to them)."""
 #: gives an ``unavailable`` dump.
 BACKENDS = ("cpu", "cuda", "vulkan")
 
-#: Storage types of ggml weight tensors: f32, f16, bf16, and q8_0 (blocks of 32 int8 values with
-#: one f16 scale).
-STORAGE_TYPES = ("f32", "f16", "bf16", "q8_0")
+#: Storage types of ggml weight tensors, widest first: the floats f32, f16 and bf16; q8_0 (blocks
+#: of 32 int8 values with one f16 scale); the 32-value block types q4_0, q4_1, q5_0, q5_1,
+#: iq4_nl (a non-linear 4-bit grid) and mxfp4 (OCP microscaling fp4); the k-quants q2_K to q6_K
+#: (super-blocks of 256 values with quantized sub-block scales). ggml's names (``ggml_type_name``).
+STORAGE_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1", "q4_0",
+                 "q4_K", "iq4_nl", "mxfp4", "q3_K", "q2_K")
 
 #: Storage types every ggml op reads as floats: those of a KV cache or a convolution kernel.
 FLOAT_STORAGE_TYPES = ("f32", "f16")

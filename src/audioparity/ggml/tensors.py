@@ -3,10 +3,10 @@ mapped from a GGUF file) and :class:`State` (zero-filled, written by graphs).
 
 :class:`Weights` (from :meth:`Runtime.load <audioparity.ggml.runtime.Runtime.load>`, or
 :meth:`~audioparity.ggml.runtime.Runtime.upload` for a dict of arrays) is one backend buffer
-(usage ``WEIGHTS``) allocated from the weights' shapes and storage types ``f32|f16|bf16|q8_0``
+(usage ``WEIGHTS``) allocated from the weights' shapes and storage types
 before any value is read, then filled one block (a tensor, or a range of its rows) at a time,
 each host copy dropped before the next: a process holds its weights once, in their storage type.
-Conversion uses ggml's own ``ggml_quantize_chunk`` (which also does the f16/bf16 rounding), so
+Conversion uses ggml's own ``ggml_quantize_chunk`` (:func:`audioparity.storage.quantize`), so
 the bytes are what a C++ converter would write. The storage type is a property of the tensor;
 graph code is the same for every type. :meth:`Weights.save` writes those bytes as a GGUF file
 and :meth:`Weights.mapped` maps one back (a CPU backend computes on the mapped pages in place).
@@ -29,7 +29,7 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml.bindings import STORAGE_TYPES, _ne, _ptr, ggml, tensor_bytes, tensor_values
-from audioparity.storage import storage_supported
+from audioparity.storage import quantize, storage_supported
 
 if TYPE_CHECKING:
     from audioparity.ggml.runtime import Runtime
@@ -45,22 +45,6 @@ class MissingWeight(AudioparityError, KeyError):
         return str(self.args[0])
 
 
-def _to_storage(array: np.ndarray, type_: int) -> np.ndarray:
-    """The bytes of a float32 array converted by ``ggml_quantize_chunk`` to ``type_`` (rows =
-    last numpy axis, ggml ``ne[0]``)."""
-    src = np.ascontiguousarray(array, dtype=np.float32)
-    if type_ == ggml.GGML_TYPE_F32:
-        return src
-    n_per_row = src.shape[-1]
-    nrows = src.size // n_per_row
-    dst = np.empty(ggml.ggml_row_size(type_, n_per_row) * nrows, dtype=np.uint8)
-    src_ptr = src.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    written = ggml.ggml_quantize_chunk(type_, src_ptr, _ptr(dst), 0, nrows, n_per_row, None)
-    if written != dst.nbytes:
-        raise AudioparityError(f"ggml_quantize_chunk wrote {written} bytes, expected {dst.nbytes}")
-    return dst
-
-
 class _Tensors(Mapping):
     """Named tensors in one buffer of the runtime's compute backend, each in its own storage
     type (the common part of :class:`Weights` and :class:`State`).
@@ -69,7 +53,8 @@ class _Tensors(Mapping):
 
     Raises:
         AudioparityError: a name without a storage type, an unknown type, a shape the type cannot
-            hold (q8_0 needs the last axis to be a multiple of 32), or a failed allocation.
+            hold (a block type needs the last axis to be a multiple of its block), or a failed
+            allocation.
     """
 
     #: What a tensor of this kind is called in messages.
@@ -137,7 +122,7 @@ class _Tensors(Mapping):
         return len(self._tensors)
 
     def storage(self, name: str) -> str:
-        """Storage type of tensor ``name`` (``f32|f16|bf16|q8_0``)."""
+        """Storage type of tensor ``name`` (a storage type)."""
         return self._storage[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -173,7 +158,7 @@ class Weights(_Tensors):
     Args:
         runtime: the runtime whose compute backend holds the buffer.
         shapes: name -> numpy shape of every weight.
-        storage: name -> ``f32|f16|bf16|q8_0`` for every name in ``shapes``.
+        storage: name -> storage type for every name in ``shapes``.
         blocks: ``(name, first row, array)``: ``array`` holds rows ``first row ...`` of the
             weight viewed as ``[rows, shape[-1]]`` (any float dtype, converted to float32 first,
             which is exact for f16/bf16/f32 sources; shape ``[n, *shape[1:]]`` or ``[n,
@@ -189,7 +174,7 @@ class Weights(_Tensors):
 
     Raises:
         AudioparityError: a name without a storage type, an unknown type, or a shape the type
-            cannot hold (q8_0 needs the last axis to be a multiple of 32); a block of an unknown
+            cannot hold (the last axis a multiple of its block); a block of an unknown
             name, of the wrong row length, outside its weight or overlapping another; or a
             weight whose rows the blocks do not all cover.
     """
@@ -236,7 +221,7 @@ class Weights(_Tensors):
             raise AudioparityError(f"weight {name!r}: block of rows {first}..{first + rows} "
                                    f"after {filled[name]} of {_n_rows(shape)} rows")
         tensor = self._tensors[name]
-        data = _to_storage(array, tensor.contents.type)
+        data = quantize(array, self._storage[name])
         row_bytes = ggml.ggml_row_size(tensor.contents.type, shape[-1])
         if data.nbytes != rows * row_bytes:
             raise AudioparityError(f"weight {name!r}: {data.nbytes} bytes for {rows} rows of "
@@ -327,7 +312,7 @@ class State(_Tensors):
 
     Args:
         runtime: the runtime whose compute backend holds the buffer.
-        specs: name -> ``(numpy shape, storage type)``; the type is one of ``f32|f16|bf16|q8_0``
+        specs: name -> ``(numpy shape, storage type)``; the type is a storage type
             (a KV cache uses ``f32`` or ``f16``).
 
     Raises:
