@@ -108,8 +108,7 @@ def test_one_storage_policy_serves_every_kind_with_the_block_fallback():
     storage, notes = storage_types(Toy(), shapes, native, "q8_0",
                                    {"conv_weight_type": "f16"})
     assert storage == {"w": "q8_0", "bias": "f32", "conv": "f16", "odd": "f16"}
-    assert notes == ["odd [4, 48]: q8_0 needs rows of a multiple of its block size; stored as "
-                     "f16"]
+    assert notes == ["odd [4, 48]: q8_0 -> f16 (rows of 48 values, blocks of 32)"]
     assert storage_types(Toy(), shapes, native, "native", {"conv_weight_type": "f32"})[0] == {
         "w": "bf16", "bias": "f32", "conv": "f32", "odd": "bf16"}
     with pytest.raises(AudioparityError, match="unknown weight type 'q4'"):

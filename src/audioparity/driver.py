@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -32,7 +31,7 @@ from audioparity.family import (
     Stage,
 )
 from audioparity.provenance import model_record
-from audioparity.storage import emulating, emulations, storage_or_fallback
+from audioparity.storage import emulating, emulations, storage_or_fallback, storage_record
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -222,12 +221,13 @@ def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
 
 def upload_weights(family: Family, runtime: Any, model: Path, config: Any, weight_type: str,
                    options: Mapping[str, Any], weights_file: Path | None = None
-                   ) -> tuple[Any, list[str]]:
+                   ) -> tuple[Any, dict[str, Any]]:
     """The model's graph weights in ``runtime``, each in its storage type
     (:func:`storage_types`): streamed from the checkpoint a block at a time
     (:meth:`Runtime.load`), or mapped from ``weights_file`` (:func:`save_weights` of the same
-    model, type and options) when one is given; and the notes the dump records (fallbacks, the
-    storage types).
+    model, type and options) when one is given; and the manifest's ``storage`` field
+    (:func:`~audioparity.storage.storage_record`: bits per weight, tensors per type, the
+    fallbacks) with the checkpoint's own dtypes.
 
     Raises:
         AudioparityError: an unreadable checkpoint or a weight holding NaN or infinity, or a
@@ -244,10 +244,9 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any, weigh
     finally:
         checkpoint.close()
     weights.buffers = dict(checkpoint.buffers)
-    counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(Counter(storage.values()).items()))
-    notes.append(f"storage: {counts} (checkpoint dtypes: "
-                 f"{', '.join(sorted(set(checkpoint.native.values())))})")
-    return weights, notes
+    record = storage_record(checkpoint.shapes, storage, notes)
+    record["checkpoint_dtypes"] = sorted(set(checkpoint.native.values()))
+    return weights, record
 
 
 def save_weights(family: Family, model: Path, output: Path, *, weight_type: str,
@@ -324,10 +323,8 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
             return
         with runtime:
             with writer.timed("load"):
-                weights, notes = upload_weights(family, runtime, model, config, weight_type,
-                                                options, weights_file)
-            for note in notes:
-                writer.note(note)
+                weights, writer.manifest["storage"] = upload_weights(
+                    family, runtime, model, config, weight_type, options, weights_file)
             write_outputs(writer, family, heads, family.ggml(runtime, weights, case, reference))
         forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
         check_complete(family, heads, writer.manifest, forms, Path(output_dir))

@@ -57,7 +57,7 @@ def test_dump_writes_every_stage(whisper_model, clip_wav, whisper_reference, tmp
     assert set(manifest["documents"]) == {"decode", "decoder_replay"}
     assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated", "decoder",
                                         "decode", "decoder_isolated"}
-    assert any(note.startswith("storage: ") and "f32" in note for note in manifest["notes"])
+    assert manifest["storage"]["types"] == {"f32": 89}
 
 
 def test_q8_0_dump_stores_the_matmul_weights_in_q8_0(whisper_model, clip_wav, whisper_reference,
@@ -67,7 +67,10 @@ def test_q8_0_dump_stores_the_matmul_weights_in_q8_0(whisper_model, clip_wav, wh
     assert result.returncode == 0, result.stderr[-2000:]
     dump = Dump(output)
     assert (dump.status, dump.manifest["weight_type"]) == ("ok", "q8_0")
-    assert "storage: 56 x f32, 33 x q8_0 (checkpoint dtypes: f32)" in dump.manifest["notes"]
+    assert dump.manifest["storage"] | {"bits_per_weight": None} == {
+        "bits_per_weight": None, "types": {"f32": 56, "q8_0": 33}, "fallbacks": [],
+        "checkpoint_dtypes": ["f32"]}
+    assert 8.5 < dump.manifest["storage"]["bits_per_weight"] < 32
 
 
 @pytest.mark.parametrize("backend", ["vulkan", "cuda"])
