@@ -18,7 +18,7 @@ from audioparity.driver import dump_ggml, dump_reference
 from audioparity.errors import AudioparityError
 from audioparity.families import family, registered, stage_key
 from audioparity.family import Family, FamilySpec, Option, Stage, implements
-from audioparity.vocabulary import BACKENDS, SIDES, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, QUANTIZED, SIDES, WEIGHT_TYPES
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
 FAMILIES = list(registered().values())
@@ -109,7 +109,7 @@ def test_the_schema_enums_are_the_vocabulary():
     definitions = schema["definitions"]
     assert definitions["backend"]["enum"] == list(BACKENDS)
     assert definitions["weight_types"]["items"]["enum"] == list(WEIGHT_TYPES)
-    names = "|".join(["default", *WEIGHT_TYPES])
+    names = "|".join(["default", QUANTIZED, *WEIGHT_TYPES])
     assert definitions["gates"]["propertyNames"]["pattern"] == (
         f"^({names})(@({'|'.join(BACKENDS)}))?$")
 

@@ -12,6 +12,18 @@ BACKENDS = ("cpu", "cuda", "vulkan")
 STORAGE_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1", "q4_0",
                  "q4_K", "iq4_nl", "mxfp4", "q3_K", "q2_K")
 
+#: Storage types made of blocks of quantized values with their scales: all but the floats.
+BLOCK_TYPES = tuple(t for t in STORAGE_TYPES if t not in ("f32", "f16", "bf16"))
+
+#: The gate list every block type takes after its own (config ``gates: quantized:``): a
+#: quantized cell is compared with its quantization-aware reference, and what parts them is the
+#: same for every block type (float32 noise that flips a rounding of the 8-bit matmul input).
+QUANTIZED = "quantized"
+
+#: Joins a weight type and a precision recipe that keeps some of its weights wider:
+#: ``q4_K+recipe`` (``audioparity precision``).
+RECIPE_SEPARATOR = "+"
+
 #: Storage types every ggml op reads as floats: those of a KV cache or a convolution kernel.
 FLOAT_STORAGE_TYPES = ("f32", "f16")
 

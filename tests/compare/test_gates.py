@@ -60,6 +60,20 @@ def test_weight_type_entries_come_before_default():
     assert verdict == ("pass", "f16/layer_*: cosine>=0.999, |1-std_ratio|<=0.01", "")
 
 
+def test_a_block_type_takes_its_own_list_then_quantized_then_default():
+    """q4_K@cpu, quantized@cpu, q4_K, quantized, default; a recipe's type takes its base's; a
+    float type never takes quantized's."""
+    section = {"gates": {name: [{"stage": name, "nmse_max": 1.0}] for name in (
+        "default", "quantized", "q4_K", "q4_K@cpu", "quantized@cpu", "f16")}}
+    froms = [g["from"] for g in resolve_gates(section, model="m", backend="cpu",
+                                              weight_type="q4_K+recipe", candidate="c",
+                                              case="x")["gates"]]
+    assert froms == ["q4_K@cpu", "quantized@cpu", "q4_K", "quantized", "default"]
+    froms = [g["from"] for g in resolve_gates(section, model="m", backend="cpu",
+                                              weight_type="f16", candidate="c", case="x")["gates"]]
+    assert froms == ["f16", "default"]
+
+
 def test_first_matching_pattern_wins():
     gates = gates_for()
     assert status("layer_2_isolated", gates, metrics={"nmse": 1e-9}).gate == (

@@ -85,7 +85,7 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import NOT_COMPARED, OUR_PORT
+from audioparity.vocabulary import BLOCK_TYPES, NOT_COMPARED, OUR_PORT, QUANTIZED, RECIPE_SEPARATOR
 
 #: Threshold key -> (metric it reads, comparison). ``std_ratio_tol`` and ``exact`` are special.
 _LIMITS = {
@@ -189,7 +189,9 @@ def resolve_gates(
         ``{"gates": [...], "expected_failures": [...]}``: the entries of
         ``<weight type>@<ggml backend>`` (a backend's own list, where the section has one:
         the quantization-aware references emulate the CPU's rounding, not another backend's),
-        then the weight type's, then ``default``'s, each with ``from`` added; the matching
+        then for a block type ``quantized@<ggml backend>`` (every block type's), then the
+        weight type's, then ``quantized``'s, then ``default``'s, each with ``from`` added; a
+        recipe's weight type (``q4_K+recipe``) takes its base type's lists; the matching
         expected failures as ``{"stage", "reason"}`` (and ``"strict": false`` where declared).
 
     Raises:
@@ -199,7 +201,9 @@ def resolve_gates(
     if not isinstance(gates, Mapping) or not gates:
         raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
     resolved = []
-    for name in (f"{weight_type}@{ggml_backend or backend}", weight_type, "default"):
+    base = weight_type.split(RECIPE_SEPARATOR)[0]
+    lists = (base, QUANTIZED) if base in BLOCK_TYPES else (base,)
+    for name in (*(f"{n}@{ggml_backend or backend}" for n in lists), *lists, "default"):
         entries = gates.get(name, [])
         if not isinstance(entries, list):
             raise _entry_error(name, f"expected a list of entries, got {entries!r}")
