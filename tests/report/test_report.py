@@ -65,8 +65,9 @@ def test_summary_columns_and_row_order(tmp_path: Path):
         "family", "model", "case", "candidate", "backend", "weight_type", "against", "stage",
         "status", "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite",
         "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
-        "wer_known", "ref_wer_known", "cost_nmse", "cost_cosine", "cost_token_match", "gate",
-        "reason", "seconds", "first_bad_op", "culprit",
+        "wer_known", "ref_wer_known", "cost_nmse", "cost_cosine", "cost_token_match", "cost_kl",
+        "cost_wer", "bits_per_weight", "fallbacks", "fallback_tensors", "gate", "reason",
+        "seconds", "first_bad_op", "culprit",
     ]
     order = [(r["model"], r["candidate"], r["backend"], r["weight_type"], r["stage"])
              for r in read_csv(output)]

@@ -65,14 +65,22 @@ METRIC_COLUMNS = (
 #: The cost of a weight type: the candidate measured against the float32 reference, where a
 #: quantized cell's own reference is a quantization-aware one (``audioparity.storage``); empty
 #: for a stage whose rows follow the reference's own decisions (``Stage.reference_path``), and
-#: where the two do not line up.
-COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match")
+#: where the two do not line up. ``cost_<metric>`` is the metric ``<metric>`` of
+#: :data:`METRIC_COLUMNS` measured there: NMSE and cosine of a tensor or logits stage, KL of a
+#: logits stage, token match and WER of a document.
+COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match", "cost_kl", "cost_wer")
+#: How the candidate stored its weights (its dump's manifest ``storage``; empty for a dump
+#: without one, an older dump or a candidate that does not say): ``bits_per_weight`` over its
+#: weight tensors, ``fallbacks`` how many tensors it stored as another type than the cell's
+#: weight type (rows no multiple of the type's block), ``fallback_tensors`` their lines
+#: (``<tensor> [shape]: q4_K -> q5_0``) joined by ``"; "``. The same on every row of a cell.
+STORAGE_COLUMNS = ("bits_per_weight", "fallbacks", "fallback_tensors")
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
 #: (:mod:`audioparity.report.culprit`).
-COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, "gate", "reason",
-           "seconds", "first_bad_op", "culprit")
+COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, *STORAGE_COLUMNS,
+           "gate", "reason", "seconds", "first_bad_op", "culprit")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -440,7 +448,25 @@ def _cost(cell: Cell, row: Planned, measured: dict[str, Any] | None) -> dict[str
                                    row.kind, row.ref_kind)
     if problems:
         return dict.fromkeys(COST_COLUMNS)
-    return {f"cost_{key}": cost.get(key) for key in ("nmse", "cosine", "token_match")}
+    return {column: cost.get(column.removeprefix("cost_")) for column in COST_COLUMNS}
+
+
+#: The separator of the lines of ``fallback_tensors``.
+FALLBACK_SEPARATOR = "; "
+
+
+def _storage(cell: Cell) -> dict[str, Any]:
+    """:data:`STORAGE_COLUMNS` of a cell from its candidate dump's manifest ``storage``
+    (``{"bits_per_weight": float, "types": {type: tensors}, "fallbacks": [line, ...]}``); all
+    None without a candidate dump or without that field."""
+    storage = cell.candidate.manifest.get("storage") if cell.candidate is not None else None
+    if not isinstance(storage, Mapping):
+        return dict.fromkeys(STORAGE_COLUMNS)
+    bits = storage.get("bits_per_weight")
+    fallbacks = [str(line) for line in storage.get("fallbacks") or []]
+    return {"bits_per_weight": float(bits) if isinstance(bits, int | float) else None,
+            "fallbacks": len(fallbacks),
+            "fallback_tensors": FALLBACK_SEPARATOR.join(fallbacks) or None}
 
 
 def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any] | None) -> str:
@@ -491,6 +517,7 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
     values.update(stage=row.stage, status=verdict.status)
     values.update({key: (measured or {}).get(key) for key in METRIC_COLUMNS})
     values.update(_cost(cell, row, measured))
+    values.update(_storage(cell))
     values.update(gate=verdict.gate, reason=_reason(cell, row, verdict, measured),
                   seconds=cell.seconds.get(row.stage), first_bad_op=None, culprit=None)
     return {key: _json_value(value) for key, value in values.items()}
