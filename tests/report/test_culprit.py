@@ -33,6 +33,20 @@ def test_the_first_break_in_pipeline_order_wins_and_crashes_count():
     assert culprit([row("mel_features"), row("decode", "xfail", "declared")]) == ""
 
 
+def test_a_crash_is_the_culprit_not_the_stages_it_left_uncomputed():
+    """Our port crashed in layer_1: the isolated forms it owed and the stages after it are
+    missing, layer_0_isolated before the crash too; the crash is named, once."""
+    reason = "not computed: the dump crashed in layer_1 (exit code -6)"
+    rows = [row("mel_features"), row("layer_0"), row("layer_0_isolated", "missing", reason),
+            row("layer_1", "crashed", "exit code -6"),
+            row("layer_1_isolated", "missing", reason), row("enc_out", "missing", reason)]
+    assert culprit(rows) == "layer_1 (crashed): exit code -6"
+    # without a crash, a local form that is missing says neither "its own error" nor
+    # "accumulated"
+    assert culprit([row("layer_1", "fail", "nmse 1"), row("layer_1_isolated", "missing")]) == (
+        "layer_1 (fail): nmse 1")
+
+
 def test_check_fails_on_the_reference_comparisons_only():
     clean = [row("mel_features"), row("decode", "xfail")]
     code, lines = check(clean)

@@ -4,9 +4,12 @@ A cell (family, model, case, candidate, backend, weight type, against) whose sta
 pass has a culprit: the first stage, in pipeline order, that breaks while the stages feeding it
 pass. Where that stage has a local form (``layer_3_isolated``: the candidate's block on the
 reference's input; ``layer_3_replayed``: the reference's block on the candidate's input) and the
-local form fails too, the local form is the culprit: the block itself computes wrongly. Where
-its local form passes, the stage fails by what accumulated before it, and says so. A stage
-``crashed`` or ``missing`` is a culprit as it is (a dump that died there).
+local form fails (or crashed) too, the local form is the culprit: the block itself computes
+wrongly. Where its local form passes, the stage fails by what accumulated before it, and says
+so (a local form that did not run says neither). A stage ``crashed`` or ``missing`` is a
+culprit as it is (a dump that died there); in a cell with a crashed stage, the stages
+``missing`` are what the crash left uncomputed (the isolated forms a crashed port owed
+included), never the culprit themselves.
 """
 
 from __future__ import annotations
@@ -35,18 +38,21 @@ def culprit(rows: Sequence[Mapping[str, Any]]) -> str:
 
     ordered = sorted(rows, key=lambda row: (stage_key(family, base(row)),
                                             stage_key(family, row["stage"])))
+    died = any(row["status"] == "crashed" for row in rows)
     for stage, group in itertools.groupby(ordered, key=base):
         group = list(group)
-        failing = [row for row in group if row["status"] in FAILING]
+        failing = [row for row in group if row["status"] in FAILING
+                   and not (died and row["status"] == "missing")]
         if not failing:
             continue
-        local = [row for row in group if row["stage"] != stage]
-        local_failing = [row for row in failing if row["stage"] != stage]
+        local_passing = [row for row in group if row["stage"] != stage and row["status"] == "pass"]
+        local_failing = [row for row in failing if row["stage"] != stage
+                         and row["status"] != "missing"]
         if local_failing:
             pick, why = local_failing[0], "its own error"
-        elif local and failing[0]["status"] == "fail":
-            pick, why = failing[0], (f"accumulated before it: {local[0]['stage']} is "
-                                     f"{local[0]['status']}")
+        elif local_passing and failing[0]["status"] == "fail":
+            pick, why = failing[0], (f"accumulated before it: {local_passing[0]['stage']} is "
+                                     "pass")
         else:
             pick, why = failing[0], ""
         detail = f"{pick['status']}, {why}" if why else pick["status"]
