@@ -189,6 +189,10 @@ class Adapter:
             candidate whose dump holds the stages but no isolated forms.
         port: how ``make ports`` builds it, for a third-party port; None for ours.
         notes: what a reader of its cells should know (conventions, limits), one line each.
+        unquantized: regular expressions (each matching a whole name) of the 2-D tensors of its
+            model file that its quantizer leaves as converted by design (positional tables and
+            biases, a depthwise kernel): not matmul weights it was asked to quantize, so never a
+            fallback (:meth:`requested_type`).
     """
 
     name: str = ""
@@ -209,11 +213,12 @@ class Adapter:
     replays: bool = True
     port: Port | None = None
     notes: tuple[str, ...] = ()
+    unquantized: tuple[str, ...] = ()
 
     #: The data a constructor's keyword arguments may set.
     FIELDS = ("name", "title", "families", "output", "weight_types", "backends", "options",
               "tensors", "unmapped", "printed", "unexposed", "converts", "reads_reference",
-              "inputs", "family_port", "replays", "port", "notes")
+              "inputs", "family_port", "replays", "port", "notes", "unquantized")
 
     def __init__(self, **fields: Any) -> None:
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -324,6 +329,37 @@ class Adapter:
             AudioparityError: what it printed cannot be read; it prints no document.
         """
         raise AudioparityError(f"adapter {self.name!r} reads no printed document")
+
+    # -- its model file -------------------------------------------------------------------------
+
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str
+                   ) -> Path | None:
+        """The file of its own model that its run reads at ``weight_type``, in the folder
+        ``model`` :meth:`convert` wrote: the cell's manifest records its storage (``storage``:
+        bits per weight, tensors per type, fallbacks). None (the default): it names none."""
+        return None
+
+    def model_tensors(self, path: Path) -> list:
+        """The tensors of its model file ``path``
+        (:class:`~audioparity.candidates.reading.StoredTensor`): by default a GGUF file's,
+        through ``gguf.GGUFReader``; a legacy ggml file's through
+        :func:`~audioparity.candidates.reading.ggml_bin_tensors` and its header."""
+        from audioparity.candidates.reading import gguf_tensors
+
+        return gguf_tensors(path)
+
+    def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
+                       ) -> str | None:
+        """The type its quantizer is asked for ``tensor`` (a
+        :class:`~audioparity.candidates.reading.StoredTensor` of its model file) in a cell of
+        ``weight_type``, or None for a tensor it leaves alone: by default ``weight_type`` for
+        a matmul weight, a 2-D tensor that no :attr:`unquantized` pattern names. A matmul weight
+        stored as another type is a fallback, recorded with why."""
+        from audioparity.candidates.reading import matches
+
+        if len(tensor.shape) != 2 or matches(self.unquantized, tensor.name):
+            return None
+        return weight_type
 
     # -- helpers ------------------------------------------------------------------------------
 

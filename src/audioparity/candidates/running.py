@@ -16,7 +16,7 @@ from typing import Any
 
 from audioparity.artifacts import MANIFEST, DumpWriter, built_directory
 from audioparity.candidates.adapter import Adapter, Command
-from audioparity.candidates.reading import RUN_WALL, read_tool_output
+from audioparity.candidates.reading import RUN_WALL, model_storage, read_tool_output
 from audioparity.candidates.registry import load_adapter
 from audioparity.errors import AudioparityError
 from audioparity.family import Family
@@ -201,7 +201,8 @@ def _run_dump_tool(cell: Cell) -> None:
 def _run_tool_cell(cell: Cell) -> None:
     """A tool that writes its own files: its commands run into ``<dump>/raw/`` (timed as a
     whole: :data:`~audioparity.candidates.reading.RUN_WALL`), stopping at the first that dies,
-    and what they wrote and printed read into the dump."""
+    and what they wrote and printed read into the dump, with the storage of the model file
+    they read (:func:`~audioparity.candidates.reading.model_storage`)."""
     adapter = cell.adapter
     why = adapter.cannot_run(cell.options, cell.weight_type, cell.backend)
     if why:
@@ -211,6 +212,11 @@ def _run_tool_cell(cell: Cell) -> None:
                     inputs={"case": cell.case}, fields=_fields(cell)) as writer:
         for note in adapter.notes:
             writer.note(note)
+        storage = model_storage(adapter, cell.model, cell.options, cell.weight_type)
+        if storage is not None:
+            writer.manifest["storage"], unusable = storage
+            for line in unusable:
+                writer.note(f"storage: {line}")
         raw = writer.partial / "raw"
         raw.mkdir()
         reference = adapter.prepare(cell.reference_dir, raw / "inputs", options=cell.options)
