@@ -20,6 +20,14 @@ from audioparity.family import FamilySpec, Option
 FRAME_SECONDS = 0.08
 #: A token line of ``--timestamps token``: ``[ t0 ->  t1] p=0.529 <piece text>``.
 TOKEN_LINE = re.compile(r"^\s*\[\s*([\d.]+)\s*->\s*([\d.]+)\]\s+p=[\d.]+ (.*)$")
+#: The preset of ``transcribe-quantize`` (``tools/transcribe-quantize/policy.cpp``) that makes
+#: each weight type. The uniform ones store every linear weight (and the decoder's embedding)
+#: at the type; the 1x1 pointwise convolutions stay f16, the other kernels, norms and biases
+#: f32. It has no uniform k-quant below q6_K: q5_K and q4_K are its mixed ``Q5_K_M`` and
+#: ``Q4_K_M``, which store the attention output projections q8_0 and the embedding q6_K. Rows
+#: that do not fill a block fall back: q8_0 for a k-quant, f16 for the others.
+PRESETS = {"f16": "F16", "q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1", "q5_0": "Q5_0",
+           "q5_K": "Q5_K_M", "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K": "Q4_K_M"}
 
 
 class TranscribeCpp(Adapter):
@@ -27,7 +35,7 @@ class TranscribeCpp(Adapter):
     title = "transcribe.cpp"
     families = ("parakeet_tdt",)
     output = "f32json"
-    weight_types = ("f32", "f16", "q8_0")
+    weight_types = ("f32", *PRESETS)
     backends = ("cpu", "vulkan")
     options = (
         Option("root", ".ports/transcribe_cpp", "the built port (make ports)"),
@@ -52,6 +60,8 @@ class TranscribeCpp(Adapter):
     unmapped = ("enc.block.{i}.attn", "enc.block.{i}.conv", "enc.block.{i}.ff1",
                 "enc.block.{i}.ff2", "dec.embed.{i}", "dec.enc_out")
     converts = True
+    # 2-D, yet its quantizer keeps them f32 by name (its Norm bucket)
+    unquantized = (r".*\.pos_bias_[uv]",)
     port = Port(
         archive="transcribe.cpp-*.tar.gz",
         commands=(
@@ -77,7 +87,7 @@ class TranscribeCpp(Adapter):
     def convert(self, model: Path, weight_type: str, output: Path, *,
                 options: Mapping[str, Any]) -> list[list[str]]:
         """``convert-parakeet.py`` into ``output/models/<profile>/model-f32.gguf``, then for
-        another weight type ``transcribe-quantize`` (its presets ``F16``, ``Q8_0``)."""
+        another weight type ``transcribe-quantize`` with its preset (:data:`PRESETS`)."""
         root = self.root(options)
         f32 = self._gguf(output, options, "f32")
         f32.parent.mkdir(parents=True)
@@ -86,8 +96,12 @@ class TranscribeCpp(Adapter):
         if weight_type != "f32":
             commands.append([str(root / "build" / "bin" / "transcribe-quantize"), str(f32),
                              str(self._gguf(output, options, weight_type)), "--quant",
-                             weight_type.upper()])
+                             PRESETS[weight_type]])
         return commands
+
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        """The GGUF its run reads."""
+        return self._gguf(model, options, weight_type)
 
     def cannot_run(self, options: Mapping[str, Any], weight_type: str, backend: str
                    ) -> str | None:
