@@ -151,7 +151,9 @@ def test_a_decode_line_missing_or_malformed_is_named(adapter, stdout, match):
 def test_it_compares_its_logits_and_decode_and_says_why_the_rest_is_not_exposed(tmp_path,
                                                                                adapter):
     spec = family("whisper").spec
-    assert adapter.weight_types == ("f32", "f16", "q8_0") and adapter.families == ("whisper",)
+    assert adapter.weight_types == ("f32", "f16", "q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1",
+                                    "q4_0", "q4_K", "q3_K", "q2_K")
+    assert adapter.families == ("whisper",)
     assert not adapter.replays and adapter.reads_reference
     with DumpWriter(tmp_path / "dump", producer=adapter.name,
                     fields={"family": "whisper"}) as writer:

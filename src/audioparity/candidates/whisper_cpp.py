@@ -13,12 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
+from audioparity.candidates.reading import ggml_bin_tensors
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
 
 #: A token row of ``-ps``: ``[ 9] id=  571 frame=  9 dur_idx= 0 dur_val= 0 ...``.
 TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx=\s*\d+\s+"
                        r"dur_val=\s*(\d+)\s")
+
+#: The quantized types of its quantizers (``parakeet-quantize``, ``whisper-quantize``): the
+#: ftypes of ``examples/common-ggml.cpp`` (``q4_0`` ... ``q8_0``, ``q2_k`` ... ``q6_k``), each
+#: storing every 2-D tensor its tool does not skip by name at that type.
+QUANTIZED = ("q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1", "q4_0", "q4_K", "q3_K", "q2_K")
+
+#: The header of its Parakeet ``.bin`` (``convert-parakeet-to-ggml.py``), as
+#: :func:`~audioparity.candidates.reading.ggml_bin_tensors` reads it: 15 hyperparameters, the
+#: mel filter bank, the window, the durations (as many as hyperparameter 13,
+#: ``n_tdt_durations``), the vocabulary.
+PARAKEET_HEADER = (("i32", 15), ("f32", 2), ("f32", 1), ("u32", 13), ("strings",))
 
 #: One build of the snapshot serves both of its families: Parakeet-TDT (``parakeet-cli``,
 #: ``parakeet-quantize``) and Whisper (``whisper-cli``, ``whisper-quantize``, our driver of
@@ -52,10 +64,13 @@ class WhisperCpp(Adapter):
     title = "whisper.cpp"
     families = ("parakeet_tdt",)
     output = "tokens"
-    weight_types = ("f32", "f16", "q8_0")
+    weight_types = ("f32", "f16", *QUANTIZED)
     options = (Option("root", ".ports/whisper_cpp", "the built port (make ports)"),)
     printed = TensorMap("-ps", "decode")
     converts = True
+    # parakeet-quantize's to_skip: 2-D, kept as converted (f32) by name
+    unquantized = (r"encoder\.layers\..+\.conv\.depthwise_conv\.weight",
+                   r"encoder\.layers\..+\.self_attn\.pos_bias_[uv]")
     port = PORT
     replays = False
     notes = ("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",)
@@ -67,8 +82,10 @@ class WhisperCpp(Adapter):
     def convert(self, model: Path, weight_type: str, output: Path, *,
                 options: Mapping[str, Any]) -> list[list[str]]:
         """The converter: ``--use-f32`` for f32; without it for f16 (its own choice of which
-        tensors stay f32: biases, norms, convolution kernels); for q8_0, the f32 model then
-        ``parakeet-quantize`` (whose types are the quantized ones only)."""
+        tensors stay f32: biases, norms, convolution kernels); for a quantized type, the f32
+        model then ``parakeet-quantize`` with the type's ftype name (``q4_k``); its types are
+        the quantized ones only, and at a k-quant it keeps the prediction and joint tensors
+        f32 when the prediction width does not fill its blocks of 256."""
         root = self.root(options)
         base = "f16" if weight_type == "f16" else "f32"
         commands = [[sys.executable, str(root / "models" / "convert-parakeet-to-ggml.py"),
@@ -78,8 +95,16 @@ class WhisperCpp(Adapter):
         if weight_type not in ("f32", "f16"):
             commands.append([str(root / "build" / "bin" / "parakeet-quantize"),
                              str(_model(output, base)), str(_model(output, weight_type)),
-                             weight_type])
+                             weight_type.lower()])
         return commands
+
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        """The ``.bin`` its run reads."""
+        return _model(model, weight_type)
+
+    def model_tensors(self, path: Path) -> list:
+        """The tensors of its legacy ggml ``.bin`` (:data:`PARAKEET_HEADER`)."""
+        return ggml_bin_tensors(path, PARAKEET_HEADER)
 
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
             family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from audioparity.candidates.adapter import Adapter, Command, TensorMap
-from audioparity.candidates.whisper_cpp import PORT
+from audioparity.candidates.reading import ggml_bin_tensors
+from audioparity.candidates.whisper_cpp import PORT, QUANTIZED
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
 
@@ -30,7 +31,11 @@ DECODE_LINE = "decode: "
 #: The files of the converted model at each weight type: the converter's own names (f32 with
 #: its f32 flag, f16 without), a quantized type's made by ``whisper-quantize`` from the f16 one.
 MODEL_FILES = {"f32": "ggml-model-f32.bin", "f16": "ggml-model.bin",
-               "q8_0": "ggml-model-q8_0.bin"}
+               **{kind: f"ggml-model-{kind}.bin" for kind in QUANTIZED}}
+#: The header of its Whisper ``.bin`` (``convert-h5-to-ggml.py``), as
+#: :func:`~audioparity.candidates.reading.ggml_bin_tensors` reads it: 11 hyperparameters, the
+#: mel filter bank, the vocabulary.
+WHISPER_HEADER = (("i32", 11), ("f32", 2), ("strings",))
 #: What its converter reads of the checkpoint directory beyond what transformers loads.
 CONVERTER_READS = ("vocab.json", "added_tokens.json", "config.json")
 
@@ -57,6 +62,8 @@ class WhisperCppWhisper(Adapter):
     reads_reference = True
     replays = False
     port = PORT
+    # whisper-quantize's to_skip: 2-D, kept as converted by name
+    unquantized = (r"encoder\.conv[12]\.bias", r"(en|de)coder\.positional_embedding")
     notes = ("whisper.cpp's C API returns no activation (its state is opaque, its graphs have no "
              "eval callback): its transcript (whisper_full) and the logits of each decoded "
              "token (whisper_get_logits), teacher-forced one cached step at a time along the "
@@ -74,7 +81,8 @@ class WhisperCppWhisper(Adapter):
         with a fourth argument (any) it writes f32, without it f16 (biases, norms, the conv
         biases and both position tables f32); a quantized type is ``whisper-quantize`` of the
         f16 file, as whisper.cpp's README makes them (its loader wants the conv kernels f16 in
-        every type but f32, which quantizing the f32 file would leave f32).
+        every type but f32, which quantizing the f32 file would leave f32), with the type's
+        ftype name (``q4_k``).
 
         Raises:
             AudioparityError: the checkpoint lacks a file the converter reads.
@@ -91,8 +99,17 @@ class WhisperCppWhisper(Adapter):
         if weight_type != base:
             commands.append([str(root / "build" / "bin" / "whisper-quantize"),
                              str(Path(output) / MODEL_FILES[base]),
-                             str(Path(output) / MODEL_FILES[weight_type]), weight_type])
+                             str(Path(output) / MODEL_FILES[weight_type]),
+                             weight_type.lower()])
         return commands
+
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        """The ``.bin`` its run reads."""
+        return Path(model) / MODEL_FILES[weight_type]
+
+    def model_tensors(self, path: Path) -> list:
+        """The tensors of its legacy ggml ``.bin`` (:data:`WHISPER_HEADER`)."""
+        return ggml_bin_tensors(path, WHISPER_HEADER)
 
     def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
                 ) -> Path:
