@@ -8,6 +8,7 @@ never llama.cpp's ``auto``."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,9 +17,21 @@ from typing import Any
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
+from audioparity.vocabulary import STORAGE_TYPES
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
 EMBEDDINGS = "input_embeddings.raw"
+#: The types its converter writes itself (``convert_hf_to_gguf.py --outtype``).
+CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
+#: The ``llama-quantize`` type (``tools/quantize``'s list) that makes each other weight type from
+#: the f32 GGUF, with ``--pure``: the k-quants' names are its aliases of the ``_M`` mixtures
+#: (``Q4_K`` is ``Q4_K_M``) and ``MXFP4_MOE`` a mixture too (MXFP4 experts, q8_0 elsewhere), and
+#: ``--pure`` keeps each one's default type (q4_K, mxfp4) for every tensor it quantizes; a tensor
+#: whose rows do not fill the type's blocks still falls back (q4_K to q5_0, q5_K to q5_1, q6_K to
+#: q8_0, q2_K and q3_K to q4_0; then f16).
+QUANTIZE_TYPES = {"q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1", "q5_0": "Q5_0", "q5_K": "Q5_K",
+                  "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K": "Q4_K", "iq4_nl": "IQ4_NL",
+                  "mxfp4": "MXFP4_MOE", "q3_K": "Q3_K", "q2_K": "Q2_K"}
 
 
 class LlamaCpp(Adapter):
@@ -26,13 +39,16 @@ class LlamaCpp(Adapter):
     title = "llama.cpp"
     families = ("moss_voicegen",)
     output = "f32json"
-    weight_types = ("f32", "f16", "bf16", "q8_0")
+    weight_types = (*CONVERTER_TYPES, *(t for t in QUANTIZE_TYPES if t not in CONVERTER_TYPES))
     options = (
         Option("root", ".ports/llama_cpp", "the built port (make ports)"),
         Option("flash_attn", "off", "llama.cpp's flash attention (flash_attn_type)",
                choices=("off", "on")),
         Option("kv_cache_type", "f32", "llama.cpp's KV-cache type (type_k and type_v)",
                choices=("f32", "f16")),
+        Option("tensor_types", {}, "per-tensor types over a quantized weight type: {pattern: "
+               "type}, each llama-quantize's --tensor-type pattern=type (a regular expression "
+               "searched in the tensor's lowercased GGUF name, the first that matches wins)"),
     )
     tensors = (
         TensorMap("l_out-{i}", "layer_{i}"),
@@ -51,15 +67,17 @@ class LlamaCpp(Adapter):
         commands=(
             ("cmake", "-S", "vendor/llama.cpp", "-B", "build", "-DCMAKE_BUILD_TYPE=Release",
              "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-             "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_OPENSSL=OFF",
-             "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=OFF"),
-            ("cmake", "--build", "build", "-j{jobs}", "--target", "llama"),
+             "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
+             "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=OFF"),
+            # the tools are configured for llama-quantize alone, its quantizer
+            ("cmake", "--build", "build", "-j{jobs}", "--target", "llama", "llama-quantize"),
             ("cc", "-O2", "-Wall", "-o", "build/bin/llama-moss-dump",
              "drivers/llama_moss_dump.c", "-Ivendor/llama.cpp/include",
              "-Ivendor/llama.cpp/ggml/include", "-Lbuild/bin", "-lllama", "-lggml",
              "-lggml-base", "-Wl,-rpath,$ORIGIN"),
         ),
-        products=("build/bin/llama-moss-dump", "vendor/llama.cpp/convert_hf_to_gguf.py"),
+        products=("build/bin/llama-moss-dump", "build/bin/llama-quantize",
+                  "vendor/llama.cpp/convert_hf_to_gguf.py"),
     )
     notes = ("input_embeddings: llama.cpp takes them as its input (llama_batch.embd), the "
              "reference's; the codebook embeddings and audio heads are not Qwen3 parts and stay "
@@ -73,14 +91,68 @@ class LlamaCpp(Adapter):
             "input embeddings; the prompt's rows, the codebook embeddings and the audio heads "
             "are not Qwen3 parts and stay on the host")
 
+    def check_options(self, values: Any, where: str) -> dict[str, Any]:
+        """As :meth:`Adapter.check_options`, and ``tensor_types`` maps patterns to types of
+        :data:`~audioparity.vocabulary.STORAGE_TYPES`."""
+        checked = super().check_options(values, where)
+        for pattern, kind in checked["tensor_types"].items():
+            if not isinstance(pattern, str) or not pattern or kind not in STORAGE_TYPES:
+                raise AudioparityError(f"{where}['tensor_types'][{pattern!r}]: {kind!r}; expected "
+                                       f"a pattern to one of {', '.join(STORAGE_TYPES)}")
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise AudioparityError(f"{where}['tensor_types']: {pattern!r} is not a regular "
+                                       f"expression ({err})") from None
+        return checked
+
     def convert(self, model: Path, weight_type: str, output: Path, *,
                 options: Mapping[str, Any]) -> list[list[str]]:
-        """The backbone re-laid as Qwen3 and converted by ``convert_hf_to_gguf.py --outtype
-        <weight type>`` (its own f16, bf16 and q8_0) into ``output/model-<weight type>.gguf``."""
-        return [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")),
-                 str(Path(output) / "qwen3"), str(_gguf(output, weight_type)), "--outtype",
-                 weight_type, "--llama-cpp", str(self.root(options) / "vendor" / "llama.cpp"),
-                 "--from-moss", str(model)]]
+        """The backbone re-laid as Qwen3 and converted by ``convert_hf_to_gguf.py --outtype``
+        into ``output/model-<weight type>.gguf``: its own f32, f16, bf16 and q8_0; any other
+        type, or a quantized one with the option ``tensor_types``, is ``llama-quantize --pure``
+        of its f32 GGUF (:data:`QUANTIZE_TYPES`), each ``tensor_types`` entry a
+        ``--tensor-type pattern=type``.
+
+        ``--pure``, because llama-quantize's types are mixtures otherwise (``Q4_K_M`` stores
+        ``attn_v`` and half the ``ffn_down`` q6_K, the output q6_K, ...): a cell of a weight
+        type then holds that type wherever the tool quantizes, but where a tensor's rows do not
+        fill its blocks (the fallbacks, recorded by the cell) or ``tensor_types`` says otherwise.
+
+        Raises:
+            AudioparityError: ``tensor_types`` with a float weight type, over which
+                llama-quantize applies none.
+        """
+        tensor_types = options.get("tensor_types") or {}
+        if tensor_types and weight_type not in QUANTIZE_TYPES:
+            raise AudioparityError(f"llama.cpp: tensor_types over {weight_type}: llama-quantize "
+                                   "applies --tensor-type over a quantized type only")
+        base = weight_type if weight_type in CONVERTER_TYPES and not tensor_types else "f32"
+        commands = [[sys.executable, str(Path(__file__).with_name("llama_cpp_convert.py")),
+                     str(Path(output) / "qwen3"), str(_gguf(output, base)), "--outtype", base,
+                     "--llama-cpp", str(self.root(options) / "vendor" / "llama.cpp"),
+                     "--from-moss", str(model)]]
+        if base != weight_type:
+            commands.append([str(self.root(options) / "build" / "bin" / "llama-quantize"),
+                             "--pure", *(arg for pattern, kind in tensor_types.items()
+                                         for arg in ("--tensor-type", f"{pattern}={kind}")),
+                             str(_gguf(output, base)), str(_gguf(output, weight_type)),
+                             QUANTIZE_TYPES[weight_type]])
+        return commands
+
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        """The GGUF its run reads."""
+        return _gguf(model, weight_type)
+
+    def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
+                       ) -> str | None:
+        """As :meth:`Adapter.requested_type`, but the type of the first ``tensor_types``
+        pattern found in a matmul weight's lowercased name, as llama-quantize picks it."""
+        wanted = super().requested_type(tensor, weight_type, options)
+        if wanted is None or weight_type not in QUANTIZE_TYPES:
+            return wanted
+        return next((kind for pattern, kind in (options.get("tensor_types") or {}).items()
+                     if re.search(pattern.lower(), tensor.name.lower())), wanted)
 
     def prepare(self, reference: Path | None, folder: Path, *, options: Mapping[str, Any]
                 ) -> Path:
