@@ -77,6 +77,11 @@ class Openmoss(Adapter):
                  str(model), str(_gguf(output, weight_type)), "--outtype", weight_type,
                  "--openmoss", str(root), "--llama-cpp", str(root / "third_party" / "llama.cpp")]]
 
+    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+        """Its backbone GGUF, which its run reads (the codebook embeddings and audio heads are
+        in the ``.extras.gguf`` beside it)."""
+        return _gguf(model, weight_type)
+
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
             family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
             backend: str, threads: int, reference: Path | None) -> list[Command]:
