@@ -31,7 +31,14 @@ from audioparity.family import (
     Stage,
 )
 from audioparity.provenance import model_record
-from audioparity.storage import emulating, emulations, storage_or_fallback, storage_record
+from audioparity.storage import (
+    Recipe,
+    emulating,
+    emulations,
+    storage_or_fallback,
+    storage_record,
+    type_name,
+)
 from audioparity.threads import torch_threads
 
 log = logging.getLogger("audioparity")
@@ -136,7 +143,7 @@ def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any]
 
 def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]], *,
                    options: Mapping[str, Any], threads: int = 1,
-                   emulate: Sequence[str] = ()) -> None:
+                   emulate: Sequence[str | Recipe] = ()) -> None:
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
     all (:meth:`Family.load_reference`), and again for each weight type of ``emulate`` as
     ggml's CPU backend computes with it (:func:`~audioparity.storage.emulations`) into
@@ -166,12 +173,14 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         for variant in emulations(family.reference_module(loaded), emulate,
                                   keep=family.reference_keeps):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
-                _reference_case(family, loaded, case, variant.dump_dir(output_dir),
+                reference_case(family, loaded, case, variant.dump_dir(output_dir),
                                 {**fields, **variant.fields}, seconds)
 
 
-def _reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
-                    fields: dict[str, Any], seconds: dict[str, float]) -> None:
+def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
+                   fields: dict[str, Any], seconds: dict[str, float]) -> None:
+    """One case of the loaded reference (:meth:`Family.reference`, as the model computes now:
+    float32, or within :func:`~audioparity.storage.emulating`) dumped into ``output_dir``."""
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
@@ -187,27 +196,29 @@ def _reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
 
 
 def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
-                  native: Mapping[str, str], weight_type: str,
+                  native: Mapping[str, str], weight_type: str | Recipe,
                   options: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     """The storage type of every graph weight (:meth:`Family.weight_kind`): a matmul weight's
-    is the weight type (``native``: the checkpoint's dtype), a float32 one's ``f32``, any
-    other's the option the kind names; a block type that cannot hold a weight's rows falls
-    back (:func:`~audioparity.storage.storage_or_fallback`), one note each.
+    is the weight type (``native``: the checkpoint's dtype; a :class:`~audioparity.storage.
+    Recipe`: the one it gives that weight), a float32 one's ``f32``, any other's the option
+    the kind names; a block type that cannot hold a weight's rows falls back
+    (:func:`~audioparity.storage.storage_or_fallback`), one note each.
 
     Raises:
         AudioparityError: an unknown weight type, or a kind the family has no option for.
     """
     from audioparity.vocabulary import WEIGHT_TYPES
 
-    if weight_type not in WEIGHT_TYPES:
-        raise AudioparityError(f"unknown weight type {weight_type!r}; valid: "
+    recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
+    if recipe.base not in WEIGHT_TYPES or (recipe.overrides and recipe.base == "native"):
+        raise AudioparityError(f"unknown weight type {type_name(weight_type)!r}; valid: "
                                f"{', '.join(WEIGHT_TYPES)}")
     storage: dict[str, str] = {}
     notes: list[str] = []
     for name, shape in shapes.items():
         kind = family.weight_kind(name, shape)
         if kind == MATMUL:
-            wanted = native[name] if weight_type == "native" else weight_type
+            wanted = native[name] if recipe.base == "native" else recipe.storage(name)
         elif kind == FLOAT32:
             wanted = "f32"
         elif kind in options:
@@ -216,10 +227,16 @@ def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
             raise AudioparityError(f"family {family.spec.name}: weight {name} is stored by "
                                    f"option {kind!r}, which was not given")
         storage[name] = storage_or_fallback(name, wanted, shape, notes)
+    unused = sorted(set(recipe.overrides) - {n for n in shapes
+                                             if family.weight_kind(n, shapes[n]) == MATMUL})
+    if unused:
+        raise AudioparityError(f"recipe {recipe.name}: {unused[0]} is no matmul weight of this "
+                               f"model ({len(unused)} override(s) name none)")
     return storage, notes
 
 
-def upload_weights(family: Family, runtime: Any, model: Path, config: Any, weight_type: str,
+def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
+                   weight_type: str | Recipe,
                    options: Mapping[str, Any], weights_file: Path | None = None
                    ) -> tuple[Any, dict[str, Any]]:
     """The model's graph weights in ``runtime``, each in its storage type
@@ -249,7 +266,7 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any, weigh
     return weights, record
 
 
-def save_weights(family: Family, model: Path, output: Path, *, weight_type: str,
+def save_weights(family: Family, model: Path, output: Path, *, weight_type: str | Recipe,
                  options: Mapping[str, Any]) -> None:
     """The model's graph weights at ``weight_type``, checked and converted once, written to the
     GGUF file ``output`` (:meth:`Weights.save`) for every dump of the model to map.
@@ -291,7 +308,8 @@ def _reference_for(family: Family, reference_dir: Path | None, heads: Sequence[s
 
 
 def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
-              weight_type: str, backend: str, options: Mapping[str, Any], device: int = 0,
+              weight_type: str | Recipe, backend: str, options: Mapping[str, Any],
+              device: int = 0,
               threads: int = 1, reference_dir: Path | None = None,
               weights_file: Path | None = None) -> None:
     """The family's ggml port on one case (:meth:`Family.ggml`) into ``output_dir``: the
@@ -311,7 +329,9 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
     heads = family.heads(config)
     reference = _reference_for(family, reference_dir, heads)
     fields = {"family": spec.name, "backend": backend, "device": device,
-              "weight_type": weight_type, "threads": threads, **options,
+              "weight_type": type_name(weight_type), "threads": threads, **options,
+              **({"recipe": dict(weight_type.overrides)} if isinstance(weight_type, Recipe)
+                 else {}),
               **family.manifest_fields(config, options), **case.fields}
     inputs = {spec.input: case.path, **({"reference": reference.path} if reference else {})}
     with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs, fields=fields,
@@ -329,19 +349,20 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
         forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
         check_complete(family, heads, writer.manifest, forms, Path(output_dir))
     log.info("ggml %s [%s | %s | %s %s]: wrote %s in %.1f s", spec.command, model.name,
-             case.path.stem, backend, weight_type, output_dir, time.perf_counter() - start)
+             case.path.stem, backend, type_name(weight_type), output_dir,
+             time.perf_counter() - start)
 
 
 def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
                 output_dir: Path, *, options: Mapping[str, Any], threads: int = 1,
-                emulate: str | None = None) -> None:
+                emulate: str | Recipe | None = None) -> None:
     """The reference's blocks on a candidate's own inputs (:meth:`Family.replay`), written as
     a dump of replayed forms; each one it cannot compute is named in the manifest's
     ``skipped`` with why. A candidate dump that is not ``ok`` gives a replay of its status.
 
     Args:
-        emulate: a weight type to replay as ggml's CPU backend computes with it (a quantized
-            cell's replay), or None.
+        emulate: a weight type (or recipe) to replay as ggml's CPU backend computes with it
+            (a quantized cell's replay), or None.
 
     Raises:
         AudioparityError: an unreadable model, case or candidate dump.
@@ -350,7 +371,8 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
     config, (case,) = open_cases(family, Path(model), [case_path], options)
     candidate = Dump(candidate_dir)
     fields = {"family": spec.name, "threads": threads, "replay": True,
-              **({"emulates": {"weight_type": emulate, "backend": "cpu"}} if emulate else {}),
+              **({"emulates": {"weight_type": type_name(emulate), "backend": "cpu"}}
+                 if emulate else {}),
               **options, **family.manifest_fields(config, options)}
     with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
                     inputs={spec.input: case.path, "candidate": candidate.path}, fields=fields,

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import STORAGE_TYPES
+from audioparity.vocabulary import RECIPE_SEPARATOR, STORAGE_TYPES
 
 #: Values per block of each storage type (ggml ``ggml_blck_size``): a block type's rows (the
 #: last numpy axis, ggml ``ne[0]``) are a multiple of it.
@@ -211,11 +211,70 @@ def matmul_input(values: np.ndarray, weight_storage: str) -> np.ndarray:
     if input_type == "f32":
         return x.copy()
     ggml, type_ = _ggml(), ggml_type(input_type)
-    raw = np.empty(ggml.ggml_row_size(type_, k) * rows, dtype=np.uint8)
+    raw = np.zeros(ggml.ggml_row_size(type_, k) * rows, dtype=np.uint8)  # q8_K skips sums of 0
     from_float = ggml.ggml_get_type_traits_cpu(type_).contents.from_float
     # blocks never cross a row (K is a multiple of the block): all rows in one call
     from_float(_f32_pointer(x), raw.ctypes.data_as(ctypes.c_void_p), x.size)
-    return dequantize(raw, input_type, x.shape)
+    with np.errstate(invalid="ignore", over="ignore"):  # an inf scale gives inf and NaN, kept
+        return dequantize(raw, input_type, x.shape)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A weight type that keeps some matmul weights wider: every matmul weight stored as
+    ``base`` but those of ``overrides`` (weight name, as the checkpoint names it -> storage
+    type). Its weight type is ``<base>+<name>`` (``q4_K+recipe``); ``audioparity precision``
+    writes one (:mod:`audioparity.precision`)."""
+
+    name: str
+    base: str
+    overrides: Mapping[str, str]
+
+    @property
+    def weight_type(self) -> str:
+        return f"{self.base}{RECIPE_SEPARATOR}{self.name}"
+
+    def storage(self, weight: str) -> str:
+        """The storage type ``weight`` asks for (before any fallback)."""
+        return self.overrides.get(weight, self.base)
+
+    @classmethod
+    def uniform(cls, weight_type: str) -> Recipe:
+        """Every matmul weight as ``weight_type``: no override."""
+        return cls("", weight_type, {})
+
+
+def type_name(weight_type: str | Recipe) -> str:
+    """The name of a weight type or recipe (``q4_K``, ``q4_K+recipe``)."""
+    return weight_type.weight_type if isinstance(weight_type, Recipe) else weight_type
+
+
+def read_recipe(path: Path, weight_type: str) -> Recipe:
+    """The recipe of ``weight_type`` (``<base>+<name>``) in the JSON file ``path`` (written by
+    ``audioparity precision``: ``{"base": ..., "overrides": {weight: type}, ...}``).
+
+    Raises:
+        AudioparityError: an unreadable file, a base that is not the weight type's, or an
+            override that is no storage type.
+    """
+    import json
+
+    base, _, name = weight_type.partition(RECIPE_SEPARATOR)
+    try:
+        data = json.loads(Path(path).read_text())
+        recipe = Recipe(name, data["base"], dict(data["overrides"]))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AudioparityError(f"recipe {path}: unreadable ({err}); expected the JSON that "
+                               "audioparity precision writes") from None
+    if not name or recipe.base != base:
+        raise AudioparityError(f"recipe {path}: its base is {recipe.base}, so its weight type is "
+                               f"{recipe.base}{RECIPE_SEPARATOR}<name>, not {weight_type}")
+    wrong = {w: t for w, t in recipe.overrides.items() if t not in STORAGE_TYPES}
+    if wrong:
+        weight, type_ = next(iter(wrong.items()))
+        raise AudioparityError(f"recipe {path}: {weight} asks for {type_!r}; valid: "
+                               f"{', '.join(STORAGE_TYPES)}")
+    return recipe
 
 
 #: Rows of a weight rounded at a time by :func:`emulating`: the rounding's temporaries stay
@@ -224,17 +283,19 @@ _ROWS_AT_ONCE = 4096
 
 
 @contextmanager
-def emulating(model: Any, weight_type: str, keep: Collection[str] = ()) -> Iterator[list[str]]:
+def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
+              ) -> Iterator[list[str]]:
     """Within the block, the torch ``model`` computes as a ggml port on the CPU backend does with
-    its matmul weights stored as ``weight_type`` (one of :data:`EMULATED_TYPES`); on leaving it,
-    the model is float32 again (weights, hooks and forwards restored).
+    its matmul weights stored as ``weight_type`` (one of :data:`EMULATED_TYPES`, or a
+    :class:`Recipe` giving each weight's); on leaving it, the model is float32 again (weights,
+    hooks and forwards restored).
 
     The matmul weights are those of ``nn.Linear``, pointwise ``nn.Conv1d`` and ``nn.Conv2d``
     (kernel 1, one group; ggml runs them as matmuls over the channels), ``nn.Embedding`` (a
     lookup: rounded weights, the rows read as stored) and ``nn.LSTM`` (its input and recurrent
-    matrices); each is stored as ``weight_type``, or as :data:`FALLBACK_STORAGE` where its rows
-    are no multiple of the block size (:func:`storage_or_fallback`), and each matmul's input is
-    rounded (:func:`matmul_input`) by a forward pre-hook, or for an LSTM by a step-by-step forward
+    matrices); each is stored as its type, or as its fallback where its rows are no multiple of
+    the block size (:func:`storage_or_fallback`), and each matmul's input is rounded
+    (:func:`matmul_input`) by a forward pre-hook, or for an LSTM by a step-by-step forward
     (torch's gate order ``i, f, g, o``). Other weights (norms, biases, conv kernels), and the
     modules named in ``keep`` (those a port keeps in float32), stay float32.
     A parameter shared by two modules (tied embeddings) is rounded once.
@@ -245,10 +306,11 @@ def emulating(model: Any, weight_type: str, keep: Collection[str] = ()) -> Itera
     Raises:
         AudioparityError: ``weight_type`` is not emulated, or an LSTM with a projection.
     """
-    if weight_type not in EMULATED_TYPES:
+    recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
+    if recipe.base not in EMULATED_TYPES:
         raise AudioparityError(f"no quantization-aware reference for weight type "
-                               f"{weight_type!r}; emulated: {', '.join(EMULATED_TYPES)}")
-    emulation = _Emulation(weight_type)
+                               f"{recipe.base!r}; emulated: {', '.join(EMULATED_TYPES)}")
+    emulation = _Emulation(recipe)
     try:
         emulation.apply(model, keep)
         yield emulation.notes
@@ -256,12 +318,40 @@ def emulating(model: Any, weight_type: str, keep: Collection[str] = ()) -> Itera
         emulation.restore()
 
 
+def matmul_modules(model: Any, keep: Collection[str] = ()) -> Iterator[tuple[str, Any, str]]:
+    """The modules of torch ``model`` whose weights a ggml port multiplies as matrices (but those
+    named in ``keep``), as ``(name, module, kind)``: ``linear`` (``nn.Linear``), ``conv`` (a
+    pointwise ``nn.Conv1d``/``nn.Conv2d``: kernel 1, one group), ``embedding`` (a lookup of
+    stored rows) and ``lstm`` (its ``weight_ih_l*`` and ``weight_hh_l*``).
+
+    Raises:
+        AudioparityError: an LSTM with a projection (ggml ports have none to mirror).
+    """
+    import torch
+
+    for name, module in model.named_modules():
+        if name in keep:
+            continue
+        if isinstance(module, torch.nn.Linear):
+            yield name, module, "linear"
+        elif isinstance(module, torch.nn.Conv1d | torch.nn.Conv2d) and module.groups == 1 \
+                and set(module.kernel_size) == {1}:
+            yield name, module, "conv"
+        elif isinstance(module, torch.nn.Embedding):
+            yield name, module, "embedding"
+        elif isinstance(module, torch.nn.LSTM):
+            if module.proj_size:
+                raise AudioparityError(f"{name}: an LSTM with proj_size={module.proj_size} "
+                                       "is not emulated")
+            yield name, module, "lstm"
+
+
 class _Emulation:
     """What :func:`emulating` changed in a model, to restore it: the weights rounded (each
     parameter once, with its float32 copy), the input hooks, the LSTMs stepped."""
 
-    def __init__(self, weight_type: str) -> None:
-        self.weight_type = weight_type
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
         self.notes: list[str] = []
         self.originals: dict[int, tuple[Any, Any]] = {}
         self.hooks: list[Any] = []
@@ -270,7 +360,7 @@ class _Emulation:
     def store(self, name: str, param) -> str:
         """Round parameter ``name`` in place as its storage type holds it; that type."""
         shape = tuple(param.shape[:2])  # a pointwise kernel [out, in, 1(, 1)] is a matrix
-        storage = storage_or_fallback(name, self.weight_type, shape, self.notes)
+        storage = storage_or_fallback(name, self.recipe.storage(name), shape, self.notes)
         if id(param) not in self.originals:
             self.originals[id(param)] = (param, param.detach().clone())
             matrix = param.detach().numpy().reshape(shape)  # the parameter's own memory
@@ -291,28 +381,17 @@ class _Emulation:
         Raises:
             AudioparityError: an LSTM with a projection.
         """
-        import torch
-
-        for name, module in model.named_modules():
-            if name in keep:
-                continue
-            if isinstance(module, torch.nn.Linear):
-                self.round_input(module, self.store(f"{name}.weight", module.weight),
-                                 channels_last=True)
-            elif isinstance(module, torch.nn.Conv1d | torch.nn.Conv2d) and module.groups == 1 \
-                    and set(module.kernel_size) == {1}:
-                self.round_input(module, self.store(f"{name}.weight", module.weight),
-                                 channels_last=False)
-            elif isinstance(module, torch.nn.Embedding):
+        for name, module, kind in matmul_modules(model, keep):
+            if kind == "embedding":
                 self.store(f"{name}.weight", module.weight)
-            elif isinstance(module, torch.nn.LSTM):
-                if module.proj_size:
-                    raise AudioparityError(f"{name}: an LSTM with proj_size={module.proj_size} "
-                                           "is not emulated")
+            elif kind == "lstm":
                 types = {param: self.store(f"{name}.{param}", getattr(module, param))
                          for param, _ in module.named_parameters() if param.startswith("weight_")}
                 module.forward = _LstmSteps(module, types)
                 self.lstms.append(module)
+            else:
+                self.round_input(module, self.store(f"{name}.weight", module.weight),
+                                 channels_last=kind == "linear")
 
     def restore(self) -> None:
         """The model float32 again: hooks removed, LSTMs' own forward, weights copied back."""
@@ -414,20 +493,22 @@ class Emulation:
                              "fallbacks": self.notes}}
 
 
-def emulations(model: Any, weight_types: Sequence[str], keep: Collection[str] = ()
+def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = ()
                ) -> Iterator[Emulation]:
     """The float32 ``model``, then the same model computing as ggml does with each of
-    ``weight_types`` (:func:`emulating`, ``keep`` passed on), one at a time: each is float32
-    again once the next is asked for (NeMo models cannot be deep-copied).
+    ``weight_types`` (a type, or a :class:`Recipe`; :func:`emulating`, ``keep`` passed on), one
+    at a time: each is float32 again once the next is asked for (NeMo models cannot be
+    deep-copied).
 
     Raises:
         AudioparityError: a weight type that is not emulated (before any model is yielded).
     """
-    unknown = [t for t in weight_types if t not in EMULATED_TYPES]
+    recipes = [t if isinstance(t, Recipe) else Recipe.uniform(t) for t in weight_types]
+    unknown = [r.base for r in recipes if r.base not in EMULATED_TYPES]
     if unknown:
         raise AudioparityError(f"no quantization-aware reference for weight type(s) "
                                f"{', '.join(unknown)}; emulated: {', '.join(EMULATED_TYPES)}")
     yield Emulation(None, model, [])
-    for weight_type in weight_types:
-        with emulating(model, weight_type, keep) as notes:
-            yield Emulation(weight_type, model, notes)
+    for recipe in recipes:
+        with emulating(model, recipe, keep) as notes:
+            yield Emulation(recipe.weight_type if recipe.name else recipe.base, model, notes)

@@ -21,6 +21,7 @@ from audioparity.candidates.registry import load_adapter
 from audioparity.errors import AudioparityError
 from audioparity.family import Family
 from audioparity.guard import describe_exit
+from audioparity.storage import Recipe, type_name
 
 log = logging.getLogger("audioparity")
 
@@ -102,8 +103,9 @@ class Cell:
 
 
 def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], model: Path,
-                  case: Path, output_dir: Path, *, reference_dir: Path | None, weight_type: str,
-                  backend: str, threads: int, family_options: dict[str, Any] | None = None,
+                  case: Path, output_dir: Path, *, reference_dir: Path | None,
+                  weight_type: str | Recipe, backend: str, threads: int,
+                  family_options: dict[str, Any] | None = None,
                   weights_file: Path | None = None) -> None:
     """One cell of a candidate into a dump of the contract at ``output_dir``.
 
@@ -138,6 +140,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     if adapter.reads_reference and reference_dir is None:
         raise AudioparityError(f"{adapter.title} reads the reference dump of the case: give "
                                "--reference-dir")
+    weight_type = type_name(weight_type)  # a tool runs a recipe only through its own flags
     cell = Cell(adapter, family(family_name), adapter.check_options(
         options, f"adapter {adapter.name!r} options"), section, Path(model), Path(case),
         Path(output_dir), None if reference_dir is None else Path(reference_dir), weight_type,
@@ -149,8 +152,9 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
 
 
 def _run_family_port(family: Family, options: dict[str, Any], model: Path, case: Path,
-                     output_dir: Path, *, reference_dir: Path | None, weight_type: str,
-                     backend: str, threads: int, weights_file: Path | None) -> None:
+                     output_dir: Path, *, reference_dir: Path | None,
+                     weight_type: str | Recipe, backend: str, threads: int,
+                     weights_file: Path | None) -> None:
     """The family's ggml dump, as ``audioparity ggml <family>`` makes it (its ggml options)."""
     from audioparity.driver import dump_ggml
 

@@ -4,6 +4,7 @@ commands from each family's table (:class:`~audioparity.family.FamilySpec`)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from audioparity.cli.commands import (
@@ -22,6 +23,7 @@ from audioparity.cli.commands import (
     ggml,
     guard,
     ports,
+    precision,
     reference,
     replay,
     report_check,
@@ -34,7 +36,7 @@ from audioparity.cli.commands import (
 from audioparity.families import registered
 from audioparity.family import REPLAY, WEIGHTS, FamilySpec
 from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, STORAGE_TYPES, WEIGHT_TYPES
 
 
 def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None):
@@ -55,6 +57,35 @@ def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None
         return value
 
     return parse
+
+
+def _weight_type(choices: tuple[str, ...]):
+    """An argparse type: a weight type of ``choices``, or a recipe's ``<type>+<name>`` whose
+    type is one of them (the recipe's file is given by ``--recipe <name>=<file>``)."""
+    plain = _value("weight type", choices=choices)
+
+    def parse(text: str) -> str:
+        base, separator, name = text.partition(RECIPE_SEPARATOR)
+        plain(base)
+        if separator:
+            _recipe_name(name)
+        return text
+
+    return parse
+
+
+def _recipe_name(text: str) -> str:
+    """An argparse type: a recipe's name (letters, digits, ``_`` and ``-``)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        raise argparse.ArgumentTypeError(f"recipe name {text!r}: expected letters, digits, '_' "
+                                         "and '-'")
+    return text
+
+
+def _add_recipe(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", action="append", default=[], metavar="NAME=FILE",
+                        help="the file of the recipe a weight type <type>+NAME names "
+                        "(audioparity precision); repeatable")
 
 
 def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -> None:
@@ -80,9 +111,10 @@ def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:
                        help="reference dump of the same model and input: what the "
                        "teacher-forced stages are fed")
     p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--weight-type", default="native",
-                   type=_value("weight type", choices=WEIGHT_TYPES),
-                   help="storage type of the matmul weights; native: the checkpoint's")
+    p.add_argument("--weight-type", default="native", type=_weight_type(WEIGHT_TYPES),
+                   help="storage type of the matmul weights; native: the checkpoint's; "
+                   "<type>+<recipe>: a recipe's")
+    _add_recipe(p)
     p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
@@ -108,10 +140,11 @@ def _reference_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--output-dir", required=True, type=Path, action="append",
                    help=f"dump directory, one per {spec.input_flag}, in the same order")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--emulate", action="append", default=[], choices=EMULATED_TYPES,
+    p.add_argument("--emulate", action="append", default=[], type=_weight_type(EMULATED_TYPES),
                    metavar="WEIGHT_TYPE", help="also dump each case as ggml's CPU backend "
                    "computes it with the matmul weights in this type, to <output-dir>@<type>; "
-                   f"repeatable ({', '.join(EMULATED_TYPES)})")
+                   f"repeatable ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>)")
+    _add_recipe(p)
     p.add_argument("--cache-dir", type=Path, help="keep each dump here too, and restore from "
                    "it the dumps of the cases it holds instead of computing them (the "
                    "workflow's results/cache/reference/<family>/<model>)")
@@ -135,9 +168,10 @@ def _ggml_command(sub, spec: FamilySpec) -> None:
 def _weights_command(sub, spec: FamilySpec) -> None:
     p = sub.add_parser(spec.command, help=f"{spec.title}: convert the weights")
     p.add_argument("--model", required=True, type=Path, help=spec.model)
-    p.add_argument("--weight-type", default="native",
-                   type=_value("weight type", choices=WEIGHT_TYPES),
-                   help="storage type of the matmul weights; native: the checkpoint's")
+    p.add_argument("--weight-type", default="native", type=_weight_type(WEIGHT_TYPES),
+                   help="storage type of the matmul weights; native: the checkpoint's; "
+                   "<type>+<recipe>: a recipe's")
+    _add_recipe(p)
     p.add_argument("--output", required=True, type=Path, help="the GGUF file to write")
     _add_options(p, spec, WEIGHTS)
     p.set_defaults(spec=spec, run=weights)
@@ -166,11 +200,36 @@ def _replay_command(sub, spec: FamilySpec) -> None:
                    help="the candidate's dump of the case")
     p.add_argument("--output-dir", required=True, type=Path)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--emulate", choices=EMULATED_TYPES, metavar="WEIGHT_TYPE",
+    p.add_argument("--emulate", type=_weight_type(EMULATED_TYPES), metavar="WEIGHT_TYPE",
                    help="replay as ggml's CPU backend computes with the matmul weights in this "
-                   f"type ({', '.join(EMULATED_TYPES)}): a quantized cell's")
+                   f"type ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>): a quantized cell's")
+    _add_recipe(p)
     _add_options(p, spec, "reference")
     p.set_defaults(spec=spec, run=replay)
+
+
+def _precision_command(sub, spec: FamilySpec) -> None:
+    p = sub.add_parser(spec.command, help=f"{spec.title}: a precision recipe")
+    p.add_argument("--model", required=True, type=Path, help=spec.model)
+    p.add_argument(spec.input_flag, dest="inputs", required=True, type=Path, action="append",
+                   metavar=spec.input.upper(), help=f"{spec.input} file the targets are "
+                   "measured on; repeatable")
+    p.add_argument("--weight-type", required=True, type=_value("weight type",
+                                                                choices=EMULATED_TYPES),
+                   help="the type every other matmul weight takes (q4_K, q4_0, ...)")
+    p.add_argument("--wide", default="q8_0", type=_value("wide type", choices=STORAGE_TYPES),
+                   help="the type a weight kept wide takes (default q8_0)")
+    p.add_argument("--targets", required=True, help="gate entries the recipe must meet "
+                   "against the float32 reference, a JSON list or a .json/.yaml file "
+                   "(e.g. '[{\"stage\": \"decode\", \"wer_max\": 0.0}]')")
+    p.add_argument("--name", default="recipe", type=_recipe_name,
+                   help="the recipe's name: its weight type is <type>+<name> (default recipe)")
+    p.add_argument("--output", required=True, type=Path, help="the recipe (.json) to write")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--work-dir", type=Path, help="keep the trials' dumps here (default: a "
+                   "temporary folder, removed)")
+    _add_options(p, spec, "reference")
+    p.set_defaults(spec=spec, run=precision)
 
 
 #: The family commands: ``(name, help, the subcommand a family gets, whether it gets one)``.
@@ -186,6 +245,8 @@ _FAMILY_COMMANDS = (
      "(docs/candidates.md, \"Replay\")", _replay_command, lambda spec: spec.replays),
     ("drilldown", "run the port's graphs node by node on two backends; name the first op that "
      "breaks (drilldown.json)", _drilldown_command, lambda spec: True),
+    ("precision", "which matmul weights must stay wider for a weight type to meet its targets: "
+     "a recipe (docs/quantization.md)", _precision_command, lambda spec: True),
 )
 
 
@@ -291,8 +352,8 @@ def _candidate_command(sub) -> None:
     p.add_argument("--family-options", default="{}",
                    help="the family's options of the config, a JSON object")
     p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--weight-type", required=True,
-                   type=_value("weight type", choices=WEIGHT_TYPES))
+    p.add_argument("--weight-type", required=True, type=_weight_type(WEIGHT_TYPES))
+    _add_recipe(p)
     p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--weights-file", type=Path, help="the family's own port: the weights "

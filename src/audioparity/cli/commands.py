@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from audioparity.errors import AudioparityError
 from audioparity.family import WEIGHTS
@@ -20,12 +21,17 @@ def _options(args: argparse.Namespace, side: str) -> dict:
     return {option.name: getattr(args, option.name) for option in args.spec.options_for(side)}
 
 
-def _load_gates(text: str) -> dict:
-    if text.lstrip().startswith("{"):
+def _load_gates(text: str, flag: str = "--gates") -> Any:
+    """Inline JSON (an object or a list) or a .json/.yaml file, parsed.
+
+    Raises:
+        AudioparityError: neither (the flag named).
+    """
+    if text.lstrip().startswith(("{", "[")):
         return json.loads(text)
     path = Path(text)
     if not path.is_file():
-        raise AudioparityError(f"--gates {text}: neither a JSON object nor a file")
+        raise AudioparityError(f"{flag} {text}: neither JSON nor a file")
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
@@ -65,6 +71,77 @@ def _family(args: argparse.Namespace):
     return family(args.spec.name)
 
 
+def _recipes(args: argparse.Namespace) -> dict[str, Path]:
+    """``--recipe NAME=FILE`` arguments as name -> file.
+
+    Raises:
+        AudioparityError: an argument without ``=``, or a name given twice.
+    """
+    found: dict[str, Path] = {}
+    for text in getattr(args, "recipe", []):
+        name, separator, path = text.partition("=")
+        if not separator or not name or not path:
+            raise AudioparityError(f"--recipe {text!r}: expected NAME=FILE")
+        if name in found:
+            raise AudioparityError(f"--recipe {name}: given twice")
+        found[name] = Path(path)
+    return found
+
+
+def _weight_type(args: argparse.Namespace, text: str | None):
+    """A weight type as the driver takes it: the name, or for ``<type>+<name>`` the recipe read
+    from the ``--recipe <name>=<file>`` given (:func:`~audioparity.storage.read_recipe`).
+
+    Raises:
+        AudioparityError: a recipe's weight type without its ``--recipe``, or a bad file.
+    """
+    from audioparity.storage import read_recipe
+    from audioparity.vocabulary import RECIPE_SEPARATOR
+
+    if text is None or RECIPE_SEPARATOR not in text:
+        return text
+    name = text.partition(RECIPE_SEPARATOR)[2]
+    recipes = _recipes(args)
+    if name not in recipes:
+        raise AudioparityError(f"weight type {text}: give its recipe as --recipe {name}=<file>")
+    return read_recipe(recipes[name], text)
+
+
+def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``{"recipes": {name: sha256 of its file}}`` for a dump cache's key, or ``{}``: a
+    changed recipe computes its emulated dumps again."""
+    import hashlib
+
+    recipes = _recipes(args)
+    if not recipes:
+        return {}
+    return {"recipes": {name: hashlib.sha256(path.read_bytes()).hexdigest()
+                        for name, path in sorted(recipes.items())}}
+
+
+def precision(args: argparse.Namespace) -> None:
+    from audioparity.precision import find_recipe, write_recipe
+
+    targets = _load_gates(args.targets, "--targets")
+    if isinstance(targets, dict):
+        targets = targets.get("targets", targets.get("gates"))
+    if not isinstance(targets, list):
+        raise AudioparityError(f"--targets {args.targets}: expected a list of gate entries")
+    document = find_recipe(_family(args), args.model, args.inputs, weight_type=args.weight_type,
+                           wide=args.wide, targets=targets, options=_options(args, "reference"),
+                           ggml_options={}, name=args.name, threads=args.threads,
+                           workdir=args.work_dir)
+    write_recipe(document, args.output)
+    bits = document["bits_per_weight"]
+    print(f"{args.output}: {len(document['overrides'])} weight(s) kept {args.wide}; "
+          f"{bits['recipe']:.3f} bits per weight ({args.weight_type} uniform "
+          f"{bits['uniform']:.3f}, every matmul weight {args.wide} {bits['wide']:.3f}); "
+          f"verified by the ggml port: {'pass' if document['verified']['passed'] else 'FAIL'}; "
+          f"{document['search']['trials']} trials in {document['search']['seconds']:.0f} s")
+    if not document["verified"]["passed"]:
+        raise SystemExit(1)
+
+
 def fixture(args: argparse.Namespace) -> None:
     _family(args).fixture(args.output, seed=args.seed, **_options(args, "fixture"))
 
@@ -84,7 +161,7 @@ def reference(args: argparse.Namespace) -> None:
 
     def compute(todo, emulate) -> None:
         dump_reference(_family(args), args.model, todo, options=options, threads=args.threads,
-                       emulate=emulate)
+                       emulate=[_weight_type(args, t) for t in emulate])
 
     if args.cache_dir is None:
         compute(cases, args.emulate)
@@ -93,7 +170,7 @@ def reference(args: argparse.Namespace) -> None:
 
     cache = DumpCache(args.cache_dir, args.model, {
         "family": args.spec.command, "code": args.code_digest, "threads": args.threads,
-        "options": options})
+        "options": options, **_recipe_digests(args)})
     todo, emulate = cache.restore(cases, args.emulate)
     try:
         if todo:
@@ -107,7 +184,8 @@ def ggml(args: argparse.Namespace) -> None:
     from audioparity.driver import dump_ggml
 
     dump_ggml(_family(args), args.model, args.input, args.output_dir,
-              weight_type=args.weight_type, backend=args.backend, device=args.device,
+              weight_type=_weight_type(args, args.weight_type), backend=args.backend,
+              device=args.device,
               threads=args.threads, options=_options(args, "ggml"),
               reference_dir=getattr(args, "reference_dir", None),
               weights_file=getattr(args, "weights_file", None))
@@ -116,7 +194,8 @@ def ggml(args: argparse.Namespace) -> None:
 def weights(args: argparse.Namespace) -> None:
     from audioparity.driver import save_weights
 
-    save_weights(_family(args), args.model, args.output, weight_type=args.weight_type,
+    save_weights(_family(args), args.model, args.output,
+                 weight_type=_weight_type(args, args.weight_type),
                  options=_options(args, WEIGHTS))
 
 
@@ -125,7 +204,7 @@ def replay(args: argparse.Namespace) -> None:
 
     dump_replay(_family(args), args.model, args.input, args.candidate_dir, args.output_dir,
                 options=_options(args, "reference"), threads=args.threads,
-                emulate=args.emulate)
+                emulate=_weight_type(args, args.emulate))
 
 
 def drilldown(args: argparse.Namespace) -> None:
@@ -175,7 +254,8 @@ def candidate_run(args: argparse.Namespace) -> None:
 
     run_candidate(args.adapter, args.family, _json_object(args.options, "--options"),
                   args.model, args.case, args.output_dir, reference_dir=args.reference_dir,
-                  weight_type=args.weight_type, backend=args.backend, threads=args.threads,
+                  weight_type=_weight_type(args, args.weight_type), backend=args.backend,
+                  threads=args.threads,
                   family_options=_json_object(args.family_options, "--family-options"),
                   weights_file=args.weights_file)
 

@@ -1,0 +1,420 @@
+"""Which matmul weights must stay wider for a weight type to pass its targets: the search
+behind ``audioparity precision``, after Polygraphy's ``debug precision`` (rank, then bisect).
+
+Every trial runs the quantization-aware reference (:func:`~audioparity.storage.emulating`):
+what ggml's CPU backend computes with those storage types, without a port. The recipe found is
+then verified by our ggml port itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audioparity.artifacts import Dump
+from audioparity.compare.cell import compare_stage
+from audioparity.compare.gates import check_resolved, status
+from audioparity.errors import AudioparityError
+from audioparity.family import Family
+from audioparity.storage import (
+    EMULATED_TYPES,
+    Recipe,
+    emulating,
+    matmul_input,
+    matmul_modules,
+    storage_record,
+    stored,
+)
+from audioparity.vocabulary import RECIPE_SEPARATOR
+
+log = logging.getLogger("audioparity")
+
+#: Rows of a module's input kept for its sensitivity: the first calls' rows, up to this many.
+CAPTURED_ROWS = 4096
+
+#: Promoted weights the search tries to demote again one by one (each a trial) after the
+#: bisection; a longer list keeps the bisection's answer.
+PRUNE_LIMIT = 32
+
+
+def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
+                  keep: Sequence[str] = ()) -> dict[str, float]:
+    """Each matmul weight's sensitivity to ``weight_type``: the NMSE its matmul's output takes
+    when that weight alone is stored as ``weight_type`` and its input rounded as the CPU
+    backend rounds it, on the inputs the float32 model fed it while ``run()`` ran (up to
+    :data:`CAPTURED_ROWS` rows each). Local to the matmul, so one float32 pass serves every
+    weight. An embedding's is its stored rows' NMSE; an LSTM's matrices take the NMSE of their
+    gate pre-activations on the layer's input and output sequence (layer 0; higher layers'
+    inputs are the layer below's outputs, which the hook does not see, so they take their
+    weights' NMSE).
+
+    Returns:
+        weight name (``<module>.weight``, ``<lstm>.weight_hh_l0``) -> NMSE, largest first.
+    """
+    import torch
+
+    captured: dict[str, list[np.ndarray]] = {}
+    hooks = []
+    modules = list(matmul_modules(module, keep))
+
+    def capture(name: str, kind: str):
+        def hook(mod, args, output):
+            rows = captured.setdefault(name, [])
+            if sum(len(r) for r in rows) >= CAPTURED_ROWS:
+                return
+            x = args[0].detach().float()
+            if kind == "conv":
+                x = torch.movedim(x, 1, -1)
+            if kind == "lstm":
+                inputs = x if not mod.batch_first else x.transpose(0, 1)
+                out = output[0].detach().float()
+                out = out if not mod.batch_first else out.transpose(0, 1)
+                rows.append(np.concatenate([inputs.reshape(-1, inputs.shape[-1]).numpy(),
+                                            out.reshape(-1, out.shape[-1]).numpy()], axis=1))
+            elif kind != "embedding":
+                rows.append(x.reshape(-1, x.shape[-1]).numpy())
+        return hook
+
+    for name, mod, kind in modules:
+        hooks.append(mod.register_forward_hook(capture(name, kind)))
+    try:
+        with torch.inference_mode():
+            run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    found: dict[str, float] = {}
+    for name, mod, kind in modules:
+        inputs = captured.get(name)
+        x = np.concatenate(inputs)[:CAPTURED_ROWS] if inputs else None
+        if kind == "lstm":
+            for param, weight in mod.named_parameters():
+                if not param.startswith("weight_"):
+                    continue
+                w = weight.detach().numpy()
+                if x is not None and param.endswith("_l0"):
+                    half = mod.input_size if param.startswith("weight_ih") else None
+                    part = x[:, :half] if half is not None else x[:, mod.input_size:]
+                    found[f"{name}.{param}"] = _matmul_nmse(part, w, weight_type)
+                else:
+                    found[f"{name}.{param}"] = _nmse(_stored_or_nan(w, weight_type), w)
+            continue
+        w = mod.weight.detach().numpy()
+        w = w.reshape(w.shape[0], -1)
+        if kind == "embedding" or x is None:
+            found[f"{name}.weight"] = _nmse(_stored_or_nan(w, weight_type), w)
+        else:
+            found[f"{name}.weight"] = _matmul_nmse(x, w, weight_type)
+    return dict(sorted(found.items(), key=lambda item: -item[1]))
+
+
+def _stored_or_nan(w: np.ndarray, weight_type: str) -> np.ndarray:
+    """``w`` stored as ``weight_type``, or as its fallback where the type cannot hold its rows
+    (:func:`~audioparity.storage.storage_or_fallback`)."""
+    from audioparity.storage import storage_or_fallback
+
+    return stored(w, storage_or_fallback("w", weight_type, w.shape, []))
+
+
+def _matmul_nmse(x: np.ndarray, w: np.ndarray, weight_type: str) -> float:
+    """NMSE of ``x @ w.T`` computed as ggml does at ``weight_type`` against float64."""
+    from audioparity.storage import storage_or_fallback
+
+    storage = storage_or_fallback("w", weight_type, w.shape, [])
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    quantized = matmul_input(x, storage).astype(np.float64) @ stored(w, storage).T
+    return _nmse(quantized, exact)
+
+
+def _nmse(a: np.ndarray, b: np.ndarray) -> float:
+    power = float(np.sum(np.square(b, dtype=np.float64)))
+    return float(np.sum(np.square(a - b, dtype=np.float64)) / power) if power else 0.0
+
+
+@dataclass
+class Trial:
+    """One trial: the weights kept wide, whether every target passed, what each measured."""
+
+    wide: tuple[str, ...]
+    passed: bool
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Search:
+    """A recipe search for one model, its cases, a weight type and a wider type.
+
+    Args:
+        family: the model's family.
+        model: its checkpoint.
+        cases: the case files (audio or prompts) the targets are measured on.
+        weight_type: the type most weights take (one of the emulated block types).
+        wide: the type a promoted weight takes (``q8_0``, ``f16``, ``f32``).
+        targets: gate entries (the config's gate syntax) on the family's stages, judged against
+            the float32 reference's dump of the same case: what the recipe must meet.
+        options: the reference side's options.
+    """
+
+    def __init__(self, family: Family, model: Path, cases: Sequence[Path], weight_type: str,
+                 wide: str, targets: Sequence[Mapping[str, Any]],
+                 options: Mapping[str, Any], workdir: Path) -> None:
+        from audioparity.driver import open_cases, side_options
+
+        if weight_type not in EMULATED_TYPES or RECIPE_SEPARATOR in weight_type:
+            raise AudioparityError(f"precision: weight type {weight_type!r}; expected one of "
+                                   f"{', '.join(EMULATED_TYPES)}")
+        if not targets:
+            raise AudioparityError("precision: no targets: give gate entries on the stages the "
+                                   "recipe must meet (--targets)")
+        self.family, self.model = family, Path(model)
+        self.weight_type, self.wide = weight_type, wide
+        self.options = side_options(family, "reference", options)
+        self.config, self.cases = open_cases(family, self.model, list(cases), self.options)
+        self.gates = {"gates": [{**t, "from": "target"} for t in targets],
+                      "expected_failures": []}
+        check_resolved(self.gates)
+        self.targets = [dict(t) for t in targets]
+        self.workdir = Path(workdir)
+        self.trials: list[Trial] = []
+        self.loaded = None
+
+    def _dump_dir(self, label: str, case_index: int) -> Path:
+        return self.workdir / label / f"case{case_index}"
+
+    def _dump(self, label: str) -> list[Path]:
+        from audioparity.driver import reference_case
+
+        dirs = []
+        for index, case in enumerate(self.cases):
+            folder = self._dump_dir(label, index)
+            shutil.rmtree(folder, ignore_errors=True)
+            reference_case(self.family, self.loaded, case, folder, {}, {})
+            dirs.append(folder)
+        return dirs
+
+    def start(self) -> dict[str, float]:
+        """Load the reference, dump the float32 cases (the targets' reference) and measure each
+        weight's sensitivity on them (:func:`sensitivities`)."""
+        self.loaded = self.family.load_reference(self.model, self.config, self.options)
+        self.module = self.family.reference_module(self.loaded)
+        self.keep = self.family.reference_keeps
+        self.reference = []
+        return sensitivities(self.module, lambda: self.reference.extend(self._dump("float32")),
+                             self.weight_type, self.keep)
+
+    def recipe(self, wide: Sequence[str], name: str = "recipe") -> Recipe:
+        return Recipe(name, self.weight_type, dict.fromkeys(wide, self.wide))
+
+    def trial(self, wide: Sequence[str]) -> Trial:
+        """The targets measured with the weights of ``wide`` kept wide, every other matmul
+        weight at the weight type: the emulated reference's dump of every case against the
+        float32 reference's."""
+        with emulating(self.module, self.recipe(wide), self.keep):
+            dumps = self._dump("trial")
+        rows = [row for case, ref, cand in zip(self.cases, self.reference, dumps, strict=True)
+                for row in self.measure(Dump(ref), Dump(cand), case.path.stem)]
+        found = Trial(tuple(wide), all(r["status"] == "pass" for r in rows), rows)
+        self.trials.append(found)
+        log.info("precision: %d wide: %s", len(wide), "pass" if found.passed else "fail")
+        return found
+
+    def measure(self, reference: Dump, candidate: Dump, case: str) -> list[dict[str, Any]]:
+        """The target stages of ``candidate`` against ``reference`` (dumps of ``case``): one
+        row each, with the stage's status under the targets."""
+        from audioparity.compare.cell import _stages
+
+        kinds = _stages(reference, self.family.spec.name)
+        rows = []
+        for target in self.targets:
+            for stage in sorted(s for s in kinds if _matches(target["stage"], s)):
+                if any(r["stage"] == stage for r in rows):
+                    continue
+                metrics, problems = compare_stage(reference, candidate, stage, stage,
+                                                  kinds[stage], kinds[stage])
+                verdict = status(stage, self.gates, metrics=metrics, problems=problems)
+                rows.append({"case": case,
+                             "stage": stage, "status": verdict[0], "gate": verdict[1],
+                             "reason": verdict[2], **_summary(metrics)})
+        if not rows:
+            raise AudioparityError(f"precision: no stage of the dump matches the targets "
+                                   f"({', '.join(t['stage'] for t in self.targets)})")
+        return rows
+
+
+def _matches(pattern: str, name: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(name, pattern)
+
+
+def _summary(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The metrics a recipe's trial records (JSON-safe numbers)."""
+    keep = ("nmse", "max_rel", "cosine", "kl", "top1", "token_match", "wer", "exact")
+    out = {}
+    for key in keep:
+        value = (metrics or {}).get(key)
+        if isinstance(value, float | int | bool | np.floating):
+            out[key] = value if isinstance(value, bool) else float(value)
+    return out
+
+
+def bisect(search: Search, ranked: Sequence[str], prune_limit: int = PRUNE_LIMIT
+           ) -> tuple[tuple[str, ...], dict[str, Trial]]:
+    """The fewest weights, taken from the front of ``ranked`` (most sensitive first), that make
+    every target pass when kept wide: the uniform weight type first (no weight wide), then all of
+    them, then bisection over how many (assuming more wide weights never hurt), then each
+    promoted weight (least sensitive first, up to ``prune_limit`` of them) demoted again where
+    the targets still pass without it.
+
+    Returns:
+        The weights kept wide, and the trials ``uniform``, ``wide`` (every weight) and
+        ``recipe``.
+
+    Raises:
+        AudioparityError: the targets fail even with every matmul weight kept wide (the wide
+            type itself, or something other than the weights, misses them).
+    """
+    uniform = search.trial(())
+    if uniform.passed:
+        return (), {"uniform": uniform, "wide": uniform, "recipe": uniform}
+    everything = search.trial(tuple(ranked))
+    if not everything.passed:
+        failed = next(r for r in everything.rows if r["status"] != "pass")
+        raise AudioparityError(
+            f"precision: the targets fail with all {len(ranked)} matmul weights kept "
+            f"{search.wide}: {failed['stage']} of {failed['case']}: {failed['reason']} (a wider "
+            "--wide type, or looser targets)")
+    low, high, best = 0, len(ranked), everything
+    while high - low > 1:
+        middle = (low + high) // 2
+        found = search.trial(tuple(ranked[:middle]))
+        if found.passed:
+            high, best = middle, found
+        else:
+            low = middle
+    wide = list(ranked[:high])
+    if len(wide) <= prune_limit:
+        for weight in reversed(ranked[:high]):
+            fewer = [w for w in wide if w != weight]
+            found = search.trial(tuple(fewer))
+            if found.passed:
+                wide, best = fewer, found
+    return tuple(wide), {"uniform": uniform, "wide": everything, "recipe": best}
+
+
+@contextmanager
+def _workdir(path: Path | None):
+    if path is not None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="audioparity-precision-") as folder:
+        yield Path(folder)
+
+
+def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_type: str,
+                wide: str, targets: Sequence[Mapping[str, Any]], options: Mapping[str, Any],
+                ggml_options: Mapping[str, Any], name: str = "recipe", threads: int = 1,
+                workdir: Path | None = None) -> dict[str, Any]:
+    """The recipe document of ``audioparity precision``: which matmul weights of ``model`` to
+    keep ``wide`` so that, with every other at ``weight_type``, the targets pass on ``cases``;
+    found on the quantization-aware reference (:func:`sensitivities`, then :func:`bisect`) and
+    verified by our ggml port on the CPU (its dump of each case with the recipe, the targets
+    judged against the float32 reference).
+
+    Returns:
+        ``{"name", "family", "model", "base", "wide", "overrides", "targets", "cases",
+        "bits_per_weight": {uniform, recipe, wide}, "trials": {uniform, recipe, wide} (rows),
+        "verified": {"passed", "rows"}, "sensitivity", "search": {"trials", "seconds"},
+        "forms"}``; ``base`` and ``overrides`` are what :func:`~audioparity.storage.read_recipe`
+        reads.
+
+    Raises:
+        AudioparityError: bad inputs, or targets no recipe meets (:func:`bisect`).
+    """
+    from audioparity.threads import torch_threads
+
+    start = time.perf_counter()
+    with _workdir(workdir) as folder, torch_threads(threads):
+        search = Search(family, model, cases, weight_type, wide, targets, options, folder)
+        sensitivity = search.start()
+        ranked = list(sensitivity)
+        chosen, trials = bisect(search, ranked)
+        seconds = time.perf_counter() - start
+        recipe = search.recipe(chosen, name)
+        verified = verify(search, recipe, ggml_options, folder, threads)
+    bits = {label: bits_per_weight(family, Path(model), search.config, r, ggml_options)
+            for label, r in (("uniform", weight_type), ("recipe", recipe),
+                             ("wide", search.recipe(ranked)))}
+    return {
+        "name": name, "family": family.spec.name, "model": str(model), "base": weight_type,
+        "wide": wide, "overrides": dict(recipe.overrides), "targets": search.targets,
+        "cases": [str(c) for c in cases], "bits_per_weight": bits,
+        "trials": {label: {"wide": len(t.wide), "passed": t.passed, "rows": t.rows}
+                   for label, t in trials.items()},
+        "verified": verified,
+        "search": {"trials": len(search.trials), "seconds": round(seconds, 1)},
+        "sensitivity": sensitivity,
+        "forms": forms(recipe),
+    }
+
+
+def verify(search: Search, recipe: Recipe, ggml_options: Mapping[str, Any], folder: Path,
+           threads: int) -> dict[str, Any]:
+    """Our ggml port on the CPU with ``recipe`` (:func:`~audioparity.driver.dump_ggml`), each
+    case's targets judged against the float32 reference: ``{"passed", "rows"}``."""
+    from audioparity.driver import dump_ggml
+
+    rows = []
+    for index, (case, reference) in enumerate(zip(search.cases, search.reference, strict=True)):
+        output = folder / "verify" / f"case{index}"
+        shutil.rmtree(output, ignore_errors=True)
+        dump_ggml(search.family, search.model, case.path, output, weight_type=recipe,
+                  backend="cpu", options=ggml_options, threads=threads,
+                  reference_dir=reference if search.family.spec.ggml_reads_reference else None)
+        rows.extend(search.measure(Dump(reference), Dump(output), case.path.stem))
+    return {"passed": all(r["status"] == "pass" for r in rows), "rows": rows}
+
+
+def bits_per_weight(family: Family, model: Path, config: Any, weight_type: str | Recipe,
+                    ggml_options: Mapping[str, Any]) -> float:
+    """Bits per weight of every graph weight of ``model`` as our ggml port stores them at
+    ``weight_type`` (:func:`~audioparity.driver.storage_types`, fallbacks included)."""
+    from audioparity.driver import side_options, storage_types
+
+    checkpoint = family.weights(Path(model), config)
+    try:
+        storage, notes = storage_types(family, checkpoint.shapes, checkpoint.native,
+                                       weight_type, side_options(family, "ggml", ggml_options))
+        return storage_record(checkpoint.shapes, storage, notes)["bits_per_weight"]
+    finally:
+        checkpoint.close()
+
+
+def forms(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as the quantizers take it: ours (the weight type and ``--recipe``), and
+    ``name=type`` pairs of the checkpoint's tensor names, the form of llama.cpp's
+    ``llama-quantize --tensor-type`` (a candidate's adapter maps the names to its own)."""
+    return {
+        "audioparity": ["--weight-type", recipe.weight_type, "--recipe",
+                        f"{recipe.name}=<this file>"],
+        "tensor_type": [f"{weight}={type_}" for weight, type_ in recipe.overrides.items()],
+    }
+
+
+def write_recipe(document: Mapping[str, Any], output: Path) -> None:
+    """The recipe document as JSON at ``output``, atomically (no partial file is left)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f".{output.name}.partial")
+    partial.write_text(json.dumps(document, indent=1) + "\n")
+    partial.replace(output)
