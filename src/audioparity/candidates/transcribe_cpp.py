@@ -90,7 +90,7 @@ class TranscribeCpp(Adapter):
         another weight type ``transcribe-quantize`` with its preset (:data:`PRESETS`)."""
         root = self.root(options)
         f32 = self._gguf(output, options, "f32")
-        f32.parent.mkdir(parents=True)
+        f32.parent.mkdir(parents=True, exist_ok=True)
         commands = [[sys.executable, str(root / "scripts" / "convert-parakeet.py"), str(model),
                      str(f32)]]
         if weight_type != "f32":
