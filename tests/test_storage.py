@@ -15,12 +15,12 @@ from audioparity.storage import (
     BITS_PER_WEIGHT,
     BLOCK_SIZES,
     EMULATED_TYPES,
-    INEXACT_INPUTS,
     VEC_DOT_TYPES,
     emulated_dir,
     emulating,
     emulations,
     matmul_input,
+    min_term,
     storage_or_fallback,
     storage_record,
     stored,
@@ -69,30 +69,35 @@ def _ggml_matmul(w: np.ndarray, x: np.ndarray, storage: str) -> np.ndarray:
             return g.compute()["y"]
 
 
-#: The emulated product's NMSE bound for each input type: float32 summation noise, and for q8_1
-#: the f16 rounding of ``block_q8_1.s`` that the emulation leaves out (INEXACT_INPUTS; q4_1
-#: 4.9e-8 and q5_1 3.4e-8 on these operands).
-EMULATED_MATMUL_NMSE = {"q8_1": 2e-7}
+def _emulated_product(x: np.ndarray, w_stored: np.ndarray, storage: str) -> np.ndarray:
+    """float64 ``matmul_input(x) @ w_stored.T``, plus the q8_1 block sums' :func:`min_term`."""
+    product = matmul_input(x, storage).astype(np.float64) @ w_stored.astype(np.float64).T
+    term = min_term(x, w_stored, storage)
+    return product if term is None else product + term
 
 
 @pytest.mark.parametrize("storage", EMULATED_TYPES)
 def test_cpu_matmul_is_float64_on_the_emulated_operands(storage: str) -> None:
-    """The CPU backend's product is float64 arithmetic on stored(w) and matmul_input(x) within
-    float32 summation noise, for every input type (VEC_DOT_TYPES); without rounding x it is
-    orders of magnitude off."""
+    """The CPU backend's product is float64 arithmetic on stored(w) and matmul_input(x) (and,
+    for q4_1 and q5_1, the min term of their f16 block sums) within float32 summation noise, for
+    every input type (VEC_DOT_TYPES); without rounding x, or without the min term, it is orders
+    of magnitude off."""
     w, x = _values(24, 512, huge=300.0), RNG.standard_normal((7, 512)).astype(np.float32)
     y = _ggml_matmul(w, x, storage)
     w_stored = stored(w, storage).astype(np.float64)
-    emulated = matmul_input(x, storage).astype(np.float64) @ w_stored.T
+    emulated = _emulated_product(x, w_stored.astype(np.float32), storage)
     naive = x.astype(np.float64) @ w_stored.T
 
     def nmse(a: np.ndarray) -> float:
         return float(np.sum((y - a) ** 2) / np.sum(a ** 2))
 
-    bound = EMULATED_MATMUL_NMSE.get(VEC_DOT_TYPES[storage], 1e-13)
-    assert nmse(emulated) < bound
-    if VEC_DOT_TYPES[storage] not in INEXACT_INPUTS:
-        assert nmse(naive) > 1e3 * max(nmse(emulated), 1e-16)
+    assert nmse(emulated) < 1e-13
+    assert nmse(naive) > 1e3 * max(nmse(emulated), 1e-16)
+    if VEC_DOT_TYPES[storage] == "q8_1":
+        without = matmul_input(x, storage).astype(np.float64) @ w_stored.T
+        assert nmse(without) > 1e3 * max(nmse(emulated), 1e-16)
+    else:
+        assert min_term(x, w_stored, storage) is None
 
 
 def test_q8_0_inputs_round_half_to_even_weights_half_away() -> None:
@@ -111,26 +116,40 @@ def test_stored_refuses_rows_q8_0_cannot_hold() -> None:
         stored(np.zeros((2, 96), np.float32), "q4_K")
 
 
-def _lstm_float64(x: np.ndarray, lstm: torch.nn.LSTM, storage: str) -> np.ndarray:
-    """torch's LSTM equations in float64, each matmul on the emulated operands."""
+def _lstm_step_float64(lstm: torch.nn.LSTM, layer: int, x: np.ndarray, h: np.ndarray,
+                       c: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray]:
+    """One step of one layer of torch's LSTM equations in float64, each matmul on the emulated
+    operands: the new ``h`` and ``c`` from input ``x`` and state ``h``, ``c`` (float32)."""
     def sigmoid(v: np.ndarray) -> np.ndarray:
         return 1 / (1 + np.exp(-v))
 
-    hidden = lstm.hidden_size
-    for layer in range(lstm.num_layers):
-        w_ih, w_hh, b_ih, b_hh = (getattr(lstm, f"{k}_l{layer}").detach().numpy()
-                                  for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-        h, c, out = np.zeros(hidden), np.zeros(hidden), []
-        for x_t in x:
-            gates = (matmul_input(x_t, storage) @ w_ih.astype(np.float64).T + b_ih
-                     + matmul_input(h.astype(np.float32), storage) @ w_hh.astype(np.float64).T
-                     + b_hh)
-            i, f, g, o = np.split(gates, 4)
-            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-            h = sigmoid(o) * np.tanh(c)
-            out.append(h)
-        x = np.stack(out).astype(np.float32)
-    return x
+    w_ih, w_hh, b_ih, b_hh = (getattr(lstm, f"{k}_l{layer}").detach().numpy()
+                              for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+    gates = (_emulated_product(x[None], w_ih, storage)[0] + b_ih
+             + _emulated_product(h[None], w_hh, storage)[0] + b_hh)
+    i, f, g, o = np.split(gates, 4)
+    c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return sigmoid(o) * np.tanh(c), c
+
+
+def _check_lstm_steps(lstm: torch.nn.LSTM, x: torch.Tensor, storage: str) -> None:
+    """The emulated LSTM run one step at a time, each layer's new state against float64 from
+    the state and input the emulation itself had (teacher-forced: float32 and float64 states
+    that part by float32 noise would otherwise flip a rounding of the next step's input)."""
+    zeros = torch.zeros(lstm.num_layers, 1, lstm.hidden_size)
+    state = (zeros, zeros)
+    for x_t in x:
+        with torch.inference_mode():
+            output, (h_n, c_n) = lstm(x_t[None, None], state)
+        inputs = x_t.numpy()
+        for layer in range(lstm.num_layers):
+            h, c = _lstm_step_float64(lstm, layer, inputs, state[0][layer, 0].numpy(),
+                                      state[1][layer, 0].numpy(), storage)
+            np.testing.assert_allclose(h_n[layer, 0].numpy(), h, rtol=0, atol=1e-5)
+            np.testing.assert_allclose(c_n[layer, 0].numpy(), c, rtol=0, atol=1e-5)
+            inputs = h_n[layer, 0].numpy()
+        np.testing.assert_array_equal(output[0, 0].numpy(), h_n[-1, 0].numpy())
+        state = (h_n, c_n)
 
 
 @pytest.mark.parametrize("storage", EMULATED_TYPES)
@@ -168,18 +187,17 @@ def _check_emulated(net: torch.nn.ModuleDict, original: dict, x: torch.Tensor,
     w, b = net["linear"].weight.detach().double().numpy(), net["linear"].bias.double().numpy()
     with torch.inference_mode():
         np.testing.assert_allclose(net["linear"](x).numpy(),
-                                   matmul_input(x.numpy(), storage) @ w.T + b, rtol=0, atol=1e-5)
+                                   _emulated_product(x.numpy(), w.astype(np.float32), storage)
+                                   + b, rtol=0, atol=1e-5)
         np.testing.assert_allclose(net["kept"](x).numpy(), x.double().numpy()
                                    @ original["kept.weight"].double().numpy().T
                                    + original["kept.bias"].double().numpy(), rtol=0, atol=1e-5)
         conv = net["pointwise"](x.T[None])[0].T.numpy()
         pw = net["pointwise"].weight.detach()[:, :, 0].double().numpy()
-        np.testing.assert_allclose(conv, matmul_input(x.numpy(), storage) @ pw.T
+        np.testing.assert_allclose(conv, _emulated_product(x.numpy(), pw.astype(np.float32),
+                                                           storage)
                                    + net["pointwise"].bias.double().numpy(), rtol=0, atol=1e-5)
-        output, (h_n, _) = net["lstm"](x[:, None])
-    expected = _lstm_float64(x.numpy(), net["lstm"], storage)
-    np.testing.assert_allclose(output[:, 0].numpy(), expected, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(h_n[-1, 0].numpy(), expected[-1], rtol=0, atol=1e-5)
+    _check_lstm_steps(net["lstm"], x, storage)
 
 
 def test_rows_q8_0_cannot_hold_fall_back_to_f16_with_a_note() -> None:

@@ -46,12 +46,6 @@ VEC_DOT_TYPES = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q6
                  "q4_K": "q8_K", "iq4_nl": "q8_0", "mxfp4": "q8_0", "q3_K": "q8_K",
                  "q2_K": "q8_K"}
 
-#: Input types whose rounding :func:`matmul_input` cannot give exactly as rounded values:
-#: ``block_q8_1`` also stores ``s = d * sum(q)`` as f16, and the q4_1 and q5_1 dot products add
-#: each weight block's minimum times that rounded ``s``; the emulation multiplies it by the
-#: unrounded sum. Their cells are gated on measured figures (config/config.yaml).
-INEXACT_INPUTS = {"q8_1": "the dot product's min term uses d*sum(q) rounded to f16"}
-
 #: What a 256-value k-quant falls back to for a weight whose rows it cannot hold
 #: (llama.cpp's ``tensor_type_fallback``); a 32-value type that cannot hold them either falls
 #: back to :data:`FALLBACK_STORAGE`.
@@ -195,28 +189,60 @@ def stored(values: np.ndarray, storage: str) -> np.ndarray:
         return dequantize(quantize(x, storage), storage, x.shape)
 
 
-def matmul_input(values: np.ndarray, weight_storage: str) -> np.ndarray:
-    """A matmul's input ``[..., K]`` as ggml's CPU backend rounds it before multiplying it with
-    a weight stored as ``weight_storage``: converted by the CPU's ``from_float`` to that type's
-    ``vec_dot_type`` (:data:`VEC_DOT_TYPES`: f32, f16, bf16, q8_0, q8_1 or q8_K) and read back
-    as float32 (:func:`dequantize`). The products are then summed in float32; for q8_1 see
-    :data:`INEXACT_INPUTS`.
-
-    Raises:
-        AudioparityError: an unknown storage type, or a K the input type's blocks cannot hold.
-    """
+def _input_bytes(values: np.ndarray, weight_storage: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """A matmul's input as float32 rows, the bytes the CPU's ``from_float`` converts them to for
+    a weight of ``weight_storage``, and their type (:data:`VEC_DOT_TYPES`)."""
     storage_supported(weight_storage, (1,))
     input_type = VEC_DOT_TYPES[weight_storage]
     x, rows, k = _rows(values, input_type)
     if input_type == "f32":
-        return x.copy()
+        return x, x.reshape(-1).view(np.uint8), input_type
     ggml, type_ = _ggml(), ggml_type(input_type)
     raw = np.zeros(ggml.ggml_row_size(type_, k) * rows, dtype=np.uint8)  # q8_K skips sums of 0
     from_float = ggml.ggml_get_type_traits_cpu(type_).contents.from_float
     # blocks never cross a row (K is a multiple of the block): all rows in one call
     from_float(_f32_pointer(x), raw.ctypes.data_as(ctypes.c_void_p), x.size)
+    return x, raw, input_type
+
+
+def matmul_input(values: np.ndarray, weight_storage: str) -> np.ndarray:
+    """A matmul's input ``[..., K]`` as ggml's CPU backend rounds it before multiplying it with
+    a weight stored as ``weight_storage``: converted by the CPU's ``from_float`` to that type's
+    ``vec_dot_type`` (:data:`VEC_DOT_TYPES`: f32, f16, bf16, q8_0, q8_1 or q8_K) and read back
+    as float32 (:func:`dequantize`). The products are then summed in float32; for a q8_1 input,
+    add :func:`min_term`.
+
+    Raises:
+        AudioparityError: an unknown storage type, or a K the input type's blocks cannot hold.
+    """
+    x, raw, input_type = _input_bytes(values, weight_storage)
+    if input_type == "f32":
+        return x.copy()
     with np.errstate(invalid="ignore", over="ignore"):  # an inf scale gives inf and NaN, kept
         return dequantize(raw, input_type, x.shape)
+
+
+def min_term(values: np.ndarray, weight: np.ndarray, weight_storage: str) -> np.ndarray | None:
+    """What ggml's CPU dot product adds to ``matmul_input(values) @ weight.T`` for a weight type
+    with a block minimum (q4_1, q5_1): it multiplies each weight block's minimum ``m`` by the
+    input block's ``s = d * sum(q)`` stored as f16 (``block_q8_1.s``, ``vec_dot_q4_1_q8_1``),
+    where the rounded input's product carries the exact sum; the difference, ``sum_b m[o, b] *
+    (s[b] - sum_i x[b, i])``, shape ``[..., out]``. None for any other weight type.
+
+    Args:
+        values: the matmul's input ``[..., K]`` (float32, before rounding).
+        weight: the weight as stored (:func:`stored`), ``[out, K]``; a block's minimum is its
+            smallest stored value (the block's ``m``: its smallest value quantizes to 0).
+    """
+    if VEC_DOT_TYPES.get(weight_storage) != "q8_1":
+        return None
+    x, raw, _ = _input_bytes(values, weight_storage)
+    blocks = raw.reshape(-1, 36)
+    s = blocks[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(*x.shape[:-1], -1)
+    rounded = dequantize(raw, "q8_1", x.shape).astype(np.float64)
+    exact = rounded.reshape(*x.shape[:-1], -1, 32).sum(axis=-1)
+    mins = np.asarray(weight, np.float64).reshape(weight.shape[0], -1, 32).min(axis=-1)
+    return ((s - exact) @ mins.T).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -370,9 +396,21 @@ class _Emulation:
         return storage
 
     def round_input(self, module, storage: str, channels_last: bool) -> None:
-        """Round ``module``'s input for a weight stored as ``storage`` (a pre-hook)."""
-        self.hooks.append(module.register_forward_pre_hook(
-            lambda _, args: (_rounded(args[0], storage, channels_last), *args[1:])))
+        """Round ``module``'s input for a weight stored as ``storage`` (a pre-hook), and for a
+        weight with block minimums add the dot product's :func:`min_term` to its output (a
+        forward hook on the input the pre-hook saw)."""
+        inputs = []
+
+        def pre_hook(_, args):
+            if VEC_DOT_TYPES[storage] == "q8_1":
+                inputs[:] = [args[0]]
+            return (_rounded(args[0], storage, channels_last), *args[1:])
+
+        self.hooks.append(module.register_forward_pre_hook(pre_hook))
+        if VEC_DOT_TYPES[storage] == "q8_1":
+            self.hooks.append(module.register_forward_hook(
+                lambda m, _, out: out + _min_term(inputs.pop(), m.weight, storage,
+                                                  channels_last)))
 
     def apply(self, model: Any, keep: Collection[str]) -> None:
         """Every matmul weight of ``model`` (but the modules of ``keep``) stored, and its
@@ -420,6 +458,30 @@ def _rounded(tensor, storage: str, channels_last: bool):
     return torch.from_numpy(np.ascontiguousarray(out)).to(tensor.dtype)
 
 
+def _min_term(tensor, weight, storage: str, channels_last: bool):
+    """torch ``tensor``'s :func:`min_term` for ``weight`` (as stored; a pointwise kernel's
+    trailing axes dropped), laid out as the module's output (channels on axis 1 for a conv)."""
+    import torch
+
+    array = tensor.detach().float().numpy()
+    if not channels_last:
+        array = np.moveaxis(array, 1, -1)
+    w = weight.detach().numpy()
+    out = min_term(array, w.reshape(w.shape[0], -1), storage)
+    if not channels_last:
+        out = np.moveaxis(out, -1, 1)
+    return torch.from_numpy(np.ascontiguousarray(out)).to(tensor.dtype)
+
+
+def _product(tensor, weight, storage: str):
+    """``tensor @ weight.T`` as ggml's CPU backend computes it with ``weight`` stored as
+    ``storage`` (already rounded): the input rounded, plus the :func:`min_term`."""
+    product = _rounded(tensor, storage, True) @ weight.T
+    if VEC_DOT_TYPES[storage] == "q8_1":
+        product = product + _min_term(tensor, weight, storage, True)
+    return product
+
+
 class _LstmSteps:
     """``nn.LSTM.forward`` one step at a time, each matmul's input (``x_t``, ``h_{t-1}``)
     rounded for its weight's storage: ``gates = W_ih x + b_ih + W_hh h + b_hh``, then
@@ -444,8 +506,8 @@ class _LstmSteps:
                     if lstm.bias else 0)
             h, c, outputs = hx[0][layer], hx[1][layer], []
             for x_t in x:
-                gates = (_rounded(x_t, self.types[f"weight_ih_l{layer}"], True) @ w_ih.T
-                         + _rounded(h, self.types[f"weight_hh_l{layer}"], True) @ w_hh.T + bias)
+                gates = (_product(x_t, w_ih, self.types[f"weight_ih_l{layer}"])
+                         + _product(h, w_hh, self.types[f"weight_hh_l{layer}"]) + bias)
                 i, f, g, o = gates.chunk(4, dim=-1)
                 c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                 h = torch.sigmoid(o) * torch.tanh(c)
