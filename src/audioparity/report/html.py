@@ -1,12 +1,22 @@
 """index.html: a self-contained report built from summary.csv alone.
 
-Sections, top to bottom: headline counts by status; the stages that need attention; the status
-matrix (rows family/model/case/stage, columns candidate x backend x weight type, the key metric
-in each cell, the reason as its tooltip); each backend against the CPU backend, stage by stage,
-with the first bad op of each cell that fails there (its drill-down); per-layer error curves
-(where drift starts, and whether it is accumulated or local); key stages by weight type; the
-full table. CSS is inline and plots are PNGs embedded as base64, so the file can be mailed or
-archived as it is.
+Sections, top to bottom: headline counts by status; filters; the stages that need attention,
+grouped under their cause; the status matrix (rows family/model/case/stage, columns candidate x
+backend x weight type, the key metric in each cell, the reason as its tooltip); the weight
+types of each sweep (cost against bits per weight, the Pareto front, a table); each backend
+against the CPU backend, stage by stage, with the first bad op of each cell that fails there
+(its drill-down); per-layer error curves (where drift starts, and whether it is accumulated or
+local); key stages by weight type; the full table. CSS and the filters' script are inline and
+plots are PNGs embedded as base64, so the file can be mailed or archived as it is.
+
+The filters: checkboxes per candidate, backend and weight type hide the matrix columns and the
+rows of the other tables (every element carrying ``data-candidate``, ``data-backend`` or
+``data-weight-type``) of the values not ticked. They are also set from the URL fragment,
+``index.html#candidate=transcribe_cpp&weight_type=q4_K,q8_0`` (a dimension not named: every
+value), which ticking writes back, so a view can be linked. The script marks ``<body>`` with
+``data-filters="ready"`` once applied, ``data-selection`` (the ticked values as a fragment,
+empty when all are), ``data-hidden`` (how many elements it hid), and ``data-js-error`` with
+the message of any error.
 """
 
 from __future__ import annotations
@@ -15,7 +25,8 @@ import html
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -23,8 +34,10 @@ import pandas as pd
 from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
 from audioparity.families import stage_key
-from audioparity.report.plots import by_weight_type, layer_curves, weight_type_colours
+from audioparity.report.attention import Cause, causes, compact
+from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
 from audioparity.report.summary import ordered, read_summary, row_key
+from audioparity.report.weight_types import Sweep, pareto_front, sweeps
 from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
@@ -62,6 +75,21 @@ table.full td.reason{max-width:520px}table.full td.gate{white-space:nowrap;font-
 .legend span{display:inline-block;border-radius:4px;padding:1px 8px;margin-right:6px}
 img{max-width:100%;display:block;margin:6px 0 14px}
 table.matrix small.cost{color:#52525b;font-size:10.5px}
+[hidden]{display:none!important}
+table.matrix th.stage,table.matrix th.corner{position:sticky;left:0;background:#fff;z-index:1}
+table.matrix th.corner{background:#f4f4f5;z-index:2}
+form.filters{background:#fafafa;border:1px solid #e4e4e7;border-radius:8px;padding:6px 10px;
+margin:10px 0;font-size:12.5px}form.filters fieldset{border:0;margin:2px 0;padding:0}
+form.filters legend{font-weight:600;float:left;min-width:92px}
+form.filters label{margin-right:9px;white-space:nowrap;display:inline-block}
+form.filters button{font-size:11px;padding:0 5px;margin-right:4px}
+.cause{border-left:4px solid #e4e4e7;padding:2px 0 2px 10px;margin:8px 0}
+.cause p{margin:0 0 2px}.cause ul{margin:0;padding-left:18px;font-size:12.5px}
+.cause .family{color:#52525b}.pill{border-radius:4px;padding:0 6px;font-size:12px}
+table.sweep td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.sweep td.front{font-weight:700}table.sweep td.fallbacks{font-size:11.5px}
+details.lines summary{cursor:pointer}details.lines div{font-family:ui-monospace,Menlo,
+monospace;font-size:11px;white-space:pre;max-height:240px;overflow:auto}
 """
 
 
@@ -180,8 +208,22 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame) -> str:
     return f'<p class="verdict">{_esc(verdict)}</p><div class="badges">{badges}</div>'
 
 
+#: Columns other than metrics shown as numbers.
+_NUMBERS = ("seconds", "bits_per_weight", "fallbacks")
+#: The labels the page filters by (module docstring), as summary columns.
+FILTERS = ("candidate", "backend", "weight_type")
+
+
+def _filter_attrs(labels: Mapping[str, str] | pd.Series) -> str:
+    """The ``data-candidate``, ``data-backend``, ``data-weight-type`` attributes of an element
+    that shows the labels of :data:`FILTERS` that ``labels`` holds (a leading space each)."""
+    return "".join(f' data-{key.replace("_", "-")}="{_esc(labels[key])}"'
+                   for key in FILTERS if key in labels and labels[key] != "")
+
+
 def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
-    """An HTML table of ``frame``'s ``columns``: status coloured, numbers shortened."""
+    """An HTML table of ``frame``'s ``columns``: status coloured, numbers shortened; each row
+    carries its candidate, backend and weight type for the filters."""
     head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
     body = []
     for _, row in frame.iterrows():
@@ -189,42 +231,54 @@ def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
         for c in columns:
             if c == "status":
                 cells.append(f'<td class="{_status_class(row[c])}">{_esc(row[c])}</td>')
-            elif c in METRIC_COLUMNS or c in COST_COLUMNS or c == "seconds":
+            elif c in METRIC_COLUMNS or c in COST_COLUMNS or c in _NUMBERS:
                 cells.append(f'<td class="num">{_esc(_short(c.removeprefix("cost_"), row[c]))}'
                              "</td>")
             else:
                 cells.append(f'<td class="{c}">{_esc(row[c])}</td>')
-        body.append(f"<tr>{''.join(cells)}</tr>")
+        body.append(f"<tr{_filter_attrs(row)}>{''.join(cells)}</tr>")
     return (
         f'<table class="{css}"><thead><tr>{head}</tr></thead>'
         f'<tbody>{"".join(body)}</tbody></table>'
     )
 
 
-#: Columns of the table of culprits.
-_CULPRITS = ("model", "case", "candidate", "backend", "weight_type", "culprit")
-
-
-def _culprits(frame: pd.DataFrame) -> str:
-    """One line per cell that needs attention: its culprit (audioparity.report.culprit)."""
-    cells = frame[frame["culprit"] != ""].drop_duplicates(
-        ["family", "model", "case", "candidate", "backend", "weight_type"])
-    if cells.empty:
-        return ""
-    return (f"<h3>Culprits ({len(cells)} cells)</h3>"
-            '<p class="note">Each cell that does not pass: the first stage, in pipeline order, '
-            "that breaks while the stages feeding it pass (its isolated or replayed form when "
-            "that fails too: the block itself).</p>" + _row_table(cells, _CULPRITS, "full"))
+def _cause(cause: Cause) -> str:
+    """One cause of "Needs attention": its family and text once, then a line per cell it
+    covers (cells that differ by their case only on one line) with the cell's stages,
+    compact; each row's status and reason in the line's tooltip."""
+    family = cause.covered[0].labels["family"]
+    lines = []
+    for covered in cause.covered:
+        labels = covered.labels
+        where = " · ".join([labels["model"], ", ".join(covered.cases), labels["candidate"],
+                            labels["backend"], labels["weight_type"]])
+        tip = "\n".join(f"{case} {stage} — {status}" + (f": {reason}" if reason else "")
+                        for case, stage, status, reason in covered.rows)
+        lines.append(f'<li{_filter_attrs(labels)} title="{_esc(tip)}">{_esc(where)} — '
+                     f"stages: {_esc(compact(covered.stages))}</li>")
+    return (f'<div class="cause"><p><span class="pill {_status_class(cause.status)}">'
+            f'{_esc(cause.status)}</span> <span class="family">{_esc(family)}</span> '
+            f"{_esc(cause.text)} <small>({cause.stages} stage{'s' if cause.stages != 1 else ''}"
+            f")</small></p><ul>{''.join(lines)}</ul></div>")
 
 
 def _attention(frame: pd.DataFrame) -> str:
-    rows = frame[frame["status"].isin(ATTENTION)]
+    """The stages that fail, crashed or went missing, under their cause
+    (:func:`audioparity.report.attention.causes`), then the declared expected failures."""
+    found = causes(frame.to_dict("records"))
     declared = frame[frame["status"] == "xfail"]
-    parts = [_culprits(frame[frame["status"].isin(ATTENTION)])]
-    columns = ("model", "case", "candidate", "backend", "weight_type", "stage", "status",
-               "reason")
-    if len(rows):
-        parts.append(_row_table(rows, columns, "full"))
+    parts = []
+    if found:
+        cells = sum(len(c.covered) for c in found)
+        parts.append(f'<p class="note">{len(found)} cause{"s" if len(found) != 1 else ""}, '
+                     f"{cells} line{'s' if cells != 1 else ''}. A cause is the culprit of its "
+                     "cells: the first stage, in pipeline order, that breaks while the stages "
+                     "feeding it pass (its isolated or replayed form when that fails too: the "
+                     "block itself); under it, each cell (model · cases · candidate · backend · "
+                     "weight type) and its stages that need attention. Hover a line for each "
+                     "stage's own reason.</p>")
+        parts.extend(_cause(cause) for cause in found)
     else:
         parts.append('<p class="note">Nothing failed, crashed or went missing.</p>')
     if len(declared):
@@ -233,6 +287,9 @@ def _attention(frame: pd.DataFrame) -> str:
     return "".join(parts)
 
 
+#: Columns of the table of every row: summary.csv's, less the fallback lines repeated on every
+#: row of a cell (the "Weight types" tables hold them).
+_ALL_ROWS = tuple(c for c in COLUMNS if c != "fallback_tensors")
 #: Columns of the grouped expected-failure table.
 _GROUPED = ("model", "candidate", "backend", "weight_type", "status", "cases", "stages",
             "reason")
@@ -253,16 +310,24 @@ def _grouped(declared: pd.DataFrame) -> pd.DataFrame:
 
 def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
     """The header rows of a matrix whose columns are label tuples (candidate, backend, weight
-    type): one row per level, a label spanning the columns it opens."""
+    type): one row per level, a label spanning the columns it opens. The last level's cells
+    (``leaf``) carry the column's labels for the filters; a spanning cell (``span``) the first
+    column it spans and how many, so that the filters can narrow it."""
     rows = []
-    for level in range(len(columns[0])):
+    last = len(columns[0]) - 1
+    for level in range(last + 1):
         cells, i = [], 0
         while i < len(columns):
             span = 1
             while (i + span < len(columns)
                    and columns[i + span][: level + 1] == columns[i][: level + 1]):
                 span += 1
-            cells.append(f'<th class="{edge[i].strip()}" colspan="{span}">'
+            if level == last:
+                attrs = _filter_attrs(dict(zip(FILTERS, columns[i], strict=True)))
+                css = f"leaf{edge[i]}"
+            else:
+                attrs, css = f' data-first="{i}" data-span="{span}"', f"span{edge[i]}"
+            cells.append(f'<th class="{css}"{attrs} colspan="{span}">'
                          f"{_esc(columns[i][level])}</th>")
             i += span
         rows.append("".join(cells))
@@ -307,18 +372,19 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
                 tds = []
                 for i, column in enumerate(columns):
                     row = cells.get((stage, *column))
+                    attrs = _filter_attrs(dict(zip(FILTERS, column, strict=True)))
                     if row is None:
-                        tds.append(f'<td class="empty{edge[i]}"></td>')
+                        tds.append(f'<td class="empty{edge[i]}"{attrs}></td>')
                     else:
                         cost = cost_metric(row)
                         tds.append(
-                            f'<td class="{_status_class(row["status"])}{edge[i]}" '
+                            f'<td class="{_status_class(row["status"])}{edge[i]}"{attrs} '
                             f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}'
                             + (f'<br><small class="cost">{_esc(cost)}</small>' if cost else "")
                             + "</td>"
                         )
                 body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
-        stage_th = f'<th rowspan="{len(header)}">stage</th>'
+        stage_th = f'<th class="corner" rowspan="{len(header)}">stage</th>'
         head = "".join(f"<tr>{stage_th if i == 0 else ''}{cells}</tr>"
                        for i, cells in enumerate(header))
         parts.append(
@@ -362,6 +428,231 @@ def _backends(frame: pd.DataFrame) -> str:
     return "".join(parts)
 
 
+#: Statuses in the order a weight type's verdict picks its worst.
+_WORST = ("crashed", "fail", "missing", "xfail", "unavailable", "pass")
+
+
+def _verdict(counts: Counter) -> str:
+    """A sweep table's status cell: the worst status of a weight type's stages (over its
+    cases) and how many of them have it, every count in the tooltip (in the vocabulary's
+    order)."""
+    total = sum(counts.values())
+    others = sorted(set(counts) - set(_WORST))
+    worst = next(s for s in (*_WORST, *others) if counts.get(s))
+    tip = ", ".join(f"{s} {counts[s]}" for s in (*STATUSES, *others) if counts.get(s))
+    return (f'<td class="{_status_class(worst)}" title="{_esc(tip)}">'
+            f"{_esc(worst)} {counts[worst]}/{total}</td>")
+
+
+def _cost_text(value: float | None) -> str:
+    """A cost as the sweep table shows it: 3 significant digits, ``NaN``, or a dash (None)."""
+    if value is None:
+        return "—"
+    return "NaN" if math.isnan(value) else f"{value:.3g}"
+
+
+def _fallbacks(count: int | None, lines: list[str]) -> str:
+    """A sweep table's fallbacks cell: how many tensors fell back, their lines on hover and in
+    a details element; empty where the dumps do not say."""
+    if count is None:
+        return '<td class="fallbacks"></td>'
+    if not lines:
+        return f'<td class="fallbacks num">{count}</td>'
+    text = "\n".join(lines)
+    return (f'<td class="fallbacks" title="{_esc(text)}"><details class="lines"><summary>'
+            f"{count} tensor{'s' if count != 1 else ''}</summary><div>{_esc(text)}</div>"
+            "</details></td>")
+
+
+def _sweep_table(sweep: Sweep) -> str:
+    """One row per weight type of a sweep: bits per weight, each cost (bold on its Pareto
+    front), the stages' statuses, the fallbacks."""
+    fronts = [set(pareto_front({w: (sweep.bits[w], v) for w, v in m.values.items()
+                                if sweep.bits.get(w) is not None and v is not None}))
+              for m in sweep.costs]
+    head = "".join(f"<th>{_esc(h)}</th>" for h in (
+        "weight type", "bits per weight", *(m.title for m in sweep.costs), "stages",
+        "fallbacks"))
+    body = []
+    for weight_type in sweep.weight_types:
+        bits = sweep.bits[weight_type]
+        cells = [f'<td class="weight_type">{_esc(weight_type)}</td>',
+                 f'<td class="num">{"" if bits is None else f"{bits:.4g}"}</td>']
+        for measured, front in zip(sweep.costs, fronts, strict=True):
+            value = measured.values.get(weight_type)
+            on = weight_type in front
+            tip = ("on the Pareto front" if on else
+                   f"not measured in every case ({len(sweep.cases)})" if value is None else "")
+            cells.append(f'<td class="num{" front" if on else ""}" title="{_esc(tip)}">'
+                         f"{_esc(_cost_text(value))}</td>")
+        cells.append(_verdict(sweep.statuses[weight_type]))
+        cells.append(_fallbacks(sweep.fallbacks[weight_type], sweep.fallback_lines[weight_type]))
+        attrs = _filter_attrs({**sweep.labels, "weight_type": weight_type})
+        body.append(f"<tr{attrs}>{''.join(cells)}</tr>")
+    return (f'<table class="sweep"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+#: What the "Weight types" section shows.
+_WEIGHT_TYPES_NOTE = (
+    "For each model, candidate and backend swept over several weight types: each weight "
+    "type's cost against the float32 reference, over the bits per weight its dumps stored "
+    "(manifest storage), one panel per cost: the NMSE of the last tensor stage of the trunk, "
+    "the WER of the decode (1 − token match for a document without text), the KL of the last "
+    "logits stage; each the mean over the model's cases. A quantized cell's cost is its "
+    "cost_* column (its own reference being quantization-aware), f32's and native's their own "
+    "metric. Filled points joined by the staircase are the Pareto front: no other weight type "
+    "is both smaller and cheaper. A precision recipe (<base>+<recipe>) is a diamond, beside "
+    "the uniform types. The table gives the values (bold: on the front), the worst status of "
+    "each weight type's stages with its count (every count on hover), and the tensors stored "
+    "as another type than asked (rows no multiple of its block), each on hover.")
+
+
+def _weight_types(frame: pd.DataFrame) -> str:
+    """The "Weight types" section: per sweep of two weight types or more
+    (:func:`audioparity.report.weight_types.sweeps`), its Pareto plot and its table, in a
+    block the filters hide with its candidate or backend."""
+    found = [s for s in sweeps(frame) if len(s.weight_types) > 1]
+    if not found:
+        return '<p class="note">No candidate here was swept over two weight types.</p>'
+    parts = [f'<p class="note">{_esc(_WEIGHT_TYPES_NOTE)}</p>']
+    for sweep in found:
+        labels = sweep.labels
+        title = " · ".join(labels[k] for k in ("family", "model", "candidate", "backend"))
+        parts.append(f'<div class="sweep"{_filter_attrs(labels)}><h3>{_esc(title)}</h3>'
+                     f"{pareto_plot(sweep)}{_sweep_table(sweep)}</div>")
+    return "".join(parts)
+
+
+def _filters(frame: pd.DataFrame) -> str:
+    """The filters' form: per candidate, backend and weight type of ``frame``, in reading
+    order, a checkbox (ticked), and buttons that tick all or none of them."""
+    orders = {"candidate": (OUR_PORT,), "backend": BACKENDS, "weight_type": WEIGHT_TYPES}
+    sets = []
+    for key in FILTERS:
+        values = ordered(list(frame[key].unique()), orders[key])
+        boxes = "".join(f'<label><input type="checkbox" name="{key}" value="{_esc(v)}" '
+                        f"checked> {_esc(v)}</label>" for v in values)
+        sets.append(f"<fieldset><legend>{_esc(key.replace('_', ' '))}</legend>"
+                    f'<button type="button" data-all="{key}" data-on="1">all</button>'
+                    f'<button type="button" data-all="{key}" data-on="0">none</button>'
+                    f"{boxes}</fieldset>")
+    return f'<form id="filters" class="filters">{"".join(sets)}</form>'
+
+
+#: The filters' script (module docstring): reads the fragment and the checkboxes, hides what
+#: they leave out, narrows the matrices' spanning headers, hides the matrix rows and causes
+#: left with nothing to show, writes the fragment back on a change.
+SCRIPT = """
+(function () {
+  "use strict";
+  var body = document.body;
+  window.addEventListener("error", function (e) {
+    body.setAttribute("data-js-error", String(e.message));
+  });
+  var DIMS = ["candidate", "backend", "weight_type"];
+  var form = document.getElementById("filters");
+  function each(list, fn) { Array.prototype.forEach.call(list, fn); }
+  function boxes(dim) {
+    return Array.prototype.slice.call(form.querySelectorAll('input[name="' + dim + '"]'));
+  }
+  function chosen() {
+    var out = {};
+    DIMS.forEach(function (dim) {
+      var all = boxes(dim);
+      var on = all.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
+      out[dim] = on.length === all.length ? null : on;
+    });
+    return out;
+  }
+  function readHash() {
+    var hash = location.hash.slice(1);
+    if (hash.indexOf("=") < 0) { return false; }
+    var wanted = {};
+    hash.split("&").forEach(function (part) {
+      var eq = part.indexOf("=");
+      if (eq > 0) {
+        wanted[decodeURIComponent(part.slice(0, eq))] =
+          part.slice(eq + 1).split(",").map(decodeURIComponent);
+      }
+    });
+    DIMS.forEach(function (dim) {
+      boxes(dim).forEach(function (b) {
+        b.checked = !wanted[dim] || wanted[dim].indexOf(b.value) >= 0;
+      });
+    });
+    return true;
+  }
+  function selection(sel) {
+    return DIMS.filter(function (d) { return sel[d]; }).map(function (d) {
+      return d + "=" + sel[d].map(encodeURIComponent).join(",");
+    }).join("&");
+  }
+  function writeHash(sel) {
+    var text = selection(sel);
+    try {
+      history.replaceState(null, "", text ? "#" + text : location.pathname + location.search);
+    } catch (err) { /* the page filters all the same */ }
+  }
+  function shows(el, sel) {
+    return DIMS.every(function (d) {
+      var v = el.getAttribute("data-" + d.replace("_", "-"));
+      return v === null || !sel[d] || sel[d].indexOf(v) >= 0;
+    });
+  }
+  function apply() {
+    var sel = chosen(), hidden = 0;
+    each(document.querySelectorAll("[data-candidate],[data-backend],[data-weight-type]"),
+      function (el) { el.hidden = !shows(el, sel); if (el.hidden) { hidden += 1; } });
+    each(document.querySelectorAll("table.matrix"), function (table) {
+      var leaves = table.querySelectorAll("thead th.leaf"), any = false;
+      each(table.querySelectorAll("thead th.span"), function (th) {
+        var first = +th.getAttribute("data-first"), n = +th.getAttribute("data-span"), seen = 0;
+        for (var i = first; i < first + n; i += 1) { if (!leaves[i].hidden) { seen += 1; } }
+        th.hidden = seen === 0;
+        if (seen) { th.colSpan = seen; }
+      });
+      var group = null, groupShown = false;
+      each(table.querySelectorAll("tbody tr"), function (tr) {
+        if (tr.classList.contains("group")) {
+          if (group) { group.hidden = !groupShown; }
+          group = tr; groupShown = false;
+          return;
+        }
+        var shown = Array.prototype.some.call(tr.querySelectorAll("td"), function (td) {
+          return !td.hidden && !td.classList.contains("empty");
+        });
+        tr.hidden = !shown;
+        groupShown = groupShown || shown;
+        any = any || shown;
+      });
+      if (group) { group.hidden = !groupShown; }
+      table.hidden = !any;
+    });
+    each(document.querySelectorAll(".cause"), function (cause) {
+      cause.hidden = !cause.querySelector("li:not([hidden])");
+    });
+    body.setAttribute("data-hidden", String(hidden));
+    body.setAttribute("data-selection", selection(sel));
+  }
+  form.addEventListener("change", function () { writeHash(chosen()); apply(); });
+  each(form.querySelectorAll("button[data-all]"), function (button) {
+    button.addEventListener("click", function () {
+      boxes(button.getAttribute("data-all")).forEach(function (b) {
+        b.checked = button.getAttribute("data-on") === "1";
+      });
+      writeHash(chosen());
+      apply();
+    });
+  });
+  window.addEventListener("hashchange", function () { if (readHash()) { apply(); } });
+  readHash();
+  apply();
+  body.setAttribute("data-filters", "ready");
+})();
+"""
+
+
 def _anchor(title: str) -> str:
     """A section's id: its title in lower case, words joined by dashes (``#backends-...``)."""
     return "-".join(re.findall(r"[a-z0-9]+", title.lower()))
@@ -382,11 +673,14 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     sections = [
         ("Needs attention", _attention(frame)),
         ("Status matrix", _matrix(frame)),
+        ("Weight types", _weight_types(frame)),
         ("Backends against the CPU", _backends(against_backend)),
         ("Per-layer error", layer_curves(frame, colours)),
         ("Key stages by weight type", by_weight_type(frame)),
         (f"All rows ({len(frame) + len(against_backend)})",
-         _row_table(pd.concat([frame, against_backend]), COLUMNS, "full")),
+         '<p class="note">Every column of summary.csv but fallback_tensors (each weight '
+         "type's in the “Weight types” tables).</p>"
+         + _row_table(pd.concat([frame, against_backend]), _ALL_ROWS, "full")),
     ]
     body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
                    for title, content in sections)
@@ -396,7 +690,8 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         f"<style>{CSS}{_status_css()}</style></head><body>"
         "<h1>audioparity: ggml port vs reference</h1>"
         f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
-        f"{_headline(frame, against_backend)}{body}</body></html>\n"
+        f"{_headline(frame, against_backend)}{_filters(pd.concat([frame, against_backend]))}"
+        f"{body}<script>{SCRIPT}</script></body></html>\n"
     )
 
 

@@ -1,0 +1,107 @@
+"""The report's "Needs attention": stages that fail, crashed or went missing, by their cause.
+
+A cause is the cell's culprit (:mod:`audioparity.report.culprit`, in summary.csv's ``culprit``):
+every row of a cell that needs attention is listed under it, so a dump that crashed shows its
+message once, not on each stage it never computed. A row without a culprit (a summary written
+otherwise) has its status and reason as its cause. Cells under one cause that differ only by
+their case, with the same stages, are one line: a port that crashes alike on every case is one
+cause and one line per weight type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Statuses that need attention, the most severe first (a cause takes its rows' most severe).
+SEVERITY = ("crashed", "fail", "missing")
+
+
+@dataclass
+class Covered:
+    """The stages of one cell (or of cells that differ by their case only) under a cause.
+
+    Attributes:
+        labels: family, model, candidate, backend, weight type.
+        cases: the cases, in summary order.
+        stages: the stages, in summary (pipeline) order, each once.
+        rows: ``(case, stage, status, reason)`` of each row covered.
+    """
+
+    labels: dict[str, str]
+    cases: list[str]
+    stages: list[str]
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Cause:
+    """One cause and what it covers.
+
+    Attributes:
+        text: the culprit, or ``<status>: <reason>`` of rows without one.
+        status: the most severe status of the rows it covers (:data:`SEVERITY`).
+        covered: one :class:`Covered` per cell, cells of several cases merged.
+    """
+
+    text: str
+    status: str
+    covered: list[Covered]
+
+    @property
+    def stages(self) -> int:
+        """How many rows (stages of cells) the cause covers."""
+        return sum(len(c.rows) for c in self.covered)
+
+
+#: The labels of a :class:`Covered` line (a cell less its case).
+LINE = ("family", "model", "candidate", "backend", "weight_type")
+
+
+def cause_of(row: Mapping[str, Any]) -> str:
+    """A row's cause: its cell's culprit, else ``<status>: <reason>`` (``<status>`` alone
+    without a reason)."""
+    if row.get("culprit"):
+        return row["culprit"]
+    return f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"]
+
+
+def causes(rows: Iterable[Mapping[str, Any]]) -> list[Cause]:
+    """The rows that need attention (:data:`SEVERITY`) grouped by cause, in the order each
+    cause first appears.
+
+    Args:
+        rows: summary rows (mappings with the summary's columns as strings), in summary order.
+
+    Returns:
+        One :class:`Cause` per (family, cause text); under it one :class:`Covered` per cell
+        label set less the case (:data:`LINE`) and stage list, its cases merged, in the order
+        they first appear.
+    """
+    grouped: dict[tuple[str, str], dict[tuple, list[Mapping[str, Any]]]] = {}
+    for row in rows:
+        if row["status"] not in SEVERITY:
+            continue
+        cells = grouped.setdefault((row["family"], cause_of(row)), {})
+        cells.setdefault(tuple(row[k] for k in (*LINE, "case")), []).append(row)
+    found = []
+    for (_, text), cells in grouped.items():
+        lines: dict[tuple, Covered] = {}
+        for key, cell in cells.items():
+            stages = list(dict.fromkeys(r["stage"] for r in cell))
+            line = lines.setdefault((key[:-1], tuple(stages)),
+                                    Covered(dict(zip(LINE, key[:-1], strict=True)), [], stages))
+            line.cases.append(key[-1])
+            line.rows.extend((r["case"], r["stage"], r["status"], r["reason"]) for r in cell)
+        statuses = {status for line in lines.values() for _, _, status, _ in line.rows}
+        worst = next(s for s in SEVERITY if s in statuses)
+        found.append(Cause(text, worst, list(lines.values())))
+    return found
+
+
+def compact(names: list[str], shown: int = 6) -> str:
+    """``a, b, c (3)``: the names joined, the first ``shown`` - 1 and an ellipsis when there
+    are more than ``shown``, their count in parentheses."""
+    listed = names if len(names) <= shown else [*names[: shown - 1], "…"]
+    return f"{', '.join(listed)} ({len(names)})"

@@ -1,0 +1,67 @@
+"""The report's "Needs attention": the rows that need it, grouped under their cause."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from audioparity.report.attention import Covered, causes, compact
+from tests.report.sweep import CRASH, STAGES, sweep_rows
+
+LABELS = {"family": "parakeet_tdt", "model": "tiny", "candidate": "a", "backend": "cpu",
+          "weight_type": "q4_K"}
+
+
+def row(case: str, stage: str, status: str, reason: str = "", culprit: str = "",
+        **labels) -> dict:
+    return {**LABELS, "against": "reference", "case": case, "stage": stage, "status": status,
+            "reason": reason, "culprit": culprit, **labels}
+
+
+def test_rows_without_a_culprit_are_grouped_by_status_and_reason():
+    """Cases a and b miss x and y for one reason R: one line, both cases; c misses x only: a
+    line of its own; a fail with the same reason is another cause; q8_0's miss another line."""
+    rows = [row("a", "x", "missing", "R"), row("a", "y", "missing", "R"),
+            row("b", "x", "missing", "R"), row("b", "y", "missing", "R"),
+            row("c", "x", "missing", "R"), row("a", "z", "fail", "R"), row("a", "w", "pass"),
+            row("a", "x", "missing", "R", weight_type="q8_0"), row("a", "v", "xfail", "S")]
+    (missing, failing) = causes(rows)
+    assert (missing.text, missing.status, missing.stages) == ("missing: R", "missing", 6)
+    assert [(c.labels["weight_type"], c.cases, c.stages) for c in missing.covered] == [
+        ("q4_K", ["a", "b"], ["x", "y"]), ("q4_K", ["c"], ["x"]), ("q8_0", ["a"], ["x"])]
+    assert missing.covered[0].rows == [("a", "x", "missing", "R"), ("a", "y", "missing", "R"),
+                                       ("b", "x", "missing", "R"), ("b", "y", "missing", "R")]
+    assert (failing.text, failing.status) == ("fail: R", "fail")
+    assert failing.covered == [Covered(LABELS, ["a"], ["z"], [("a", "z", "fail", "R")])]
+
+
+def test_a_crashed_cell_is_one_cause_its_culprit_across_cases():
+    """port_b crashed in layer_0 at q2_K on both cases: the crash and the 7 stages after it in
+    each, one cause and one line; transcribe_cpp's failing decode another."""
+    found = causes(sweep_rows())
+    assert [(c.text, c.status, c.stages) for c in found] == [
+        ("decode (fail): wer 0.5 > 0.0", "fail", 2),
+        (f"layer_0 (crashed): {CRASH}", "crashed", 16)]
+    (line,) = found[1].covered
+    assert line.labels == {"family": "parakeet_tdt", "model": "tiny", "candidate": "port_b",
+                           "backend": "cpu", "weight_type": "q2_K"}
+    assert line.cases == ["clip", "heldout"] and line.stages == list(STAGES[1:])
+    assert compact(line.stages) == "layer_0, layer_0_isolated, layer_1, layer_1_isolated, " \
+                                   "enc_out, … (8)"
+
+
+def test_compact_lists_a_few_names_and_counts_them():
+    assert compact(["a", "b", "c"]) == "a, b, c (3)"
+    assert compact([f"s{i}" for i in range(18)]) == "s0, s1, s2, s3, s4, … (18)"
+    assert compact(list("abcdef")) == "a, b, c, d, e, f (6)"
+
+
+def test_the_page_names_each_cause_once(sweep_page: Path):
+    page = sweep_page.read_text()
+    attention = page[page.index('id="needs-attention"'):page.index('id="status-matrix"')]
+    assert attention.count('<div class="cause">') == 2
+    assert attention.count(CRASH) == 1 + 16  # the cause once, each row's reason on hover
+    assert re.search(r'<li data-candidate="port_b" data-backend="cpu" data-weight-type="q2_K" '
+                     r'title="[^"]*">tiny · clip, heldout · port_b · cpu · q2_K — stages: '
+                     r"layer_0, layer_0_isolated, layer_1, layer_1_isolated, enc_out, … \(8\)"
+                     r"</li>", attention)
