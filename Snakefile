@@ -15,6 +15,7 @@ report: "docs/report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/fixtures.smk"
+include: "rules/precision.smk"
 include: "rules/reference.smk"
 include: "rules/ggml.smk"
 include: "rules/compare.smk"

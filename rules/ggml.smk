@@ -37,12 +37,14 @@ rule ggml_weights:
     input:
         model=JOBS.model_input,
         code=side_code("weights"),
+        recipe=JOBS.recipe_file_or_none,
     output:
         paths.WEIGHTS,
     params:
         family=COMMANDS.family_command,
         model=JOBS.model_path,
         options=COMMANDS.weights_options,
+        recipe=COMMANDS.recipe_option,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -54,7 +56,8 @@ rule ggml_weights:
         mem_mb=memory_mb("ggml"),
     shell:
         "audioparity weights {params.family} --model {params.model:q}"
-        " --weight-type {wildcards.weight_type} --output {output:q} {params.options} 2> {log}"
+        " --weight-type {wildcards.weight_type} {params.recipe} --output {output:q}"
+        " {params.options} 2> {log}"
 
 
 rule ggml_dump:

@@ -16,6 +16,8 @@ checkpoint reference_dump:
         # names each case's file and its content's digest
         plan=JOBS.reference_plan,
         code=side_code("reference"),
+        # the precision recipes of the weight types it emulates
+        recipes=JOBS.reference_recipes,
     output:
         directory(paths.REFERENCE),
     params:
@@ -49,6 +51,7 @@ rule reference_replay:
         case=JOBS.case_path,
         candidate=JOBS.candidate_dump,
         code=side_code("replay"),
+        recipe=JOBS.recipe_file_or_none,
     output:
         directory(paths.REPLAY),
     params:

@@ -406,7 +406,7 @@ def forms(recipe: Recipe) -> dict[str, Any]:
     ``llama-quantize --tensor-type`` (a candidate's adapter maps the names to its own)."""
     return {
         "audioparity": ["--weight-type", recipe.weight_type, "--recipe",
-                        f"{recipe.name}=<this file>"],
+                        f"{recipe.weight_type}=<this file>"],
         "tensor_type": [f"{weight}={type_}" for weight, type_ in recipe.overrides.items()],
     }
 

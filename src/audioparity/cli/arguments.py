@@ -61,7 +61,7 @@ def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None
 
 def _weight_type(choices: tuple[str, ...]):
     """An argparse type: a weight type of ``choices``, or a recipe's ``<type>+<name>`` whose
-    type is one of them (the recipe's file is given by ``--recipe <name>=<file>``)."""
+    type is one of them (the recipe's file is given by ``--recipe <type>+<name>=<file>``)."""
     plain = _value("weight type", choices=choices)
 
     def parse(text: str) -> str:
@@ -83,9 +83,9 @@ def _recipe_name(text: str) -> str:
 
 
 def _add_recipe(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--recipe", action="append", default=[], metavar="NAME=FILE",
-                        help="the file of the recipe a weight type <type>+NAME names "
-                        "(audioparity precision); repeatable")
+    parser.add_argument("--recipe", action="append", default=[], metavar="TYPE+NAME=FILE",
+                        help="the file of the recipe weight type <type>+<name> "
+                        "(audioparity precision writes one); repeatable")
 
 
 def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -> None:

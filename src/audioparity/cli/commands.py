@@ -72,25 +72,25 @@ def _family(args: argparse.Namespace):
 
 
 def _recipes(args: argparse.Namespace) -> dict[str, Path]:
-    """``--recipe NAME=FILE`` arguments as name -> file.
+    """``--recipe <type>+<name>=FILE`` arguments as weight type -> file.
 
     Raises:
-        AudioparityError: an argument without ``=``, or a name given twice.
+        AudioparityError: an argument without ``=``, or a weight type given twice.
     """
     found: dict[str, Path] = {}
     for text in getattr(args, "recipe", []):
-        name, separator, path = text.partition("=")
-        if not separator or not name or not path:
-            raise AudioparityError(f"--recipe {text!r}: expected NAME=FILE")
-        if name in found:
-            raise AudioparityError(f"--recipe {name}: given twice")
-        found[name] = Path(path)
+        weight_type, separator, path = text.partition("=")
+        if not separator or "+" not in weight_type or not path:
+            raise AudioparityError(f"--recipe {text!r}: expected <type>+<name>=FILE")
+        if weight_type in found:
+            raise AudioparityError(f"--recipe {weight_type}: given twice")
+        found[weight_type] = Path(path)
     return found
 
 
 def _weight_type(args: argparse.Namespace, text: str | None):
     """A weight type as the driver takes it: the name, or for ``<type>+<name>`` the recipe read
-    from the ``--recipe <name>=<file>`` given (:func:`~audioparity.storage.read_recipe`).
+    from the ``--recipe <type>+<name>=FILE`` given (:func:`~audioparity.storage.read_recipe`).
 
     Raises:
         AudioparityError: a recipe's weight type without its ``--recipe``, or a bad file.
@@ -100,15 +100,14 @@ def _weight_type(args: argparse.Namespace, text: str | None):
 
     if text is None or RECIPE_SEPARATOR not in text:
         return text
-    name = text.partition(RECIPE_SEPARATOR)[2]
     recipes = _recipes(args)
-    if name not in recipes:
-        raise AudioparityError(f"weight type {text}: give its recipe as --recipe {name}=<file>")
-    return read_recipe(recipes[name], text)
+    if text not in recipes:
+        raise AudioparityError(f"weight type {text}: give its recipe as --recipe {text}=<file>")
+    return read_recipe(recipes[text], text)
 
 
 def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, str]]:
-    """``{"recipes": {name: sha256 of its file}}`` for a dump cache's key, or ``{}``: a
+    """``{"recipes": {weight type: sha256 of its file}}`` for a dump cache's key, or ``{}``: a
     changed recipe computes its emulated dumps again."""
     import hashlib
 

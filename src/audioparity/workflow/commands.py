@@ -17,6 +17,7 @@ from typing import Any
 
 from audioparity.compare.gates import EXPECTED_LISTS, resolve_gates
 from audioparity.family import WEIGHTS
+from audioparity.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.jobs import Jobs
 from audioparity.workflow.plan import BASELINE_BACKEND
@@ -122,7 +123,18 @@ class Commands:
         flag = plan.spec.input_flag
         return quoted([*(arg for name, path in plan.cases.items()
                          for arg in (flag, path, "--output-dir", f"{output[0]}/{name}")),
-                       *(arg for t in plan.emulated for arg in ("--emulate", t))])
+                       *(arg for t in plan.emulated for arg in ("--emulate", t)),
+                       *(arg for t in plan.emulated if plan.recipe_file(w.model, t)
+                         for arg in ("--recipe", f"{t}={plan.recipe_file(w.model, t)}"))])
+
+    def recipe_flag(self, w: Any) -> list[str]:
+        """``--recipe <type>+<name>=FILE`` for a job of a recipe weight type, else nothing."""
+        recipe = self.jobs.recipe_file(w)
+        return ["--recipe", f"{w.weight_type}={recipe}"] if recipe else []
+
+    def recipe_option(self, w: Any) -> str:
+        """:meth:`recipe_flag` quoted for a shell command."""
+        return quoted(self.recipe_flag(w))
 
     def reference_dumps(self, w: Any, output: Any) -> str:
         """The dump directories the reference job writes: one per case and emulated type."""
@@ -137,6 +149,24 @@ class Commands:
         return quoted(["--cache-dir", paths.REFERENCE_CACHE.format(family=w.family,
                                                                    model=w.model),
                        "--code-digest", self.jobs.code.digest_of(input.code)])
+
+    def precision_command(self, w: Any, output: Any, threads: int) -> str:
+        """``audioparity precision <family>`` for the recipe of weight type {weight_type}
+        (``<type>+<name>``) of {model}, on the sweep's cases, with the recipe entry's wide type
+        and targets and the reference's options."""
+        plan = self.jobs.plan(w)
+        base, _, name = w.weight_type.partition(RECIPE_SEPARATOR)
+        entry = plan.section["recipes"][name]
+        options = plan.section["options"]
+        return quoted(["audioparity", "precision", plan.spec.command, "--model",
+                       self.jobs.model_path(w),
+                       *(arg for path in plan.cases.values()
+                         for arg in (plan.spec.input_flag, path)),
+                       "--weight-type", base, "--wide", entry.get("wide", "q8_0"),
+                       "--targets", as_json(entry["targets"]), "--name", name,
+                       "--output", output[0], "--threads", str(threads),
+                       *(arg for option in plan.spec.options_for("reference")
+                         for arg in option.argv(options[option.name]))])
 
     # -- a candidate's dump, a drill-down -----------------------------------------------------
 
@@ -155,6 +185,8 @@ class Commands:
                          self.jobs.case_path(w), *reference,
                          *(["--weights-file", weights] if weights else []),
                          "--output-dir", output[0], "--weight-type", w.weight_type,
+                         *(self.recipe_flag(w) if self.jobs.candidate(w).adapter.family_port
+                           else []),
                          "--backend", setting.backend, "--threads", str(threads)],
                         setting.env)
 
@@ -168,7 +200,8 @@ class Commands:
                      if spec.ggml_reads_reference else [])
         return with_env(["audioparity", "drilldown", spec.command, "--model",
                          self.jobs.model_path(w), spec.input_flag, self.jobs.case_path(w),
-                         *reference, "--weight-type", w.weight_type, "--backend",
+                         *reference, "--weight-type", w.weight_type, *self.recipe_flag(w),
+                         "--backend",
                          setting.backend, "--against", BASELINE_BACKEND, "--threads",
                          str(threads), *flags, "--cell", self.jobs.backend_cell(w),
                          "--cell-output", output.cell, "--output-dir", output.folder],
@@ -224,7 +257,7 @@ class Commands:
     def emulate_flag(self, w: Any) -> str:
         """``--emulate TYPE`` for the replay of a quantized cell."""
         emulated = self.jobs.emulated(w)
-        return f"--emulate {emulated}" if emulated else ""
+        return quoted(["--emulate", emulated, *self.recipe_flag(w)]) if emulated else ""
 
     def sweep_cells(self, w: Any) -> str:
         """The sweep's cells as one JSON line (rule report_cells)."""

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
-from audioparity.storage import EMULATED_TYPES
 from audioparity.workflow import paths
 from audioparity.workflow.code import Code
-from audioparity.workflow.plan import BASELINE_BACKEND, Candidate, FamilyPlan, Sweep
+from audioparity.workflow.plan import BASELINE_BACKEND, Candidate, FamilyPlan, Sweep, emulated
 
 
 class Jobs:
@@ -57,10 +56,30 @@ class Jobs:
 
     @staticmethod
     def emulated(w: Any) -> str | None:
-        """The cell's weight type where its reference is quantization-aware, else None (f32,
-        native; a job without a weight type)."""
+        """The cell's weight type where its reference is quantization-aware (a recipe's too),
+        else None (f32, native; a job without a weight type)."""
         weight_type = getattr(w, "weight_type", None)
-        return weight_type if weight_type in EMULATED_TYPES else None
+        return weight_type if weight_type and emulated(weight_type) else None
+
+    def recipe_file(self, w: Any) -> str | None:
+        """The recipe file of {weight_type} when it is a recipe's ``<type>+<name>``, else
+        None (:meth:`~.plan.FamilyPlan.recipe_file`)."""
+        return self.plan(w).recipe_file(w.model, w.weight_type)
+
+    def recipe_file_or_none(self, w: Any) -> list[str]:
+        """Input function: the recipe file of {weight_type}, or none."""
+        recipe = self.recipe_file(w)
+        return [recipe] if recipe else []
+
+    def recipe_inputs(self, w: Any) -> dict[str, str]:
+        """``{"recipe": file}`` for a job of a recipe weight type, else ``{}``."""
+        recipe = self.recipe_file(w)
+        return {"recipe": recipe} if recipe else {}
+
+    def reference_recipes(self, w: Any) -> list[str]:
+        """The recipe files of the weight types the reference job of {family}/{model} emulates."""
+        plan = self.plan(w)
+        return [f for t in plan.emulated if (f := plan.recipe_file(w.model, t))]
 
     # -- the reference ------------------------------------------------------------------------
 
@@ -205,6 +224,8 @@ class Jobs:
         weights = self.weights_file(w)
         if weights:
             inputs["weights"] = weights
+        if self.candidate(w).adapter.family_port:
+            inputs.update(self.recipe_inputs(w))
         return inputs
 
     def compare_inputs(self, w: Any) -> dict[str, Any]:
@@ -226,7 +247,8 @@ class Jobs:
         """Inputs of a drill-down, but the reference: the cell's comparison with the baseline
         backend, and what a dump of the family's port reads (model, case, code)."""
         return {"cell": self.backend_cell(w), "model": self.model_input(w),
-                "case": self.case_path(w), "code": self.drilldown_code(w)}
+                "case": self.case_path(w), "code": self.drilldown_code(w),
+                **self.recipe_inputs(w)}
 
     # -- memory -------------------------------------------------------------------------------
 

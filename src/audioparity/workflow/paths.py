@@ -33,6 +33,9 @@ REFERENCE_CACHE = f"{RESULTS}/cache/reference/{{family}}/{{model}}"
 CANDIDATE_MODEL = f"{RESULTS}/candidates/{{family}}/{{model}}/{{candidate}}/{{weight_type}}"
 #: The model's weights converted once per weight type for our port (rule ggml_weights).
 WEIGHTS = f"{RESULTS}/weights/{{family}}/{{model}}/{{candidate}}/{{weight_type}}.gguf"
+#: A precision recipe of a model, searched for on the sweep's cases (rule precision); the
+#: weight type is the recipe's ``<type>+<name>``.
+PRECISION = f"{RESULTS}/precision/{{family}}/{{model}}/{{weight_type}}.json"
 #: A candidate's dump of one cell (rule ggml_dump).
 GGML = f"{RESULTS}/ggml/{CELL}"
 #: The reference's replay of a candidate's cell (rule reference_replay).

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from audioparity.errors import AudioparityError
 from audioparity.family import Family, FamilySpec
 from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
@@ -111,14 +111,50 @@ class FamilyPlan:
 
     @property
     def emulated(self) -> list[str]:
-        """The weight types of the sweep that get a quantization-aware reference: the
-        reference job dumps each case again as ggml's CPU backend computes with them."""
-        return [t for t in self.section["weight_types"] if t in EMULATED_TYPES]
+        """The weight types of the sweep that get a quantization-aware reference (recipes'
+        too): the reference job dumps each case again as ggml's CPU backend computes with
+        them."""
+        return [t for t in self.section["weight_types"] if emulated(t)]
+
+    def recipe_file(self, model: str, weight_type: str) -> str | None:
+        """The file of the recipe weight type ``<type>+<name>`` of ``model`` names: the
+        section's ``recipes.<name>.file``, or the one rule precision searches for; None for a
+        plain weight type."""
+        base, _, name = weight_type.partition(RECIPE_SEPARATOR)
+        if not name:
+            return None
+        entry = self.section["recipes"][name]
+        return entry.get("file") or paths.PRECISION.format(
+            family=self.spec.name, model=model, weight_type=weight_type)
 
     def weights(self, candidate: str) -> bool:
         """Whether the candidate maps the model's weights converted once (rule ggml_weights):
         the family's own port, where the family converts them."""
         return self.candidates[candidate].adapter.family_port and self.spec.converts_weights
+
+
+def emulated(weight_type: str) -> bool:
+    """Whether cells of ``weight_type`` (a recipe's ``<type>+<name>`` too) are compared with a
+    quantization-aware reference."""
+    return weight_type.partition(RECIPE_SEPARATOR)[0] in EMULATED_TYPES
+
+
+def _check_recipes(plan: FamilyPlan) -> None:
+    """Every recipe weight type names a recipe of the section, whose file exists.
+
+    Raises:
+        AudioparityError: the first weight type without its recipe, or a missing file.
+    """
+    family, recipes = plan.spec.name, plan.section.get("recipes", {})
+    for weight_type in plan.section["weight_types"]:
+        name = weight_type.partition(RECIPE_SEPARATOR)[2]
+        if name and name not in recipes:
+            raise AudioparityError(f"config {family}.weight_types {weight_type!r}: no recipe "
+                                   f"{name!r} in {family}.recipes ({', '.join(recipes) or 'none'})")
+    for name, entry in recipes.items():
+        if "file" in entry and not os.path.isfile(entry["file"]):
+            raise AudioparityError(f"config {family}.recipes {name!r}: {entry['file']} does not "
+                                   "exist (audioparity precision writes one)")
 
 
 def _check_families(config: dict, known: Mapping[str, Family]) -> dict[str, Family]:
@@ -290,6 +326,7 @@ class Sweep:
             plan.cases = _named_paths(config, plan, "cases")
             plan.known_texts = _known_texts(plan)
         for plan in self.families.values():
+            _check_recipes(plan)
             plan.candidates = _candidates(plan, load_adapter)
 
     def cells(self) -> Iterator[Cell]:
@@ -362,6 +399,7 @@ class Sweep:
             "case": f"(?:{case})",
             "candidate": alternatives(c for plan in plans for c in plan.candidates),
             "backend": alternatives(b for plan in plans for b in plan.backends),
-            "weight_type": alternatives(WEIGHT_TYPES),
+            "weight_type": alternatives([*WEIGHT_TYPES, *(
+                t for plan in plans for t in plan.section["weight_types"])]),
             "name": NAME,
         }
