@@ -140,3 +140,17 @@ def test_the_weight_types_section_has_a_plot_and_a_table_per_sweep(sweep_page: P
     port_b = section[section.index('data-candidate="port_b"'):]
     assert re.search(r'data-weight-type="q2_K">.*?<td class="st-crashed" '
                      r'title="pass 2, crashed 2, missing 14">crashed 2/18</td>', port_b, re.S)
+
+
+def test_a_family_this_install_lacks_has_its_stage_kinds_read_from_their_metrics():
+    """A summary from elsewhere: "out" has an NMSE only (a tensor), "head" a KL (logits),
+    "text" a token match (a document); its crashed cell's empty rows do not change that."""
+    rows = [r for r in sweep_rows() if r["candidate"] == "port_b" and r["backend"] == "cpu"
+            and r["stage"] in ("enc_out", "ctc_logits", "decode")]
+    names = {"enc_out": "out", "ctc_logits": "head", "decode": "text"}
+    for row in rows:
+        row.update(family="somebody_elses", stage=names[row["stage"]])
+    (sweep,) = sweeps(frame(rows))
+    assert [(m.stage, m.metric) for m in sweep.costs] == [("out", "nmse"), ("text", "wer"),
+                                                           ("head", "kl")]
+    assert sweep.costs[0].values["q2_K"] is None and sweep.costs[0].values["q3_K"] == 4e-3

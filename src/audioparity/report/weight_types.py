@@ -116,16 +116,16 @@ def _float(text: str) -> float | None:
     return float(text) if text != "" else None
 
 
-def _kind(family: str, row: pd.Series) -> str:
-    """A row's stage kind: its family's spec's, else read from its metrics (``kl``: logits,
-    ``token_match``: a document, else a tensor)."""
+def _kind(family: str, stage: str, rows: pd.DataFrame) -> str:
+    """A stage's kind: its family's spec's, else read from its rows' metrics (``kl`` on some
+    row: logits; ``token_match``: a document; else a tensor)."""
     known = registered().get(family)
-    found = known.spec.locate(row["stage"]) if known is not None else None
+    found = known.spec.locate(stage) if known is not None else None
     if found is not None:
         return found.stage.kind
-    if row["kl"] != "" or row["cost_kl"] != "":
+    if ((rows["kl"] != "") | (rows["cost_kl"] != "")).any():
         return "logits"
-    if row["token_match"] != "" or row["cost_token_match"] != "":
+    if ((rows["token_match"] != "") | (rows["cost_token_match"] != "")).any():
         return "document"
     return "tensor"
 
@@ -173,21 +173,22 @@ def _measure(cost: Cost, family: str, rows: pd.DataFrame, cases: list[str],
         return (family, row["model"], row["case"], row["candidate"], row["backend"],
                 row["weight_type"]) in costed
 
-    eligible = rows[[reference_stage(family, s) == s and not on_reference_path(family, s)
-                     for s in rows["stage"]]]
-    eligible = eligible[[_kind(family, r) == cost.kind for _, r in eligible.iterrows()]]
+    eligible = {stage: part for stage, part in rows.groupby("stage", sort=False)
+                if reference_stage(family, stage) == stage
+                and not on_reference_path(family, stage)
+                and _kind(family, stage, part) == cost.kind}
     valued = {}  # stage -> the first of the cost's metrics it has a value of
-    for _, r in eligible.iterrows():
-        for rank, metric in enumerate(cost.metrics):
-            if cost_value(r, metric, is_costed(r)) is not None:
-                valued[r["stage"]] = min(valued.get(r["stage"], rank), rank)
+    for stage, part in eligible.items():
+        ranks = [rank for rank, metric in enumerate(cost.metrics) for _, r in part.iterrows()
+                 if cost_value(r, metric, is_costed(r)) is not None]
+        if ranks:
+            valued[stage] = min(ranks)
     if not valued:
         return None
     stage = max(valued, key=lambda s: (_trunk(family, s), stage_key(family, s)))
     metric = cost.metrics[valued[stage]]
     measured = Measured(cost, stage, metric)
-    at_stage = eligible[eligible["stage"] == stage]
-    for weight_type, part in at_stage.groupby("weight_type", sort=False):
+    for weight_type, part in eligible[stage].groupby("weight_type", sort=False):
         per_case = {r["case"]: cost_value(r, metric, is_costed(r)) for _, r in part.iterrows()}
         measured.values[weight_type] = _mean([per_case.get(c) for c in cases], len(cases))
     return measured
