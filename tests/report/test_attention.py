@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from audioparity.report.attention import Covered, causes, compact
+from audioparity.report.attention import Covered, causes, compact, general
 from tests.report.sweep import CRASH, STAGES, sweep_rows
 
 LABELS = {"family": "parakeet_tdt", "model": "tiny", "candidate": "a", "backend": "cpu",
@@ -32,7 +32,46 @@ def test_rows_without_a_culprit_are_grouped_by_status_and_reason():
     assert missing.covered[0].rows == [("a", "x", "missing", "R"), ("a", "y", "missing", "R"),
                                        ("b", "x", "missing", "R"), ("b", "y", "missing", "R")]
     assert (failing.text, failing.status) == ("fail: R", "fail")
-    assert failing.covered == [Covered(LABELS, ["a"], ["z"], [("a", "z", "fail", "R")])]
+    assert failing.covered == [Covered(LABELS, ["a"], ["z"], [("a", "z", "fail", "R")],
+                                       ["fail: R"])]
+
+
+def test_cells_missing_one_bound_share_a_cause_whatever_they_measured():
+    """q4_K and q5_0 break at pre_encode against the same bounds, each with its own values (the
+    heldout case of q4_K too: one line with both cases); q2_K breaks at another stage, and
+    q8_0 at pre_encode against another bound: two causes more."""
+    def cell(weight_type: str, case: str, culprit: str) -> list[dict]:
+        return [row(case, stage, "fail", "r", culprit, weight_type=weight_type)
+                for stage in ("pre_encode", "enc_out")]
+
+    bound = "pre_encode (fail): nmse {} > 5e-10; max_rel {} > 5e-05"
+    rows = [*cell("q4_K", "clip", bound.format("2.9e-08", "0.0002")),
+            *cell("q4_K", "heldout", bound.format("3.1e-08", "0.0003")),
+            *cell("q5_0", "clip", bound.format("3.5e-08", "0.0004")),
+            *cell("q2_K", "clip", "layer_0_isolated (fail, its own error): nmse 2e-08 > 5e-12"),
+            *cell("q8_0", "clip", "pre_encode (fail): nmse 2e-09 > 1e-09")]
+    found = causes(rows)
+    assert [c.text for c in found] == [
+        "pre_encode (fail): nmse > 5e-10; max_rel > 5e-05",
+        "layer_0_isolated (fail, its own error): nmse > 5e-12",
+        "pre_encode (fail): nmse > 1e-09"]
+    assert [(c.labels["weight_type"], c.cases) for c in found[0].covered] == [
+        ("q4_K", ["clip", "heldout"]), ("q5_0", ["clip"])]
+    assert found[0].covered[0].culprits == [bound.format("2.9e-08", "0.0002"),
+                                           bound.format("3.1e-08", "0.0003")]
+    assert found[0].stages == 6
+
+
+def test_what_a_cell_measured_is_left_out_of_its_cause_its_bounds_kept():
+    assert general("decode (fail): wer 0.5 > 0.0; not exact: ids, text differ (first divergence "
+                   "at position 4, reference logit gap 0.0025)") == (
+        "decode (fail): wer > 0.0; not exact: ids, text differ")
+    assert general("layer_1 (fail): std_ratio 1.02 outside 1 ± 0.01; cosine NaN < 0.99999") == (
+        "layer_1 (fail): std_ratio outside 1 ± 0.01; cosine < 0.99999")
+    assert general("enc_out (fail): 63 non-finite value(s) in candidate (first at 0,0); "
+                   "reference holds 2 non-finite value(s)") == (
+        "enc_out (fail): non-finite values in candidate; reference holds non-finite values")
+    assert general("joint_logits (crashed): exit code -6") == "joint_logits (crashed): exit code -6"
 
 
 def test_a_crashed_cell_is_one_cause_its_culprit_across_cases():
@@ -40,7 +79,7 @@ def test_a_crashed_cell_is_one_cause_its_culprit_across_cases():
     each, one cause and one line; transcribe_cpp's failing decode another."""
     found = causes(sweep_rows())
     assert [(c.text, c.status, c.stages) for c in found] == [
-        ("decode (fail): wer 0.5 > 0.0", "fail", 2),
+        ("decode (fail): wer > 0.0", "fail", 2),
         (f"layer_0 (crashed): {CRASH}", "crashed", 16)]
     (line,) = found[1].covered
     assert line.labels == {"family": "parakeet_tdt", "model": "tiny", "candidate": "port_b",
@@ -60,7 +99,8 @@ def test_the_page_names_each_cause_once(sweep_page: Path):
     page = sweep_page.read_text()
     attention = page[page.index('id="needs-attention"'):page.index('id="status-matrix"')]
     assert attention.count('<div class="cause">') == 2
-    assert attention.count(CRASH) == 1 + 16  # the cause once, each row's reason on hover
+    # the cause once; on hover each case's culprit and each row's reason
+    assert attention.count(CRASH) == 1 + 2 + 16
     assert re.search(r'<li data-candidate="port_b" data-backend="cpu" data-weight-type="q2_K" '
                      r'title="[^"]*">tiny · clip, heldout · port_b · cpu · q2_K — stages: '
                      r"layer_0, layer_0_isolated, layer_1, layer_1_isolated, enc_out, … \(8\)"

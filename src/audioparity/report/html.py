@@ -246,15 +246,18 @@ def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
 def _cause(cause: Cause) -> str:
     """One cause of "Needs attention": its family and text once, then a line per cell it
     covers (cells that differ by their case only on one line) with the cell's stages,
-    compact; each row's status and reason in the line's tooltip."""
+    compact; in the line's tooltip each case's own culprit (its values) and each row's status
+    and reason."""
     family = cause.covered[0].labels["family"]
     lines = []
     for covered in cause.covered:
         labels = covered.labels
         where = " · ".join([labels["model"], ", ".join(covered.cases), labels["candidate"],
                             labels["backend"], labels["weight_type"]])
-        tip = "\n".join(f"{case} {stage} — {status}" + (f": {reason}" if reason else "")
-                        for case, stage, status, reason in covered.rows)
+        tip = "\n".join([*(f"{case}: {text}" for case, text in zip(
+            covered.cases, covered.culprits, strict=True)), *(
+            f"{case} {stage} — {status}" + (f": {reason}" if reason else "")
+            for case, stage, status, reason in covered.rows)])
         lines.append(f'<li{_filter_attrs(labels)} title="{_esc(tip)}">{_esc(where)} — '
                      f"stages: {_esc(compact(covered.stages))}</li>")
     return (f'<div class="cause"><p><span class="pill {_status_class(cause.status)}">'
@@ -275,9 +278,10 @@ def _attention(frame: pd.DataFrame) -> str:
                      f"{cells} line{'s' if cells != 1 else ''}. A cause is the culprit of its "
                      "cells: the first stage, in pipeline order, that breaks while the stages "
                      "feeding it pass (its isolated or replayed form when that fails too: the "
-                     "block itself); under it, each cell (model · cases · candidate · backend · "
-                     "weight type) and its stages that need attention. Hover a line for each "
-                     "stage's own reason.</p>")
+                     "block itself), and the bounds it misses, the values measured left out; "
+                     "under it, each cell (model · cases · candidate · backend · weight type) "
+                     "and its stages that need attention. Hover a line for its own values and "
+                     "each stage's reason.</p>")
         parts.extend(_cause(cause) for cause in found)
     else:
         parts.append('<p class="note">Nothing failed, crashed or went missing.</p>')
