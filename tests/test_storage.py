@@ -165,8 +165,11 @@ def test_emulated_modules_compute_on_rounded_operands(storage: str) -> None:
     x = torch.from_numpy(RNG.standard_normal((5, 256)).astype(np.float32))
     with torch.inference_mode():
         before = net["linear"](x), net["lstm"](x[:, None])[0]
-    with emulating(net, storage, keep={"kept"}) as notes:
-        assert notes == []
+    with emulating(net, storage, keep={"kept"}) as stored_weights:
+        assert stored_weights.notes == []
+        assert set(stored_weights.types) == {"linear.weight", "pointwise.weight",
+                                             *(f"lstm.weight_{k}_l{i}" for k in ("ih", "hh")
+                                               for i in (0, 1))}
         _check_emulated(net, original, x, storage)
     for name, param in net.named_parameters():
         assert torch.equal(param, original[name]), f"{name} is float32 again"
@@ -203,8 +206,9 @@ def _check_emulated(net: torch.nn.ModuleDict, original: dict, x: torch.Tensor,
 def test_rows_q8_0_cannot_hold_fall_back_to_f16_with_a_note() -> None:
     net = torch.nn.Linear(48, 32).requires_grad_(False)
     weight = net.weight.detach().clone().numpy()
-    with emulating(net, "q8_0") as notes:
-        assert notes == [".weight [32, 48]: q8_0 -> f16 (rows of 48 values, blocks of 32)"]
+    with emulating(net, "q8_0") as stored_weights:
+        assert stored_weights.notes == [
+            ".weight [32, 48]: q8_0 -> f16 (rows of 48 values, blocks of 32)"]
         np.testing.assert_array_equal(net.weight.numpy(), stored(weight, "f16"))
 
 

@@ -154,6 +154,16 @@ class DumpWriter:
         self.manifest["documents"][name] = f"{name}.json"
         self._progress()
 
+    def add_storage(self, record: dict[str, Any], hashes: dict[str, np.ndarray]) -> None:
+        """Record the weights a dump computed with: the manifest's ``storage`` field
+        (``record``: types, bits per weight, fallbacks, one hash per weight) and each weight's
+        block hashes in :data:`~audioparity.storage.BLOCK_HASHES`."""
+        from audioparity.storage import BLOCK_HASHES
+
+        self.manifest["storage"] = record
+        with open(self.partial / BLOCK_HASHES, "wb") as file:
+            np.savez(file, **hashes)
+
     def note(self, text: str) -> None:
         """Record a remark for the reader (a downmix, a resample, a check that was made)."""
         self.manifest["notes"].append(text)

@@ -33,6 +33,8 @@ from audioparity.family import (
 from audioparity.provenance import model_record
 from audioparity.storage import (
     Recipe,
+    StoredWeights,
+    block_hashes,
     emulating,
     emulations,
     storage_or_fallback,
@@ -174,17 +176,21 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
                                   keep=family.reference_keeps):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
                 reference_case(family, loaded, case, variant.dump_dir(output_dir),
-                                {**fields, **variant.fields}, seconds)
+                               {**fields, **variant.fields}, seconds, variant.stored)
 
 
 def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
-                   fields: dict[str, Any], seconds: dict[str, float]) -> None:
+                   fields: dict[str, Any], seconds: dict[str, float],
+                   stored: StoredWeights | None = None) -> None:
     """One case of the loaded reference (:meth:`Family.reference`, as the model computes now:
-    float32, or within :func:`~audioparity.storage.emulating`) dumped into ``output_dir``."""
+    float32, or within :func:`~audioparity.storage.emulating`, whose ``stored`` weights the
+    dump records) dumped into ``output_dir``."""
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
                     versions=family.reference_versions) as writer:
+        if stored is not None and stored.types:
+            writer.add_storage(stored.record(), stored.hashes)
         for note in case.notes:
             writer.note(note)
         writer.manifest["seconds"].update(seconds)
@@ -266,6 +272,20 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
     return weights, record
 
 
+def stored_weights(weights: Any) -> StoredWeights:
+    """Each weight's storage type and :func:`~audioparity.storage.block_hashes` of the bytes
+    its backend holds (read back: what the graphs compute with)."""
+    from audioparity.ggml.bindings import tensor_bytes
+
+    found = StoredWeights()
+    for name in weights:
+        storage = weights.storage(name)
+        found.types[name] = storage
+        found.hashes[name] = block_hashes(tensor_bytes(weights[name]), storage,
+                                          weights.shape(name))
+    return found
+
+
 def save_weights(family: Family, model: Path, output: Path, *, weight_type: str | Recipe,
                  options: Mapping[str, Any]) -> None:
     """The model's graph weights at ``weight_type``, checked and converted once, written to the
@@ -343,8 +363,10 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
             return
         with runtime:
             with writer.timed("load"):
-                weights, writer.manifest["storage"] = upload_weights(
-                    family, runtime, model, config, weight_type, options, weights_file)
+                weights, record = upload_weights(family, runtime, model, config, weight_type,
+                                                 options, weights_file)
+                stored = stored_weights(weights)
+                writer.add_storage({**record, **stored.record()}, stored.hashes)
             write_outputs(writer, family, heads, family.ggml(runtime, weights, case, reference))
         forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
         check_complete(family, heads, writer.manifest, forms, Path(output_dir))
@@ -387,7 +409,7 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
                 if emulate:
                     module = family.reference_module(loaded)
                     for note in stack.enter_context(
-                            emulating(module, emulate, family.reference_keeps)):
+                            emulating(module, emulate, family.reference_keeps)).notes:
                         writer.note(note)
             heads = family.heads(config)
             write_outputs(writer, family, heads, family.replay(loaded, case, candidate))

@@ -17,7 +17,7 @@ import ctypes
 import os
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,39 @@ def min_term(values: np.ndarray, weight: np.ndarray, weight_storage: str) -> np.
     return ((s - exact) @ mins.T).astype(np.float32)
 
 
+#: File in a dump holding, for each weight it stored, one hash per block of its bytes
+#: (:func:`block_hashes`); the manifest's ``storage.hashes`` has one per weight.
+BLOCK_HASHES = "storage_blocks.npz"
+
+_HASH_WORDS = np.random.default_rng(0x9E3779B9).integers(1, 2**63, 64, dtype=np.uint64) | 1
+
+
+def block_hashes(raw: np.ndarray, storage: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A 64-bit hash of each block of a weight's stored bytes ``raw`` (:func:`quantize` of an
+    array of numpy ``shape``): for a block type, of each ggml block (``ggml_type_size``
+    bytes), in row order; for a float type, of each row. Not cryptographic: it tells two
+    quantizations of one weight apart and says which block differs.
+    """
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    per_row = shape[-1] // BLOCK_SIZES[storage] if BLOCK_SIZES[storage] > 1 else 1
+    blocks = raw.reshape(rows * per_row, -1)
+    pad = (-blocks.shape[1]) % 8
+    if pad:
+        blocks = np.concatenate([blocks, np.zeros((len(blocks), pad), np.uint8)], axis=1)
+    words = blocks.view("<u8")
+    weights = np.resize(_HASH_WORDS, words.shape[1])
+    with np.errstate(over="ignore"):
+        mixed = (words * weights).sum(axis=1, dtype=np.uint64)
+        return mixed ^ (mixed >> np.uint64(29))
+
+
+def tensor_hash(hashes: np.ndarray) -> str:
+    """One hex digest of a weight's :func:`block_hashes`."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(hashes).tobytes()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A weight type that keeps some matmul weights wider: every matmul weight stored as
@@ -308,6 +341,22 @@ def read_recipe(path: Path, weight_type: str) -> Recipe:
 _ROWS_AT_ONCE = 4096
 
 
+@dataclass
+class StoredWeights:
+    """What a port (or an emulation) stored: a note per weight stored as its fallback, and each
+    weight's storage type and :func:`block_hashes`; a dump records it
+    (:meth:`~audioparity.artifacts.DumpWriter.add_storage`)."""
+
+    notes: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's part: ``types`` and one hash per weight (:func:`tensor_hash`)."""
+        return {"types": dict(self.types),
+                "hashes": {name: tensor_hash(h) for name, h in self.hashes.items()}}
+
+
 @contextmanager
 def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
               ) -> Iterator[list[str]]:
@@ -327,7 +376,8 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
     A parameter shared by two modules (tied embeddings) is rounded once.
 
     Yields:
-        One note per weight stored as the fallback (the ggml dump's manifest notes them alike).
+        What it stored (:class:`StoredWeights`): a note per weight stored as its fallback (the
+        ggml dump's manifest notes them alike), each weight's type and block hashes.
 
     Raises:
         AudioparityError: ``weight_type`` is not emulated, or an LSTM with a projection.
@@ -339,7 +389,7 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
     emulation = _Emulation(recipe)
     try:
         emulation.apply(model, keep)
-        yield emulation.notes
+        yield emulation.stored
     finally:
         emulation.restore()
 
@@ -378,7 +428,8 @@ class _Emulation:
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
-        self.notes: list[str] = []
+        self.stored = StoredWeights()
+        self.notes = self.stored.notes
         self.originals: dict[int, tuple[Any, Any]] = {}
         self.hooks: list[Any] = []
         self.lstms: list[Any] = []
@@ -390,9 +441,15 @@ class _Emulation:
         if id(param) not in self.originals:
             self.originals[id(param)] = (param, param.detach().clone())
             matrix = param.detach().numpy().reshape(shape)  # the parameter's own memory
+            hashes = []
             for first in range(0, shape[0], _ROWS_AT_ONCE):  # rows are stored independently
                 rows = matrix[first:first + _ROWS_AT_ONCE]
-                rows[...] = stored(rows, storage)
+                raw = quantize(rows, storage)
+                hashes.append(block_hashes(raw, storage, rows.shape))
+                with np.errstate(over="ignore"):
+                    rows[...] = dequantize(raw, storage, rows.shape)
+            self.stored.types[name] = storage
+            self.stored.hashes[name] = np.concatenate(hashes)
         return storage
 
     def round_input(self, module, storage: str, channels_last: bool) -> None:
@@ -540,7 +597,7 @@ class Emulation:
 
     weight_type: str | None
     model: Any
-    notes: list[str]
+    stored: StoredWeights
 
     def dump_dir(self, output_dir: Path) -> Path:
         """Where this model dumps the case of ``output_dir`` (:func:`emulated_dir`)."""
@@ -552,7 +609,7 @@ class Emulation:
         if self.weight_type is None:
             return {}
         return {"emulates": {"weight_type": self.weight_type, "backend": "cpu",
-                             "fallbacks": self.notes}}
+                             "fallbacks": self.stored.notes}}
 
 
 def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = ()
@@ -570,7 +627,8 @@ def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collectio
     if unknown:
         raise AudioparityError(f"no quantization-aware reference for weight type(s) "
                                f"{', '.join(unknown)}; emulated: {', '.join(EMULATED_TYPES)}")
-    yield Emulation(None, model, [])
+    yield Emulation(None, model, StoredWeights())
     for recipe in recipes:
-        with emulating(model, recipe, keep) as notes:
-            yield Emulation(recipe.weight_type if recipe.name else recipe.base, model, notes)
+        with emulating(model, recipe, keep) as stored_weights:
+            yield Emulation(recipe.weight_type if recipe.name else recipe.base, model,
+                            stored_weights)

@@ -24,6 +24,11 @@ QUANTIZED = "quantized"
 #: ``q4_K+recipe`` (``audioparity precision``).
 RECIPE_SEPARATOR = "+"
 
+#: The row of a quantized cell that compares the bytes our port stored with the
+#: quantization-aware reference's (the same quantization of the checkpoint): it fails on a
+#: weight stored wrong, however little that weight moves the activations.
+STORED_WEIGHTS = "stored_weights"
+
 #: Storage types every ggml op reads as floats: those of a KV cache or a convolution kernel.
 FLOAT_STORAGE_TYPES = ("f32", "f16")
 

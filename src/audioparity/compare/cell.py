@@ -28,6 +28,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -46,7 +47,7 @@ from audioparity.families import (
     stage_key,
     stage_kind,
 )
-from audioparity.vocabulary import VIEWS
+from audioparity.vocabulary import STORED_WEIGHTS, VIEWS
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,14 @@ class Cell:
     #: What was said in the case's audio, where the config gives it (``text`` of a case).
     known_text: str | None = None
 
+    @cached_property
+    def weights_differ(self) -> str | None:
+        """Where the candidate's stored weights are not the reference's quantization of them
+        (:func:`stored_weights_difference`), None where they are or cannot be told."""
+        if self.candidate is None or self.same_stages:
+            return None
+        return stored_weights_difference(self.reference, self.candidate)
+
     @property
     def message(self) -> str:
         """The candidate's manifest message (or its status), "" without a candidate."""
@@ -470,14 +479,72 @@ def _storage(cell: Cell) -> dict[str, Any]:
 
 
 def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any] | None) -> str:
-    """The gate's reason, the logits rows whose top-1 differs (when the row does not pass) and
-    the candidate's convention for the stage."""
+    """The gate's reason, the logits rows whose top-1 differs (when the row does not pass),
+    the stored weights that differ from the reference's (when it fails) and the candidate's
+    convention for the stage."""
     parts = (measured or {}).get("top1_rows")
     part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {row.stage}"
             if parts and verdict.status != "pass" else "")
+    weights = cell.weights_differ if verdict.status == "fail" else None
     why = (conventions(cell.candidate, row.cand_stage).get("why")
            if cell.candidate is not None else None)
-    return "; ".join(filter(None, [verdict.reason, part, why and f"compared as: {why}"]))
+    return "; ".join(filter(None, [verdict.reason, part, weights,
+                                   why and f"compared as: {why}"]))
+
+
+def _stored_weights_row(cell: Cell, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The row :data:`~audioparity.vocabulary.STORED_WEIGHTS` where both dumps record the
+    weights they computed with (our port against a quantization-aware reference): ``pass``
+    when every weight both store has the same bytes, else ``fail`` naming the first that
+    differs and its block (:func:`stored_weights_difference`); none elsewhere."""
+    if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
+        return []
+    hashes = [(dump.manifest.get("storage") or {}).get("hashes")
+              for dump in (cell.reference, cell.candidate)]
+    if not all(hashes):
+        return []
+    common = sum(name in hashes[1] for name in hashes[0])
+    differ = cell.weights_differ
+    values = {key: labels.get(key) for key in LABEL_COLUMNS}
+    values["against"] = labels.get("against", REFERENCE)
+    values.update({key: value for key, value in labels.items() if key not in values})
+    values.update(dict.fromkeys(COLUMNS[len(LABEL_COLUMNS) + 1:]))
+    values.update(stage=STORED_WEIGHTS, status="fail" if differ else "pass",
+                  gate="stored bytes: ggml's quantization of the checkpoint",
+                  reason=differ or f"{common} weights stored as the reference stores them",
+                  **_storage(cell))
+    return [{key: _json_value(value) for key, value in values.items()}]
+
+
+def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
+    """The weights both dumps stored (manifest ``storage.hashes``, one per weight) whose bytes
+    differ: the first one named with its first differing block (from each dump's
+    :data:`~audioparity.storage.BLOCK_HASHES`), and how many differ; None when all agree, or a
+    dump recorded none (a float32 reference, a third-party port).
+    """
+    from audioparity.storage import BLOCK_HASHES, BLOCK_SIZES
+
+    stores = [dump.manifest.get("storage") or {} for dump in (reference, candidate)]
+    hashes = [store.get("hashes") or {} for store in stores]
+    common = [name for name in hashes[0] if name in hashes[1]]
+    differ = [name for name in common if hashes[0][name] != hashes[1][name]]
+    if not differ:
+        return None
+    name = differ[0]
+    ref_type, cand_type = (store.get("types", {}).get(name) for store in stores)
+    if ref_type != cand_type:
+        where = f"stored as {cand_type}, the reference's as {ref_type}"
+    else:
+        with np.load(reference.path / BLOCK_HASHES) as ref, \
+                np.load(candidate.path / BLOCK_HASHES) as cand:
+            ref_blocks, cand_blocks = ref[name], cand[name]
+        block = int(np.argmax(ref_blocks != cand_blocks)) if len(ref_blocks) == len(
+            cand_blocks) else 0
+        size = BLOCK_SIZES.get(cand_type or "", 1)
+        where = (f"block {block} of {len(ref_blocks)} ({cand_type}, {size} values each) "
+                 "differs from ggml's quantization of the checkpoint")
+    more = f" ({len(differ)} of {len(common)} weights differ)" if len(differ) > 1 else ""
+    return f"stored weight {name}: {where}{more}"
 
 
 def _json_value(value: Any) -> Any:
@@ -594,7 +661,8 @@ def compare_cell(
     """
     check_resolved(gates)
     cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text)
-    rows = [_row(cell, row, gates, labels) for row in cell.plan]
+    rows = [*_stored_weights_row(cell, labels), *(_row(cell, row, gates, labels)
+                                                  for row in cell.plan)]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
     log.info("compare %s vs %s: %s", cell.candidate_path, cell.reference.path, counts)
