@@ -209,6 +209,22 @@ def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
     assert entry["frames"] == stages["enc_out"]["shape"][0] > 0
 
 
+def test_precision_tiny(cache: Path, tmp_path: Path) -> None:
+    """``precision.py --tiny``: a recipe search on the tiny Parakeet timed against one float32
+    reference pass, its trials, its bits per weight (the recipe between uniform and all-wide)
+    and the port's verdict."""
+    out = tmp_path / "out"
+    stdout = bench("precision.py", "--tiny", "--types", "q4_0", "--threads", "1", "--targets",
+                   '[{"stage": "enc_out", "nmse_max": 0.05}]', "--cache", cache, "--out", out)
+    assert re.search(r"^q4_0: [\d.]+ s \([\d.]+x one float32 reference pass", stdout, re.M)
+    result = json.loads((out / "precision.json").read_text())
+    entry = result["types"]["q4_0"]
+    assert result["reference_seconds"] > 0 and entry["seconds"] > 0 and entry["trials"] >= 1
+    bits = entry["bits_per_weight"]
+    assert bits["uniform"] <= bits["recipe"] <= bits["wide"]
+    assert entry["verified"] is True
+
+
 @pytest.mark.slow
 def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
     """``sweep.py --tiny``: the workflow on one clip and one prompt, then grown by one clip: the

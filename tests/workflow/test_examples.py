@@ -21,7 +21,8 @@ EXAMPLES = sorted((REPO / "config/examples").glob("*.yaml"))
 #: must name the first of them.
 USER_FILES = {"parakeet-tdt-0.6b-v3.yaml": "/path/to/parakeet-tdt-0.6b-v3.nemo",
               "moss-voicegenerator.yaml": "/path/to/MOSS-VoiceGenerator",
-              "whisper-tiny-en.yaml": "results/models/whisper-tiny-en"}
+              "whisper-tiny-en.yaml": "results/models/whisper-tiny-en",
+              "quant.yaml": "results/models/whisper-tiny-en"}
 
 
 def _workdir(tmp_path: Path) -> Path:
