@@ -173,7 +173,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
                   **options, **family.manifest_fields(config, options)}
         for variant in emulations(family.reference_module(loaded), emulate,
-                                  keep=family.reference_keeps):
+                                  keep=family.reference_keeps, prefix=family.reference_prefix):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
                 reference_case(family, loaded, case, variant.dump_dir(output_dir),
                                {**fields, **variant.fields}, seconds, variant.stored)
@@ -409,7 +409,8 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
                 if emulate:
                     module = family.reference_module(loaded)
                     for note in stack.enter_context(
-                            emulating(module, emulate, family.reference_keeps)).notes:
+                            emulating(module, emulate, family.reference_keeps,
+                                      family.reference_prefix)).notes:
                         writer.note(note)
             heads = family.heads(config)
             write_outputs(writer, family, heads, family.replay(loaded, case, candidate))

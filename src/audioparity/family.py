@@ -424,6 +424,11 @@ class Family:
     #: Modules of the reference model that the port keeps in float32, left float32 by the
     #: quantization-aware references (:func:`audioparity.storage.emulating`).
     reference_keeps: ClassVar[tuple[str, ...]] = ()
+    #: What the reference model's parameter names carry before the checkpoint's weight names
+    #: (``model.`` for a transformers model whose checkpoint the port reads without it): the
+    #: quantization-aware references name each weight as the port does, so recipes and stored
+    #: weights match on both sides.
+    reference_prefix: ClassVar[str] = ""
 
     # -- both sides ---------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ PRUNE_LIMIT = 32
 
 
 def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
-                  keep: Sequence[str] = ()) -> dict[str, float]:
+                  keep: Sequence[str] = (), prefix: str = "") -> dict[str, float]:
     """Each matmul weight's sensitivity to ``weight_type``: the NMSE its matmul's output takes
     when that weight alone is stored as ``weight_type`` and its input rounded as the CPU
     backend rounds it, on the inputs the float32 model fed it while ``run()`` ran (up to
@@ -59,7 +59,8 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
     weights' NMSE).
 
     Returns:
-        weight name (``<module>.weight``, ``<lstm>.weight_hh_l0``) -> NMSE, largest first.
+        weight name (``<module>.weight``, ``<lstm>.weight_hh_l0``, less ``prefix``: as the port
+        names it) -> NMSE, largest first; a weight two modules share (tied embeddings) once.
     """
     import torch
 
@@ -94,7 +95,12 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
         for hook in hooks:
             hook.remove()
     found: dict[str, float] = {}
+    seen: set[int] = set()  # a weight two modules share (tied embeddings) is measured once
     for name, mod, kind in modules:
+        if kind != "lstm":
+            if id(mod.weight) in seen:
+                continue
+            seen.add(id(mod.weight))
         inputs = captured.get(name)
         x = np.concatenate(inputs)[:CAPTURED_ROWS] if inputs else None
         if kind == "lstm":
@@ -115,7 +121,8 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
             found[f"{name}.weight"] = _nmse(_stored_or_nan(w, weight_type), w)
         else:
             found[f"{name}.weight"] = _matmul_nmse(x, w, weight_type)
-    return dict(sorted(found.items(), key=lambda item: -item[1]))
+    named = {name.removeprefix(prefix): value for name, value in found.items()}
+    return dict(sorted(named.items(), key=lambda item: -item[1]))
 
 
 def _stored_or_nan(w: np.ndarray, weight_type: str) -> np.ndarray:
@@ -209,7 +216,7 @@ class Search:
         self.keep = self.family.reference_keeps
         self.reference = []
         return sensitivities(self.module, lambda: self.reference.extend(self._dump("float32")),
-                             self.weight_type, self.keep)
+                             self.weight_type, self.keep, self.family.reference_prefix)
 
     def recipe(self, wide: Sequence[str], name: str = "recipe") -> Recipe:
         return Recipe(name, self.weight_type, dict.fromkeys(wide, self.wide))
@@ -218,7 +225,8 @@ class Search:
         """The targets measured with the weights of ``wide`` kept wide, every other matmul
         weight at the weight type: the emulated reference's dump of every case against the
         float32 reference's."""
-        with emulating(self.module, self.recipe(wide), self.keep):
+        with emulating(self.module, self.recipe(wide), self.keep,
+                       self.family.reference_prefix):
             dumps = self._dump("trial")
         rows = [row for case, ref, cand in zip(self.cases, self.reference, dumps, strict=True)
                 for row in self.measure(Dump(ref), Dump(cand), case.path.stem)]

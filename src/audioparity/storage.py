@@ -358,8 +358,8 @@ class StoredWeights:
 
 
 @contextmanager
-def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
-              ) -> Iterator[list[str]]:
+def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = (),
+              prefix: str = "") -> Iterator[StoredWeights]:
     """Within the block, the torch ``model`` computes as a ggml port on the CPU backend does with
     its matmul weights stored as ``weight_type`` (one of :data:`EMULATED_TYPES`, or a
     :class:`Recipe` giving each weight's); on leaving it, the model is float32 again (weights,
@@ -373,7 +373,8 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
     (:func:`matmul_input`) by a forward pre-hook, or for an LSTM by a step-by-step forward
     (torch's gate order ``i, f, g, o``). Other weights (norms, biases, conv kernels), and the
     modules named in ``keep`` (those a port keeps in float32), stay float32.
-    A parameter shared by two modules (tied embeddings) is rounded once.
+    A parameter shared by two modules (tied embeddings) is rounded once. A weight is named as
+    the port names it: its parameter name less ``prefix``.
 
     Yields:
         What it stored (:class:`StoredWeights`): a note per weight stored as its fallback (the
@@ -386,7 +387,7 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = ()
     if recipe.base not in EMULATED_TYPES:
         raise AudioparityError(f"no quantization-aware reference for weight type "
                                f"{recipe.base!r}; emulated: {', '.join(EMULATED_TYPES)}")
-    emulation = _Emulation(recipe)
+    emulation = _Emulation(recipe, prefix)
     try:
         emulation.apply(model, keep)
         yield emulation.stored
@@ -426,8 +427,8 @@ class _Emulation:
     """What :func:`emulating` changed in a model, to restore it: the weights rounded (each
     parameter once, with its float32 copy), the input hooks, the LSTMs stepped."""
 
-    def __init__(self, recipe: Recipe) -> None:
-        self.recipe = recipe
+    def __init__(self, recipe: Recipe, prefix: str = "") -> None:
+        self.recipe, self.prefix = recipe, prefix
         self.stored = StoredWeights()
         self.notes = self.stored.notes
         self.originals: dict[int, tuple[Any, Any]] = {}
@@ -436,6 +437,7 @@ class _Emulation:
 
     def store(self, name: str, param) -> str:
         """Round parameter ``name`` in place as its storage type holds it; that type."""
+        name = name.removeprefix(self.prefix)
         shape = tuple(param.shape[:2])  # a pointwise kernel [out, in, 1(, 1)] is a matrix
         storage = storage_or_fallback(name, self.recipe.storage(name), shape, self.notes)
         if id(param) not in self.originals:
@@ -612,10 +614,11 @@ class Emulation:
                              "fallbacks": self.stored.notes}}
 
 
-def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = ()
-               ) -> Iterator[Emulation]:
+def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = (),
+               prefix: str = "") -> Iterator[Emulation]:
     """The float32 ``model``, then the same model computing as ggml does with each of
-    ``weight_types`` (a type, or a :class:`Recipe`; :func:`emulating`, ``keep`` passed on), one
+    ``weight_types`` (a type, or a :class:`Recipe`; :func:`emulating`, ``keep`` and ``prefix``
+    passed on), one
     at a time: each is float32 again once the next is asked for (NeMo models cannot be
     deep-copied).
 
@@ -629,6 +632,6 @@ def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collectio
                                f"{', '.join(unknown)}; emulated: {', '.join(EMULATED_TYPES)}")
     yield Emulation(None, model, StoredWeights())
     for recipe in recipes:
-        with emulating(model, recipe, keep) as stored_weights:
+        with emulating(model, recipe, keep, prefix) as stored_weights:
             yield Emulation(recipe.weight_type if recipe.name else recipe.base, model,
                             stored_weights)

@@ -504,7 +504,9 @@ def _stored_weights_row(cell: Cell, labels: Mapping[str, str]) -> list[dict[str,
     if not all(hashes):
         return []
     common = sum(name in hashes[1] for name in hashes[0])
-    differ = cell.weights_differ
+    differ = cell.weights_differ or (None if common else (
+        "no weight the reference stored is named as the candidate names its own: nothing "
+        "compared (a family's reference_prefix?)"))
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)
     values.update({key: value for key, value in labels.items() if key not in values})

@@ -72,6 +72,7 @@ class Whisper(Family):
         ggml_reads_reference=True,
     )
     reference_keeps = ("model.encoder.embed_positions", "model.decoder.embed_positions")
+    reference_prefix = "model."
 
     def config(self, model: Path) -> Any:
         from audioparity.models.whisper.config import load_config
