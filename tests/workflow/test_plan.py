@@ -122,7 +122,27 @@ REFUSED = [
     (bad(candidates=[{"name": "t", "adapter": "audioparity",
                       "options": {"flash_attention": 3}}]),
      "config parakeet_tdt.candidates 't'.options['flash_attention']: 3 is not one of [0, 1]"),
+    (bad(weight_types=["f32", "q4_0+nope"]),
+     "config parakeet_tdt.weight_types 'q4_0+nope': no recipe 'nope' in parakeet_tdt.recipes "
+     "(none)"),
+    (bad(weight_types=["q4_0+mine"], recipes={"mine": {"file": "no/such.json"}}),
+     "config parakeet_tdt.recipes 'mine': no/such.json does not exist"),
 ]
+
+
+def test_a_recipe_weight_type_is_emulated_and_names_its_file():
+    """q4_0+recipe is searched by rule precision per model; a recipe of the user's is its file;
+    both are quantization-aware cells, and the wildcard constraint admits them."""
+    plan = sweep(config(weight_types=["f32", "q4_0", "q4_0+recipe", "q4_K+mine"],
+                        recipes={"recipe": {"targets": []},
+                                 "mine": {"file": "config/config.yaml"}}))
+    family = plan.families["parakeet_tdt"]
+    assert family.emulated == ["q4_0", "q4_0+recipe", "q4_K+mine"]
+    assert family.recipe_file("tiny", "q4_0+recipe") == (
+        "results/precision/parakeet_tdt/tiny/q4_0+recipe.json")
+    assert family.recipe_file("tiny", "q4_K+mine") == "config/config.yaml"
+    assert family.recipe_file("tiny", "q4_0") is None
+    assert re.fullmatch(plan.constraints()["weight_type"], "q4_0+recipe")
 
 
 @pytest.mark.parametrize(("value", "message"), REFUSED)

@@ -1,0 +1,132 @@
+"""The precision search (audioparity.precision): the bisection and its pruning on a search whose
+answer is known, the sensitivities against float64, recipes read and refused, and the whole
+search on the trained Parakeet, whose q4_0 decode changes words."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from audioparity.errors import AudioparityError
+from audioparity.precision import Trial, bisect, sensitivities
+from audioparity.storage import Recipe, matmul_input, read_recipe, stored
+from tests import RESOURCES
+
+
+class KnownSearch:
+    """A search that passes exactly when every weight of ``needed`` is kept wide."""
+
+    wide = "q8_0"
+
+    def __init__(self, needed: set[str], passes_wide: bool = True) -> None:
+        self.needed, self.passes_wide, self.tried = needed, passes_wide, []
+
+    def trial(self, wide):
+        self.tried.append(tuple(wide))
+        passed = self.needed <= set(wide) and (self.passes_wide or len(wide) < 4)
+        return Trial(tuple(wide), passed, [{"stage": "decode", "case": "c", "status":
+                                            "pass" if passed else "fail", "reason": "r"}])
+
+
+RANKED = ["a", "b", "c", "d", "e", "f", "g", "h"]
+
+
+def test_a_uniform_type_that_passes_needs_no_recipe():
+    search = KnownSearch(set())
+    assert bisect(search, RANKED)[0] == ()
+    assert search.tried == [()]
+
+
+def test_bisection_then_pruning_keeps_exactly_the_weights_needed():
+    """b and e are needed: bisection over the ranking finds the first 5 (a..e), pruning drops
+    d, c and a (each still passes without it), and keeps e and b."""
+    search = KnownSearch({"b", "e"})
+    wide, trials = bisect(search, RANKED)
+    assert sorted(wide) == ["b", "e"]
+    assert trials["uniform"].passed is False and trials["wide"].passed is True
+    assert trials["recipe"].wide == wide and trials["recipe"].passed
+    assert search.tried[:2] == [(), tuple(RANKED)]
+
+
+def test_targets_no_recipe_meets_are_refused_in_one_line():
+    search = KnownSearch({"a"}, passes_wide=False)
+    with pytest.raises(AudioparityError, match=r"the targets fail with all 8 matmul weights kept"):
+        bisect(search, RANKED)
+
+
+def test_sensitivity_is_the_matmuls_nmse_on_the_inputs_it_was_fed():
+    """A Linear's sensitivity equals float64 NMSE of its q4_0 product on the captured input;
+    a weight two modules share is measured once, under the first module's name."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 64, bias=False))
+    tied = torch.nn.Linear(32, 64, bias=False)
+    tied.weight = net[1].weight
+    model = torch.nn.ModuleDict({"net": net, "tied": tied}).requires_grad_(False)
+    x = torch.randn(10, 64)
+    found = sensitivities(model, lambda: model["tied"](model["net"][0](x)) + net(x), "q4_0")
+    assert set(found) == {"net.0.weight", "net.1.weight"}
+    w = net[0].weight.numpy()
+    exact = x.double().numpy() @ w.astype(np.float64).T
+    quantized = matmul_input(x.numpy(), "q4_0").astype(np.float64) @ stored(w, "q4_0").T
+    expected = float(np.sum((quantized - exact) ** 2) / np.sum(exact ** 2))
+    assert found["net.0.weight"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_recipe_is_read_and_checked(tmp_path: Path):
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps({"base": "q4_K", "overrides": {"a.weight": "q8_0"}}))
+    recipe = read_recipe(path, "q4_K+mine")
+    assert recipe == Recipe("mine", "q4_K", {"a.weight": "q8_0"})
+    assert recipe.storage("a.weight") == "q8_0" and recipe.storage("b.weight") == "q4_K"
+    with pytest.raises(AudioparityError, match=r"its base is q4_K, so its weight type is "
+                       r"q4_K\+<name>, not q4_0\+mine"):
+        read_recipe(path, "q4_0+mine")
+    path.write_text(json.dumps({"base": "q4_K", "overrides": {"a.weight": "q9"}}))
+    with pytest.raises(AudioparityError, match=r"a.weight asks for 'q9'"):
+        read_recipe(path, "q4_K+mine")
+
+
+def test_a_recipe_weight_type_without_its_file_is_refused(tmp_path: Path):
+    done = subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt",
+                           "--model", str(RESOURCES / "models/parakeet-tdt-espeak/model.nemo"),
+                           "--audio", str(RESOURCES / "speech/clip.wav"), "--reference-dir",
+                           str(tmp_path), "--output-dir", str(tmp_path / "out"),
+                           "--weight-type", "q4_0+recipe"], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "audioparity: error: weight type q4_0+recipe: give its recipe as --recipe "
+        "q4_0+recipe=<file>")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_search_buys_back_the_trained_parakeet_s_decode_at_q4_0(tmp_path: Path):
+    """At q4_0 the trained Parakeet's decode of clip leaves the float32 one; the recipe keeps
+    fewer than all weights wide, brings both decodes back on the reference and on our port,
+    and costs bits between uniform q4_0 and every matmul weight at q8_0."""
+    output = tmp_path / "recipe.json"
+    done = subprocess.run([
+        sys.executable, "-m", "audioparity.cli", "precision", "parakeet-tdt", "--model",
+        str(RESOURCES / "models/parakeet-tdt-espeak/model.nemo"),
+        "--audio", str(RESOURCES / "speech/clip.wav"),
+        "--audio", str(RESOURCES / "speech/heldout.wav"), "--weight-type", "q4_0",
+        "--targets", '[{"stage": "decode", "wer_max": 0.0}]', "--output", str(output)],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    recipe = json.loads(output.read_text())
+    trials = recipe["trials"]
+    assert not trials["uniform"]["passed"] and trials["recipe"]["passed"]
+    assert 0 < len(recipe["overrides"]) < trials["wide"]["wide"]
+    assert set(recipe["overrides"].values()) == {"q8_0"}
+    assert recipe["verified"]["passed"]
+    assert {row["case"] for row in recipe["verified"]["rows"]} == {"clip", "heldout"}
+    bits = recipe["bits_per_weight"]
+    assert bits["uniform"] < bits["recipe"] < bits["wide"]
+    assert recipe["forms"]["tensor_type"] == [f"{w}=q8_0" for w in recipe["overrides"]]
+    assert read_recipe(output, "q4_0+recipe").overrides == recipe["overrides"]
