@@ -1,0 +1,52 @@
+"""The default sweep's quantized types beyond q8_0, end to end on the CPU: the trained Parakeet at
+q4_0 and at its precision recipe (rule precision, then every job of the recipe's type), MOSS at
+q4_K, Whisper at q5_1 (the q8_1 input path). Every stage passes its gates against its
+quantization-aware reference, every weight our port stored is the reference's, and the recipe
+buys back the decode that q4_0 alone changes, for fewer bits than q8_0."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests import REPO
+from tests.workflow import workdir as wd
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_default_quantized_types_end_to_end(tmp_path):
+    default = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    sweep = {
+        "parakeet_tdt": {"weight_types": ["f32", "q8_0", "q4_0", "q4_0+recipe"]},
+        "moss_voicegen": {"weight_types": ["f32", "q4_K"],
+                          "cases": default["moss_voicegen"]["cases"][:1]},
+        "whisper": {"weight_types": ["f32", "q5_1"]},
+    }
+    assert {t for s in sweep.values() for t in s["weight_types"]} - {"f32", "q8_0"} <= {
+        t for name in sweep for t in default[name]["weight_types"]}, "the default sweep's types"
+    workdir = wd.make_workdir(tmp_path / "run", sweep)
+    (workdir / "resources").symlink_to(REPO / "resources")
+    wd.run_to_completion(workdir)
+    rows = pd.read_csv(workdir / "results/report/summary.csv", dtype=str, keep_default_na=False)
+    failing = rows[~rows["status"].isin(["pass", "xfail"])]
+    assert failing.empty, failing[["family", "weight_type", "case", "stage", "reason"]]
+    quantized = rows[rows["weight_type"].isin(["q8_0", "q4_0", "q4_0+recipe", "q4_K", "q5_1"])]
+    stored = quantized[quantized["stage"] == "stored_weights"]
+    assert set(stored["family"]) == {"parakeet_tdt", "moss_voicegen", "whisper"}
+    assert (stored["status"] == "pass").all()
+    assert (quantized["bits_per_weight"] != "").all()
+
+    recipe = json.loads((workdir / "results/precision/parakeet_tdt/espeak/q4_0+recipe.json")
+                        .read_text())
+    assert recipe["verified"]["passed"] and recipe["overrides"]
+    decode = rows[(rows["family"] == "parakeet_tdt") & (rows["stage"] == "decode")]
+    cost = {(r.weight_type, r.case): float(r.cost_wer) for r in decode.itertuples()
+            if r.cost_wer != ""}
+    assert cost[("q4_0", "clip")] > 0, "q4_0 alone changes clip's words"
+    assert cost[("q4_0+recipe", "clip")] == cost[("q4_0+recipe", "heldout")] == 0
+    bits = {r.weight_type: float(r.bits_per_weight) for r in decode.itertuples()}
+    assert bits["q4_0"] < bits["q4_0+recipe"] < bits["q8_0"]
