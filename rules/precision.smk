@@ -11,7 +11,7 @@ rule precision:
         model=JOBS.model_input,
         # names the sweep's cases, the recipe's measure
         plan=JOBS.reference_plan,
-        code=side_code("reference"),
+        code=JOBS.precision_code,
     output:
         paths.PRECISION,
     params:

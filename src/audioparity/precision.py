@@ -44,7 +44,7 @@ CAPTURED_ROWS = 4096
 
 #: Promoted weights the search tries to demote again one by one (each a trial) after the
 #: bisection; a longer list keeps the bisection's answer.
-PRUNE_LIMIT = 32
+PRUNE_LIMIT = 64
 
 
 def sensitivities(module: Any, run: Callable[[], None], weight_type: str,

@@ -124,6 +124,12 @@ class Code:
         return self.files(["audioparity.drilldown", "audioparity.ggml.graphs"],
                           self.side_entries(family, "ggml"))
 
+    def precision(self, family: Family) -> list[str]:
+        """A precision search's files (rule precision): the search, which runs the family's
+        reference side for its trials and its ggml side to verify the recipe."""
+        return self.files(["audioparity.precision"], [*self.side_entries(family, "reference"),
+                                                      *self.side_entries(family, "ggml")])
+
     def report(self, module: str, families: Iterable[Family]) -> list[str]:
         """A report step's files (``audioparity.report.summary``) and every swept family's
         table (its stage order)."""

@@ -185,9 +185,8 @@ class Commands:
                          self.jobs.case_path(w), *reference,
                          *(["--weights-file", weights] if weights else []),
                          "--output-dir", output[0], "--weight-type", w.weight_type,
-                         *(self.recipe_flag(w) if self.jobs.candidate(w).adapter.family_port
-                           else []),
-                         "--backend", setting.backend, "--threads", str(threads)],
+                         *self.recipe_flag(w), "--backend", setting.backend, "--threads",
+                         str(threads)],
                         setting.env)
 
     def drilldown_command(self, w: Any, output: Any, threads: int) -> str:

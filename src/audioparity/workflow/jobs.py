@@ -192,6 +192,11 @@ class Jobs:
                                lambda: self.code.candidate_convert(entry.adapter,
                                                                    entry.adapter_name))
 
+    def precision_code(self, w: Any) -> str:
+        """The code input of a precision search of {family} (rule precision)."""
+        family = self.plan(w).family
+        return self.code.stamp(f"{w.family}/precision", lambda: self.code.precision(family))
+
     def compare_code(self, w: Any) -> str:
         """The code input of a compare of {family}."""
         family = self.plan(w).family
@@ -217,15 +222,15 @@ class Jobs:
 
     def ggml_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of a candidate's dump, but the reference: the model (or its conversion),
-        the case, the code, the port's files, the converted weights it maps."""
+        the case, the code, the port's files, the converted weights it maps, the recipe of a
+        recipe weight type (a third-party port's cell of one is unavailable, saying so)."""
         inputs = {"model": self.converted_model(w) or self.model_input(w),
                   "case": self.case_path(w), "code": self.run_code(w),
                   "port": self.port_files(w)}
         weights = self.weights_file(w)
         if weights:
             inputs["weights"] = weights
-        if self.candidate(w).adapter.family_port:
-            inputs.update(self.recipe_inputs(w))
+        inputs.update(self.recipe_inputs(w))
         return inputs
 
     def compare_inputs(self, w: Any) -> dict[str, Any]:
