@@ -92,17 +92,61 @@ def test_a_recipe_is_read_and_checked(tmp_path: Path):
         read_recipe(path, "q4_K+mine")
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "audioparity.cli", *args], capture_output=True,
+                          text=True)
+
+
+MODEL = str(RESOURCES / "models/parakeet-tdt-espeak/model.nemo")
+CLIP = str(RESOURCES / "speech/clip.wav")
+
+
 def test_a_recipe_weight_type_without_its_file_is_refused(tmp_path: Path):
-    done = subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt",
-                           "--model", str(RESOURCES / "models/parakeet-tdt-espeak/model.nemo"),
-                           "--audio", str(RESOURCES / "speech/clip.wav"), "--reference-dir",
-                           str(tmp_path), "--output-dir", str(tmp_path / "out"),
-                           "--weight-type", "q4_0+recipe"], capture_output=True, text=True)
+    done = _cli("ggml", "parakeet-tdt", "--model", MODEL, "--audio", CLIP, "--reference-dir",
+                str(tmp_path), "--output-dir", str(tmp_path / "out"), "--weight-type",
+                "q4_0+recipe")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         "audioparity: error: weight type q4_0+recipe: give its recipe as --recipe "
         "q4_0+recipe=<file>")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--weight-type", "q4_0", "--targets", '[{"stage": "nope", "wer_max": 0}]'),
+     "precision: target stage 'nope' matches no stage of parakeet_tdt (mel_features, "
+     "pre_encode, pos_emb, layer_{i}, enc_out, joint_logits, lstm_state_0, decode, ctc_logits, "
+     "ctc_decode)"),
+    (("--weight-type", "q4_0", "--targets", '[{stage: decode}'),
+     "--targets '[{stage: decode}': not JSON (Expecting property name enclosed in double "
+     "quotes: line 1 column 3 (char 2))"),
+    (("--weight-type", "q8_0", "--wide", "q4_0", "--targets", '[{"stage": "decode"}]'),
+     "precision: --wide q4_0 (4.5 bits per weight) is no wider than q8_0 (8.5)"),
+])
+def test_bad_targets_are_refused_before_the_model_loads(args, message, tmp_path: Path):
+    done = _cli("precision", "parakeet-tdt", "--model", MODEL, "--audio", CLIP, *args,
+                "--output", str(tmp_path / "recipe.json"))
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        1, f"audioparity: error: {message}")
+    assert "NeMo" not in done.stderr and not (tmp_path / "recipe.json").exists()
+
+
+def test_a_recipe_naming_no_weight_of_the_model_is_refused_by_both_sides(tmp_path: Path):
+    """The reference before it dumps anything, the ggml side's storage policy (here converting
+    the weights) with the same line."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"base": "q4_0", "overrides": {"joint.nope.weight": "q8_0"}}))
+    message = ("audioparity: error: recipe q4_0+r: joint.nope.weight is no matmul weight of "
+               "this model (1 override(s) name none)")
+    reference = _cli("reference", "parakeet-tdt", "--model", MODEL, "--audio", CLIP,
+                     "--output-dir", str(tmp_path / "ref"), "--emulate", "q4_0+r",
+                     "--recipe", f"q4_0+r={recipe}")
+    ggml = _cli("weights", "parakeet-tdt", "--model", MODEL, "--output",
+                str(tmp_path / "q4_0+r.gguf"), "--weight-type", "q4_0+r", "--recipe",
+                f"q4_0+r={recipe}")
+    for done in (reference, ggml):
+        assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (1, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.json"]
 
 
 @pytest.mark.slow

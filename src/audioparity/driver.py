@@ -152,7 +152,8 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     ``<directory>@<type>``.
 
     Every input is checked first, before torch is imported: the config, each case, then
-    :meth:`Family.check_reference` (the checkpoint, the memory).
+    :meth:`Family.check_reference` (the checkpoint, the memory), and each recipe's overrides
+    against the model's matmul weights (:func:`check_recipe`).
 
     Raises:
         AudioparityError: no cases, or an input the family refuses. A failing case's directory
@@ -164,6 +165,12 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
     family.check_reference(model, config, opened, emulates=bool(emulate))
+    recipes = [recipe for recipe in emulate if isinstance(recipe, Recipe)]
+    if recipes:
+        checkpoint = family.weights(model, config)
+        checkpoint.close()
+        for recipe in recipes:
+            check_recipe(family, checkpoint.shapes, recipe)
     with torch_threads(threads):
         start = time.perf_counter()
         loaded = family.load_reference(model, config, options)
@@ -233,12 +240,22 @@ def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
             raise AudioparityError(f"family {family.spec.name}: weight {name} is stored by "
                                    f"option {kind!r}, which was not given")
         storage[name] = storage_or_fallback(name, wanted, shape, notes)
+    check_recipe(family, shapes, recipe)
+    return storage, notes
+
+
+def check_recipe(family: Family, shapes: Mapping[str, tuple[int, ...]], recipe: Recipe) -> None:
+    """Refuse a recipe whose overrides name a weight that is no matmul weight among ``shapes``
+    (the model's graph weights, :meth:`Family.weight_kind`).
+
+    Raises:
+        AudioparityError: the first such weight, and how many there are.
+    """
     unused = sorted(set(recipe.overrides) - {n for n in shapes
                                              if family.weight_kind(n, shapes[n]) == MATMUL})
     if unused:
-        raise AudioparityError(f"recipe {recipe.name}: {unused[0]} is no matmul weight of this "
-                               f"model ({len(unused)} override(s) name none)")
-    return storage, notes
+        raise AudioparityError(f"recipe {recipe.weight_type}: {unused[0]} is no matmul weight "
+                               f"of this model ({len(unused)} override(s) name none)")
 
 
 def upload_weights(family: Family, runtime: Any, model: Path, config: Any,

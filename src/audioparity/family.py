@@ -525,7 +525,7 @@ class Family:
 SIDE_METHODS: dict[str, tuple[str, ...]] = {
     "fixture": ("fixture",),
     "reference": ("config", "open_case", "heads", "manifest_fields", "check_reference",
-                  "load_reference", "reference_module", "reference"),
+                  "load_reference", "reference_module", "reference", "weights", "weight_kind"),
     "ggml": ("config", "open_case", "heads", "manifest_fields", "weights", "weight_kind",
              "ggml"),
     WEIGHTS: ("config", "weights", "weight_kind"),

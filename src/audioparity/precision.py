@@ -27,6 +27,7 @@ from audioparity.compare.gates import check_resolved, status
 from audioparity.errors import AudioparityError
 from audioparity.family import Family
 from audioparity.storage import (
+    BITS_PER_WEIGHT,
     EMULATED_TYPES,
     Recipe,
     emulating,
@@ -179,9 +180,11 @@ class Search:
         if weight_type not in EMULATED_TYPES or RECIPE_SEPARATOR in weight_type:
             raise AudioparityError(f"precision: weight type {weight_type!r}; expected one of "
                                    f"{', '.join(EMULATED_TYPES)}")
-        if not targets:
-            raise AudioparityError("precision: no targets: give gate entries on the stages the "
-                                   "recipe must meet (--targets)")
+        check_targets(family.spec, targets)
+        if BITS_PER_WEIGHT[wide] <= BITS_PER_WEIGHT[weight_type]:
+            raise AudioparityError(f"precision: --wide {wide} ({BITS_PER_WEIGHT[wide]:g} bits per "
+                                   f"weight) is no wider than {weight_type} "
+                                   f"({BITS_PER_WEIGHT[weight_type]:g})")
         self.family, self.model = family, Path(model)
         self.weight_type, self.wide = weight_type, wide
         self.options = side_options(family, "reference", options)
@@ -256,6 +259,30 @@ class Search:
             raise AudioparityError(f"precision: no stage of the dump matches the targets "
                                    f"({', '.join(t['stage'] for t in self.targets)})")
         return rows
+
+
+def check_targets(spec: Any, targets: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse targets that name no stage of the family (``spec``: its
+    :class:`~audioparity.family.FamilySpec`), before any model is loaded.
+
+    Raises:
+        AudioparityError: no targets, an entry without ``stage``, or a stage pattern that
+            matches none of the family's stages (the message lists them).
+    """
+    from audioparity.family import concrete
+
+    if not targets:
+        raise AudioparityError("precision: no targets: give gate entries on the stages the "
+                               "recipe must meet (--targets)")
+    names = [concrete(stage.name, 0) for stage in spec.stages]
+    for target in targets:
+        pattern = target.get("stage") if isinstance(target, Mapping) else None
+        if not isinstance(pattern, str):
+            raise AudioparityError(f"precision: target {target!r}: expected a gate entry with a "
+                                   "stage")
+        if not any(_matches(pattern, name) for name in names):
+            raise AudioparityError(f"precision: target stage {pattern!r} matches no stage of "
+                                   f"{spec.name} ({', '.join(s.name for s in spec.stages)})")
 
 
 def _matches(pattern: str, name: str) -> bool:

@@ -381,7 +381,8 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = (),
         ggml dump's manifest notes them alike), each weight's type and block hashes.
 
     Raises:
-        AudioparityError: ``weight_type`` is not emulated, or an LSTM with a projection.
+        AudioparityError: ``weight_type`` is not emulated, a recipe override that names no
+            matmul weight of the model, or an LSTM with a projection.
     """
     recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
     if recipe.base not in EMULATED_TYPES:
@@ -390,6 +391,10 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = (),
     emulation = _Emulation(recipe, prefix)
     try:
         emulation.apply(model, keep)
+        unused = sorted(set(recipe.overrides) - set(emulation.stored.types))
+        if unused:
+            raise AudioparityError(f"recipe {recipe.weight_type}: {unused[0]} is no matmul weight "
+                                   f"of this model ({len(unused)} override(s) name none)")
         yield emulation.stored
     finally:
         emulation.restore()

@@ -127,20 +127,28 @@ REFUSED = [
      "(none)"),
     (bad(weight_types=["q4_0+mine"], recipes={"mine": {"file": "no/such.json"}}),
      "config parakeet_tdt.recipes 'mine': no/such.json does not exist"),
+    (bad(weight_types=["q4_0+r"], recipes={"r": {"targets": [{"stage": "nope"}]}}),
+     "config parakeet_tdt.recipes 'r': precision: target stage 'nope' matches no stage of "
+     "parakeet_tdt"),
+    (bad(weight_types=["q4_0+mine"], recipes={"mine": {"file": "resources/README.md"}}),
+     "recipe resources/README.md: unreadable"),
 ]
 
 
-def test_a_recipe_weight_type_is_emulated_and_names_its_file():
-    """q4_0+recipe is searched by rule precision per model; a recipe of the user's is its file;
-    both are quantization-aware cells, and the wildcard constraint admits them."""
+def test_a_recipe_weight_type_is_emulated_and_names_its_file(tmp_path):
+    """q4_0+recipe is searched by rule precision per model; a recipe of the user's is its file,
+    read when the sweep is planned; both are quantization-aware cells, and the wildcard
+    constraint admits them."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"base": "q4_K", "overrides": {}}))
+    targets = [{"stage": "decode", "wer_max": 0.0}]
     plan = sweep(config(weight_types=["f32", "q4_0", "q4_0+recipe", "q4_K+mine"],
-                        recipes={"recipe": {"targets": []},
-                                 "mine": {"file": "config/config.yaml"}}))
+                        recipes={"recipe": {"targets": targets}, "mine": {"file": str(mine)}}))
     family = plan.families["parakeet_tdt"]
     assert family.emulated == ["q4_0", "q4_0+recipe", "q4_K+mine"]
     assert family.recipe_file("tiny", "q4_0+recipe") == (
         "results/precision/parakeet_tdt/tiny/q4_0+recipe.json")
-    assert family.recipe_file("tiny", "q4_K+mine") == "config/config.yaml"
+    assert family.recipe_file("tiny", "q4_K+mine") == str(mine)
     assert family.recipe_file("tiny", "q4_0") is None
     assert re.fullmatch(plan.constraints()["weight_type"], "q4_0+recipe")
 

@@ -82,15 +82,28 @@ def _recipe_name(text: str) -> str:
     return text
 
 
+def _recipe_file(text: str) -> str:
+    """An argparse type: ``<type>+<name>=FILE``."""
+    weight_type, separator, path = text.partition("=")
+    if not separator or RECIPE_SEPARATOR not in weight_type or not path:
+        raise argparse.ArgumentTypeError(f"--recipe {text!r}: expected <type>+<name>=FILE")
+    return text
+
+
 def _add_recipe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", action="append", default=[], metavar="TYPE+NAME=FILE",
+                        type=_recipe_file,
                         help="the file of the recipe weight type <type>+<name> "
                         "(audioparity precision writes one); repeatable")
 
 
-def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str) -> None:
-    """The family's options the command of ``side`` takes (:meth:`FamilySpec.options_for`)."""
+def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str,
+                 skip: tuple = ()) -> None:
+    """The family's options the command of ``side`` takes (:meth:`FamilySpec.options_for`),
+    but those of ``skip`` (already added for another side)."""
     for option in spec.options_for(side):
+        if option in skip:
+            continue
         if isinstance(option.default, bool):
             parser.add_argument(option.flag, action="store_true", help=option.help)
         else:
@@ -225,10 +238,11 @@ def _precision_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--name", default="recipe", type=_recipe_name,
                    help="the recipe's name: its weight type is <type>+<name> (default recipe)")
     p.add_argument("--output", required=True, type=Path, help="the recipe (.json) to write")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="threads of torch and of the port")
     p.add_argument("--work-dir", type=Path, help="keep the trials' dumps here (default: a "
                    "temporary folder, removed)")
     _add_options(p, spec, "reference")
+    _add_options(p, spec, "ggml", skip=spec.options_for("reference"))
     p.set_defaults(spec=spec, run=precision)
 
 

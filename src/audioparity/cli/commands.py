@@ -28,7 +28,10 @@ def _load_gates(text: str, flag: str = "--gates") -> Any:
         AudioparityError: neither (the flag named).
     """
     if text.lstrip().startswith(("{", "[")):
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise AudioparityError(f"{flag} {text[:60]!r}: not JSON ({err})") from None
     path = Path(text)
     if not path.is_file():
         raise AudioparityError(f"{flag} {text}: neither JSON nor a file")
@@ -36,7 +39,10 @@ def _load_gates(text: str, flag: str = "--gates") -> Any:
         import yaml
 
         return yaml.safe_load(path.read_text())
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise AudioparityError(f"{flag} {path}: not JSON ({err})") from None
 
 
 def _json_object(text: str, flag: str) -> dict:
@@ -128,8 +134,8 @@ def precision(args: argparse.Namespace) -> None:
         raise AudioparityError(f"--targets {args.targets}: expected a list of gate entries")
     document = find_recipe(_family(args), args.model, args.inputs, weight_type=args.weight_type,
                            wide=args.wide, targets=targets, options=_options(args, "reference"),
-                           ggml_options={}, name=args.name, threads=args.threads,
-                           workdir=args.work_dir)
+                           ggml_options=_options(args, "ggml"), name=args.name,
+                           threads=args.threads, workdir=args.work_dir)
     write_recipe(document, args.output)
     bits = document["bits_per_weight"]
     print(f"{args.output}: {len(document['overrides'])} weight(s) kept {args.wide}; "

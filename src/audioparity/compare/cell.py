@@ -602,13 +602,14 @@ def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike
         AudioparityError: an unreadable dump.
     """
     candidate_path = Path(candidate_dir)
+    reference = Dump(reference_dir)
     cell = Cell(
-        reference=Dump(reference_dir),
+        reference=reference,
         candidate=Dump(candidate_path) if candidate_path.exists() else None,
         candidate_path=candidate_path,
         replay=Dump(replay_dir) if replay_dir is not None else None,
         cost=Dump(cost_dir) if cost_dir is not None else None,
-        family=labels.get("family"),
+        family=labels.get("family") or reference.manifest.get("family"),
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
     )

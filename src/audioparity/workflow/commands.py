@@ -165,7 +165,8 @@ class Commands:
                        "--weight-type", base, "--wide", entry.get("wide", "q8_0"),
                        "--targets", as_json(entry["targets"]), "--name", name,
                        "--output", output[0], "--threads", str(threads),
-                       *(arg for option in plan.spec.options_for("reference")
+                       *(arg for option in dict.fromkeys((*plan.spec.options_for("reference"),
+                                                          *plan.spec.options_for("ggml")))
                          for arg in option.argv(options[option.name]))])
 
     # -- a candidate's dump, a drill-down -----------------------------------------------------

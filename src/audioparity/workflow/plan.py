@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
 from audioparity.family import Family, FamilySpec
-from audioparity.storage import EMULATED_TYPES
+from audioparity.precision import check_targets
+from audioparity.storage import EMULATED_TYPES, read_recipe
 from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
@@ -155,6 +156,15 @@ def _check_recipes(plan: FamilyPlan) -> None:
         if "file" in entry and not os.path.isfile(entry["file"]):
             raise AudioparityError(f"config {family}.recipes {name!r}: {entry['file']} does not "
                                    "exist (audioparity precision writes one)")
+        if "targets" in entry:
+            try:
+                check_targets(plan.spec, entry["targets"])
+            except AudioparityError as err:
+                raise AudioparityError(f"config {family}.recipes {name!r}: {err}") from None
+    for weight_type in plan.section["weight_types"]:
+        base, _, name = weight_type.partition(RECIPE_SEPARATOR)
+        if name and "file" in recipes[name]:
+            read_recipe(Path(recipes[name]["file"]), weight_type)
 
 
 def _check_families(config: dict, known: Mapping[str, Family]) -> dict[str, Family]:
