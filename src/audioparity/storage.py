@@ -352,8 +352,9 @@ class StoredWeights:
     hashes: dict[str, np.ndarray] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
-        """The manifest's part: ``types`` and one hash per weight (:func:`tensor_hash`)."""
-        return {"types": dict(self.types),
+        """The manifest's part: ``tensor_types`` (weight -> storage type) and one hash per
+        weight (``hashes``, :func:`tensor_hash`)."""
+        return {"tensor_types": dict(self.types),
                 "hashes": {name: tensor_hash(h) for name, h in self.hashes.items()}}
 
 

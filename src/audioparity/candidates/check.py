@@ -27,6 +27,7 @@ from audioparity.candidates.registry import load_adapter
 from audioparity.driver import MARGINS
 from audioparity.errors import AudioparityError
 from audioparity.family import LAYER, FamilySpec, Stage
+from audioparity.storage import BLOCK_HASHES
 from audioparity.vocabulary import DUMP_STATUSES
 
 #: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
@@ -34,8 +35,9 @@ FLOAT = "float32"
 #: Where our dump of a third-party candidate keeps the tool's own files (``candidate run``).
 RAW = "raw"
 #: Files besides the contract's that a dump directory may hold: Snakemake's marker of a
-#: directory output.
-ALLOWED = (".snakemake_timestamp",)
+#: directory output, and the block hashes of the weights it stored
+#: (:data:`~audioparity.storage.BLOCK_HASHES`).
+ALLOWED = (".snakemake_timestamp", BLOCK_HASHES)
 #: What ``candidate run`` adds to a tool's raw folder: its stdout, its stderr, and the files
 #: ``prepare`` writes for it.
 RUNNER_FILES = ("stdout.txt", "stderr.txt", "inputs")

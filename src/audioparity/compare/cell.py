@@ -533,7 +533,7 @@ def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
     if not differ:
         return None
     name = differ[0]
-    ref_type, cand_type = (store.get("types", {}).get(name) for store in stores)
+    ref_type, cand_type = (store.get("tensor_types", {}).get(name) for store in stores)
     if ref_type != cand_type:
         where = f"stored as {cand_type}, the reference's as {ref_type}"
     else:
