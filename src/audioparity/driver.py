@@ -32,6 +32,7 @@ from audioparity.family import (
 )
 from audioparity.provenance import model_record
 from audioparity.storage import (
+    EMULATED_TYPES,
     Recipe,
     StoredWeights,
     block_hashes,
@@ -42,6 +43,7 @@ from audioparity.storage import (
     type_name,
 )
 from audioparity.threads import torch_threads
+from audioparity.vocabulary import RECIPE_SEPARATOR
 
 log = logging.getLogger("audioparity")
 
@@ -382,7 +384,9 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
             with writer.timed("load"):
                 weights, record = upload_weights(family, runtime, model, config, weight_type,
                                                  options, weights_file)
-                stored = stored_weights(weights)
+                # what a quantization-aware reference stored too: its stored_weights row
+                stored = (stored_weights(weights) if type_name(weight_type).partition(
+                    RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
                 writer.add_storage({**record, **stored.record()}, stored.hashes)
             write_outputs(writer, family, heads, family.ggml(runtime, weights, case, reference))
         forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
