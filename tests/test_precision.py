@@ -15,8 +15,9 @@ import torch
 
 from audioparity.errors import AudioparityError
 from audioparity.precision import Trial, bisect, sensitivities
-from audioparity.storage import Recipe, matmul_input, read_recipe, stored
+from audioparity.storage import Recipe, read_recipe, stored
 from tests import RESOURCES
+from tests.test_storage import _emulated_product
 
 
 class KnownSearch:
@@ -60,20 +61,22 @@ def test_targets_no_recipe_meets_are_refused_in_one_line():
         bisect(search, RANKED)
 
 
-def test_sensitivity_is_the_matmuls_nmse_on_the_inputs_it_was_fed():
-    """A Linear's sensitivity equals float64 NMSE of its q4_0 product on the captured input;
-    a weight two modules share is measured once, under the first module's name."""
+@pytest.mark.parametrize("storage", ["q4_0", "q4_1"])
+def test_sensitivity_is_the_matmuls_nmse_on_the_inputs_it_was_fed(storage: str):
+    """A Linear's sensitivity equals float64 NMSE of its product as ggml computes it (q4_1: with
+    the min term of its q8_1 input) on the captured input; a weight two modules share is
+    measured once, under the first module's name."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 64, bias=False))
     tied = torch.nn.Linear(32, 64, bias=False)
     tied.weight = net[1].weight
     model = torch.nn.ModuleDict({"net": net, "tied": tied}).requires_grad_(False)
     x = torch.randn(10, 64)
-    found = sensitivities(model, lambda: model["tied"](model["net"][0](x)) + net(x), "q4_0")
+    found = sensitivities(model, lambda: model["tied"](model["net"][0](x)) + net(x), storage)
     assert set(found) == {"net.0.weight", "net.1.weight"}
     w = net[0].weight.numpy()
     exact = x.double().numpy() @ w.astype(np.float64).T
-    quantized = matmul_input(x.numpy(), "q4_0").astype(np.float64) @ stored(w, "q4_0").T
+    quantized = _emulated_product(x.numpy(), stored(w, storage), storage)
     expected = float(np.sum((quantized - exact) ** 2) / np.sum(exact ** 2))
     assert found["net.0.weight"] == pytest.approx(expected, rel=1e-9)
 

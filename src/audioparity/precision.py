@@ -33,6 +33,8 @@ from audioparity.storage import (
     emulating,
     matmul_input,
     matmul_modules,
+    min_term,
+    storage_or_fallback,
     storage_record,
     stored,
 )
@@ -112,36 +114,31 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
                 if x is not None and param.endswith("_l0"):
                     half = mod.input_size if param.startswith("weight_ih") else None
                     part = x[:, :half] if half is not None else x[:, mod.input_size:]
-                    found[f"{name}.{param}"] = _matmul_nmse(part, w, weight_type)
+                    found[f"{name}.{param}"] = _weight_nmse(w, weight_type, part)
                 else:
-                    found[f"{name}.{param}"] = _nmse(_stored_or_nan(w, weight_type), w)
+                    found[f"{name}.{param}"] = _weight_nmse(w, weight_type)
             continue
         w = mod.weight.detach().numpy()
         w = w.reshape(w.shape[0], -1)
-        if kind == "embedding" or x is None:
-            found[f"{name}.weight"] = _nmse(_stored_or_nan(w, weight_type), w)
-        else:
-            found[f"{name}.weight"] = _matmul_nmse(x, w, weight_type)
+        found[f"{name}.weight"] = _weight_nmse(w, weight_type,
+                                               None if kind == "embedding" else x)
     named = {name.removeprefix(prefix): value for name, value in found.items()}
     return dict(sorted(named.items(), key=lambda item: -item[1]))
 
 
-def _stored_or_nan(w: np.ndarray, weight_type: str) -> np.ndarray:
-    """``w`` stored as ``weight_type``, or as its fallback where the type cannot hold its rows
-    (:func:`~audioparity.storage.storage_or_fallback`)."""
-    from audioparity.storage import storage_or_fallback
-
-    return stored(w, storage_or_fallback("w", weight_type, w.shape, []))
-
-
-def _matmul_nmse(x: np.ndarray, w: np.ndarray, weight_type: str) -> float:
-    """NMSE of ``x @ w.T`` computed as ggml does at ``weight_type`` against float64."""
-    from audioparity.storage import storage_or_fallback
-
+def _weight_nmse(w: np.ndarray, weight_type: str, x: np.ndarray | None = None) -> float:
+    """NMSE of weight ``w`` ``[out, K]`` stored as ``weight_type`` (or its fallback,
+    :func:`~audioparity.storage.storage_or_fallback`) against float64: of ``x @ w.T`` as ggml's
+    CPU computes it (input rounded, q8_1's :func:`~audioparity.storage.min_term` added) where
+    its inputs ``x`` are known, else of the stored values themselves."""
     storage = storage_or_fallback("w", weight_type, w.shape, [])
+    w_stored = stored(w, storage)
+    if x is None:
+        return _nmse(w_stored, w)
     exact = x.astype(np.float64) @ w.astype(np.float64).T
-    quantized = matmul_input(x, storage).astype(np.float64) @ stored(w, storage).T
-    return _nmse(quantized, exact)
+    quantized = matmul_input(x, storage).astype(np.float64) @ w_stored.T
+    term = min_term(x, w_stored, storage)
+    return _nmse(quantized if term is None else quantized + term, exact)
 
 
 def _nmse(a: np.ndarray, b: np.ndarray) -> float:

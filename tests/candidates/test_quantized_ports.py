@@ -262,6 +262,15 @@ def check_gguf_size(path: Path, tensors) -> None:
     assert sizes <= data < sizes + 32 * len(tensors)
 
 
+def stored_file(adapter, folder: Path, options: dict, kind: str) -> tuple[dict, dict, list]:
+    """The tensors of the port's model file at ``kind`` (its size checked against them), and
+    the storage record and notes the cell takes from it."""
+    path = adapter.model_file(folder, options, kind)
+    tensors = gguf_types(path)
+    check_gguf_size(path, tensors)
+    return (tensors, *model_storage(adapter, folder, options, kind))
+
+
 @pytest.fixture(scope="module")
 def transcribe(tmp_path_factory):
     adapter = built("transcribe_cpp")
@@ -274,10 +283,7 @@ def test_transcribe_stores_the_trained_parakeet_at_q4_0_and_q4_k_as_its_presets_
     adapter, folder, printed = transcribe
     options = adapter.check_options({}, "options")
     for kind in ("q4_0", "q4_K"):
-        path = adapter.model_file(folder, options, kind)
-        tensors = gguf_types(path)
-        check_gguf_size(path, tensors)
-        record, notes = model_storage(adapter, folder, options, kind)
+        tensors, record, notes = stored_file(adapter, folder, options, kind)
         # its own summary of the output: "  q4_0        27        1.9"
         summary = printed[kind].split("output tensor types:")[1].split("processed:")[0]
         told = {m[1]: int(m[2]) for m in re.finditer(r"^\s+(\w+)\s+(\d+)\s+[\d.]+$", summary,
@@ -379,10 +385,7 @@ def test_llama_quantize_stores_the_moss_fixture_uniformly_and_its_fallbacks_are_
     adapter, folder, printed = llama
     options = adapter.check_options({}, "options")
     for kind in ("q4_0", "q4_K"):
-        path = adapter.model_file(folder, options, kind)
-        tensors = gguf_types(path)
-        check_gguf_size(path, tensors)
-        record, notes = model_storage(adapter, folder, options, kind)
+        tensors, record, notes = stored_file(adapter, folder, options, kind)
         assert record["bits_per_weight"] == bits_per_weight(tensors.values()) and notes == []
         matmul = {name: kind_ for name, (kind_, shape) in tensors.items() if len(shape) == 2}
         assert len(matmul) == 16 and record["types"] == {"f32": 9, kind if kind == "q4_0"
