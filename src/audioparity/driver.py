@@ -20,6 +20,7 @@ from audioparity.artifacts import Dump, DumpWriter
 from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
+    IMPLEMENTATION,
     MATMUL,
     Case,
     Family,
@@ -195,7 +196,7 @@ def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
     float32, or within :func:`~audioparity.storage.emulating`, whose ``stored`` weights the
     dump records) dumped into ``output_dir``."""
     start = time.perf_counter()
-    with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
+    with DumpWriter(output_dir, producer=case.options[IMPLEMENTATION], model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
                     versions=family.reference_versions) as writer:
         if stored is not None and stored.types:
@@ -417,7 +418,7 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
               **({"emulates": {"weight_type": type_name(emulate), "backend": "cpu"}}
                  if emulate else {}),
               **options, **family.manifest_fields(config, options)}
-    with DumpWriter(output_dir, producer=family.reference_producer, model=case.model,
+    with DumpWriter(output_dir, producer=options[IMPLEMENTATION], model=case.model,
                     inputs={spec.input: case.path, "candidate": candidate.path}, fields=fields,
                     versions=family.reference_versions) as writer:
         if candidate.status != "ok":

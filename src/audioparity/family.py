@@ -29,6 +29,9 @@ WEIGHTS = "weights"
 #: The side that replays a candidate's blocks in the reference (``Family.replay``).
 REPLAY = "replay"
 
+#: The reference side's option naming its implementation (:attr:`FamilySpec.implementation`).
+IMPLEMENTATION = "implementation"
+
 #: What :meth:`Family.weight_kind` returns for a tensor stored in the cell's weight type
 #: (``native``: the checkpoint's dtype), and for one always stored in float32. Any other kind
 #: is the name of a family option whose value is the storage type (``conv_weight_type``).
@@ -207,6 +210,9 @@ class FamilySpec:
             its teacher-forced stages.
         converts_weights: the ggml dumps map the model's weights converted once per weight
             type (:data:`WEIGHTS`).
+        references: the reference implementations the family can dump with (a config
+            ``references`` entry's ``implementation``, the reference dump's ``producer``), the
+            default primary first.
     """
 
     name: str
@@ -219,8 +225,11 @@ class FamilySpec:
     fixture_model: str = ""
     ggml_reads_reference: bool = False
     converts_weights: bool = True
+    references: tuple[str, ...] = ("torch",)
 
     def __post_init__(self) -> None:
+        if not self.references:
+            raise ValueError(f"family {self.name!r}: no reference implementation")
         if self.input not in INPUT_KINDS:
             raise ValueError(f"family {self.name!r}: input {self.input!r}; expected one of "
                              f"{', '.join(INPUT_KINDS)}")
@@ -235,9 +244,20 @@ class FamilySpec:
         """Whether a stage has a replayed form (the family implements :meth:`Family.replay`)."""
         return any(stage.replayed for stage in self.stages)
 
+    @property
+    def implementation(self) -> Option:
+        """The option that picks the reference implementation (``--implementation``): every
+        reference-side command takes it; the workflow sets it from a ``references`` entry, so
+        the family's config ``options`` do not."""
+        return Option(IMPLEMENTATION, self.references[0], "the reference implementation (a "
+                      "config references entry's implementation)", sides=("reference",),
+                      choices=self.references)
+
     def options_for(self, side: str) -> tuple[Option, ...]:
-        """The options the command of ``side`` takes."""
-        return tuple(option for option in self.options if side in option.sides)
+        """The options the command of ``side`` takes (the reference side's
+        :attr:`implementation` last)."""
+        found = tuple(option for option in self.options if side in option.sides)
+        return (*found, self.implementation) if side == "reference" else found
 
     def options_schema(self, fixture: bool = False) -> dict[str, Any]:
         """The JSON Schema of the config's ``options`` object of the family (the options of its
@@ -415,9 +435,8 @@ class Family:
 
     #: The table: stages, options, input kind (:class:`FamilySpec`).
     spec: ClassVar[FamilySpec]
-    #: The reference dump's producer (``nemo``, ``torch``) and the distributions whose versions
-    #: its manifest records.
-    reference_producer: ClassVar[str] = "torch"
+    #: The distributions whose versions a reference dump's manifest records (those of every
+    #: implementation: one not installed is recorded as such).
     reference_versions: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     #: The distributions whose versions a ggml dump's manifest records.
     ggml_versions: ClassVar[tuple[str, ...]] = ("ggml-python",)
@@ -474,7 +493,10 @@ class Family:
         """
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        """Import the reference library and load the model once for every case."""
+        """Import the reference library of ``options["implementation"]`` (one of
+        :attr:`FamilySpec.references`) and load the model once for every case; what
+        :meth:`reference` and :meth:`replay` then take. A stage an implementation cannot
+        dump is yielded as :class:`Skipped` with why, never left out silently."""
         raise NotImplementedError
 
     def reference_module(self, loaded: Any) -> Any:

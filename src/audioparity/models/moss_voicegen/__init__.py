@@ -62,8 +62,8 @@ class MossVoicegen(Family):
             Option("remote_code", False, "ship checkpoint-style modeling code (auto_map), "
                    "loaded with trust_remote_code like the real checkpoint", sides=("fixture",)),
         ),
+        references=("remote_code", "transformers"),
     )
-    reference_producer = "torch"
     reference_versions = ("torch", "transformers", "tokenizers")
     ggml_versions = ("ggml_python", "tokenizers")
 

@@ -92,9 +92,9 @@ class ParakeetTdt(Family):
         options=_OPTIONS,
         fixture_model="model.nemo",
         ggml_reads_reference=True,
+        references=("nemo", "transformers"),
     )
-    reference_producer = "nemo"
-    reference_versions = ("torch", "nemo_toolkit")
+    reference_versions = ("torch", "nemo_toolkit", "transformers")
 
     def config(self, model: Path) -> Any:
         from audioparity.models.parakeet_tdt.config import load_config

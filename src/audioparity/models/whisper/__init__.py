@@ -70,6 +70,7 @@ class Whisper(Family):
                    sides=("reference", "ggml"), choices=("transcribe", "translate")),
         ),
         ggml_reads_reference=True,
+        references=("transformers", "openai_whisper"),
     )
     reference_keeps = ("model.encoder.embed_positions", "model.decoder.embed_positions")
     reference_prefix = "model."
