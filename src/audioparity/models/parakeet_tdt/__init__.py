@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from audioparity.errors import AudioparityError
 from audioparity.family import (
+    IMPLEMENTATION,
     Case,
     CheckpointWeights,
     Family,
@@ -126,23 +128,39 @@ class ParakeetTdt(Family):
                         emulates: bool) -> None:
         from audioparity.models.parakeet_tdt.reference import check_inputs
 
-        check_inputs(model, config, cases, emulates)
+        implementation = cases[0].options.get(IMPLEMENTATION) if cases else None
+        check_inputs(model, config, cases, emulates, implementation or self.spec.references[0])
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
+        if options.get(IMPLEMENTATION) == "transformers":
+            from audioparity.models.parakeet_tdt.transformers_reference import load_model
+
+            return load_model(model, config)
         import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
 
         from audioparity.models.parakeet_tdt.reference import restore_model
 
         return restore_model(model)
 
-    def reference(self, loaded: Any, case: Case) -> Outputs:
-        from audioparity.models.parakeet_tdt.reference import stages
+    def reference_module(self, loaded: Any) -> Any:
+        from audioparity.models.parakeet_tdt.transformers_reference import TransformersParakeet
 
-        return stages(loaded, case)
+        return loaded.module if isinstance(loaded, TransformersParakeet) else loaded
+
+    def reference(self, loaded: Any, case: Case) -> Outputs:
+        from audioparity.models.parakeet_tdt import reference, transformers_reference
+
+        if isinstance(loaded, transformers_reference.TransformersParakeet):
+            return transformers_reference.stages(loaded, case)
+        return reference.stages(loaded, case)
 
     def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
         from audioparity.models.parakeet_tdt.replay import stages
+        from audioparity.models.parakeet_tdt.transformers_reference import TransformersParakeet
 
+        if isinstance(loaded, TransformersParakeet):
+            raise AudioparityError("replay parakeet-tdt: replaying needs the nemo implementation "
+                                   "(--implementation nemo)")
         return stages(loaded, case, candidate)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:

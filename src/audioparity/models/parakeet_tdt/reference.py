@@ -358,18 +358,24 @@ def _int_list(values: Any) -> list[int]:
 
 
 def check_inputs(model: Path, config: ParakeetTDTConfig, cases: Sequence[Case],
-                 emulates: bool) -> None:
-    """What the reference refuses before NeMo is imported, after the config and the cases
-    (read as the ggml side reads them): a model directory (NeMo restores ``.nemo`` files only),
-    a case whose attention would not fit the memory (:func:`check_attention_memory`), and the
-    checkpoint's tensors (:func:`~.checkpoint.check_weights`: present, shaped as the config
-    says, finite), the ggml side's checks with its messages.
+                 emulates: bool, implementation: str = "nemo") -> None:
+    """What the reference refuses before NeMo or transformers is imported, after the config and
+    the cases (read as the ggml side reads them): under ``nemo`` a model directory (NeMo
+    restores ``.nemo`` files only), under ``transformers`` what it cannot express
+    (:func:`~.transformers_reference.check_convertible`), a case whose attention would not fit
+    the memory (:func:`check_attention_memory`), and the checkpoint's tensors
+    (:func:`~.checkpoint.check_weights`: present, shaped as the config says, finite), the ggml
+    side's checks with its messages.
 
     Raises:
         AudioparityError: one line naming the model or the case.
     """
     model = Path(model)
-    if model.is_dir():
+    if implementation == "transformers":
+        from audioparity.models.parakeet_tdt.transformers_reference import check_convertible
+
+        check_convertible(config, model)
+    elif model.is_dir():
         raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
     for case in cases:
         n_mel = case.data.samples.size // config.preprocessor.hop_length  # valid mel frames
