@@ -1,6 +1,7 @@
 # make setup: the virtual environment (torch pinned and first, then the rest); idempotent.
 # make run:   the default sweep (results/report/index.html).   make test: the test suite.
 # make ports: the third-party ports (transcribe.cpp, whisper.cpp, llama.cpp, openmoss), built once into a cache.
+# make environments: the reference environments the configs name (NeMo 2.4.1), built once into a cache.
 # make setup-vulkan, make setup-cuda: ggml-python rebuilt with that backend (docs/backends.md).
 PYTHON ?= python3
 VENV ?= .venv
@@ -20,7 +21,7 @@ VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
 VULKAN_PATCH := setup/patches/ggml-python-vulkan-headers.patch
 CUDA_ARCHITECTURES ?= native
 
-.PHONY: setup run test lint clean ports setup-vulkan setup-cuda check
+.PHONY: setup run test lint clean ports environments setup-vulkan setup-cuda check
 
 setup: $(STAMP)
 
@@ -64,7 +65,7 @@ $(CUDA_STAMP): $(STAMP) setup/ggml-python.sh
 # incomplete markers: unlock when a lock is there, and rerun what was incomplete. Do not start
 # two runs in one checkout at once. A failed job's log is printed, so its one error line shows
 # without opening logs/.
-run: setup
+run: setup environments
 	if ls .snakemake/locks/* >/dev/null 2>&1; then \
 		$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1; fi
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)
@@ -72,7 +73,7 @@ run: setup
 # The ports are built first when their snapshots are there (PORTS_SOURCE), and the tests that
 # run them then fail, not skip, without them (AUDIOPARITY_REQUIRE_PORTS); a checkout without
 # the snapshots runs every other test and says so.
-test: setup
+test: setup environments
 	if [ -d "$(PORTS_SOURCE)" ]; then $(MAKE) --no-print-directory ports || exit 1; require=1; \
 	else echo "make test: no $(PORTS_SOURCE): the tests of the third-party ports will skip" \
 		"(PORTS_SOURCE=<folder of the port snapshots>)" >&2; require=; fi; \
@@ -88,6 +89,16 @@ ports: setup
 	$(BIN)/audioparity ports --source $(PORTS_SOURCE) --cache $(PORTS_CACHE) --jobs $(CORES) \
 		$(if $(wildcard $(VULKAN_STAMP)),--vulkan)
 	ln -sfn $(PORTS_CACHE) .ports
+
+# The reference environments of the configs (their `environments`: another version of a
+# reference's library), each a venv layered on this one, built once into ENVIRONMENTS_CACHE and
+# reused while its packages and this venv stay; .environments links to it (the workflow runs
+# .environments/<name>/bin/python). docs/references.md.
+ENVIRONMENTS_CACHE ?= $(HOME)/.cache/audioparity/environments
+environments: setup
+	$(BIN)/audioparity environments --cache $(ENVIRONMENTS_CACHE) config/config.yaml \
+		config/examples/*.yaml
+	ln -sfn $(ENVIRONMENTS_CACHE) .environments
 
 # Exit 1 when a cell of the last sweep fails, crashed or went missing against the reference
 # without a declared expected failure, printing each such cell's culprit (for a user's CI).

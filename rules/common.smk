@@ -16,7 +16,12 @@ from audioparity.errors import AudioparityError
 from audioparity.families import registered
 from audioparity.workflow import paths, start
 from audioparity.workflow.outcome import outcome
-from audioparity.workflow.plan import BASELINE_BACKEND, check_keys
+from audioparity.workflow.plan import (
+    BASELINE_BACKEND,
+    REFERENCE_BACKEND,
+    REFERENCE_WEIGHT_TYPE,
+    check_keys,
+)
 
 try:
     check_keys(config, registered())
@@ -97,6 +102,12 @@ def ggml_inputs(wildcards):
 def compare_inputs(wildcards):
     """A compare: the reference, the candidate's dump, its replay, the code, the cost's digest."""
     return {**reference_of(wildcards), **JOBS.compare_inputs(wildcards)}
+
+
+@_named_once
+def reference_compare_inputs(wildcards):
+    """Another reference against the primary: the primary's dump of the case, the other's."""
+    return {**reference_of(wildcards), **JOBS.reference_compare_inputs(wildcards)}
 
 
 @_named_once

@@ -27,6 +27,32 @@ rule compare_cell:
         " {params.replay} {params.cost} {params.known_text} --output {output:q} 2> {log}"
 
 
+# Another reference against the primary on one case, stage by stage, with the family's
+# float32 gates and the reference's declared differences as expected failures: where the
+# references themselves disagree, and by how much (docs/references.md).
+rule compare_reference:
+    input:
+        unpack(reference_compare_inputs),
+    output:
+        paths.COMPARE_REFERENCE,
+    params:
+        reference=JOBS.f32_reference_case,
+        gates=COMMANDS.reference_gates,
+        primary=JOBS.primary_name,
+        known_text=COMMANDS.known_text_flag,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        paths.log("compare_reference", "{family}/{model}/{reference}/{case}"),
+    shell:
+        "audioparity compare --reference {params.reference:q}"
+        " --candidate {input.other:q}/{wildcards.case} --gates {params.gates:q}"
+        " --label family={wildcards.family} --label model={wildcards.model}"
+        " --label case={wildcards.case} --label candidate={wildcards.reference}"
+        f" --label backend={REFERENCE_BACKEND} --label weight_type={REFERENCE_WEIGHT_TYPE}"
+        " --label against={params.primary} {params.known_text} --output {output:q} 2> {log}"
+
+
 # Each backend other than the baseline (cpu) against the baseline, stage by stage, for the same
 # candidate and weight type: "this backend computes it differently" apart from "the port is
 # wrong". The gates are the cell's own; declared failures name `against: cpu`.

@@ -72,3 +72,27 @@ rule reference_replay:
         "audioparity replay {params.family} --model {params.model:q} {params.flag} {input.case:q}"
         " --candidate-dir {input.candidate:q} --output-dir {output:q} --threads {threads}"
         " {params.emulate} 2> {log}"
+
+
+# Every other reference of a model (config references, after the primary), on every case, in
+# float32: the family's implementation it names, run by its environment's interpreter where it
+# names one (make environments; docs/references.md). Each case's dump is compared with the
+# primary's, stage by stage (rule compare_reference): the spread between references.
+rule reference_other:
+    input:
+        unpack(JOBS.other_reference_inputs),
+    output:
+        directory(paths.OTHER_REFERENCE),
+    params:
+        command=COMMANDS.other_reference_command,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        paths.log("reference_other", "{family}/{model}/{reference}"),
+    benchmark:
+        paths.benchmark("reference_other", "{family}/{model}/{reference}")
+    threads: 1
+    resources:
+        mem_mb=memory_mb("reference"),
+    shell:
+        "{params.command} 2> {log}"

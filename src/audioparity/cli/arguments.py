@@ -18,6 +18,7 @@ from audioparity.cli.commands import (
     digest,
     doctor,
     drilldown,
+    environments,
     export,
     fixture,
     ggml,
@@ -401,7 +402,8 @@ def _dump_file_commands(sub) -> None:
 
 
 def _machine_commands(sub) -> None:
-    """``ports``, ``doctor`` and ``repro``: what this machine builds and runs."""
+    """``ports``, ``environments``, ``doctor`` and ``repro``: what this machine builds and
+    runs."""
     p = sub.add_parser("ports", help="build the third-party ports from their snapshots")
     p.add_argument("--source", required=True, type=Path, help="folder of .tar.gz snapshots")
     p.add_argument("--cache", required=True, type=Path, help="where the builds stay")
@@ -409,6 +411,12 @@ def _machine_commands(sub) -> None:
     p.add_argument("--vulkan", action="store_true",
                    help="also the Vulkan build of each port that has one (make setup-vulkan)")
     p.set_defaults(run=ports)
+    p = sub.add_parser("environments", help="build the reference environments the configs name "
+                       "(docs/references.md)")
+    p.add_argument("configs", nargs="+", type=Path, metavar="CONFIG",
+                   help="sweep configs (YAML) whose `environments` to build")
+    p.add_argument("--cache", required=True, type=Path, help="where the environments stay")
+    p.set_defaults(run=environments)
     p = sub.add_parser("doctor", help="which backends are built in, their devices, library "
                        "versions")
     p.add_argument("--backend", type=_value("backend", choices=BACKENDS),

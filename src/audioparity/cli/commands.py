@@ -273,6 +273,29 @@ def ports(args: argparse.Namespace) -> None:
         print(f"{name}: {tree}")
 
 
+def environments(args: argparse.Namespace) -> None:
+    """Build the union of the configs' ``environments``; one name given two package lists is
+    refused."""
+    import yaml
+
+    from audioparity.environments import build_all
+
+    wanted: dict[str, dict] = {}
+    for path in args.configs:
+        try:
+            config = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise AudioparityError(f"{path}: cannot read it as YAML ({err})") from None
+        for name, entry in (config.get("environments") or {}).items():
+            if name in wanted and wanted[name] != entry:
+                raise AudioparityError(f"{path}: environment {name!r} is defined otherwise in "
+                                       "another config; give it another name")
+            wanted[name] = entry
+    build_all(wanted, args.cache)
+    for name in wanted:
+        print(f"{name}: {args.cache / name}")
+
+
 def digest(args: argparse.Namespace) -> None:
     from audioparity.artifacts import write_digest
 

@@ -234,11 +234,13 @@ def conventions(dump: Dump, stage: str) -> dict[str, Any]:
 def not_exposed(dump: Dump, family: str | None, stage: str) -> str | None:
     """Why a candidate dump has no ``stage``, when its adapter declared that the candidate does
     not expose it (manifest ``not_exposed``: ``{stage of the family's spec: why}``, e.g. a port
-    that prints only its decode); None otherwise."""
+    that prints only its decode), or a reference implementation skipped it (manifest
+    ``skipped``, :class:`~audioparity.family.Skipped`); None otherwise."""
     known = registered().get(family or "")
     located = known.spec.locate(stage) if known is not None else None
     name = located.stage.name if located is not None else stage
-    return dump.manifest.get("not_exposed", {}).get(name)
+    return (dump.manifest.get("not_exposed", {}).get(name)
+            or dump.manifest.get("skipped", {}).get(stage))
 
 
 def apply_view(ref: np.ndarray, view: list) -> np.ndarray:

@@ -10,11 +10,22 @@ so (a local form that did not run says neither). A stage ``crashed`` or ``missin
 culprit as it is (a dump that died there); in a cell with a crashed stage, the stages
 ``missing`` are what the crash left uncomputed (the isolated forms a crashed port owed
 included), never the culprit themselves.
+
+Where the sweep has more than one reference (docs/references.md), the rows of each other
+reference against the primary give the spread between references on each stage of a case. A
+culprit whose error against the primary lies within that spread is a reference disagreement,
+and is named as one: the references themselves part there by more than the gate, and the
+candidate is no farther from the primary than the other reference is plus the gate (by the
+triangle inequality: NMSE in square roots, max_abs and max_rel added), so it may be computing
+what the other reference computes. A fault on a stage where the references agree stays the
+port's.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,9 +37,84 @@ FAILING = ("fail", "crashed", "missing")
 CELL = ("family", "model", "case", "candidate", "backend", "weight_type", "against")
 
 
-def culprit(rows: Sequence[Mapping[str, Any]]) -> str:
+#: The ``backend`` label of a reference's comparison with the primary
+#: (:data:`audioparity.workflow.plan.REFERENCE_BACKEND`).
+REFERENCE_BACKEND = "torch"
+#: The distances the spread between references can explain: how each adds up along a
+#: triangle (NMSE and 1 - cosine are squared norms: their square roots add).
+_DISTANCES = {"nmse": "sqrt", "max_abs": "add", "max_rel": "add", "cosine": "sqrt"}
+_BOUND = re.compile(r"\b(nmse|max_abs|max_rel|cosine)(<=|>=)([-+0-9.e]+|inf|nan)")
+
+
+def _number(value: Any) -> float | None:
+    """A metric of a row as a float (a summary's text too); None where it is empty."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _distance(metric: str, value: float) -> float:
+    """A metric as a distance that grows with the error (``cosine`` as ``1 - cosine``)."""
+    return 1.0 - value if metric == "cosine" else value
+
+
+Spread = dict[tuple, list[Mapping[str, Any]]]
+
+
+def spreads(rows: Iterable[Mapping[str, Any]]) -> Spread:
+    """{(family, model, case, stage): rows of the other references against the primary that
+    fail (or fail as declared) there}: where the references themselves disagree."""
+    found: Spread = {}
+    for row in rows:
+        if row["backend"] == REFERENCE_BACKEND and row["status"] in ("fail", "xfail"):
+            key = (row["family"], row["model"], row["case"], row["stage"])
+            found.setdefault(key, []).append(row)
+    return found
+
+
+def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
+    """Why a candidate's failing ``row`` (against the primary) is a reference disagreement
+    (module docstring), or ``""``: every gate bound it misses is one the triangle explains,
+    and it lies within the bound for some reference that fails there."""
+    base = reference_stage(row["family"], row["stage"])
+    others = spread.get((row["family"], row["model"], row["case"], base), [])
+    bounds = {metric: float(limit) for metric, _, limit in _BOUND.findall(row.get("gate") or "")}
+    missed = {m: _distance(m, v) for m in bounds
+              if (v := _number(row.get(m))) is not None and _distance(m, v) > _distance(
+                  m, bounds[m])}
+    if not missed or row["status"] != "fail" or not set(missed) <= set(_DISTANCES):
+        return ""
+    if any(_number(row.get(m)) is None for m in bounds):
+        return ""
+    for other in others:
+        within = True
+        for metric, value in missed.items():
+            apart = _number(other.get(metric))
+            if apart is None:
+                within = False
+                break
+            apart, gate = _distance(metric, apart), _distance(metric, bounds[metric])
+            if _DISTANCES[metric] == "sqrt":
+                limit = (math.sqrt(max(apart, 0.0)) + math.sqrt(max(gate, 0.0))) ** 2
+            else:
+                limit = apart + gate
+            within = within and value <= limit
+        if within:
+            figures = ", ".join(f"{m} {_number(other.get(m)):.3g}" for m in missed)
+            declared = f"; {other['reason']}" if other["status"] == "xfail" and other.get(
+                "reason") else ""
+            return (f"reference disagreement: {other['candidate']} parts from "
+                    f"{other['against']} here by {figures}{declared}")
+    return ""
+
+
+def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> str:
     """One line naming the culprit of one cell's rows (module docstring), or ``""`` when no
-    row is :data:`FAILING`: ``layer_1_isolated (fail, its own error): nmse 0.015 > 1e-11``."""
+    row is :data:`FAILING`: ``layer_1_isolated (fail, its own error): nmse 0.015 > 1e-11``;
+    ``pre_encode (fail, reference disagreement: nemo-2.4.1 parts from nemo here by nmse
+    0.00034; ...): ...`` where ``spread`` (:func:`spreads`) explains it."""
     if not rows:
         return ""
     family = rows[0]["family"]
@@ -55,6 +141,8 @@ def culprit(rows: Sequence[Mapping[str, Any]]) -> str:
                                      "pass")
         else:
             pick, why = failing[0], ""
+        if rows[0]["against"] == "reference":
+            why = disagreement(pick, spread or {}) or why
         detail = f"{pick['status']}, {why}" if why else pick["status"]
         return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
             f"{pick['stage']} ({detail})")
@@ -62,11 +150,14 @@ def culprit(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def culprits(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, str]:
-    """{cell labels: its culprit} of every cell that has one."""
+    """{cell labels: its culprit} of every cell that has one, a cell against the primary
+    reference read beside the spread between references (:func:`spreads`)."""
+    rows = list(rows)
+    spread = spreads(rows)
     by_cell: dict[tuple, list[Mapping[str, Any]]] = {}
     for row in rows:
         by_cell.setdefault(tuple(row[key] for key in CELL), []).append(row)
-    found = {cell: culprit(group) for cell, group in by_cell.items()}
+    found = {cell: culprit(group, spread) for cell, group in by_cell.items()}
     return {cell: text for cell, text in found.items() if text}
 
 

@@ -20,7 +20,7 @@ from audioparity.family import WEIGHTS
 from audioparity.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.jobs import Jobs
-from audioparity.workflow.plan import BASELINE_BACKEND
+from audioparity.workflow.plan import BASELINE_BACKEND, REFERENCE_WEIGHT_TYPE
 
 
 def quoted(values: Iterable[Any]) -> str:
@@ -77,10 +77,7 @@ class Commands:
         flags."""
 
         def get(w: Any) -> str:
-            plan = self.jobs.plan(w)
-            options = plan.section["options"]
-            return quoted(arg for option in plan.spec.options_for(side)
-                          for arg in option.argv(options[option.name]))
+            return quoted(self.jobs.plan(w).option_values(side))
 
         get.__name__ = f"{side}_options"
         return get
@@ -127,6 +124,20 @@ class Commands:
                        *(arg for t in plan.emulated if plan.recipe_file(w.model, t)
                          for arg in ("--recipe", f"{t}={plan.recipe_file(w.model, t)}"))])
 
+    def other_reference_command(self, w: Any, output: Any, threads: int) -> str:
+        """``audioparity reference`` of reference {reference} on {model}: every case, float32,
+        its implementation, with its environment's interpreter where it names one."""
+        plan, reference = self.jobs.plan(w), self.jobs.reference_entry(w)
+        python = self.jobs.environment_python(w)
+        program = ["audioparity"] if python is None else [python, "-m", "audioparity.cli"]
+        return quoted([*program, "reference", plan.spec.command, "--model",
+                       self.jobs.model_path(w),
+                       *(arg for name, path in plan.cases.items()
+                         for arg in (plan.spec.input_flag, path, "--output-dir",
+                                     f"{output[0]}/{name}")),
+                       "--threads", str(threads),
+                       *plan.option_values("reference", reference=reference)])
+
     def recipe_flag(self, w: Any) -> list[str]:
         """``--recipe <type>+<name>=FILE`` for a job of a recipe weight type, else nothing."""
         recipe = self.jobs.recipe_file(w)
@@ -165,8 +176,9 @@ class Commands:
                        "--weight-type", base, "--wide", entry.get("wide", "q8_0"),
                        "--targets", as_json(entry["targets"]), "--name", name,
                        "--output", output[0], "--threads", str(threads),
-                       *(arg for option in dict.fromkeys((*plan.spec.options_for("reference"),
-                                                          *plan.spec.options_for("ggml")))
+                       *plan.option_values("reference"),
+                       *(arg for option in plan.spec.options_for("ggml")
+                         if option not in plan.spec.options_for("reference")
                          for arg in option.argv(options[option.name]))])
 
     # -- a candidate's dump, a drill-down -----------------------------------------------------
@@ -235,6 +247,15 @@ class Commands:
                                for name in EXPECTED_LISTS for entry in section.get(name) or []})
             self._cases[key] = tuple(fnmatchcase(case, pattern) for pattern in patterns)
         return self._cases[key]
+
+    def reference_gates(self, w: Any) -> str:
+        """The gates of reference {reference}'s comparison with the primary on case {case}:
+        the family's float32 ones on the CPU, its declared differences as expected failures."""
+        plan, reference = self.jobs.plan(w), self.jobs.reference_entry(w)
+        return as_json(resolve_gates(
+            {"gates": plan.section["gates"], "expected_failures": list(reference.differences)},
+            model=w.model, backend=BASELINE_BACKEND, weight_type=REFERENCE_WEIGHT_TYPE,
+            candidate=w.reference, case=w.case))
 
     def backend_gates(self, w: Any) -> str:
         """The cell's gates against the baseline backend."""

@@ -14,10 +14,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from audioparity.environments import RECORD, check_built
 from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
 from audioparity.workflow import paths
 from audioparity.workflow.code import Code
-from audioparity.workflow.plan import BASELINE_BACKEND, Candidate, FamilyPlan, Sweep, emulated
+from audioparity.workflow.plan import (
+    BASELINE_BACKEND,
+    Candidate,
+    FamilyPlan,
+    Reference,
+    Sweep,
+    emulated,
+)
 
 
 class Jobs:
@@ -122,6 +130,42 @@ class Jobs:
         if adapter.family_port:
             return self.plan(w).spec.ggml_reads_reference
         return adapter.reads_reference
+
+    # -- the other references -----------------------------------------------------------------
+
+    def reference_entry(self, w: Any) -> Reference:
+        """Reference {reference} of {family} (config ``references``)."""
+        return self.plan(w).references[w.reference]
+
+    def environment_python(self, w: Any) -> str | None:
+        """The interpreter of reference {reference}'s environment, None for the project's."""
+        reference = self.reference_entry(w)
+        if reference.environment is None:
+            return None
+        packages = self.sweep.config["environments"][reference.environment]["packages"]
+        return str(check_built(reference.environment, packages))
+
+    def other_reference_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of reference {reference}'s job on {model}: the model, the cases' plan, the
+        reference side's code, and its environment's record (a rebuilt one reruns it)."""
+        inputs = {"model": self.model_input(w), "plan": self.reference_plan(w),
+                  "code": self.side_code("reference")(w)}
+        python = self.environment_python(w)
+        if python is not None:
+            inputs["environment"] = os.path.join(os.path.dirname(os.path.dirname(python)),
+                                                 RECORD)
+        return inputs
+
+    def reference_compare_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of reference {reference}'s comparison with the primary on case {case}, but
+        the primary's dump: the other reference's job directory and the compare's code."""
+        return {"other": paths.OTHER_REFERENCE.format(family=w.family, model=w.model,
+                                                      reference=w.reference),
+                "code": self.compare_code(w)}
+
+    def primary_name(self, w: Any) -> str:
+        """The name of {family}'s primary reference (the ``against`` of its comparisons)."""
+        return self.plan(w).primary.name
 
     # -- a candidate's files ------------------------------------------------------------------
 

@@ -22,6 +22,9 @@ FIXTURE = f"{RESULTS}/fixtures/{{family}}/{{name}}"
 #: The reference job's directory of one model (checkpoint reference_dump): one dump per case,
 #: ``<case>@<weight type>`` for its quantization-aware ones, ``<dump>.sha256`` beside each.
 REFERENCE = f"{RESULTS}/reference/{{family}}/{{model}}"
+#: Another reference of a model (config ``references``, after the primary; rule
+#: reference_other): one dump per case.
+OTHER_REFERENCE = f"{RESULTS}/references/{{family}}/{{model}}/{{reference}}"
 #: What the reference job of a model dumps (its cases and emulated types), written when the
 #: workflow is parsed, rewritten only when it changes.
 REFERENCE_PLAN = f"{REFERENCE}.plan.json"
@@ -42,6 +45,8 @@ GGML = f"{RESULTS}/ggml/{CELL}"
 REPLAY = f"{RESULTS}/replay/{CELL}"
 #: One cell compared with the reference (rule compare_cell).
 COMPARE = f"{RESULTS}/compare/{CELL}.json"
+#: Another reference's dump of a case compared with the primary's (rule compare_reference).
+COMPARE_REFERENCE = f"{RESULTS}/compare_references/{{family}}/{{model}}/{{reference}}/{{case}}.json"
 #: One cell compared with the baseline backend (rule compare_backend).
 COMPARE_BACKEND = f"{RESULTS}/compare_backends/{CELL}.json"
 #: The drill-down of a cell against the baseline backend: its rows, and its folder.

@@ -17,17 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from audioparity.environments import check_built
 from audioparity.errors import AudioparityError
-from audioparity.family import Family, FamilySpec
+from audioparity.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.precision import check_targets
 from audioparity.storage import EMULATED_TYPES, read_recipe
 from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
-SETTINGS = ("families", "fixtures")
+SETTINGS = ("families", "fixtures", "environments")
 #: The backend every other one is compared with, stage by stage, where a family sweeps it.
 BASELINE_BACKEND = "cpu"
+#: The ``backend`` and ``weight_type`` labels of a comparison between two references (each
+#: computes in float32 with torch on the CPU).
+REFERENCE_BACKEND, REFERENCE_WEIGHT_TYPE = "torch", "f32"
 #: A name of the config (a model, a case, a candidate, a fixture): a path component.
 NAME = "[A-Za-z0-9][A-Za-z0-9_.-]*"
 FIXTURES = "results/fixtures"
@@ -91,6 +95,25 @@ class Candidate:
     weight_types: list[str]
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A reference of a family's sweep (config ``references``).
+
+    Attributes:
+        name: its name: the ``against`` label of the cells compared with it (the primary), the
+            ``candidate`` label of its own comparison with the primary (any other).
+        implementation: the family's implementation it runs (:attr:`FamilySpec.references`).
+        environment: the reference environment it runs in (:mod:`audioparity.environments`),
+            None for the project's own.
+        differences: expected failures of its comparison with the primary, with why.
+    """
+
+    name: str
+    implementation: str
+    environment: str | None = None
+    differences: tuple[Mapping[str, Any], ...] = ()
+
+
 @dataclass
 class FamilyPlan:
     """One family's part of the sweep."""
@@ -105,10 +128,32 @@ class FamilyPlan:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     #: model name -> the fixture directory a rule builds it in, or None (a file of the user's).
     fixtures: dict[str, str | None] = field(default_factory=dict)
+    #: name -> reference, the primary first.
+    references: dict[str, Reference] = field(default_factory=dict)
 
     @property
     def spec(self) -> FamilySpec:
         return self.family.spec
+
+    @property
+    def primary(self) -> Reference:
+        """The reference every cell is judged against."""
+        return next(iter(self.references.values()))
+
+    @property
+    def others(self) -> list[Reference]:
+        """The references besides the primary, each compared with it."""
+        return list(self.references.values())[1:]
+
+    def option_values(self, side: str, options: Mapping[str, Any] | None = None,
+                      reference: Reference | None = None) -> list[str]:
+        """The command-line arguments of the family options ``side``'s command takes, from
+        ``options`` (default the section's), the reference side's implementation that of
+        ``reference`` (default the primary)."""
+        values = {**self.section["options"], **(options or {}),
+                  IMPLEMENTATION: (reference or self.primary).implementation}
+        return [arg for option in self.spec.options_for(side)
+                for arg in option.argv(values[option.name])]
 
     @property
     def emulated(self) -> list[str]:
@@ -190,6 +235,42 @@ def _check_families(config: dict, known: Mapping[str, Family]) -> dict[str, Fami
             entries[fixture] = known[name].spec.check_options(
                 entry, f"config fixtures.{name}.{fixture}", fixture=True)
     return swept
+
+
+def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Reference]:
+    """``{family}.references`` (default: the family's first implementation alone): each an
+    implementation of the family's, under a name no other reference or candidate takes; the
+    primary in the project's environment with no declared differences, another's environment
+    one of ``environments``, built for its packages.
+
+    Raises:
+        AudioparityError: the first entry that breaks one of these.
+    """
+    spec = plan.spec
+    default = spec.references[0]
+    references: dict[str, Reference] = {}
+    for entry in plan.section.get("references") or [{"name": default,
+                                                      "implementation": default}]:
+        where = f"config {spec.name}.references {entry['name']!r}"
+        if entry["implementation"] not in spec.references:
+            raise AudioparityError(f"{where}: implementation {entry['implementation']!r}; "
+                                   f"{spec.name} has {', '.join(spec.references)}")
+        if entry["name"] in references or entry["name"] in plan.candidates:
+            raise AudioparityError(f"{where}: the name is taken by another reference or a "
+                                   "candidate")
+        environment = entry.get("environment")
+        if not references and (environment or entry.get("differences")):
+            raise AudioparityError(f"{where}: the primary (the first) runs in the project's "
+                                   "environment and has no differences; list it after another")
+        if environment is not None:
+            known = config.get("environments") or {}
+            if environment not in known:
+                raise AudioparityError(f"{where}: environment {environment!r} is not in "
+                                       f"environments ({', '.join(known) or 'none'})")
+            check_built(environment, known[environment]["packages"])
+        references[entry["name"]] = Reference(entry["name"], entry["implementation"],
+                                              environment, tuple(entry.get("differences", ())))
+    return references
 
 
 def _backends(family: str, section: Mapping[str, Any]) -> dict[str, Backend]:
@@ -338,12 +419,19 @@ class Sweep:
         for plan in self.families.values():
             _check_recipes(plan)
             plan.candidates = _candidates(plan, load_adapter)
+            plan.references = _references(plan, config)
 
     def cells(self) -> Iterator[Cell]:
         """Every cell of the sweep, from the config alone: family x candidate x model x
         backend x weight type x case, against the reference, and for a backend other than
-        the baseline (where the family sweeps it) against the baseline."""
+        the baseline (where the family sweeps it) against the baseline; then each reference
+        besides the primary against the primary, model x case."""
         for name, plan in self.families.items():
+            for reference in plan.others:
+                for model in plan.models:
+                    for case in plan.cases:
+                        yield Cell(name, model, reference.name, REFERENCE_BACKEND,
+                                   REFERENCE_WEIGHT_TYPE, case, plan.primary.name)
             baseline = BASELINE_BACKEND in plan.backends
             for candidate, entry in plan.candidates.items():
                 for model in entry.models:
@@ -357,7 +445,11 @@ class Sweep:
 
     def result(self, cell: Cell) -> str:
         """The file that holds a cell's result: its compare with the reference; against the
-        baseline, the drill-down's rows for the family's own port, else the plain compare."""
+        baseline, the drill-down's rows for the family's own port, else the plain compare; a
+        reference's, its compare with the primary."""
+        if cell.backend == REFERENCE_BACKEND:
+            return paths.COMPARE_REFERENCE.format(family=cell.family, model=cell.model,
+                                                  reference=cell.candidate, case=cell.case)
         if cell.against == "reference":
             return paths.fill(paths.COMPARE, cell._asdict())
         if self.families[cell.family].candidates[cell.candidate].adapter.family_port:
@@ -408,6 +500,7 @@ class Sweep:
             "model": alternatives(m for plan in plans for m in plan.models),
             "case": f"(?:{case})",
             "candidate": alternatives(c for plan in plans for c in plan.candidates),
+            "reference": alternatives(r.name for plan in plans for r in plan.others),
             "backend": alternatives(b for plan in plans for b in plan.backends),
             "weight_type": alternatives([*WEIGHT_TYPES, *(
                 t for plan in plans for t in plan.section["weight_types"])]),
