@@ -1,5 +1,6 @@
-"""MOSS-VoiceGenerator (``MossTTSDelayModel``, OpenMOSS): tiny fixture, PyTorch reference, our
-text processor, and the ggml backbone port."""
+"""MOSS-VoiceGenerator (``MossTTSDelayModel``, OpenMOSS): tiny fixture, two PyTorch references
+(the checkpoint's modeling code, and transformers' ``Qwen3Model`` without it), our text
+processor, and the ggml backbone port."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
+    IMPLEMENTATION,
     MATMUL,
     Case,
     CheckpointWeights,
@@ -19,6 +22,17 @@ from audioparity.family import (
     Stage,
 )
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
+
+#: The reference implementation that runs transformers' ``Qwen3Model`` without the checkpoint's
+#: modeling code (:mod:`.transformers_reference`); ``remote_code`` is :mod:`.reference`.
+TRANSFORMERS = "transformers"
+
+
+def _is_transformers(loaded: Any) -> bool:
+    """Whether ``loaded`` is the ``transformers`` implementation's model."""
+    from audioparity.models.moss_voicegen.transformers_reference import Qwen3Reference
+
+    return isinstance(loaded, Qwen3Reference)
 
 
 class MossVoicegen(Family):
@@ -62,7 +76,7 @@ class MossVoicegen(Family):
             Option("remote_code", False, "ship checkpoint-style modeling code (auto_map), "
                    "loaded with trust_remote_code like the real checkpoint", sides=("fixture",)),
         ),
-        references=("remote_code", "transformers"),
+        references=("remote_code", TRANSFORMERS),
     )
     reference_versions = ("torch", "transformers", "tokenizers")
     ggml_versions = ("ggml_python", "tokenizers")
@@ -91,27 +105,58 @@ class MossVoicegen(Family):
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
         """The memory the longest prompt needs (:func:`.reference.check_memory`), then the
-        weights (:func:`.checkpoint.check_weights`: present, shaped, finite)."""
+        weights (:func:`.checkpoint.check_weights`: present, shaped, finite).
+
+        Raises:
+            AudioparityError: also a quantization-aware reference (``emulates``) asked of the
+                ``transformers`` implementation, whose embeddings and heads are tensors, not
+                the modules :func:`~audioparity.storage.emulating` rounds.
+        """
         from audioparity.models.moss_voicegen.checkpoint import check_weights
         from audioparity.models.moss_voicegen.reference import check_memory
 
+        if emulates and any(case.options[IMPLEMENTATION] == TRANSFORMERS for case in cases):
+            raise AudioparityError(f"{model}: the {TRANSFORMERS} reference of moss_voicegen has "
+                                   "no quantization-aware form; emulate with remote_code")
         rows = max((case.options["generate_rows"] for case in cases), default=0)
         check_memory(model, config, [case.data for case in cases], rows, emulates)
         check_weights(model, config)
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        from audioparity.models.moss_voicegen.reference import load_model
+        """``remote_code``: ``MossTTSDelayModel`` (:func:`.reference.load_model`);
+        ``transformers``: transformers' ``Qwen3Model`` and the checkpoint's tensors
+        (:func:`.transformers_reference.load_model`)."""
+        if options[IMPLEMENTATION] == TRANSFORMERS:
+            from audioparity.models.moss_voicegen.transformers_reference import load_model
+        else:
+            from audioparity.models.moss_voicegen.reference import load_model
 
         return load_model(model, config)
 
+    def reference_module(self, loaded: Any) -> Any:
+        """The loaded model; for ``transformers`` its ``Qwen3Model`` (:meth:`check_reference`
+        refuses to emulate a weight type with it)."""
+        return loaded.backbone if _is_transformers(loaded) else loaded
+
     def reference(self, loaded: Any, case: Case) -> Outputs:
-        from audioparity.models.moss_voicegen.reference import stages
+        if _is_transformers(loaded):
+            from audioparity.models.moss_voicegen.transformers_reference import stages
+        else:
+            from audioparity.models.moss_voicegen.reference import stages
 
         return stages(loaded, case, case.options["generate_rows"])
 
     def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
+        """The replayed layers (:func:`.replay.replayed`), with the ``remote_code`` reference.
+
+        Raises:
+            AudioparityError: the ``transformers`` reference was loaded.
+        """
         from audioparity.models.moss_voicegen.replay import replayed
 
+        if _is_transformers(loaded):
+            raise AudioparityError(f"{case.path}: moss_voicegen replays with the remote_code "
+                                   f"reference only, not {TRANSFORMERS}")
         return replayed(loaded, case, candidate)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
