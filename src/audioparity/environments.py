@@ -108,7 +108,11 @@ def build(name: str, packages: Sequence[str], cache: Path) -> Path:
             partial = folder.with_name(folder.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
             shutil.rmtree(folder, ignore_errors=True)
-            _create(partial, packages)
+            try:
+                _create(partial, packages)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
             (partial / RECORD).write_text(json.dumps(
                 {"name": name, "packages": list(packages), "digest": key,
                  "base": sysconfig.get_paths()["purelib"]}, indent=1) + "\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audioparity.report.culprit import check, culprit
+from audioparity.report.culprit import check, culprit, culprits, disagreement, spreads
 
 
 def row(stage: str, status: str = "pass", reason: str = "", **labels) -> dict:
@@ -59,3 +59,53 @@ def test_check_fails_on_the_reference_comparisons_only():
     assert code == 1
     assert lines[0] == "parakeet_tdt/tiny/clip/a/cpu/q8_0: layer_0 (fail): nmse 1e-6"
     assert lines[-1] == "audioparity check: 1 of 2 cells need attention"
+
+
+def spread_row(stage: str, status: str = "fail", **metrics) -> dict:
+    """Another reference (nemo-2.4.1) against the primary (nemo), on the same case."""
+    return row(stage, status, metrics.pop("reason", ""), candidate="nemo-2.4.1",
+               backend="torch", against="nemo", **metrics)
+
+
+GATE = "default/pre_encode*: cosine>=0.99999, nmse<=5e-10, max_rel<=5e-05"
+
+
+def test_a_difference_within_the_spread_between_references_is_a_reference_disagreement():
+    """The references part at pre_encode by NMSE 3.4e-4 (max_rel 0.9, declared why); the
+    candidate is 2e-4 from the primary there: its culprit is the disagreement, with the
+    figure and the declared cause, and its cell is still not passed by the check."""
+    spread = spread_row("pre_encode", "xfail", nmse=3.4e-4, cosine=0.9998, max_rel=0.9,
+                        reason="expected (NeMo 3.0 masks padded frames): nmse 3.4e-4 > 5e-10")
+    cell = [row("mel_features"),
+            row("pre_encode", "fail", "nmse 2e-4 > 5e-10", gate=GATE, nmse=2e-4,
+                cosine=0.9999, max_rel=0.5),
+            row("enc_out", "fail", "nmse 1e-3 > 2e-9")]
+    rows = [spread, *cell]
+    found = culprits(rows)
+    text = found[("parakeet_tdt", "tiny", "clip", "a", "cpu", "f32", "reference")]
+    assert text.startswith("pre_encode (fail, reference disagreement: nemo-2.4.1 parts from "
+                           "nemo here by nmse 0.00034")
+    assert "NeMo 3.0 masks padded frames" in text
+    assert check(rows)[0] == 1
+
+
+def test_a_port_bug_where_the_references_agree_stays_the_ports():
+    """The references agree at layer_1 (its spread row passes): a candidate failing there is
+    named as before, and no spread on another stage excuses it."""
+    rows = [spread_row("layer_1", "pass", nmse=1e-13), spread_row("pre_encode", nmse=3.4e-4),
+            row("layer_1", "fail", "nmse 1e-3 > 2e-9", gate="default/layer_*: nmse<=2e-09",
+                nmse=1e-3), row("layer_1_isolated", "fail", "nmse 1e-3 > 5e-12")]
+    assert culprit(rows[2:], spreads(rows)) == (
+        "layer_1_isolated (fail, its own error): nmse 1e-3 > 5e-12")
+
+
+def test_a_difference_beyond_the_spread_plus_the_gate_is_the_ports():
+    """The triangle bound: sqrt(NMSE) of the candidate at most sqrt(spread) + sqrt(gate)."""
+    spread = spreads([spread_row("pre_encode", nmse=1e-6)])
+    near = row("pre_encode", "fail", gate=GATE, nmse=(1e-3 + 0.9 * 5e-10 ** 0.5) ** 2)
+    far = row("pre_encode", "fail", gate=GATE, nmse=(1e-3 + 2 * 5e-10 ** 0.5) ** 2 * 1.1)
+    assert disagreement(near, spread).startswith("reference disagreement: nemo-2.4.1")
+    assert disagreement(far, spread) == ""
+    # a miss the spread cannot explain (a top-1 flip) leaves the culprit the port's
+    flip = row("pre_encode", "fail", gate=GATE + ", top1>=1.0", nmse=1e-7, top1=0.9)
+    assert disagreement(flip, spread) == ""

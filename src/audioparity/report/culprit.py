@@ -43,7 +43,8 @@ REFERENCE_BACKEND = "torch"
 #: The distances the spread between references can explain: how each adds up along a
 #: triangle (NMSE and 1 - cosine are squared norms: their square roots add).
 _DISTANCES = {"nmse": "sqrt", "max_abs": "add", "max_rel": "add", "cosine": "sqrt"}
-_BOUND = re.compile(r"\b(nmse|max_abs|max_rel|cosine)(<=|>=)([-+0-9.e]+|inf|nan)")
+#: A bound of the ``gate`` column (:func:`audioparity.compare.gates.gate_text`).
+_BOUND = re.compile(r"\b([a-z0-9_]+)(<=|>=)([-+0-9.e]+|inf)")
 
 
 def _number(value: Any) -> float | None:
@@ -80,14 +81,13 @@ def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
     and it lies within the bound for some reference that fails there."""
     base = reference_stage(row["family"], row["stage"])
     others = spread.get((row["family"], row["model"], row["case"], base), [])
-    bounds = {metric: float(limit) for metric, _, limit in _BOUND.findall(row.get("gate") or "")}
-    missed = {m: _distance(m, v) for m in bounds
-              if (v := _number(row.get(m))) is not None and _distance(m, v) > _distance(
-                  m, bounds[m])}
+    bounds = {m: (op, float(limit)) for m, op, limit in _BOUND.findall(row.get("gate") or "")}
+    missed = {m: value for m, (op, limit) in bounds.items()
+              if (value := _number(row.get(m))) is not None
+              and not (value <= limit if op == "<=" else value >= limit)}
     if not missed or row["status"] != "fail" or not set(missed) <= set(_DISTANCES):
         return ""
-    if any(_number(row.get(m)) is None for m in bounds):
-        return ""
+    missed = {m: _distance(m, value) for m, value in missed.items()}
     for other in others:
         within = True
         for metric, value in missed.items():
@@ -95,14 +95,15 @@ def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
             if apart is None:
                 within = False
                 break
-            apart, gate = _distance(metric, apart), _distance(metric, bounds[metric])
+            apart, gate = _distance(metric, apart), _distance(metric, bounds[metric][1])
             if _DISTANCES[metric] == "sqrt":
                 limit = (math.sqrt(max(apart, 0.0)) + math.sqrt(max(gate, 0.0))) ** 2
             else:
                 limit = apart + gate
             within = within and value <= limit
         if within:
-            figures = ", ".join(f"{m} {_number(other.get(m)):.3g}" for m in missed)
+            figures = ", ".join(f"{m} {_number(other.get(m)):.{6 if m == 'cosine' else 3}g}"
+                                for m in _DISTANCES if m in missed)
             declared = f"; {other['reason']}" if other["status"] == "xfail" and other.get(
                 "reason") else ""
             return (f"reference disagreement: {other['candidate']} parts from "

@@ -105,12 +105,14 @@ class Reference:
         implementation: the family's implementation it runs (:attr:`FamilySpec.references`).
         environment: the reference environment it runs in (:mod:`audioparity.environments`),
             None for the project's own.
+        options: the family's reference-side options it runs with, over the section's.
         differences: expected failures of its comparison with the primary, with why.
     """
 
     name: str
     implementation: str
     environment: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
     differences: tuple[Mapping[str, Any], ...] = ()
 
 
@@ -150,8 +152,9 @@ class FamilyPlan:
         """The command-line arguments of the family options ``side``'s command takes, from
         ``options`` (default the section's), the reference side's implementation that of
         ``reference`` (default the primary)."""
-        values = {**self.section["options"], **(options or {}),
-                  IMPLEMENTATION: (reference or self.primary).implementation}
+        reference = reference or self.primary
+        values = {**self.section["options"], **(options or {}), **reference.options,
+                  IMPLEMENTATION: reference.implementation}
         return [arg for option in self.spec.options_for(side)
                 for arg in option.argv(values[option.name])]
 
@@ -258,10 +261,16 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
         if entry["name"] in references or entry["name"] in plan.candidates:
             raise AudioparityError(f"{where}: the name is taken by another reference or a "
                                    "candidate")
-        environment = entry.get("environment")
-        if not references and (environment or entry.get("differences")):
+        environment, options = entry.get("environment"), entry.get("options") or {}
+        if not references and (environment or entry.get("differences") or options):
             raise AudioparityError(f"{where}: the primary (the first) runs in the project's "
-                                   "environment and has no differences; list it after another")
+                                   "environment with the section's options and has no "
+                                   "differences; list it after another")
+        unknown = sorted(set(options) - {o.name for o in spec.options_for("reference")})
+        if unknown:
+            raise AudioparityError(f"{where}.options: {unknown[0]!r} is no reference-side "
+                                   f"option of {spec.name}")
+        spec.check_options({**plan.section["options"], **options}, f"{where}.options")
         if environment is not None:
             known = config.get("environments") or {}
             if environment not in known:
@@ -269,7 +278,8 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
                                        f"environments ({', '.join(known) or 'none'})")
             check_built(environment, known[environment]["packages"])
         references[entry["name"]] = Reference(entry["name"], entry["implementation"],
-                                              environment, tuple(entry.get("differences", ())))
+                                              environment, options,
+                                              tuple(entry.get("differences", ())))
     return references
 
 

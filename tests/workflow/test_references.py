@@ -1,0 +1,129 @@
+"""A sweep's references (config ``references``): the plan, the jobs' arguments, the
+environments they run in."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from audioparity.environments import RECORD, build, check_built, digest
+from audioparity.errors import AudioparityError
+from audioparity.families import registered
+from audioparity.workflow.code import Code
+from audioparity.workflow.commands import Commands
+from audioparity.workflow.jobs import Jobs
+from audioparity.workflow.plan import Cell, Sweep
+from tests import REPO
+from tests.workflow.test_plan import CLIP, adapters, config, sweep
+
+NEMO_241 = ["nemo_toolkit==2.4.1"]
+REFERENCES = [{"name": "nemo", "implementation": "nemo"},
+              {"name": "hf", "implementation": "transformers"},
+              {"name": "old", "implementation": "nemo", "environment": "nemo-old",
+               "differences": [{"stage": "mel_features", "reason": "why"}]}]
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """A checkout whose .environments holds a record of nemo-old built for NEMO_241 (no
+    interpreter: the plan reads the record alone)."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / ".environments" / "nemo-old"
+    folder.mkdir(parents=True)
+    (folder / RECORD).write_text(json.dumps({"digest": digest(NEMO_241),
+                                             "packages": NEMO_241}))
+    value = config(references=copy.deepcopy(REFERENCES))
+    value["environments"] = {"nemo-old": {"packages": NEMO_241}}
+    return value
+
+
+def test_by_default_the_familys_first_implementation_is_the_only_reference(monkeypatch):
+    monkeypatch.chdir(REPO)
+    plan = sweep(config())
+    family = plan.families["parakeet_tdt"]
+    assert list(family.references) == ["nemo"] and family.others == []
+    assert all(cell.backend != "torch" for cell in plan.cells())
+
+
+def test_each_other_reference_is_a_cell_against_the_primary_with_its_own_result(built):
+    plan = sweep(built)
+    family = plan.families["parakeet_tdt"]
+    assert family.primary.name == "nemo" and [r.name for r in family.others] == ["hf", "old"]
+    cells = [cell for cell in plan.cells() if cell.backend == "torch"]
+    assert cells == [Cell("parakeet_tdt", "tiny", name, "torch", "f32", "clip", "nemo")
+                     for name in ("hf", "old")]
+    assert plan.result(cells[1]) == "results/compare_references/parakeet_tdt/tiny/old/clip.json"
+    assert family.option_values("reference") == ["--implementation", "nemo"]
+    assert family.option_values("reference", reference=family.references["hf"]) == [
+        "--implementation", "transformers"]
+
+
+def test_the_other_references_job_runs_its_implementation_in_its_environment(built):
+    commands = Commands(Jobs(Sweep(built, registered(), adapters), Code(REPO / "src")))
+    output = ["results/references/parakeet_tdt/tiny/old"]
+    old = SimpleNamespace(family="parakeet_tdt", model="tiny", reference="old", case="clip")
+    argv = shlex.split(commands.other_reference_command(old, output, 2))
+    assert argv[:3] == [".environments/nemo-old/bin/python", "-m", "audioparity.cli"]
+    assert argv[3:] == ["reference", "parakeet-tdt", "--model",
+                        "results/fixtures/parakeet_tdt/tiny/model.nemo", "--audio", CLIP,
+                        "--output-dir", f"{output[0]}/clip", "--threads", "2",
+                        "--implementation", "nemo"]
+    hf = SimpleNamespace(family="parakeet_tdt", model="tiny", reference="hf", case="clip")
+    argv = shlex.split(commands.other_reference_command(hf, output, 1))
+    assert argv[0] == "audioparity" and argv[-2:] == ["--implementation", "transformers"]
+    gates = json.loads(commands.reference_gates(old))
+    assert gates["expected_failures"] == [{"stage": "mel_features", "reason": "why"}]
+    assert json.loads(commands.reference_gates(hf))["expected_failures"] == []
+    inputs = commands.jobs.other_reference_inputs(old)
+    assert inputs["environment"] == f".environments/nemo-old/{RECORD}"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"implementation": "whisper"}, "implementation 'whisper'; parakeet_tdt has nemo, "),
+    ({"name": "nemo"}, "the name is taken"),
+    ({"name": "audioparity"}, "the name is taken"),
+    ({"environment": "nemo-2.9"}, "environment 'nemo-2.9' is not in environments (nemo-old)"),
+    ({"options": {"conv_weight_type": "f16"}}, "'conv_weight_type' is no reference-side"),
+])
+def test_a_bad_reference_is_refused_in_one_line(built, change, message):
+    built["parakeet_tdt"]["references"][1] = {**REFERENCES[1], **change}
+    with pytest.raises(AudioparityError) as refused:
+        sweep(built)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_primary_runs_in_the_projects_environment(built):
+    built["parakeet_tdt"]["references"] = [REFERENCES[2], REFERENCES[0]]
+    with pytest.raises(AudioparityError, match="the primary .* runs in the project's"):
+        sweep(built)
+
+
+def test_an_environment_built_from_other_packages_is_refused_until_rebuilt(built):
+    built["environments"]["nemo-old"]["packages"] = ["nemo_toolkit==2.3.0"]
+    with pytest.raises(AudioparityError, match="run `make environments`"):
+        sweep(built)
+    with pytest.raises(AudioparityError, match="not built"):
+        check_built("absent", NEMO_241)
+
+
+def test_an_environment_puts_its_packages_first_and_the_projects_after(tmp_path):
+    """Built for real from a small package: its own site-packages shadows the project's
+    (six), and the project's distributions (audioparity, numpy) are importable from it."""
+    folder = build("small", ["six==1.16.0"], tmp_path)
+    assert (tmp_path / "small").resolve() == folder.resolve()
+    python = check_built("small", ["six==1.16.0"], link=tmp_path)
+    shown = subprocess.run([python, "-c", "import six, numpy, audioparity.cli; "
+                            "print(six.__version__, six.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert shown[0] == "1.16.0"
+    assert Path(shown[1]).resolve().is_relative_to(folder.resolve())
+    assert build("small", ["six==1.16.0"], tmp_path) == folder  # built once
+    with pytest.raises(AudioparityError, match="pip could not install"):
+        build("broken", ["no-such-distribution-audioparity==0"], tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("broken")]
