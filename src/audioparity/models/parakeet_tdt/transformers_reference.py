@@ -236,7 +236,7 @@ def load_model(path: Path, config: ParakeetTDTConfig) -> TransformersParakeet:
     for name, (config_class, settings) in model_settings(config).items():
         hf_config = getattr(transformers, config_class)(**settings)
         model = getattr(transformers, classes[config_class])(hf_config).eval()
-        tensors = {key: torch.from_numpy(np.ascontiguousarray(value))
+        tensors = {key: torch.from_numpy(np.array(value, dtype=np.float32))
                    for key, value in state_dicts(state, config)[name].items()}
         missing, unexpected = model.load_state_dict(tensors, strict=False)
         missing = [key for key in missing if not key.endswith("num_batches_tracked")]
