@@ -44,13 +44,13 @@ def transformers_run(whisper_model: Path, clip_wav: Path) -> dict:
 
 def test_manifest_names_family_threads_layers_audio_and_versions(whisper_reference: Path):
     manifest = Dump(whisper_reference).manifest
-    assert manifest["producer"] == "torch" and manifest["status"] == "ok"
+    assert manifest["producer"] == "transformers" and manifest["status"] == "ok"
     assert manifest["family"] == "whisper"
     assert (manifest["threads"], manifest["cases_per_load"], manifest["n_layers"],
             manifest["n_decoder_layers"]) == (1, 1, 2, 2)
     assert manifest["audio"] == {"format": "WAV", "subtype": "PCM_16", "channels": 1,
                                  "sample_rate": 16000, "frames": 49459}
-    assert {"torch", "transformers"} <= set(manifest["versions"])
+    assert {"torch", "transformers", "openai-whisper"} <= set(manifest["versions"])
     assert set(manifest["tensors"]) == {"mel_features", "conv_out", "layer_0", "layer_1",
                                         "enc_out", "decoder_layer_0", "decoder_layer_1",
                                         "decoder_logits", "decode_margins"}
