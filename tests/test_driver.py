@@ -98,7 +98,7 @@ def test_a_dump_must_hold_every_declared_stage_of_its_heads_or_say_why_it_skippe
 def test_a_skipped_replayed_form_is_recorded_with_why(tmp_path):
     dump = write(tmp_path, [Skipped("layer_0_replayed", "the candidate has no layer_0")])
     assert dump.manifest["skipped"] == {"layer_0_replayed": "the candidate has no layer_0"}
-    assert dump.manifest["notes"] == ["layer_0_replayed not replayed: the candidate has no "
+    assert dump.manifest["notes"] == ["layer_0_replayed skipped: the candidate has no "
                                       "layer_0"]
 
 

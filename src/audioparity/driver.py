@@ -99,7 +99,8 @@ def write_outputs(writer: DumpWriter, family: Family, heads: Sequence[str],
                   outputs: Outputs) -> None:
     """Write what a family's dump method yields into ``writer``: stages (checked and laid out
     by the contract, :func:`_declared`), phases timed into ``seconds``, notes, fields, and the
-    replayed forms it skipped (manifest ``skipped``)."""
+    stages it skipped, with why (manifest ``skipped``: a replayed form without its input, a
+    stage a reference implementation cannot dump)."""
     with ExitStack() as phase:
         for item in outputs:
             if isinstance(item, Phase):
@@ -111,7 +112,7 @@ def write_outputs(writer: DumpWriter, family: Family, heads: Sequence[str],
                 writer.manifest.update(item.values)
             elif isinstance(item, Skipped):
                 writer.manifest.setdefault("skipped", {})[item.stage] = item.why
-                writer.note(f"{item.stage} not replayed: {item.why}")
+                writer.note(f"{item.stage} skipped: {item.why}")
             else:
                 name, value = item
                 layout = _declared(family, heads, name, value)

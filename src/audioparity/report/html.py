@@ -35,6 +35,7 @@ from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
 from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
+from audioparity.report.culprit import REFERENCE_BACKEND
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
 from audioparity.report.summary import ordered, read_summary, row_key
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
@@ -432,6 +433,34 @@ def _backends(frame: pd.DataFrame) -> str:
     return "".join(parts)
 
 
+#: Columns of the table of the stages where the references disagree.
+_SPREAD = ("model", "case", "candidate", "against", "stage", "status", "nmse", "max_abs",
+           "token_match", "reason")
+
+
+def _references(frame: pd.DataFrame) -> str:
+    """Each reference besides the primary against the primary, case by case (the spread
+    between references that the culprits read: docs/references.md): the matrix, then the
+    stages where they part beyond the float32 gates."""
+    if frame.empty:
+        return ('<p class="note">One reference per family in this summary (config '
+                "<code>references</code>; docs/references.md).</p>")
+    parts = [_matrix(frame, "Each other reference (column: its name) against the family's "
+                     "primary reference (the one every cell is judged against), on the same "
+                     "model and case, under the float32 gates: where they part, the "
+                     "references themselves disagree, and a candidate whose difference lies "
+                     "within that spread has it named as a reference disagreement in its "
+                     "culprit. Each cell shows the NMSE against the primary.")]
+    apart = frame[frame["status"].isin(["fail", "xfail"])]
+    if len(apart):
+        parts.append(f"<h3>Where the references disagree ({len(apart)} stages)</h3>"
+                     '<p class="note">A declared difference (the reference entry\'s '
+                     "<code>differences</code>) shows as xfail with its cause; fail is a "
+                     "disagreement no entry explains.</p>")
+        parts.append(_row_table(apart, _SPREAD, "full"))
+    return "".join(parts)
+
+
 #: Statuses in the order a weight type's verdict picks its worst.
 _WORST = ("crashed", "fail", "missing", "xfail", "unavailable", "pass")
 
@@ -665,7 +694,9 @@ def _anchor(title: str) -> str:
 def build_html(frame: pd.DataFrame, source: str) -> str:
     """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
-    against_backend = frame[frame["against"] != REFERENCE]
+    between_references = frame[frame["backend"] == REFERENCE_BACKEND]
+    against_backend = frame[(frame["against"] != REFERENCE)
+                            & (frame["backend"] != REFERENCE_BACKEND)]
     frame = frame[frame["against"] == REFERENCE]
     colours = weight_type_colours(list(frame["weight_type"].unique()))
     # models and cases are named per family (two families may both have a "tiny")
@@ -677,14 +708,16 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     sections = [
         ("Needs attention", _attention(frame)),
         ("Status matrix", _matrix(frame)),
+        ("References", _references(between_references)),
         ("Weight types", _weight_types(frame)),
         ("Backends against the CPU", _backends(against_backend)),
         ("Per-layer error", layer_curves(frame, colours)),
         ("Key stages by weight type", by_weight_type(frame)),
-        (f"All rows ({len(frame) + len(against_backend)})",
+        (f"All rows ({len(frame) + len(against_backend) + len(between_references)})",
          '<p class="note">Every column of summary.csv but fallback_tensors (each weight '
          "type's in the “Weight types” tables).</p>"
-         + _row_table(pd.concat([frame, against_backend]), _ALL_ROWS, "full")),
+         + _row_table(pd.concat([frame, against_backend, between_references]), _ALL_ROWS,
+                      "full")),
     ]
     body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
                    for title, content in sections)
