@@ -123,7 +123,7 @@ def test_the_reference_jobs_arguments(commands):
         "--emulate q8_0")
     assert commands.reference_dumps(w, output) == (
         "results/reference/parakeet_tdt/tiny/clip results/reference/parakeet_tdt/tiny/clip@q8_0")
-    assert commands.family_options("reference")(w) == "--implementation nemo"
+    assert commands.family_options("reference")(w) == "--attention-mask 1 --implementation nemo"
     assert commands.weights_options(cell()) == "--conv-weight-type f32"
     fixture = SimpleNamespace(family="parakeet_tdt", name="tiny")
     assert commands.fixture_options(fixture).startswith("--seed 0")

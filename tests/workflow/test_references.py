@@ -24,7 +24,7 @@ from tests.workflow.test_plan import CLIP, adapters, config, sweep
 
 NEMO_241 = ["nemo_toolkit==2.4.1"]
 REFERENCES = [{"name": "nemo", "implementation": "nemo"},
-              {"name": "hf", "implementation": "transformers"},
+              {"name": "hf", "implementation": "transformers", "options": {"attention_mask": 0}},
               {"name": "old", "implementation": "nemo", "environment": "nemo-old",
                "differences": [{"stage": "mel_features", "reason": "why"}]}]
 
@@ -59,9 +59,10 @@ def test_each_other_reference_is_a_cell_against_the_primary_with_its_own_result(
     assert cells == [Cell("parakeet_tdt", "tiny", name, "torch", "f32", "clip", "nemo")
                      for name in ("hf", "old")]
     assert plan.result(cells[1]) == "results/compare_references/parakeet_tdt/tiny/old/clip.json"
-    assert family.option_values("reference") == ["--implementation", "nemo"]
+    assert family.option_values("reference") == ["--attention-mask", "1",
+                                                 "--implementation", "nemo"]
     assert family.option_values("reference", reference=family.references["hf"]) == [
-        "--implementation", "transformers"]
+        "--attention-mask", "0", "--implementation", "transformers"]
 
 
 def test_the_other_references_job_runs_its_implementation_in_its_environment(built):
@@ -73,7 +74,7 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     assert argv[3:] == ["reference", "parakeet-tdt", "--model",
                         "results/fixtures/parakeet_tdt/tiny/model.nemo", "--audio", CLIP,
                         "--output-dir", f"{output[0]}/clip", "--threads", "2",
-                        "--implementation", "nemo"]
+                        "--attention-mask", "1", "--implementation", "nemo"]
     hf = SimpleNamespace(family="parakeet_tdt", model="tiny", reference="hf", case="clip")
     argv = shlex.split(commands.other_reference_command(hf, output, 1))
     assert argv[0] == "audioparity" and argv[-2:] == ["--implementation", "transformers"]
@@ -90,6 +91,8 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     ({"name": "audioparity"}, "the name is taken"),
     ({"environment": "nemo-2.9"}, "environment 'nemo-2.9' is not in environments (nemo-old)"),
     ({"options": {"conv_weight_type": "f16"}}, "'conv_weight_type' is no reference-side"),
+    ({"options": {"attention_mask": 2}}, "references 'hf'.options['attention_mask']: 2 is not"),
+    ({"models": ["tiny", "large"]}, "models ['large'] are not in parakeet_tdt.models"),
 ])
 def test_a_bad_reference_is_refused_in_one_line(built, change, message):
     built["parakeet_tdt"]["references"][1] = {**REFERENCES[1], **change}

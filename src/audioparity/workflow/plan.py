@@ -107,6 +107,7 @@ class Reference:
             None for the project's own.
         options: the family's reference-side options it runs with, over the section's.
         differences: expected failures of its comparison with the primary, with why.
+        models: the models it runs (all of the family's by default).
     """
 
     name: str
@@ -114,6 +115,7 @@ class Reference:
     environment: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     differences: tuple[Mapping[str, Any], ...] = ()
+    models: tuple[str, ...] = ()
 
 
 @dataclass
@@ -242,9 +244,11 @@ def _check_families(config: dict, known: Mapping[str, Family]) -> dict[str, Fami
 
 def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Reference]:
     """``{family}.references`` (default: the family's first implementation alone): each an
-    implementation of the family's, under a name no other reference or candidate takes; the
-    primary in the project's environment with no declared differences, another's environment
-    one of ``environments``, built for its packages.
+    implementation of the family's, under a name no other reference or candidate takes, on
+    models of the family's; the primary in the project's environment with the section's options,
+    on every model, with no declared differences; another's environment one of
+    ``environments``, built for its packages, and its options the family's reference-side
+    ones.
 
     Raises:
         AudioparityError: the first entry that breaks one of these.
@@ -262,10 +266,15 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
             raise AudioparityError(f"{where}: the name is taken by another reference or a "
                                    "candidate")
         environment, options = entry.get("environment"), entry.get("options") or {}
-        if not references and (environment or entry.get("differences") or options):
+        models = entry.get("models") or list(plan.models)
+        if not references and (environment or entry.get("differences") or options
+                               or "models" in entry):
             raise AudioparityError(f"{where}: the primary (the first) runs in the project's "
-                                   "environment with the section's options and has no "
-                                   "differences; list it after another")
+                                   "environment with the section's options, on every model, "
+                                   "and has no differences; list it after another")
+        if set(models) - set(plan.models):
+            raise AudioparityError(f"{where}: models {sorted(set(models) - set(plan.models))} "
+                                   f"are not in {spec.name}.models")
         unknown = sorted(set(options) - {o.name for o in spec.options_for("reference")})
         if unknown:
             raise AudioparityError(f"{where}.options: {unknown[0]!r} is no reference-side "
@@ -279,7 +288,7 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
             check_built(environment, known[environment]["packages"])
         references[entry["name"]] = Reference(entry["name"], entry["implementation"],
                                               environment, options,
-                                              tuple(entry.get("differences", ())))
+                                              tuple(entry.get("differences", ())), tuple(models))
     return references
 
 
@@ -438,7 +447,7 @@ class Sweep:
         besides the primary against the primary, model x case."""
         for name, plan in self.families.items():
             for reference in plan.others:
-                for model in plan.models:
+                for model in reference.models:
                     for case in plan.cases:
                         yield Cell(name, model, reference.name, REFERENCE_BACKEND,
                                    REFERENCE_WEIGHT_TYPE, case, plan.primary.name)

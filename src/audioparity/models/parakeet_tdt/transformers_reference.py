@@ -360,7 +360,7 @@ def _longest_run(frames: list[int]) -> tuple[int, int]:
 def transducer_stages(loaded: TransformersParakeet, input_features: Any, attention_mask: Any,
                       n_frames: int) -> Outputs:
     """The encoder's and the transducer's stages of one utterance from one ``generate()`` of
-    ``ParakeetForTDT``/``ParakeetForRNNT`` (greedy, batch 1, the attention mask passed): the
+    ``ParakeetForTDT``/``ParakeetForRNNT`` (greedy, batch 1, ``attention_mask`` None or passed): the
     encoder taps (:func:`encoder_stages`), every ``joint`` output row ``[steps,
     V+1+n_durations]`` (``joint_logits``), the LSTM state after its first step (the start
     token, the blank) as ``[layers, 2, H]`` (``lstm_state_0``), the decode of
@@ -478,13 +478,16 @@ def stages(loaded: TransformersParakeet, case: Case) -> Outputs:
     n_mel = int(attention_mask.sum())
     yield "mel_features", input_features[0, :n_mel].float().numpy()
     n_frames = config.encoder.subsampled_length(n_mel)
+    masked = bool(case.options.get("attention_mask", 1))
     yield Note("transformers reference: our converter of the checkpoint, ParakeetFeatureExtractor "
-               "configured from its preprocessor, the attention mask passed to generate(); "
-               "decode texts by the model's own tokenizer pieces")
+               "configured from its preprocessor, the attention mask "
+               f"{'passed to' if masked else 'not passed to (option attention_mask 0)'} "
+               "generate(); decode texts by the model's own tokenizer pieces")
+    mask = attention_mask if masked else None
     if loaded.transducer is not None:
         yield Phase("generate")
-        yield from transducer_stages(loaded, input_features, attention_mask, n_frames)
+        yield from transducer_stages(loaded, input_features, mask, n_frames)
     if loaded.ctc is not None:
         yield Phase("ctc_generate")
-        yield from ctc_stages(loaded, input_features, attention_mask, n_frames,
+        yield from ctc_stages(loaded, input_features, mask, n_frames,
                               tap_encoder=loaded.transducer is None)
