@@ -63,8 +63,8 @@ def test_check_fails_on_the_reference_comparisons_only():
 
 def spread_row(stage: str, status: str = "fail", **metrics) -> dict:
     """Another reference (nemo-2.4.1) against the primary (nemo), on the same case."""
-    return row(stage, status, metrics.pop("reason", ""), candidate="nemo-2.4.1",
-               backend="torch", against="nemo", **metrics)
+    labels = {"candidate": "nemo-2.4.1", "backend": "torch", "against": "nemo"}
+    return row(stage, status, metrics.pop("reason", ""), **{**labels, **metrics})
 
 
 GATE = "default/pre_encode*: cosine>=0.99999, nmse<=5e-10, max_rel<=5e-05"
@@ -109,3 +109,20 @@ def test_a_difference_beyond_the_spread_plus_the_gate_is_the_ports():
     # a miss the spread cannot explain (a top-1 flip) leaves the culprit the port's
     flip = row("pre_encode", "fail", gate=GATE + ", top1>=1.0", nmse=1e-7, top1=0.9)
     assert disagreement(flip, spread) == ""
+
+
+def test_a_blocks_own_error_is_excused_only_by_a_spread_that_is_the_blocks_own():
+    """On a case where the references part from pre_encode on, their layer_1 spread is what
+    accumulated before it: a candidate whose layer_1 block is wrong on its own stays the port's;
+    at pre_encode, the first stage they part at, the block's spread is its own and excuses the
+    candidate's pre_encode_replayed."""
+    spread = spreads([spread_row("pre_encode", nmse=3.4e-4), spread_row("layer_1", nmse=1e-3)])
+    own = row("layer_1_isolated", "fail", gate="default/layer_*: nmse<=5e-12", nmse=1e-6)
+    assert disagreement(own, spread) == ""
+    assert disagreement({**own, "stage": "layer_1"}, spread).startswith("reference disagree")
+    replayed = row("pre_encode_replayed", "fail", gate=GATE, nmse=3e-4)
+    assert disagreement(replayed, spread).startswith("reference disagreement: nemo-2.4.1")
+    # another reference parting from the mel on is no reason to refuse that one's own spread
+    other = spread_row("mel_features", nmse=1e-5, candidate="older")
+    spread = spreads([spread_row("pre_encode", nmse=3.4e-4), other])
+    assert disagreement(replayed, spread).startswith("reference disagreement: nemo-2.4.1")

@@ -17,8 +17,9 @@ culprit whose error against the primary lies within that spread is a reference d
 and is named as one: the references themselves part there by more than the gate, and the
 candidate is no farther from the primary than the other reference is plus the gate (by the
 triangle inequality: NMSE in square roots, max_abs and max_rel added), so it may be computing
-what the other reference computes. A fault on a stage where the references agree stays the
-port's.
+what the other reference computes. A block's own form (isolated, replayed) is excused only by
+a spread that is the block's own: where the references agree on every stage before it. A fault
+on a stage where the references agree stays the port's.
 """
 
 from __future__ import annotations
@@ -75,12 +76,26 @@ def spreads(rows: Iterable[Mapping[str, Any]]) -> Spread:
     return found
 
 
+def _accumulated(other: Mapping[str, Any], spread: Spread) -> bool:
+    """Whether reference ``other`` already parts from the primary before the stage of its
+    spread row ``other`` on that case: its spread there then holds what accumulated before it,
+    not only what the block computes differently, and cannot excuse a block's own (isolated
+    or replayed) error."""
+    where = (other["family"], other["model"], other["case"])
+    start = stage_key(other["family"], other["stage"])
+    return any(key[:3] == where and stage_key(other["family"], key[3]) < start
+               and any(r["candidate"] == other["candidate"] for r in rows)
+               for key, rows in spread.items())
+
+
 def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
     """Why a candidate's failing ``row`` (against the primary) is a reference disagreement
     (module docstring), or ``""``: every gate bound it misses is one the triangle explains,
-    and it lies within the bound for some reference that fails there."""
+    and it lies within the bound for some reference that fails there; for a block's own
+    (isolated or replayed) form, only where the references agree on every stage before it."""
     base = reference_stage(row["family"], row["stage"])
-    others = spread.get((row["family"], row["model"], row["case"], base), [])
+    others = [other for other in spread.get((row["family"], row["model"], row["case"], base), [])
+              if row["stage"] == base or not _accumulated(other, spread)]
     bounds = {m: (op, float(limit)) for m, op, limit in _BOUND.findall(row.get("gate") or "")}
     missed = {m: value for m, (op, limit) in bounds.items()
               if (value := _number(row.get(m))) is not None
