@@ -1,5 +1,6 @@
 # One comparison per cell (family, model, candidate, backend, weight type, case), gated by the
-# config; with the reference's replay of the candidate where it replays.
+# config; with the reference's replay of the candidate where it replays, and a float32 cell's
+# failing stages also measured against each other reference (passes_against).
 
 
 rule compare_cell:
@@ -13,6 +14,7 @@ rule compare_cell:
         replay=COMMANDS.replay_flag,
         cost=COMMANDS.cost_flag,
         known_text=COMMANDS.known_text_flag,
+        others=COMMANDS.other_reference_flags,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -24,7 +26,8 @@ rule compare_cell:
         " --gates {params.gates:q} --label family={wildcards.family} --label model={wildcards.model}"
         " --label case={wildcards.case} --label candidate={wildcards.candidate}"
         " --label backend={wildcards.backend} --label weight_type={wildcards.weight_type}"
-        " {params.replay} {params.cost} {params.known_text} --output {output:q} 2> {log}"
+        " {params.replay} {params.cost} {params.known_text} {params.others}"
+        " --output {output:q} 2> {log}"
 
 
 # Another reference against the primary on one case, stage by stage, with the family's

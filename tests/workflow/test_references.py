@@ -83,6 +83,17 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     assert json.loads(commands.reference_gates(hf))["expected_failures"] == []
     inputs = commands.jobs.other_reference_inputs(old)
     assert inputs["environment"] == f".environments/nemo-old/{RECORD}"
+    # a float32 cell is also measured against each other reference where it fails; a
+    # quantized one is judged against its quantization-aware reference alone
+    f32 = SimpleNamespace(family="parakeet_tdt", model="tiny", candidate="audioparity",
+                          backend="cpu", weight_type="f32", case="clip")
+    assert commands.jobs.compare_inputs(f32)["others"] == [
+        "results/references/parakeet_tdt/tiny/hf", "results/references/parakeet_tdt/tiny/old"]
+    assert shlex.split(commands.other_reference_flags(f32)) == [
+        "--other-reference", "hf=results/references/parakeet_tdt/tiny/hf/clip",
+        "--other-reference", "old=results/references/parakeet_tdt/tiny/old/clip"]
+    q8_0 = SimpleNamespace(**{**vars(f32), "weight_type": "q8_0"})
+    assert "others" not in commands.jobs.compare_inputs(q8_0)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -292,6 +292,9 @@ def _compare_command(sub) -> None:
     p.add_argument("--known-text", metavar="TEXT",
                    help="what was said in the case's audio: decode documents also get their "
                    "WER against it (wer_known, ref_wer_known)")
+    p.add_argument("--other-reference", action="append", default=[], metavar="NAME=DIR",
+                   help="another reference's dump of the case: a stage failing against "
+                   "--reference is also measured against it (passes_against); repeatable")
     p.add_argument("--output", required=True, type=Path, help="cell result (.json)")
     p.set_defaults(run=compare)
 

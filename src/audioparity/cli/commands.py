@@ -306,9 +306,15 @@ def digest(args: argparse.Namespace) -> None:
 def compare(args: argparse.Namespace) -> None:
     from audioparity.compare import compare_cell
 
+    others = {}
+    for value in args.other_reference:
+        name, sep, path = value.partition("=")
+        if not (name and sep and path):
+            raise AudioparityError(f"--other-reference {value!r}: expected NAME=DIR")
+        others[name] = path
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
                  args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
-                 known_text=args.known_text)
+                 known_text=args.known_text, others=others)
 
 
 def report_summary(args: argparse.Namespace) -> None:

@@ -76,12 +76,15 @@ COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match", "cost_kl", "cost
 #: weight type (rows no multiple of the type's block), ``fallback_tensors`` their lines
 #: (``<tensor> [shape]: q4_K -> q5_0``) joined by ``"; "``. The same on every row of a cell.
 STORAGE_COLUMNS = ("bits_per_weight", "fallbacks", "fallback_tensors")
+#: ``passes_against``: for a stage that fails against the primary reference, the other
+#: references (config ``references``) it passes against under the same gate, ``"; "``-joined
+#: (docs/references.md); empty elsewhere.
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
 #: (:mod:`audioparity.report.culprit`).
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, *STORAGE_COLUMNS,
-           "gate", "reason", "seconds", "first_bad_op", "culprit")
+           "gate", "reason", "passes_against", "seconds", "first_bad_op", "culprit")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -303,6 +306,8 @@ class Cell:
     crashed_in: str | None = None
     #: What was said in the case's audio, where the config gives it (``text`` of a case).
     known_text: str | None = None
+    #: The other references' dumps of the case, by name (a float32 cell's).
+    others: Mapping[str, Dump] = field(default_factory=dict)
 
     @cached_property
     def weights_differ(self) -> str | None:
@@ -571,6 +576,24 @@ def _add_known_text(cell: Cell, row: Planned, measured: dict[str, Any]) -> None:
                                        _document(row.against, row.ref_stage), cell.known_text))
 
 
+def _passes_against(cell: Cell, row: Planned, gates: Mapping[str, Any]) -> str | None:
+    """The other references a stage that fails against the primary passes against, under the
+    same gate (``"; "``-joined), None where none does; only a stage measured against the
+    reference itself (not a teacher-forced form, fed the primary's input, nor a replayed one)."""
+    if row.against is not cell.reference or row.stage != row.ref_stage:
+        return None
+    passing = []
+    for name, other in cell.others.items():
+        if not other.has(row.ref_stage):
+            continue
+        measured, problems = compare_stage(other, cell.candidate, row.cand_stage, row.ref_stage,
+                                           row.kind, row.ref_kind)
+        if status(row.stage, gates, availability="ok", metrics=measured,
+                  problems=problems).status == "pass":
+            passing.append(name)
+    return "; ".join(passing) or None
+
+
 def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]
          ) -> dict[str, Any]:
     """One row of the cell (:data:`COLUMNS`, labels first, extra labels after them)."""
@@ -590,14 +613,16 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
     values.update(_cost(cell, row, measured))
     values.update(_storage(cell))
     values.update(gate=verdict.gate, reason=_reason(cell, row, verdict, measured),
+                  passes_against=(_passes_against(cell, row, gates)
+                                  if verdict.status == "fail" else None),
                   seconds=cell.seconds.get(row.stage), first_bad_op=None, culprit=None)
     return {key: _json_value(value) for key, value in values.items()}
 
 
 def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike,
               labels: Mapping[str, str], replay_dir: str | os.PathLike | None = None,
-              cost_dir: str | os.PathLike | None = None, known_text: str | None = None
-              ) -> Cell:
+              cost_dir: str | os.PathLike | None = None, known_text: str | None = None,
+              others: Mapping[str, str | os.PathLike] | None = None) -> Cell:
     """The dumps of a cell read, and its rows planned (:func:`compare_cell`'s arguments).
 
     Raises:
@@ -614,6 +639,7 @@ def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike
         family=labels.get("family") or reference.manifest.get("family"),
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
+        others={name: Dump(path) for name, path in (others or {}).items()},
     )
     cell.plan = _plan(cell)
     cell.crashed_in = _crashed_stage(cell)
@@ -629,6 +655,7 @@ def compare_cell(
     replay_dir: str | os.PathLike | None = None,
     cost_dir: str | os.PathLike | None = None,
     known_text: str | None = None,
+    others: Mapping[str, str | os.PathLike] | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -655,6 +682,9 @@ def compare_cell(
         known_text: what was said in the case's audio: each document row with a ``text`` gets
             ``wer_known`` and ``ref_wer_known``
             (:func:`~audioparity.compare.documents.known_text_metrics`).
+        others: the other references' dumps of the case, by name: a stage that fails against
+            ``reference_dir`` is measured against each under the same gate, and names those it
+            passes against (``passes_against``).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
     the same candidate's dump on that backend and every stage, an isolated form too, is
@@ -665,7 +695,8 @@ def compare_cell(
             threshold that does not apply to it.
     """
     check_resolved(gates)
-    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text)
+    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
+                     others)
     rows = [*_stored_weights_row(cell, labels), *(_row(cell, row, gates, labels)
                                                   for row in cell.plan)]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")

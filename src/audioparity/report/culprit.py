@@ -17,7 +17,9 @@ culprit whose error against the primary lies within that spread is a reference d
 and is named as one: the references themselves part there by more than the gate, and the
 candidate is no farther from the primary than the other reference is plus the gate (by the
 triangle inequality: NMSE in square roots, max_abs and max_rel added), so it may be computing
-what the other reference computes. A block's own form (isolated, replayed) is excused only by
+what the other reference computes; or, stronger, the candidate's stage passes against another
+reference under the same gate (``passes_against``, which the compare measures for a float32
+cell). A block's own form (isolated, replayed) is excused only by
 a spread that is the block's own: where the references agree on every stage before it. A fault
 on a stage where the references agree stays the port's.
 """
@@ -117,12 +119,35 @@ def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
                 limit = apart + gate
             within = within and value <= limit
         if within:
-            figures = ", ".join(f"{m} {_number(other.get(m)):.{6 if m == 'cosine' else 3}g}"
-                                for m in _DISTANCES if m in missed)
-            declared = f"; {other['reason']}" if other["status"] == "xfail" and other.get(
-                "reason") else ""
-            return (f"reference disagreement: {other['candidate']} parts from "
-                    f"{other['against']} here by {figures}{declared}")
+            metrics = [m for m in _DISTANCES if m in missed]
+            return f"reference disagreement: {_parted(other, metrics)}"
+    return ""
+
+
+def _parted(other: Mapping[str, Any], metrics: Sequence[str]) -> str:
+    """How another reference's spread row parts from the primary: ``metrics``' figures, and
+    its declared cause."""
+    figures = ", ".join(f"{m} {_number(other.get(m)):.{6 if m == 'cosine' else 3}g}"
+                        for m in metrics if _number(other.get(m)) is not None)
+    declared = f"; {other['reason']}" if other["status"] == "xfail" and other.get(
+        "reason") else ""
+    return f"{other['candidate']} parts from {other['against']} here" + (
+        f" by {figures}" if figures else "") + declared
+
+
+def agreement(group: Sequence[Mapping[str, Any]], spread: Spread) -> str:
+    """Why a stage that fails against the primary is a reference disagreement because the
+    candidate passes against another reference there under the same gate (the rows'
+    ``passes_against``), or ``""``."""
+    for row in group:
+        names = row.get("passes_against") or ""
+        if row["status"] != "fail" or not isinstance(names, str) or not names:
+            continue
+        key = (row["family"], row["model"], row["case"], row["stage"])
+        parted = [other for other in spread.get(key, []) if other["candidate"] in
+                  names.split("; ")]
+        how = f"; {_parted(parted[0], ('nmse', 'token_match'))}" if parted else ""
+        return f"reference disagreement: {row['stage']} passes against {names}{how}"
     return ""
 
 
@@ -158,7 +183,7 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
         else:
             pick, why = failing[0], ""
         if rows[0]["against"] == "reference":
-            why = disagreement(pick, spread or {}) or why
+            why = agreement(group, spread or {}) or disagreement(pick, spread or {}) or why
         detail = f"{pick['status']}, {why}" if why else pick["status"]
         return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
             f"{pick['stage']} ({detail})")

@@ -270,6 +270,11 @@ class Commands:
         return (f"--cost-reference {shlex.quote(self.jobs.f32_reference_case(w))}"
                 if self.jobs.emulated(w) else "")
 
+    def other_reference_flags(self, w: Any) -> str:
+        """``--other-reference NAME=DUMP`` for each other reference of a float32 cell."""
+        return quoted(arg for name, path in self.jobs.other_references(w).items()
+                      for arg in ("--other-reference", f"{name}={path}"))
+
     def known_text_flag(self, w: Any) -> str:
         """``--known-text TEXT`` where the cell's case gives what is said in its audio."""
         text = self.jobs.plan(w).known_texts.get(w.case)

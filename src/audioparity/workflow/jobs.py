@@ -277,10 +277,24 @@ class Jobs:
         inputs.update(self.recipe_inputs(w))
         return inputs
 
+    def other_references(self, w: Any) -> dict[str, str]:
+        """The other references' dumps of case {case} that a float32 cell of {model} is also
+        measured against where it fails (name -> dump; none for a quantized cell, judged
+        against its quantization-aware reference)."""
+        if self.emulated(w):
+            return {}
+        return {reference.name: os.path.join(paths.OTHER_REFERENCE.format(
+                    family=w.family, model=w.model, reference=reference.name), w.case)
+                for reference in self.plan(w).others if w.model in reference.models}
+
     def compare_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of a compare, but the reference: the candidate's dump, its replay (when it
-        replays), the code; for a quantized cell, the float32 reference's digest (its cost)."""
+        replays), the code, the other references' jobs (:meth:`other_references`); for a
+        quantized cell, the float32 reference's digest (its cost)."""
         inputs = {"candidate": self.candidate_dump(w), "code": self.compare_code(w)}
+        others = [os.path.dirname(path) for path in self.other_references(w).values()]
+        if others:
+            inputs["others"] = others
         if self.emulated(w):
             inputs["cost_digest"] = paths.digest(self.f32_reference_case(w))
         if self.candidate(w).replay:
