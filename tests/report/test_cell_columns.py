@@ -74,3 +74,25 @@ def test_a_dump_without_storage_leaves_its_columns_empty(tmp_path: Path):
         assert rows and all(row[c] is None for row in rows
                             for c in ("bits_per_weight", "fallbacks", "fallback_tensors",
                                       "cost_kl", "cost_wer"))
+
+
+def test_a_stage_failing_against_the_primary_names_the_other_references_it_passes_against(
+        tmp_path: Path):
+    """The candidate decodes "a x c" as the older reference does, not as the primary; its
+    logits are the primary's. The decode fails against the primary and passes against "older"
+    alone; the logits pass and name none; the culprit calls the decode a reference
+    disagreement."""
+    primary = dump(tmp_path / "primary", [0.0, 0.0], [1, 2, 3], "a b c")
+    older = dump(tmp_path / "older", [0.0, 0.0], [1, 4, 3], "a x c")
+    newer = dump(tmp_path / "newer", [0.0, 0.0], [1, 5, 3], "a y c")
+    candidate = dump(tmp_path / "cand", [0.0, 0.0], [1, 4, 3], "a x c")
+    output = tmp_path / "cell.json"
+    compare_cell(primary, candidate, GATES, {**LABELS, "weight_type": "f32"}, output,
+                 others={"older": older, "newer": newer})
+    rows = {row["stage"]: row for row in json.loads(output.read_text())}
+    assert rows["decode"]["status"] == "fail" and rows["decode"]["passes_against"] == "older"
+    assert rows["ctc_logits"]["status"] == "pass" and rows["ctc_logits"]["passes_against"] is None
+    write_summary([output], tmp_path / "summary.csv")
+    (first, *_) = [row for row in read_csv(tmp_path / "summary.csv") if row["stage"] == "decode"]
+    assert first["culprit"] == ("decode (fail, reference disagreement: decode passes against "
+                                f"older): {rows['decode']['reason']}")

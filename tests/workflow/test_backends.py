@@ -92,6 +92,11 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     sweep = yaml.safe_load((REPO / "config/examples/vulkan.yaml").read_text())
     moss_cases = yaml.safe_load((REPO / "config/config.yaml").read_text())["moss_voicegen"]["cases"]
     sweep["moss_voicegen"]["cases"] = moss_cases[:1]
+    # the primary references alone: the others run in tests/workflow/test_references.py and
+    # in the default quantized sweep (tests/workflow/test_quantized.py)
+    sweep["parakeet_tdt"]["references"] = wd.PRIMARY_ONLY
+    sweep["moss_voicegen"]["references"] = [{"name": "remote_code",
+                                             "implementation": "remote_code"}]
     workdir = wd.make_workdir(tmp_path / "run", sweep)
     (workdir / "resources").symlink_to(REPO / "resources")  # the cases config.yaml names
     wd.run_to_completion(workdir)
