@@ -209,6 +209,9 @@ def ports_sweep(tmp_path_factory):
     section["models"] = [m for m in section["models"] if m["name"] == "tiny-ports"]
     section["cases"] = [{"name": "clip", "path": str(REPO / "resources/speech/clip.wav")}]
     section["weight_types"] = ["f32"]
+    # NeMo alone: the example's other references run on jfk.wav in
+    # tests/workflow/test_references.py
+    section["references"] = section["references"][:1]
     section["expected_failures"] = [e for e in section["expected_failures"]
                                     if e.get("case", "*") != "jfk"
                                     and fnmatchcase("f32", e.get("weight_type", "*"))]
