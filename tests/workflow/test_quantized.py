@@ -37,7 +37,7 @@ def test_the_default_quantized_types_end_to_end(tmp_path):
     # the default config's other references ran beside: transformers' Parakeet and MOSS's
     # transformers path agree with the primaries to float32 noise; NeMo 2.4.1 parts as declared
     others = rows[rows["backend"] == "torch"]
-    assert set(zip(others["family"], others["candidate"])) == {
+    assert set(zip(others["family"], others["candidate"], strict=True)) == {
         ("parakeet_tdt", "transformers"), ("parakeet_tdt", "nemo-2.4.1"),
         ("moss_voicegen", "transformers")}
     assert set(others[others["candidate"] == "transformers"]["status"]) == {"pass"}
