@@ -379,6 +379,14 @@ CASES = (
     Case("reference_outputs_unpaired", "usage", "reference given two audio files but one "
          "output directory", ("audioparity reference parakeet-tdt --model tiny.nemo --audio "
                               "clip.wav --audio clip.wav --output-dir out",)),
+    Case("reference_option_of_another_implementation", "usage",
+         "the transformers reference's option given to NeMo's",
+         (REFERENCE.format(model="tiny.nemo", audio="clip.wav") + " --attention-mask 0",)),
+    Case("reference_transformers_cannot_express", "usage",
+         "transformers' Parakeet given a model it cannot express (the tiny fixture's joint is "
+         "wider than its prediction network)",
+         (REFERENCE.format(model="tiny.nemo", audio="clip.wav") + " --implementation "
+          "transformers",)),
     # dumps read by the ggml dump (teacher forcing) and by compare
     Case("reference_dir_missing", "dumps", "reference dump directory that does not exist",
          ("audioparity ggml parakeet-tdt --model tiny.nemo --audio clip.wav --reference-dir none "
@@ -429,6 +437,12 @@ class SchemaCase:
     key: str
 
 
+#: A Parakeet sweep whose files the configuration cases' folder has: the tiny fixture (built
+#: by the workflow) on /dev/null.
+TINY_SWEEP = ("families: [parakeet_tdt], parakeet_tdt: {models: [{name: tiny, path: "
+              "results/fixtures/parakeet_tdt/tiny/model.nemo}], cases: [{name: c, path: "
+              "/dev/null}]")
+
 SCHEMA_CASES = (
     SchemaCase("schema_enum", "parakeet_tdt: {backends: [cpu, metal]}", "['backends'][1]"),
     SchemaCase("schema_type", "parakeet_tdt: {weight_types: f32}", "['weight_types']"),
@@ -443,6 +457,12 @@ SCHEMA_CASES = (
     SchemaCase("config_option_of_another_family", "parakeet_tdt: {options: {generate_rows: 4}}",
                "'generate_rows'"),
     SchemaCase("config_unknown_family", "families: [parakeet_tdt, wav2vec]", "'wav2vec'"),
+    SchemaCase("config_reference_implementation", f"{{{TINY_SWEEP}, references: [{{name: "
+               "nemo, implementation: nemo}, {name: hf, implementation: whisper}]}}",
+               "implementation 'whisper'"),
+    SchemaCase("config_reference_environment", f"{{{TINY_SWEEP}, references: [{{name: nemo, "
+               "implementation: nemo}, {name: old, implementation: nemo, environment: "
+               "nemo-9}]}}", "'nemo-9'"),
     SchemaCase("config_fixture_option", "fixtures: {moss_voicegen: {tiny: {massive: true}}}",
                "'massive'"),
 )
