@@ -228,9 +228,17 @@ def check_memory(model: Path, config: MossTTSDelayConfig,
                    f" (the float32 model{twice}; prompts of at most {rows} rows)")
 
 
-def stages(net, case: Case, generate_rows: int) -> Outputs:
+def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | None = None,
+           note: str | None = None) -> Outputs:
     """The reference's stages of one case (module docstring) with the loaded ``net``, each phase
     timed by the driver.
+
+    Args:
+        run: one forward of ``net`` (``run(net, rows [1, n, 1+n_vq], cache=None) -> (Forward,
+            cache)``): :func:`forward` through the checkpoint's own modules, or another
+            implementation's (:func:`.transformers_reference.forward`).
+        modeling: the manifest's ``modeling`` (default the config's); ``note``: the dump's
+            note on what computed it (default the checkpoint's code's).
 
     Raises:
         AudioparityError: a prompt of fewer than 3 rows.
@@ -239,7 +247,7 @@ def stages(net, case: Case, generate_rows: int) -> Outputs:
     import transformers
 
     config = case.config
-    yield Fields({"modeling": config.modeling})
+    yield Fields({"modeling": modeling or config.modeling})
     yield Phase("prompt")
     encoded = reference_prompt(case.model, config, case.data)
     yield "prompt", encoded.document()
@@ -249,24 +257,24 @@ def stages(net, case: Case, generate_rows: int) -> Outputs:
         raise AudioparityError(f"{case.path}: {n_rows} prompt rows; need at least 3")
     with torch.inference_mode():
         yield Phase("prefill")
-        full, full_cache = forward(net, rows)
+        full, full_cache = run(net, rows)
         yield from prefill_outputs(full)
 
         yield Phase("step")
-        _, head_cache = forward(net, rows[:, :-1])
-        last, _ = forward(net, rows[:, -1:], head_cache)
+        _, head_cache = run(net, rows[:, :-1])
+        last, _ = run(net, rows[:, -1:], head_cache)
         yield "step_last_hidden", last.hidden[-1]
 
         cache = full_cache
 
         def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
             nonlocal cache
-            result, cache = forward(net, torch.tensor([[row]], dtype=torch.long), cache)
+            result, cache = run(net, torch.tensor([[row]], dtype=torch.long), cache)
             return result.text_logits, result.audio_logits
 
         document = yield from generation_outputs(config, encoded.rows, full, step,
                                                  generate_rows)
-    yield Note(f"transformers {transformers.__version__}, float32, eager attention, "
-               f"{config.modeling} modeling code")
+    yield Note(note or f"transformers {transformers.__version__}, float32, eager attention, "
+                       f"{config.modeling} modeling code")
     log.info("moss reference %s: %d prompt rows, %d generated", case.path, n_rows,
              len(document["rows"]))

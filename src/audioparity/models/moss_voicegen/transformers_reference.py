@@ -18,7 +18,6 @@ returns. Importing this module imports neither torch nor ggml.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,9 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.family import Case, Outputs
 from audioparity.models.moss_voicegen.config import CONFIG_FILE, MossTTSDelayConfig
-from audioparity.models.moss_voicegen.reference import reference_prompt
-from audioparity.models.moss_voicegen.stages import Forward, generation_outputs, prefill_outputs
-
-log = logging.getLogger("audioparity")
+from audioparity.models.moss_voicegen.stages import Forward
 
 #: The checkpoint's prefix of the backbone's weights (``MossTTSDelayModel.language_model``).
 BACKBONE_PREFIX = "language_model."
@@ -189,7 +185,7 @@ def heads(model: Qwen3Reference, hidden) -> tuple[np.ndarray, np.ndarray]:
     return logits[0].numpy(), audio.numpy()
 
 
-def forward(model: Qwen3Reference, rows, cache) -> tuple[Forward, Any]:
+def forward(model: Qwen3Reference, rows, cache=None) -> tuple[Forward, Any]:
     """One forward of ``rows`` ``[1, n, 1+n_vq]`` after ``cache`` (a ``DynamicCache``; None for
     a prefill): :func:`input_embeddings`, :func:`decoder`, :func:`heads`.
 
@@ -205,41 +201,16 @@ def forward(model: Qwen3Reference, rows, cache) -> tuple[Forward, Any]:
 
 def stages(model: Qwen3Reference, case: Case, generate_rows: int) -> Outputs:
     """The stages of one case (those of :func:`.reference.stages`, module docstring) with the
-    loaded ``model``, each phase timed by the driver.
+    loaded ``model``, through :func:`forward`.
 
     Raises:
         AudioparityError: a prompt of fewer than 3 rows.
     """
-    import torch
     import transformers
 
-    config = case.config
-    yield Fields({"modeling": "transformers Qwen3Model"})
-    yield Phase("prompt")
-    encoded = reference_prompt(case.model, config, case.data)
-    yield "prompt", encoded.document()
-    rows = torch.from_numpy(encoded.rows)[None]
-    n_rows = rows.shape[1]
-    if n_rows < 3:
-        raise AudioparityError(f"{case.path}: {n_rows} prompt rows; need at least 3")
-    with torch.inference_mode():
-        yield Phase("prefill")
-        full, cache = forward(model, rows, None)
-        yield from prefill_outputs(full)
+    from audioparity.models.moss_voicegen import reference
 
-        yield Phase("step")
-        _, head_cache = forward(model, rows[:, :-1], None)
-        last, _ = forward(model, rows[:, -1:], head_cache)
-        yield "step_last_hidden", last.hidden[-1]
-
-        def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
-            nonlocal cache
-            result, cache = forward(model, torch.tensor([[row]], dtype=torch.long), cache)
-            return result.text_logits, result.audio_logits
-
-        document = yield from generation_outputs(config, encoded.rows, full, step,
-                                                 generate_rows)
-    yield Note(f"transformers {transformers.__version__} Qwen3Model, float32, eager attention; "
-               "codebook embeddings and heads as torch ops on the checkpoint's tensors")
-    log.info("moss reference (transformers) %s: %d prompt rows, %d generated", case.path,
-             n_rows, len(document["rows"]))
+    yield from reference.stages(
+        model, case, generate_rows, run=forward, modeling="transformers Qwen3Model",
+        note=f"transformers {transformers.__version__} Qwen3Model, float32, eager attention; "
+             "codebook embeddings and heads as torch ops on the checkpoint's tensors")
