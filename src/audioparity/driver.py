@@ -166,6 +166,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     spec, options = family.spec, side_options(family, "reference", options)
     if not cases:
         raise AudioparityError(f"reference {spec.command}: no {spec.input} file given")
+    spec.check_implementation_options(options, f"reference {spec.command}")
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
     family.check_reference(model, config, opened, emulates=bool(emulate))
@@ -188,6 +189,22 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
             for case, (_, output_dir) in zip(opened, cases, strict=True):
                 reference_case(family, loaded, case, variant.dump_dir(output_dir),
                                {**fields, **variant.fields}, seconds, variant.stored)
+
+
+def unavailable_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]],
+                          options: Mapping[str, Any], why: str) -> None:
+    """An ``unavailable`` dump, saying ``why``, for each ``(case file, dump directory)`` whose
+    directory is not there yet: another reference that cannot run the model (an
+    implementation that cannot express it), whose comparison with the primary then says so on
+    every stage instead of stopping the sweep."""
+    options = side_options(family, "reference", options)
+    for path, output_dir in cases:
+        if Path(output_dir).exists():
+            continue
+        with DumpWriter(output_dir, producer=options[IMPLEMENTATION], model=Path(model),
+                        inputs={family.spec.input: Path(path)},
+                        fields={"family": family.spec.name, **options}) as writer:
+            writer.set_status("unavailable", why)
 
 
 def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,

@@ -67,13 +67,15 @@ def check_built(name: str, packages: Sequence[str], link: Path = Path(LINK)) -> 
     """
     folder = link / name
     record = read_record(folder)
+    build = ("run `make environments` (the configs of config/), or `audioparity environments "
+             "--cache ~/.cache/audioparity/environments <your config>`")
     if record is None:
         raise AudioparityError(f"reference environment {name!r}: not built ({folder} has no "
-                               f"{RECORD}); run `make environments`")
+                               f"{RECORD}); {build}")
     if record.get("digest") != digest(packages):
         raise AudioparityError(f"reference environment {name!r}: {folder} was built from "
                                f"{record.get('packages')} for another project environment or "
-                               f"other packages than {list(packages)}; run `make environments`")
+                               f"other packages than {list(packages)}; {build}")
     return python(folder)
 
 

@@ -151,6 +151,8 @@ class Option:
             :data:`WEIGHTS` for one the weight conversion takes).
         choices: the values allowed (empty: any of the default's type).
         minimum: the least value of an integer option.
+        implementations: the reference implementations it applies to (empty: all); another
+            is refused a value other than the default.
     """
 
     name: str
@@ -159,6 +161,7 @@ class Option:
     sides: tuple[str, ...] = ("ggml",)
     choices: tuple = ()
     minimum: int | None = None
+    implementations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not set(self.sides) <= {*SIDES, WEIGHTS}:
@@ -252,6 +255,22 @@ class FamilySpec:
         return Option(IMPLEMENTATION, self.references[0], "the reference implementation (a "
                       "config references entry's implementation)", sides=("reference",),
                       choices=self.references)
+
+    def check_implementation_options(self, values: Mapping[str, Any], where: str) -> None:
+        """Refuse an option set, away from its default, for a reference implementation it does
+        not apply to (:attr:`Option.implementations`; ``values`` holds the implementation).
+
+        Raises:
+            AudioparityError: one line naming ``where``, the option and its implementations.
+        """
+        implementation = values.get(IMPLEMENTATION, self.references[0])
+        for option in self.options_for("reference"):
+            if (option.implementations and implementation not in option.implementations
+                    and values.get(option.name, option.default) != option.default):
+                raise AudioparityError(
+                    f"{where}: {option.flag} {values[option.name]} is an option of the "
+                    f"{' and '.join(option.implementations)} reference, not of "
+                    f"{implementation}")
 
     def options_for(self, side: str) -> tuple[Option, ...]:
         """The options the command of ``side`` takes (the reference side's

@@ -126,3 +126,10 @@ def test_a_blocks_own_error_is_excused_only_by_a_spread_that_is_the_blocks_own()
     other = spread_row("mel_features", nmse=1e-5, candidate="older")
     spread = spreads([spread_row("pre_encode", nmse=3.4e-4), other])
     assert disagreement(replayed, spread).startswith("reference disagreement: nemo-2.4.1")
+
+
+def test_a_declared_difference_that_no_longer_holds_is_no_spread():
+    """A reference's stale declaration fails its row, but the references agree there."""
+    stale = spread_row("pre_encode", nmse=1e-14,
+                       reason="declared expected failure passed (stale declaration: why)")
+    assert spreads([stale]) == {}

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -80,7 +81,8 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     assert argv[3:] == ["reference", "parakeet-tdt", "--model",
                         "results/fixtures/parakeet_tdt/tiny/model.nemo", "--audio", CLIP,
                         "--output-dir", f"{output[0]}/clip", "--threads", "2",
-                        "--attention-mask", "1", "--implementation", "nemo"]
+                        "--unavailable-on-error", "--attention-mask", "1",
+                        "--implementation", "nemo"]
     hf = SimpleNamespace(family="parakeet_tdt", model="tiny", reference="hf", case="clip")
     argv = shlex.split(commands.other_reference_command(hf, output, 1))
     assert argv[0] == "audioparity" and argv[-2:] == ["--implementation", "transformers"]
@@ -110,6 +112,9 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     ({"options": {"conv_weight_type": "f16"}}, "'conv_weight_type' is no reference-side"),
     ({"options": {"attention_mask": 2}}, "references 'hf'.options['attention_mask']: 2 is not"),
     ({"models": ["tiny", "large"]}, "models ['large'] are not in parakeet_tdt.models"),
+    ({"name": "cpu"}, "the name is an `against` label of the summary"),
+    ({"implementation": "nemo"}, "--attention-mask 0 is an option of the transformers "
+                                 "reference, not of nemo"),
 ])
 def test_a_bad_reference_is_refused_in_one_line(built, change, message):
     built["parakeet_tdt"]["references"][1] = {**REFERENCES[1], **change}
@@ -130,6 +135,27 @@ def test_an_environment_built_from_other_packages_is_refused_until_rebuilt(built
         sweep(built)
     with pytest.raises(AudioparityError, match="not built"):
         check_built("absent", NEMO_241)
+
+
+def test_a_reference_that_cannot_run_the_model_writes_unavailable_dumps_saying_why(tmp_path):
+    """transformers' Parakeet cannot express the tiny fixture (its joint is wider than its
+    prediction network): as another reference of a sweep, each case's dump says so and the
+    command succeeds; without --unavailable-on-error it fails in one line, leaving nothing."""
+    model = tmp_path / "tiny"
+    subprocess.run([sys.executable, "-m", "audioparity.cli", "fixture", "parakeet-tdt",
+                    "--output", str(model), "--seed", "0"], check=True, capture_output=True)
+    command = [sys.executable, "-m", "audioparity.cli", "reference", "parakeet-tdt", "--model",
+               str(model / "model.nemo"), "--audio", CLIP, "--output-dir",
+               str(tmp_path / "out"), "--implementation", "transformers"]
+    refused = subprocess.run(command, capture_output=True, text=True)
+    assert refused.returncode == 1 and not (tmp_path / "out").exists()
+    assert refused.stderr.strip().splitlines()[-1].endswith("transformers' Parakeet supports "
+                                                             "only 48")
+    done = subprocess.run([*command, "--unavailable-on-error"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["status"] == "unavailable" and manifest["producer"] == "transformers"
+    assert manifest["message"].endswith("transformers' Parakeet supports only 48")
 
 
 def test_an_environment_puts_its_packages_first_and_the_projects_after(tmp_path):

@@ -162,6 +162,10 @@ def _reference_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--cache-dir", type=Path, help="keep each dump here too, and restore from "
                    "it the dumps of the cases it holds instead of computing them (the "
                    "workflow's results/cache/reference/<family>/<model>)")
+    p.add_argument("--unavailable-on-error", action="store_true",
+                   help="where the reference refuses the model or fails (one line), write each "
+                   "case's dump as unavailable, saying why, and exit 0 (the workflow's other "
+                   "references: an implementation that cannot run a model)")
     p.add_argument("--code-digest", default="", help="with --cache-dir: a digest of the code "
                    "that computes the dumps (the workflow hashes the reference job's source "
                    "files); another digest computes every case again")

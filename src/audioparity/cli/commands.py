@@ -168,6 +168,15 @@ def reference(args: argparse.Namespace) -> None:
         dump_reference(_family(args), args.model, todo, options=options, threads=args.threads,
                        emulate=[_weight_type(args, t) for t in emulate])
 
+    if args.unavailable_on_error:
+        from audioparity.driver import unavailable_reference
+
+        try:
+            compute(cases, args.emulate)
+        except AudioparityError as err:
+            log.error("reference %s: %s; its dumps say unavailable", args.spec.command, err)
+            unavailable_reference(_family(args), args.model, cases, options, str(err))
+        return
     if args.cache_dir is None:
         compute(cases, args.emulate)
         return

@@ -162,6 +162,9 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
 #: lets a config given after config/config.yaml (``--configfile``; Snakemake replaces a list
 #: there, it does not extend it) add its own declarations to the defaults'.
 EXPECTED_LISTS = ("expected_failures", "extra_expected_failures")
+#: How the reason of a declared (strict) expected failure that passed begins: the stage meets
+#: its gate, and fails only as a stale declaration.
+STALE = "declared expected failure passed"
 
 
 def resolve_gates(
@@ -450,7 +453,7 @@ def status(
             return Verdict("xfail", text, f"expected ({declared['reason']}): {'; '.join(failures)}")
         return Verdict("fail", text, "; ".join(failures))
     if declared and declared.get("strict", True):
-        stale = f"declared expected failure passed (stale declaration: {declared['reason']})"
+        stale = f"{STALE} (stale declaration: {declared['reason']})"
         return Verdict("fail", text, stale)
     if declared:
         return Verdict("pass", text,

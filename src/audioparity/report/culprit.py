@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from audioparity.compare.gates import STALE
 from audioparity.families import reference_stage, stage_key
 
 #: Statuses that make a cell need attention (a declared ``xfail`` does not).
@@ -69,10 +70,12 @@ Spread = dict[tuple, list[Mapping[str, Any]]]
 
 def spreads(rows: Iterable[Mapping[str, Any]]) -> Spread:
     """{(family, model, case, stage): rows of the other references against the primary that
-    fail (or fail as declared) there}: where the references themselves disagree."""
+    fail (or fail as declared) there}: where the references themselves disagree; a declared
+    difference that passed (a stale declaration) is no disagreement."""
     found: Spread = {}
     for row in rows:
-        if row["backend"] == REFERENCE_BACKEND and row["status"] in ("fail", "xfail"):
+        if (row["backend"] == REFERENCE_BACKEND and row["status"] in ("fail", "xfail")
+                and not str(row.get("reason") or "").startswith(STALE)):
             key = (row["family"], row["model"], row["case"], row["stage"])
             found.setdefault(key, []).append(row)
     return found

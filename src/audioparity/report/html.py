@@ -33,6 +33,7 @@ import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
+from audioparity.compare.gates import STALE
 from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.culprit import REFERENCE_BACKEND
@@ -451,12 +452,14 @@ def _references(frame: pd.DataFrame) -> str:
                      "references themselves disagree, and a candidate whose difference lies "
                      "within that spread has it named as a reference disagreement in its "
                      "culprit. Each cell shows the NMSE against the primary.")]
-    apart = frame[frame["status"].isin(["fail", "xfail"])]
+    apart = frame[frame["status"].isin(["fail", "xfail"])
+                  & ~frame["reason"].str.startswith(STALE)]
     if len(apart):
         parts.append(f"<h3>Where the references disagree ({len(apart)} stages)</h3>"
                      '<p class="note">A declared difference (the reference entry\'s '
                      "<code>differences</code>) shows as xfail with its cause; fail is a "
-                     "disagreement no entry explains.</p>")
+                     "disagreement no entry explains. A declared difference that no longer "
+                     "holds fails as stale in the matrix and is not listed here.</p>")
         parts.append(_row_table(apart, _SPREAD, "full"))
     return "".join(parts)
 

@@ -126,7 +126,8 @@ class Commands:
 
     def other_reference_command(self, w: Any, output: Any, threads: int) -> str:
         """``audioparity reference`` of reference {reference} on {model}: every case, float32,
-        its implementation, with its environment's interpreter where it names one."""
+        its implementation, with its environment's interpreter where it names one; a model it
+        cannot run gives unavailable dumps saying why, not a failed sweep."""
         plan, reference = self.jobs.plan(w), self.jobs.reference_entry(w)
         python = self.jobs.environment_python(w)
         program = ["audioparity"] if python is None else [python, "-m", "audioparity.cli"]
@@ -135,7 +136,7 @@ class Commands:
                        *(arg for name, path in plan.cases.items()
                          for arg in (plan.spec.input_flag, path, "--output-dir",
                                      f"{output[0]}/{name}")),
-                       "--threads", str(threads),
+                       "--threads", str(threads), "--unavailable-on-error",
                        *plan.option_values("reference", reference=reference)])
 
     def recipe_flag(self, w: Any) -> list[str]:

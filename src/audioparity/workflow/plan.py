@@ -265,6 +265,9 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
         if entry["name"] in references or entry["name"] in plan.candidates:
             raise AudioparityError(f"{where}: the name is taken by another reference or a "
                                    "candidate")
+        if entry["name"] in ("reference", *BACKENDS):
+            raise AudioparityError(f"{where}: the name is an `against` label of the summary "
+                                   f"(reference, {', '.join(BACKENDS)}); choose another")
         environment, options = entry.get("environment"), entry.get("options") or {}
         models = entry.get("models") or list(plan.models)
         if not references and (environment or entry.get("differences") or options
@@ -279,7 +282,9 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
         if unknown:
             raise AudioparityError(f"{where}.options: {unknown[0]!r} is no reference-side "
                                    f"option of {spec.name}")
-        spec.check_options({**plan.section["options"], **options}, f"{where}.options")
+        values = spec.check_options({**plan.section["options"], **options}, f"{where}.options")
+        spec.check_implementation_options({**values, IMPLEMENTATION: entry["implementation"]},
+                                          where)
         if environment is not None:
             known = config.get("environments") or {}
             if environment not in known:

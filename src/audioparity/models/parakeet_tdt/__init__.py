@@ -60,7 +60,7 @@ _OPTIONS = (
     Option("attention_mask", 1, "the transformers reference: 1 passes the feature extractor's "
            "attention mask to the model; 0 runs one utterance without it, as transformers "
            "allows (no padded frame is then zeroed inside the subsampling)",
-           sides=("reference",), choices=(0, 1)),
+           sides=("reference",), choices=(0, 1), implementations=("transformers",)),
     Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",
            sides=("fixture",), minimum=8),
     Option("joint_hidden", 56, "the joint's hidden size (48: the prediction net's)",
@@ -133,11 +133,6 @@ class ParakeetTdt(Family):
         from audioparity.models.parakeet_tdt.reference import check_inputs
 
         implementation = cases[0].options.get(IMPLEMENTATION) if cases else None
-        if implementation != "transformers" and cases and not cases[0].options.get(
-                "attention_mask", 1):
-            raise AudioparityError("reference parakeet-tdt: --attention-mask 0 is the "
-                                   "transformers reference's; NeMo masks by the lengths it "
-                                   "computes")
         check_inputs(model, config, cases, emulates, implementation or self.spec.references[0])
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
