@@ -92,13 +92,13 @@ ports: setup
 
 # The reference environments of the configs (their `environments`: another version of a
 # reference's library), each a venv layered on this one, built once into ENVIRONMENTS_CACHE and
-# reused while its packages and this venv stay; .environments links to it (the workflow runs
-# .environments/<name>/bin/python). docs/references.md.
+# reused while its packages and this venv stay; the workflow finds them there
+# (AUDIOPARITY_ENVIRONMENTS). docs/references.md.
 ENVIRONMENTS_CACHE ?= $(HOME)/.cache/audioparity/environments
+export AUDIOPARITY_ENVIRONMENTS := $(ENVIRONMENTS_CACHE)
 environments: setup
 	$(BIN)/audioparity environments --cache $(ENVIRONMENTS_CACHE) config/config.yaml \
 		config/examples/*.yaml
-	ln -sfn $(ENVIRONMENTS_CACHE) .environments
 
 # Exit 1 when a cell of the last sweep fails, crashed or went missing against the reference
 # without a declared expected failure, printing each such cell's culprit (for a user's CI).

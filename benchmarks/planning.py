@@ -122,8 +122,9 @@ def build_fixture(repo: Path, folder: Path) -> Path:
 
 def sweep_config(cases: int) -> dict:
     """The tiny Parakeet fixture over ``cases`` copies of the clip (the default config's weight
-    types, gates and backend)."""
+    types, gates and backend), against NeMo alone."""
     return {"families": [FAMILY], FAMILY: {
+        "references": [{"name": "nemo", "implementation": "nemo"}],
         "models": [{"name": MODEL, "path": f"{FIXTURE}/model.nemo"}],
         "cases": [{"name": f"clip-{i:06d}", "path": str(CLIP)} for i in range(cases)],
         "weight_types": list(WEIGHT_TYPES)}}

@@ -143,7 +143,8 @@ def make_prompts(n: int, folder: Path) -> list[dict]:
 
 def sweep_config(parakeet: Path | None, clips: list[dict], moss: Path | None,
                  prompts: list[dict], weight_types: list[str]) -> dict:
-    """The default config (its gates and options) with the benchmark's models and cases."""
+    """The default config (its gates and options) with the benchmark's models and cases, judged
+    against the primary reference alone (the others are a constant cost per model)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["fixtures"] = {}
     config["families"] = []
@@ -155,7 +156,8 @@ def sweep_config(parakeet: Path | None, clips: list[dict], moss: Path | None,
         config["families"].append(family)
         name = (model.stem if model.is_file() else model.name).replace(".", "_")
         config[family].update(models=[{"name": name, "path": str(model)}],
-                              cases=cases, weight_types=weight_types, backends=["cpu"])
+                              cases=cases, weight_types=weight_types, backends=["cpu"],
+                              references=config[family]["references"][:1])
     config.pop("whisper", None)
     return config
 

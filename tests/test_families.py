@@ -81,7 +81,8 @@ def test_a_malformed_spec_is_refused_when_it_is_written():
 
 def test_options_are_checked_and_filled_with_their_defaults():
     spec = family("parakeet_tdt").spec
-    assert spec.check_options({}, "x") == {"conv_weight_type": "f32", "flash_attention": 0}
+    assert spec.check_options({}, "x") == {"conv_weight_type": "f32", "flash_attention": 0,
+                                           "attention_mask": 1}
     with pytest.raises(AudioparityError, match=r"^x\['flash_attention'\]: 2 is not one of"):
         spec.check_options({"flash_attention": 2}, "x")
     moss = family("moss_voicegen").spec

@@ -6,7 +6,7 @@ first and hold only its ``packages`` (and what they need that the project's envi
 pins otherwise); every other distribution, torch and audioparity among them, is the project's.
 So two references that differ by environment differ by those packages alone. Environments are
 built once into a cache shared by every checkout of the machine (like the ports), one folder per
-name and digest of what it is built from, and reused while that digest holds.
+name and digest of what it is built from, found there by that digest (:func:`check_built`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,15 @@ log = logging.getLogger("audioparity")
 
 #: The record an environment's folder holds once it is built (what it was built from).
 RECORD = "audioparity-environment.json"
-#: Where ``make environments`` links the cache, in the checkout: the workflow runs
-#: ``<LINK>/<name>/bin/python``.
-LINK = ".environments"
+#: Where environments are built and found: ``AUDIOPARITY_ENVIRONMENTS``, by default the
+#: machine's cache (``make environments`` sets the variable from ``ENVIRONMENTS_CACHE``).
+CACHE_VARIABLE = "AUDIOPARITY_ENVIRONMENTS"
+
+
+def cache() -> Path:
+    """The folder that holds the built environments (:data:`CACHE_VARIABLE`)."""
+    return Path(os.environ.get(CACHE_VARIABLE)
+                or "~/.cache/audioparity/environments").expanduser()
 
 
 def digest(packages: Sequence[str], base: Path | None = None) -> str:
@@ -57,25 +63,20 @@ def read_record(folder: Path) -> dict | None:
         return None
 
 
-def check_built(name: str, packages: Sequence[str], link: Path = Path(LINK)) -> Path:
-    """The interpreter of environment ``name``, built from ``packages`` for this project
-    environment.
+def check_built(name: str, packages: Sequence[str], where: Path | None = None) -> Path:
+    """The interpreter of environment ``name`` built from ``packages`` for this project
+    environment, in ``where`` (default :func:`cache`): ``<where>/<name>-<digest>``.
 
     Raises:
-        AudioparityError: it is not built, or was built from other packages or for another
-            project environment (one line saying to run ``make environments``).
+        AudioparityError: it is not built there (one line saying how to build it).
     """
-    folder = link / name
-    record = read_record(folder)
-    build = ("run `make environments` (the configs of config/), or `audioparity environments "
-             "--cache ~/.cache/audioparity/environments <your config>`")
-    if record is None:
-        raise AudioparityError(f"reference environment {name!r}: not built ({folder} has no "
-                               f"{RECORD}); {build}")
-    if record.get("digest") != digest(packages):
-        raise AudioparityError(f"reference environment {name!r}: {folder} was built from "
-                               f"{record.get('packages')} for another project environment or "
-                               f"other packages than {list(packages)}; {build}")
+    where = where or cache()
+    folder = where / f"{name}-{digest(packages)}"
+    if read_record(folder) is None:
+        raise AudioparityError(
+            f"reference environment {name!r}: not built for {list(packages)} and this project "
+            f"environment (no {folder}); run `make environments` (the configs of config/), or "
+            f"`audioparity environments --cache {where} <your config>`")
     return python(folder)
 
 

@@ -34,12 +34,14 @@ def test_a_reference_dump_is_the_storage_modules_emulated_folder():
 
 
 def test_every_output_pattern_lies_under_results_and_names_only_cell_wildcards():
+    """A cell's wildcards, a fixture's name, and another reference's name."""
     patterns = {name: value for name, value in vars(paths).items()
                 if name.isupper() and isinstance(value, str) and value.startswith("results/")}
     assert {"FIXTURE", "REFERENCE", "GGML", "REPLAY", "COMPARE", "COMPARE_BACKEND",
             "DRILLDOWN", "WEIGHTS", "CANDIDATE_MODEL", "SUMMARY"} <= set(patterns)
     for name, pattern in patterns.items():
-        assert set(re.findall(r"{(\w+)}", pattern)) <= {*paths.CELL_KEYS, "name"}, name
+        assert set(re.findall(r"{(\w+)}", pattern)) <= {*paths.CELL_KEYS, "name",
+                                                         "reference"}, name
 
 
 def test_the_rules_spell_no_results_path_of_their_own():

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from audioparity.environments import RECORD, build, check_built, digest
+from audioparity.environments import CACHE_VARIABLE, RECORD, build, cache, check_built, digest
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
 from audioparity.workflow.code import Code
@@ -38,10 +38,11 @@ REFERENCES = [{"name": "nemo", "implementation": "nemo"},
 
 @pytest.fixture
 def built(tmp_path, monkeypatch):
-    """A checkout whose .environments holds a record of nemo-old built for NEMO_241 (no
-    interpreter: the plan reads the record alone)."""
+    """An environments cache holding a record of nemo-old built for NEMO_241 (no interpreter:
+    the plan reads the record alone)."""
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / ".environments" / "nemo-old"
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "environments"))
+    folder = tmp_path / "environments" / f"nemo-old-{digest(NEMO_241)}"
     folder.mkdir(parents=True)
     (folder / RECORD).write_text(json.dumps({"digest": digest(NEMO_241),
                                              "packages": NEMO_241}))
@@ -77,7 +78,8 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     output = ["results/references/parakeet_tdt/tiny/old"]
     old = SimpleNamespace(family="parakeet_tdt", model="tiny", reference="old", case="clip")
     argv = shlex.split(commands.other_reference_command(old, output, 2))
-    assert argv[:3] == [".environments/nemo-old/bin/python", "-m", "audioparity.cli"]
+    folder = Path(os.environ[CACHE_VARIABLE]) / f"nemo-old-{digest(NEMO_241)}"
+    assert argv[:3] == [str(folder / "bin/python"), "-m", "audioparity.cli"]
     assert argv[3:] == ["reference", "parakeet-tdt", "--model",
                         "results/fixtures/parakeet_tdt/tiny/model.nemo", "--audio", CLIP,
                         "--output-dir", f"{output[0]}/clip", "--threads", "2",
@@ -90,7 +92,7 @@ def test_the_other_references_job_runs_its_implementation_in_its_environment(bui
     assert gates["expected_failures"] == [{"stage": "mel_features", "reason": "why"}]
     assert json.loads(commands.reference_gates(hf))["expected_failures"] == []
     inputs = commands.jobs.other_reference_inputs(old)
-    assert inputs["environment"] == f".environments/nemo-old/{RECORD}"
+    assert inputs["environment"] == str(folder / RECORD)
     # a float32 cell is also measured against each other reference where it fails; a
     # quantized one is judged against its quantization-aware reference alone
     f32 = SimpleNamespace(family="parakeet_tdt", model="tiny", candidate="audioparity",
@@ -163,7 +165,7 @@ def test_an_environment_puts_its_packages_first_and_the_projects_after(tmp_path)
     (six), and the project's distributions (audioparity, numpy) are importable from it."""
     folder = build("small", ["six==1.16.0"], tmp_path)
     assert (tmp_path / "small").resolve() == folder.resolve()
-    python = check_built("small", ["six==1.16.0"], link=tmp_path)
+    python = check_built("small", ["six==1.16.0"], tmp_path)
     shown = subprocess.run([python, "-c", "import six, numpy, audioparity.cli; "
                             "print(six.__version__, six.__file__)"],
                            capture_output=True, text=True, check=True).stdout.split()
@@ -184,8 +186,11 @@ def jfk_sweep(tmp_path_factory):
     """The trained Parakeet on jfk.wav (an even mel frame count) at f32: our port and both
     third-party ports against NeMo 3.0.0, with config/examples/ports.yaml's other references
     beside it: transformers' Parakeet run without the attention mask, and NeMo 2.4.1."""
+    packages = yaml.safe_load((REPO / "config/config.yaml").read_text())["environments"][
+        "nemo-2.4.1"]["packages"]
     missing = [path for path in (JFK, PORTS / "transcribe_cpp", PORTS / "whisper_cpp",
-                                 REPO / ".environments" / "nemo-2.4.1") if not path.exists()]
+                                 cache() / f"nemo-2.4.1-{digest(packages)}")
+               if not path.exists()]
     if missing:
         message = f"{missing[0]} is absent: the shared data, `make ports`, `make environments`"
         if os.environ.get("AUDIOPARITY_REQUIRE_PORTS"):

@@ -21,8 +21,7 @@ from tests import REPO
 
 
 def make_workdir(root: Path, config: dict) -> Path:
-    """Copy the Snakefile, rules, config, envs, docs and src into `root`; write sweep.yaml;
-    link the reference environments this checkout built.
+    """Copy the Snakefile, rules, config, envs, docs and src into `root`; write sweep.yaml.
 
     Editing src/ in the copy changes the code inputs of the rules, never this checkout; the jobs
     themselves run the installed package.
@@ -33,8 +32,6 @@ def make_workdir(root: Path, config: dict) -> Path:
         copy(REPO / item, root / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                           if (REPO / item).is_dir() else {}))
     (root / "sweep.yaml").write_text(yaml.safe_dump(config))
-    if (REPO / ".environments").exists():  # the reference environments (make environments)
-        (root / ".environments").symlink_to((REPO / ".environments").resolve())
     return root
 
 

@@ -130,7 +130,7 @@ class Commands:
         cannot run gives unavailable dumps saying why, not a failed sweep."""
         plan, reference = self.jobs.plan(w), self.jobs.reference_entry(w)
         python = self.jobs.environment_python(w)
-        program = ["audioparity"] if python is None else [python, "-m", "audioparity.cli"]
+        program = ["audioparity"] if python is None else [str(python), "-m", "audioparity.cli"]
         return quoted([*program, "reference", plan.spec.command, "--model",
                        self.jobs.model_path(w),
                        *(arg for name, path in plan.cases.items()

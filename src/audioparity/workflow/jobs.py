@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from audioparity.environments import RECORD, check_built
@@ -137,13 +138,13 @@ class Jobs:
         """Reference {reference} of {family} (config ``references``)."""
         return self.plan(w).references[w.reference]
 
-    def environment_python(self, w: Any) -> str | None:
+    def environment_python(self, w: Any) -> Path | None:
         """The interpreter of reference {reference}'s environment, None for the project's."""
         reference = self.reference_entry(w)
         if reference.environment is None:
             return None
         packages = self.sweep.config["environments"][reference.environment]["packages"]
-        return str(check_built(reference.environment, packages))
+        return check_built(reference.environment, packages)
 
     def other_reference_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of reference {reference}'s job on {model}: the model, the cases' plan, the
@@ -152,8 +153,7 @@ class Jobs:
                   "code": self.side_code("reference")(w)}
         python = self.environment_python(w)
         if python is not None:
-            inputs["environment"] = os.path.join(os.path.dirname(os.path.dirname(python)),
-                                                 RECORD)
+            inputs["environment"] = str(python.parent.parent / RECORD)
         return inputs
 
     def reference_compare_inputs(self, w: Any) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class MossVoicegen(Family):
         from audioparity.models.moss_voicegen.checkpoint import check_weights
         from audioparity.models.moss_voicegen.reference import check_memory
 
-        if emulates and any(case.options[IMPLEMENTATION] == TRANSFORMERS for case in cases):
+        if emulates and any(case.options.get(IMPLEMENTATION) == TRANSFORMERS for case in cases):
             raise AudioparityError(f"{model}: the {TRANSFORMERS} reference of moss_voicegen has "
                                    "no quantization-aware form; emulate with remote_code")
         rows = max((case.options["generate_rows"] for case in cases), default=0)
@@ -126,7 +126,7 @@ class MossVoicegen(Family):
         """``remote_code``: ``MossTTSDelayModel`` (:func:`.reference.load_model`);
         ``transformers``: transformers' ``Qwen3Model`` and the checkpoint's tensors
         (:func:`.transformers_reference.load_model`)."""
-        if options[IMPLEMENTATION] == TRANSFORMERS:
+        if options.get(IMPLEMENTATION) == TRANSFORMERS:
             from audioparity.models.moss_voicegen.transformers_reference import load_model
         else:
             from audioparity.models.moss_voicegen.reference import load_model

@@ -189,7 +189,7 @@ def _tokenizer(config: WhisperModelConfig, options: dict[str, Any], model: Any
         return None, f"openai-whisper has no tokenizer for this model ({err})"
     theirs = list(tokenizer.sot_sequence_including_notimestamps)
     mismatches = {key: (ours, found) for key, ours, found in (
-        ("prompt", prompt, theirs),
+        ("start of transcript", prompt, theirs),
         ("<|endoftext|>", config.generation.eos_token_id, tokenizer.eot),
         ("n_vocab", config.decoder.vocab_size, tokenizer.encoding.n_vocab)) if ours != found}
     if mismatches:
