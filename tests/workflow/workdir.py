@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from audioparity.environments import CACHE_VARIABLE
+from audioparity.environments import cache as environments_cache
 from tests import REPO
 
 
@@ -84,9 +86,10 @@ ARITHMETIC = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "LP_NATIVE_VECTOR_WIDTH")
 def environment(workdir: Path) -> dict[str, str]:
     """Nothing inherited but :data:`ARITHMETIC`, and no venv on PATH: the workflow must find the
     `audioparity` command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run
-    without activating the venv does. The copy's src/ comes first on the Python path."""
+    without activating the venv does. The copy's src/ comes first on the Python path; the
+    reference environments are this machine's (``make environments``), whatever HOME is."""
     return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1",
-            "PYTHONPATH": str(workdir / "src"),
+            "PYTHONPATH": str(workdir / "src"), CACHE_VARIABLE: str(environments_cache()),
             **{name: os.environ[name] for name in ARITHMETIC if name in os.environ}}
 
 
