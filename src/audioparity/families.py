@@ -66,6 +66,19 @@ def stage_key(family_name: str, stage: str) -> tuple:
     return (0, natural_key(base), form)
 
 
+def flow(family_name: str, names: list[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """:meth:`FamilySpec.flow` of a family's stage names; for a family not registered here,
+    the pipeline read as a chain: each stage's input is the stage before it in
+    :func:`stage_key` order, a form has none."""
+    known = registered().get(family_name)
+    if known is not None:
+        return known.spec.flow(names)
+    bases = sorted({_form_of(name)[0] for name in names},
+                   key=lambda name: stage_key(family_name, name))
+    before = dict(zip(bases[1:], bases[:-1], strict=True))
+    return {name: ((before[name],) if name in before else (), ()) for name in names}
+
+
 def reference_stage(family_name: str | None, stage: str) -> str:
     """:meth:`FamilySpec.reference_stage` of a family's stage; for a family not registered
     here, ``<stage>_isolated`` and ``<stage>_replayed`` belong to ``<stage>``, any other name

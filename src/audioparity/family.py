@@ -24,6 +24,11 @@ LAYER = "{i}"
 #: block on the candidate's input); :class:`Stage`.
 FORMS = ("", "isolated", "replayed")
 
+#: The last layer of a per-layer stage, in :attr:`Stage.inputs` (``layer_{last}``: the last
+#: encoder layer feeds ``enc_out``); :data:`PREVIOUS` the previous one, and after ``|`` what the
+#: first layer takes instead (``layer_{i-1}|pre_encode``).
+LAST, PREVIOUS = "{last}", "{i-1}"
+
 #: The side that writes a model's weights once per weight type for the ggml dumps to map.
 WEIGHTS = "weights"
 #: The side that replays a candidate's blocks in the reference (``Family.replay``).
@@ -82,6 +87,15 @@ class Stage:
             that decided otherwise: a quantized cell's cost (``cost_*``) is left empty.
         margins: a document's decision margins, the layout of its auxiliary tensor
             ``<name>_margins`` (``[positions]``); "" when it has none.
+        inputs: the stages whose values it is computed from, in the data flow of the
+            candidate's own pipeline: ``layer_{i-1}|pre_encode`` is the previous layer (the
+            first layer's input after ``|``), ``layer_{last}`` the last layer. Its isolated and
+            replayed forms take them from the reference, or the candidate's are the reference
+            block's inputs: a failing input explains the stage, never its forms (the culprits,
+            :mod:`audioparity.report.culprit`).
+        parts: the stages that check a piece of its own computation on the reference's inputs
+            (the prediction network's state for a transducer decode): a failing part explains
+            the stage and its forms.
     """
 
     name: str
@@ -93,6 +107,8 @@ class Stage:
     head: str | None = None
     reference_path: bool = False
     margins: str = ""
+    inputs: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -350,6 +366,41 @@ class FamilySpec:
             return (len(self.stages), natural_key(name), False)
         layer = found.layer if found.layer is not None else -1
         return (found.index, (layer,), FORMS.index(found.form))
+
+    def flow(self, names: Iterable[str]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """``{name: (inputs, parts)}`` of concrete stage names (:attr:`Stage.inputs`,
+        :attr:`Stage.parts`), the layer placeholders resolved against the layers ``names``
+        holds (``layer_{last}``: the highest ``layer_N``); a form (``layer_3_isolated``) has
+        no inputs and its stage's parts. Names the contract lacks have neither."""
+        names = list(names)
+        last: dict[str, int] = {}
+        for name in names:
+            found = self.locate(name)
+            if found is not None and found.layer is not None:
+                last[found.stage.name] = max(found.layer, last.get(found.stage.name, -1))
+
+        def resolve(pattern: str, layer: int | None) -> str | None:
+            previous, _, first = pattern.partition("|")
+            if PREVIOUS in previous:
+                if layer is None or layer == 0:
+                    return first or None
+                return previous.replace(PREVIOUS, str(layer - 1))
+            if LAST in previous:
+                top = last.get(previous.replace(LAST, LAYER))
+                return None if top is None else previous.replace(LAST, str(top))
+            return concrete(previous, layer)
+
+        found_flow = {}
+        for name in names:
+            found = self.locate(name)
+            if found is None:
+                found_flow[name] = ((), ())
+                continue
+            inputs = () if found.form else tuple(
+                dict.fromkeys(n for p in found.stage.inputs if (n := resolve(p, found.layer))))
+            parts = tuple(n for p in found.stage.parts if (n := resolve(p, found.layer)))
+            found_flow[name] = (inputs, parts)
+        return found_flow
 
 
 def natural_key(text: str) -> tuple:

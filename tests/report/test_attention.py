@@ -79,7 +79,8 @@ def test_a_crashed_cell_is_one_cause_its_culprit_across_cases():
     each, one cause and one line; transcribe_cpp's failing decode another."""
     found = causes(sweep_rows())
     assert [(c.text, c.status, c.stages) for c in found] == [
-        ("decode (fail): wer > 0.0", "fail", 2),
+        ("decode (fail, its inputs pass; no isolated form to tell its own error): wer > 0.0",
+         "fail", 2),
         (f"layer_0 (crashed): {CRASH}", "crashed", 16)]
     (line,) = found[1].covered
     assert line.labels == {"family": "parakeet_tdt", "model": "tiny", "candidate": "port_b",

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from audioparity.report.culprit import check, culprit, culprits, disagreement, spreads
+from audioparity.report.culprit import (
+    SEPARATOR,
+    check,
+    culprit,
+    culprits,
+    disagreement,
+    spreads,
+)
 
 
 def row(stage: str, status: str = "pass", reason: str = "", **labels) -> dict:
@@ -19,30 +26,78 @@ def test_a_block_that_is_wrong_is_named_by_its_own_form():
     assert culprit(rows) == "layer_1_isolated (fail, its own error): nmse 1.5e-2 > 1e-11"
 
 
-def test_a_stage_whose_own_form_passes_fails_by_what_accumulated():
-    rows = [row("layer_0"), row("layer_1", "fail", "nmse 2e-8 > 1e-8"), row("layer_1_isolated")]
-    assert culprit(rows).startswith("layer_1 (fail, accumulated before it: layer_1_isolated")
+def test_a_stage_that_fails_where_its_inputs_and_its_own_form_pass_is_the_end_to_end_paths():
+    """A mask only the end-to-end path builds: layer_1 fails, layer_0 and pos_emb (its inputs)
+    pass, and so does layer_1 alone on the reference's input."""
+    rows = [row("pos_emb"), row("layer_0"), row("layer_1", "fail", "nmse 2e-8 > 1e-8"),
+            row("layer_1_isolated"), row("layer_2", "fail", "nmse 1e-7 > 1e-8"),
+            row("layer_2_isolated")]
+    assert culprit(rows) == ("layer_1 (fail, end to end only: its inputs pass and "
+                             "layer_1_isolated passes): nmse 2e-8 > 1e-8")
+    # with an input failing, what it computes from is named upstream, not the stage
+    rows = [row("mel_features"), row("pre_encode", "fail", "nmse 1e-6"), row("pos_emb"),
+            row("layer_0", "fail", "nmse 1e-6"), row("layer_0_isolated")]
+    assert culprit(rows) == ("pre_encode (fail, its inputs pass; no isolated form to tell "
+                             "its own error): nmse 1e-6")
 
 
-def test_the_first_break_in_pipeline_order_wins_and_crashes_count():
+def test_every_culprit_is_named_in_data_flow_order():
+    """Two faults in one cell (the subsampling and layer 2's block): both named, the
+    subsampling first; the layers between, fed by it, are not."""
+    rows = [row("mel_features"), row("pre_encode", "fail", "a"), row("pos_emb"),
+            row("layer_0", "fail"), row("layer_0_isolated"), row("layer_1", "fail"),
+            row("layer_1_isolated"), row("layer_2", "fail"),
+            row("layer_2_isolated", "fail", "b"), row("enc_out", "fail")]
+    assert culprit(rows).split(SEPARATOR) == [
+        "pre_encode (fail, its inputs pass; no isolated form to tell its own error): a",
+        "layer_2_isolated (fail, its own error): b"]
+    code, lines = check(rows)
+    assert code == 1 and lines[:2] == [
+        "parakeet_tdt/tiny/clip/a/cpu/f32: pre_encode (fail, its inputs pass; no isolated form "
+        "to tell its own error): a",
+        "parakeet_tdt/tiny/clip/a/cpu/f32: layer_2_isolated (fail, its own error): b"]
+
+
+def test_a_prediction_network_fault_is_named_at_its_own_stage_not_at_the_joint():
+    """The joint and the decode are computed through the prediction network: its own stage
+    (lstm_state_0, after joint_logits in the contract's order) is the culprit."""
+    rows = [row("enc_out"), row("joint_logits", "fail", "nmse 1e-6"),
+            row("lstm_state_0", "fail", "nmse 1e-3"), row("decode", "fail", "token_match 0.5"),
+            row("decoder_replay", "fail", "token_match 0.5")]
+    assert culprit(rows) == "lstm_state_0 (fail): nmse 1e-3"
+    # the joint wrong on its own, the decode parting by it
+    rows[2] = row("lstm_state_0")
+    assert culprit(rows) == "joint_logits (fail): nmse 1e-6"
+
+
+def test_a_family_this_install_does_not_know_reads_its_stages_as_a_chain():
+    rows = [row("a"), row("b", "fail", "x"), row("b_isolated"), row("c", "fail"),
+            row("d", "fail", "y"), row("d_isolated", "fail", "z")]
+    rows = [{**r, "family": "elsewhere"} for r in rows]
+    assert culprit(rows).split(SEPARATOR) == [
+        "b (fail, end to end only: its inputs pass and b_isolated passes): x",
+        "d_isolated (fail, its own error): z"]
+
+
+def test_crashes_are_named_and_declared_failures_are_not():
     rows = [row("decode", "missing", "not computed"), row("mel_features", "fail", "nmse 1"),
             row("joint_logits", "crashed", "SIGABRT")]
-    assert culprit(rows) == "mel_features (fail): nmse 1"
+    assert culprit(rows) == "mel_features (fail): nmse 1 | joint_logits (crashed): SIGABRT"
     assert culprit([row("mel_features"), row("joint_logits", "crashed", "SIGABRT"),
                     row("decode", "missing")]) == "joint_logits (crashed): SIGABRT"
     assert culprit([row("mel_features"), row("decode", "xfail", "declared")]) == ""
 
 
 def test_a_crash_is_the_culprit_not_the_stages_it_left_uncomputed():
-    """Our port crashed in layer_1: the isolated forms it owed and the stages after it are
-    missing, layer_0_isolated before the crash too; the crash is named, once."""
-    reason = "not computed: the dump crashed in layer_1 (exit code -6)"
-    rows = [row("mel_features"), row("layer_0"), row("layer_0_isolated", "missing", reason),
-            row("layer_1", "crashed", "exit code -6"),
-            row("layer_1_isolated", "missing", reason), row("enc_out", "missing", reason)]
-    assert culprit(rows) == "layer_1 (crashed): exit code -6"
+    """Our port crashed in pos_emb (a positional table it could not build): the stages after
+    it and the isolated forms it owed are missing; the crash is named, once, at its stage."""
+    reason = "not computed: the dump crashed in pos_emb (exit code -6)"
+    rows = [row("mel_features"), row("pre_encode"), row("pos_emb", "crashed", "exit code -6"),
+            row("layer_0", "missing", reason), row("layer_0_isolated", "missing", reason),
+            row("enc_out", "missing", reason)]
+    assert culprit(rows) == "pos_emb (crashed): exit code -6"
     # without a crash, a local form that is missing says neither "its own error" nor
-    # "accumulated"
+    # "end to end only"
     assert culprit([row("layer_1", "fail", "nmse 1"), row("layer_1_isolated", "missing")]) == (
         "layer_1 (fail): nmse 1")
 
@@ -79,7 +134,7 @@ def test_a_difference_within_the_spread_between_references_is_a_reference_disagr
     cell = [row("mel_features"),
             row("pre_encode", "fail", "nmse 2e-4 > 5e-10", gate=GATE, nmse=2e-4,
                 cosine=0.9999, max_rel=0.5),
-            row("enc_out", "fail", "nmse 1e-3 > 2e-9")]
+            row("layer_0", "fail", "nmse 1e-3 > 2e-9"), row("enc_out", "fail", "nmse 1e-3 > 2e-9")]
     rows = [spread, *cell]
     found = culprits(rows)
     text = found[("parakeet_tdt", "tiny", "clip", "a", "cpu", "f32", "reference")]

@@ -1,15 +1,22 @@
-"""The culprit of a cell, and the check a CI runs on a summary.
+"""The culprits of a cell, and the check a CI runs on a summary.
 
 A cell (family, model, case, candidate, backend, weight type, against) whose stages do not all
-pass has a culprit: the first stage, in pipeline order, that breaks while the stages feeding it
-pass. Where that stage has a local form (``layer_3_isolated``: the candidate's block on the
-reference's input; ``layer_3_replayed``: the reference's block on the candidate's input) and the
-local form fails (or crashed) too, the local form is the culprit: the block itself computes
-wrongly. Where its local form passes, the stage fails by what accumulated before it, and says
-so (a local form that did not run says neither). A stage ``crashed`` or ``missing`` is a
-culprit as it is (a dump that died there); in a cell with a crashed stage, the stages
-``missing`` are what the crash left uncomputed (the isolated forms a crashed port owed
-included), never the culprit themselves.
+pass has culprits, named in data-flow order (each family's stages declare their ``inputs`` and
+``parts``: :class:`audioparity.family.Stage`):
+
+- a stage's local form that fails (``layer_3_isolated``: the candidate's block on the
+  reference's input; ``layer_3_replayed``: the reference's block on the candidate's input):
+  the block computes wrongly on its own, whatever its inputs were;
+- a stage that fails while every input it is computed from passes: where its local form
+  passes, only the end-to-end path differs (a mask or a table only that path builds); where it
+  has none, it says so;
+- a stage that crashed (the one the dump died in); the stages ``missing`` after it are what the
+  crash left uncomputed (the isolated forms a crashed port owed included), never culprits.
+
+A stage that fails with an input that differs (fails, declared or not) accumulated what is
+named upstream, and is not named; a stage whose part (a piece of its own computation checked
+on its own: the prediction network's state under the joint and the decode) differs is
+explained by that part. Every culprit is named, not only the first.
 
 Where the sweep has more than one reference (docs/references.md), the rows of each other
 reference against the primary give the spread between references on each stage of a case. A
@@ -26,12 +33,12 @@ on a stage where the references agree stays the port's.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from audioparity import families
 from audioparity.compare.gates import STALE
 from audioparity.families import reference_stage, stage_key
 
@@ -154,43 +161,95 @@ def agreement(group: Sequence[Mapping[str, Any]], spread: Spread) -> str:
     return ""
 
 
+#: What joins a cell's culprits in the ``culprit`` column.
+SEPARATOR = " | "
+#: Statuses of a stage that differs from the reference (an input or part that explains the
+#: stages it feeds): a failure, declared or not.
+DIFFERS = (*FAILING, "xfail")
+
+
+def _depths(flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> dict[str, int]:
+    """Each name's depth in the data flow: 0 for a stage fed by nothing, else one more than
+    its deepest input or part (a form: its stage's)."""
+    depth: dict[str, int] = {}
+
+    def of(name: str, seen: frozenset = frozenset()) -> int:
+        if name not in depth:
+            inputs, parts = flow.get(name, ((), ()))
+            feeding = [n for n in (*inputs, *parts) if n in flow and n not in seen]
+            depth[name] = 1 + max((of(n, seen | {name}) for n in feeding), default=-1)
+        return depth[name]
+
+    for name in flow:
+        of(name)
+    return depth
+
+
+def _text(pick: Mapping[str, Any], why: str) -> str:
+    detail = f"{pick['status']}, {why}" if why else pick["status"]
+    return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
+        f"{pick['stage']} ({detail})")
+
+
 def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> str:
-    """One line naming the culprit of one cell's rows (module docstring), or ``""`` when no
-    row is :data:`FAILING`: ``layer_1_isolated (fail, its own error): nmse 0.015 > 1e-11``;
+    """The culprits of one cell's rows (module docstring) in data-flow order, joined by
+    :data:`SEPARATOR`, or ``""`` when no row is :data:`FAILING`:
+    ``layer_1_isolated (fail, its own error): nmse 0.015 > 1e-11``;
     ``pre_encode (fail, reference disagreement: nemo-2.4.1 parts from nemo here by nmse
     0.00034; ...): ...`` where ``spread`` (:func:`spreads`) explains it."""
     if not rows:
         return ""
     family = rows[0]["family"]
-
-    def base(row: Mapping[str, Any]) -> str:
-        return reference_stage(family, row["stage"])
-
-    ordered = sorted(rows, key=lambda row: (stage_key(family, base(row)),
-                                            stage_key(family, row["stage"])))
+    by_stage = {row["stage"]: row for row in rows}
     died = any(row["status"] == "crashed" for row in rows)
-    for stage, group in itertools.groupby(ordered, key=base):
-        group = list(group)
-        failing = [row for row in group if row["status"] in FAILING
-                   and not (died and row["status"] == "missing")]
-        if not failing:
-            continue
-        local_passing = [row for row in group if row["stage"] != stage and row["status"] == "pass"]
-        local_failing = [row for row in failing if row["stage"] != stage
-                         and row["status"] != "missing"]
-        if local_failing:
-            pick, why = local_failing[0], "its own error"
-        elif local_passing and failing[0]["status"] == "fail":
-            pick, why = failing[0], (f"accumulated before it: {local_passing[0]['stage']} is "
-                                     "pass")
+
+    def failing(name: str) -> bool:
+        row = by_stage.get(name)
+        return row is not None and row["status"] in FAILING and not (
+            died and row["status"] == "missing")
+
+    def differs(names: Iterable[str]) -> list[str]:
+        return [n for n in names if n in by_stage and by_stage[n]["status"] in DIFFERS]
+
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
+    flow = families.flow(family, list({**by_stage, **groups}))
+    depth = _depths(flow)
+    found = []
+    for stage, group in groups.items():
+        forms = [row for row in group if row["stage"] != stage]
+        inputs, parts = ([n for n in names if n in by_stage] for names in flow[stage])
+        crashed = [row for row in group if row["status"] == "crashed"]
+        own = [row for row in forms if failing(row["stage"]) and row["status"] != "missing"]
+        if crashed:
+            pick, why = crashed[0], ""
+        elif differs(parts):
+            continue  # a piece of it, checked on its own, is named there
+        elif own:
+            pick, why = own[0], "its own error"
+        elif failing(stage) and not differs(inputs):
+            pick = by_stage[stage]
+            passing = [row["stage"] for row in forms if row["status"] == "pass"]
+            if pick["status"] != "fail" or any(by_stage[n]["status"] != "pass" for n in inputs):
+                why = ""  # an input unavailable (not exposed) cannot tell
+            elif passing:
+                why = (f"end to end only: its inputs pass and {passing[0]} passes"
+                       if inputs else f"end to end only: {passing[0]} passes")
+            elif inputs:
+                why = "its inputs pass; no isolated form to tell its own error"
+            else:
+                why = ""
+        elif failing(stage):
+            continue  # an input differs: what it computes from is named upstream
+        elif missing := [row for row in forms if failing(row["stage"])]:
+            pick, why = missing[0], ""
         else:
-            pick, why = failing[0], ""
+            continue
         if rows[0]["against"] == "reference":
             why = agreement(group, spread or {}) or disagreement(pick, spread or {}) or why
-        detail = f"{pick['status']}, {why}" if why else pick["status"]
-        return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
-            f"{pick['stage']} ({detail})")
-    return ""
+        found.append((depth[stage], stage_key(family, pick["stage"]), _text(pick, why)))
+    return SEPARATOR.join(text for *_, text in sorted(found))
 
 
 def culprits(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, str]:
@@ -213,9 +272,11 @@ def check(rows: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
     rows = list(rows)
     found = culprits(rows)
     failing = {cell: text for cell, text in found.items() if cell[-1] == "reference"}
-    lines = [f"{'/'.join(cell[:-1])}: {text}" for cell, text in failing.items()]
-    lines += [f"{'/'.join(cell[:-1])} against {cell[-1]} (not failing the check): {text}"
-              for cell, text in found.items() if cell[-1] != "reference"]
+    lines = [f"{'/'.join(cell[:-1])}: {one}" for cell, text in failing.items()
+             for one in text.split(SEPARATOR)]
+    lines += [f"{'/'.join(cell[:-1])} against {cell[-1]} (not failing the check): {one}"
+              for cell, text in found.items() if cell[-1] != "reference"
+              for one in text.split(SEPARATOR)]
     total = len({tuple(row[key] for key in CELL) for row in rows
                  if row["against"] == "reference"})
     verdict = (f"{len(failing)} of {total} cells need attention" if failing else

@@ -53,21 +53,25 @@ class Whisper(Family):
                   "log-mel features of the audio padded or trimmed to n_samples (30 s: "
                   "T = 3000), as WhisperFeatureExtractor computes them, time-major"),
             Stage("conv_out", "tensor", "[T, D]",
-                  "gelu(conv2(gelu(conv1(mel)))), T' frames, before the positions are added"),
+                  "gelu(conv2(gelu(conv1(mel)))), T' frames, before the positions are added",
+                  inputs=("mel_features",)),
             Stage("layer_{i}", "tensor", "[T, D]", "output of WhisperEncoderLayer i",
-                  isolated="layer_{i}_isolated", replayed="layer_{i}_replayed"),
-            Stage("enc_out", "tensor", "[T, D]", "encoder output, after the final layer_norm"),
+                  isolated="layer_{i}_isolated", replayed="layer_{i}_replayed",
+                  inputs=("layer_{i-1}|conv_out",)),
+            Stage("enc_out", "tensor", "[T, D]", "encoder output, after the final layer_norm",
+                  inputs=("layer_{last}",)),
             Stage("decoder_layer_{i}", "tensor", "[S, D]",
                   "output of WhisperDecoderLayer i over the teacher-forced tokens (the prompt "
                   "and the reference's decoded ids)", isolated="decoder_layer_{i}_isolated",
-                  reference_path=True),
+                  reference_path=True, inputs=("decoder_layer_{i-1}", "enc_out")),
             Stage("decoder_logits", "logits", "[S, V]",
                   "proj_out of the decoder at every teacher-forced token: row j predicts token "
-                  "j+1", reference_path=True),
+                  "j+1", reference_path=True, inputs=("decoder_layer_{last}",)),
             Stage("decode", "document", "{ids, text}",
                   "greedy decode with the KV cache: the generated ids (no prompt, no "
                   "<|endoftext|>) and their text; decoder_replay runs the ggml decoder on the "
-                  "reference enc_out", isolated="decoder_replay", margins="[positions]"),
+                  "reference enc_out", isolated="decoder_replay", margins="[positions]",
+                  inputs=("decoder_logits",)),
         ),
         options=(
             Option("language", "", "a multilingual model's language token (en or <|en|>); '' "
