@@ -88,10 +88,15 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     """config/examples/vulkan.yaml: every family on the CPU, on Vulkan with ggml-vulkan's
     defaults and with its f16 arithmetic off, each Vulkan cell also against the CPU. MOSS runs
     one of its four prompts: with ggml-vulkan's defaults each of its cells is drilled into, and
-    the prompts take the same ops."""
+    the prompts take the same ops; Parakeet and MOSS at f32, f16 and q8_0."""
     sweep = yaml.safe_load((REPO / "config/examples/vulkan.yaml").read_text())
     moss_cases = yaml.safe_load((REPO / "config/config.yaml").read_text())["moss_voicegen"]["cases"]
     sweep["moss_voicegen"]["cases"] = moss_cases[:1]
+    # f32 (a float32 port, and ggml-vulkan's f16 tiles at f32), f16 and q8_0 (its own rounding
+    # of quantized matmuls): native is the checkpoints' f32 and bf16 another float type; the
+    # example runs all five
+    for family in ("parakeet_tdt", "moss_voicegen"):
+        sweep[family]["weight_types"] = ["f32", "f16", "q8_0"]
     # the primary references alone: the others run in tests/workflow/test_references.py and
     # in the default quantized sweep (tests/workflow/test_quantized.py)
     sweep["parakeet_tdt"]["references"] = wd.PRIMARY_ONLY
