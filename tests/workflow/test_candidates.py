@@ -292,7 +292,8 @@ def moss_rows(summary: pd.DataFrame, candidate: str) -> pd.DataFrame:
 
 def test_llama_cpp_meets_the_f32_gates_and_like_with_like_at_every_weight_type(ports_sweep):
     """llama.cpp with flash attention off and an f32 KV cache is a float32 port of the
-    backbone: every stage it exposes passes, at f32 within float32 noise, on both fixtures; at bf16 and q8_0 against the quantization-aware references."""
+    backbone: every stage it exposes passes, at f32 within float32 noise, on both fixtures;
+    at bf16 and q8_0 against the quantization-aware references."""
     _, summary = ports_sweep
     got = moss_rows(summary, "llama.cpp")
     assert len(set(zip(got.model, got.case, strict=True))) == 2
