@@ -348,11 +348,28 @@ class Encoder:
         self.runtime = runtime
         self.flash_attention = flash_attention
 
-    def forward(self, mel: np.ndarray) -> dict[str, np.ndarray]:
+    def positions(self, n_mel_frames: int) -> np.ndarray:
+        """The relative positional table the layers read, host-computed as NeMo's
+        ``RelPositionalEncoding`` (``[2T'-1, D]``) or ``LocalAttRelPositionalEncoding``
+        (``[2w+1, D]``) builds it, float32, for ``n_mel_frames`` mel frames.
+
+        Raises:
+            AudioparityError: too few mel frames for one encoder frame.
+        """
+        cfg = self.cfg
+        n_out = cfg.subsampled_length(n_mel_frames)
+        if n_out < 1:
+            raise AudioparityError(f"{n_mel_frames} mel frames give no encoder frame")
+        return (rel_pos_encoding(n_out, cfg.d_model) if cfg.local_context is None
+                else local_rel_pos_encoding(cfg.local_context, cfg.d_model))
+
+    def forward(self, mel: np.ndarray, pos_emb: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
         """The whole encoder in one graph, with every tap.
 
         Args:
             mel: ``[T, n_mels]`` float32, valid frames only.
+            pos_emb: the positional table (:meth:`positions`), computed here when None.
 
         Returns:
             ``pre_encode`` ``[T', D]``, ``pos_emb`` (host-computed, as NeMo feeds it to the
@@ -369,10 +386,8 @@ class Encoder:
             raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
                                    f"[T, {cfg.feat_in}]")
         n_out = cfg.subsampled_length(mel.shape[0])
-        if n_out < 1:
-            raise AudioparityError(f"{mel.shape[0]} mel frames give no encoder frame")
-        pos_emb = (rel_pos_encoding(n_out, cfg.d_model) if cfg.local_context is None
-                   else local_rel_pos_encoding(cfg.local_context, cfg.d_model))
+        if pos_emb is None:
+            pos_emb = self.positions(mel.shape[0])
         with self.runtime.graph() as g:
             x = conv_subsampling(g.ctx, self.weights, cfg, g.input("mel_features", mel))
             g.output("pre_encode", x, ndim=2)
