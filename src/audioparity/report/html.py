@@ -36,7 +36,7 @@ from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFE
 from audioparity.compare.gates import STALE
 from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
-from audioparity.report.culprit import REFERENCE_BACKEND
+from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
 from audioparity.report.summary import ordered, read_summary, row_key
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
@@ -264,7 +264,8 @@ def _cause(cause: Cause) -> str:
                      f"stages: {_esc(compact(covered.stages))}</li>")
     return (f'<div class="cause"><p><span class="pill {_status_class(cause.status)}">'
             f'{_esc(cause.status)}</span> <span class="family">{_esc(family)}</span> '
-            f"{_esc(cause.text)} <small>({cause.stages} stage{'s' if cause.stages != 1 else ''}"
+            f"{'<br>'.join(map(_esc, cause.text.split(SEPARATOR)))} "
+            f"<small>({cause.stages} stage{'s' if cause.stages != 1 else ''}"
             f")</small></p><ul>{''.join(lines)}</ul></div>")
 
 
