@@ -11,8 +11,6 @@ name and digest of what it is built from, found there by that digest (:func:`che
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -22,10 +20,11 @@ import subprocess
 import sys
 import sysconfig
 import venv
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from audioparity.errors import AudioparityError
+from audioparity.shared_cache import building, replace_link
 
 log = logging.getLogger("audioparity")
 
@@ -80,22 +79,11 @@ def check_built(name: str, packages: Sequence[str], where: Path | None = None) -
     return python(folder)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created), saying so when another build holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("environments: waiting for another build of %s", path.stem)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def build(name: str, packages: Sequence[str], cache: Path) -> Path:
     """Environment ``name`` with ``packages`` (pip requirement strings), built into
     ``cache/<name>-<digest>`` unless it is there already, and ``cache/<name>`` pointed at it.
+    One run at a time builds it (:func:`~audioparity.shared_cache.building`), in a folder of its
+    own renamed into place; a run that waited reuses what the other built.
 
     Returns:
         The environment's folder.
@@ -105,7 +93,7 @@ def build(name: str, packages: Sequence[str], cache: Path) -> Path:
     """
     key = digest(packages)
     folder = cache / f"{name}-{key}"
-    with _locked(cache / f".{name}-{key}.lock"):
+    with building(folder):
         if read_record(folder) is None:
             log.info("environments: building %s (%s) in %s", name, ", ".join(packages), folder)
             partial = folder.with_name(folder.name + ".partial")
@@ -122,11 +110,7 @@ def build(name: str, packages: Sequence[str], cache: Path) -> Path:
             partial.rename(folder)
         else:
             log.info("environments: %s is built (%s)", name, folder)
-        alias = cache / name
-        temporary = alias.with_name(f".{name}.{os.getpid()}")
-        temporary.unlink(missing_ok=True)
-        temporary.symlink_to(folder.name)
-        temporary.replace(alias)
+        replace_link(cache / name, folder.name)
     return folder
 
 
