@@ -44,6 +44,10 @@ class Openmoss(Adapter):
     )
     printed = TensorMap(PROMPT_LINE, "prompt", omits=("text",),
                         why="openmoss builds the rows itself and exposes no rendered string")
+    unexposed = dict.fromkeys(
+        ("generation_text_logits", "generation_audio_logits"),
+        "its driver runs one prefill and one cached step on its own prompt rows; it is not "
+        "fed the reference's generated rows")
     converts = True
     port = Port(
         archive="openmoss-*.tar.gz",

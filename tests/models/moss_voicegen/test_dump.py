@@ -21,10 +21,12 @@ from tests import MOSS_PROMPTS
 from tests.models.moss_voicegen import F32_GATE, FAMILY, HIDDEN_STAGES, PROMPT, options
 
 
-def ggml_dump(model: Path, prompt: Path, output: Path, weight_type: str = "f32",
-              kv_cache_type: str = "f32", backend: str = "cpu") -> Dump:
+def ggml_dump(model: Path, prompt: Path, output: Path, reference: Dump,
+              weight_type: str = "f32", kv_cache_type: str = "f32", backend: str = "cpu"
+              ) -> Dump:
     dump_ggml(FAMILY, model, prompt, output, weight_type=weight_type, backend=backend,
-              device=0, threads=1, options=options("ggml", kv_cache_type=kv_cache_type))
+              device=0, threads=1, options=options("ggml", kv_cache_type=kv_cache_type),
+              reference_dir=reference.path)
     return Dump(output)
 
 
@@ -33,11 +35,12 @@ def test_f32_port_matches_the_reference(tmp_path: Path, moss_model: Path,
                                         moss_references: dict[str, Dump],
                                         prompt: Path) -> None:
     ref = moss_references[prompt.stem]
-    cand = ggml_dump(moss_model, prompt, tmp_path / f"ggml_f32_{prompt.stem}")
+    cand = ggml_dump(moss_model, prompt, tmp_path / f"ggml_f32_{prompt.stem}", ref)
     assert cand.manifest["producer"] == "ggml" and cand.manifest["weight_type"] == "f32"
     assert cand.json("prompt") == ref.json("prompt")
     assert sorted(cand.tensor_names) == sorted(ref.tensor_names)
-    for stage in (*HIDDEN_STAGES, "text_logits", "audio_logits"):
+    for stage in (*HIDDEN_STAGES, "text_logits", "audio_logits", "generation_text_logits",
+                  "generation_audio_logits"):
         assert cand.layout(stage) == ref.layout(stage)
         assert max_rel(cand.tensor(stage), ref.tensor(stage)) <= F32_GATE, stage
     assert np.argmax(cand.tensor("text_logits")) == np.argmax(ref.tensor("text_logits"))
@@ -66,8 +69,8 @@ def test_massive_activation_gives_non_finite_values_at_f16(tmp_path: Path, fixtu
     dump_reference(FAMILY, massive, [(PROMPT, tmp_path / "reference_massive")],
                    options=options("reference"))
     ref = Dump(tmp_path / "reference_massive")
-    f16 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f16", weight_type="f16")
-    f32 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f32", weight_type="f32")
+    f16 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f16", ref, weight_type="f16")
+    f32 = ggml_dump(massive, PROMPT, tmp_path / "ggml_massive_f32", ref, weight_type="f32")
     for stage in ("last_hidden", "step_last_hidden", "probe_hidden"):
         assert non_finite(ref.tensor(stage), ref.tensor(stage)) == 0
         assert non_finite(f16.tensor(stage), ref.tensor(stage)) > 0, stage
@@ -79,21 +82,25 @@ def test_storage_types_round_the_weights(tmp_path: Path, moss_model: Path,
                                          moss_references: dict[str, Dump],
                                          weight_type: str) -> None:
     ref = moss_references[PROMPT.stem]
-    cand = ggml_dump(moss_model, PROMPT, tmp_path / f"ggml_{weight_type}", weight_type=weight_type)
+    cand = ggml_dump(moss_model, PROMPT, tmp_path / f"ggml_{weight_type}", ref,
+                     weight_type=weight_type)
     error = max_rel(cand.tensor("last_hidden"), ref.tensor("last_hidden"))
     assert F32_GATE < error < 5e-2
     assert cand.manifest["storage"]["types"].get(weight_type, 0) > 0
 
 
-def test_native_weights_are_the_checkpoints_bf16(tmp_path: Path, moss_model: Path) -> None:
-    native = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_native", weight_type="native")
-    bf16 = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_bf16_again", weight_type="bf16")
+def test_native_weights_are_the_checkpoints_bf16(tmp_path: Path, moss_model: Path,
+                                                 moss_references: dict[str, Dump]) -> None:
+    ref = moss_references[PROMPT.stem]
+    native = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_native", ref, weight_type="native")
+    bf16 = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_bf16_again", ref, weight_type="bf16")
     for name in native.tensor_names:
         np.testing.assert_array_equal(native.tensor(name), bf16.tensor(name), err_msg=name)
     assert any("pad rows: all 4 zero" in note for note in native.manifest["notes"])
 
 
-def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path) -> None:
+def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path,
+                                               moss_references: dict[str, Dump]) -> None:
     """The pad rows are read back from the weights the dump computes with, streamed from the
     checkpoint or mapped from a converted file alike."""
     from safetensors.torch import load_file, save_file
@@ -108,9 +115,11 @@ def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path
     save_weights(FAMILY, model, tmp_path / "q8_0.gguf", weight_type="q8_0", options={})
     note = ("codebook pad rows: NOT zero in emb_ext.2.weight (pad codes contribute to the "
             "embedding)")
-    streamed = ggml_dump(model, PROMPT, tmp_path / "streamed", weight_type="q8_0")
+    ref = moss_references[PROMPT.stem]
+    streamed = ggml_dump(model, PROMPT, tmp_path / "streamed", ref, weight_type="q8_0")
     dump_ggml(FAMILY, model, PROMPT, tmp_path / "mapped", weight_type="q8_0", backend="cpu",
-              options=options("ggml"), weights_file=tmp_path / "q8_0.gguf")
+              options=options("ggml"), weights_file=tmp_path / "q8_0.gguf",
+              reference_dir=ref.path)
     for dump in (streamed, Dump(tmp_path / "mapped")):
         assert note in dump.manifest["notes"]
 
@@ -136,15 +145,17 @@ def test_moss_weights_take_the_one_storage_policy(moss_model: Path) -> None:
 def test_f16_kv_cache_is_used(tmp_path: Path, moss_model: Path,
                               moss_references: dict[str, Dump]) -> None:
     ref = moss_references[PROMPT.stem]
-    cand = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_kv16", kv_cache_type="f16")
+    cand = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_kv16", ref, kv_cache_type="f16")
     assert cand.manifest["kv_cache_type"] == "f16"
     assert 1e-6 < max_rel(cand.tensor("step_last_hidden"), ref.tensor("step_last_hidden")) < 1e-2
 
 
-def test_backend_not_built_in_is_unavailable(tmp_path: Path, moss_model: Path) -> None:
+def test_backend_not_built_in_is_unavailable(tmp_path: Path, moss_model: Path,
+                                             moss_references: dict[str, Dump]) -> None:
     missing = [b for b, built in doctor()["backends"].items() if not built]
     if not missing:
         pytest.skip("every backend is built into this ggml-python")
-    dump = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_unavailable", backend=missing[0])
+    dump = ggml_dump(moss_model, PROMPT, tmp_path / "ggml_unavailable",
+                     moss_references[PROMPT.stem], backend=missing[0])
     assert dump.status == "unavailable" and dump.tensor_names == []
     assert not dump.has("generation")

@@ -8,6 +8,10 @@ ggml backbone (:mod:`.backbone`) on the rows of our own text processor (:mod:`.t
   ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``;
 - ``generation``: greedy rows after the full prefill, document ``generation`` and
   ``generation_margins`` (:mod:`.stages`);
+- ``teacher_forced``: the reference's prompt rows prefilled, then its generated rows fed one
+  cached step at a time -> ``generation_text_logits`` ``[rows, vocab_size]``,
+  ``generation_audio_logits`` ``[rows, n_vq, audio_vocab_size+1]`` (:mod:`.stages`), the
+  reference's path read from its dump (:func:`reference_path`);
 - ``step``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step ->
   ``step_last_hidden`` ``[H]``.
 
@@ -20,6 +24,7 @@ import logging
 
 import numpy as np
 
+from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
 from audioparity.family import Case, Note, Outputs, Phase
 from audioparity.ggml import Runtime, Weights
@@ -27,7 +32,13 @@ from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.backbone import Backbone
 from audioparity.models.moss_voicegen.checkpoint import nonzero_pad_rows
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
-from audioparity.models.moss_voicegen.stages import generation_outputs, prefill_outputs
+from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
+from audioparity.models.moss_voicegen.stages import (
+    Heads,
+    generation_outputs,
+    prefill_outputs,
+    teacher_forced_outputs,
+)
 
 log = logging.getLogger("audioparity")
 
@@ -45,14 +56,44 @@ def pad_rows_note(weights: Weights, config: MossTTSDelayConfig) -> str:
         else f"NOT zero in {', '.join(nonzero)} (pad codes contribute to the embedding)")
 
 
-def stages(runtime: Runtime, weights: Weights, case: Case, generate_rows: int,
-           kv_cache_type: str) -> Outputs:
-    """The stages of the module docstring, on ``case`` (its request, :class:`.Prompt`).
+def reference_path(reference: Dump, config: MossTTSDelayConfig
+                   ) -> tuple[np.ndarray, list[list[int]]]:
+    """The reference's prompt rows ``[S, 1+n_vq]`` and generated rows, read off its dump and
+    checked to be one path: its ``generation_text_logits`` and ``generation_audio_logits``,
+    through the delay pattern's rules (:func:`.delay_pattern.greedy_generate`), give its
+    ``generation`` rows.
 
     Raises:
-        AudioparityError: a prompt of fewer than 3 rows.
+        AudioparityError: they do not (path stages of another generation, or of another
+            length).
+    """
+    prompt = np.asarray(reference.json("prompt")["rows"], dtype=np.int64)
+    generated = reference.json("generation")["rows"]
+    text = reference.tensor("generation_text_logits")
+    audio = reference.tensor("generation_audio_logits")
+    if not len(text) == len(audio) == len(generated):
+        raise AudioparityError(f"{reference.path}: {len(text)} and {len(audio)} rows of "
+                               f"generation_*_logits for {len(generated)} generated rows")
+    served = zip(text[1:], audio[1:], strict=True)
+    document, _ = greedy_generate(config, prompt, text[0], audio[0], lambda row: next(served),
+                                  len(generated))
+    if document["rows"] != generated:
+        raise AudioparityError(f"{reference.path}: its generation_*_logits do not give its "
+                               "generation rows under the delay pattern's rules")
+    return prompt, generated
+
+
+def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump, generate_rows: int,
+           kv_cache_type: str) -> Outputs:
+    """The stages of the module docstring, on ``case`` (its request, :class:`.Prompt`), with the
+    reference dump ``reference`` for the teacher-forced ones.
+
+    Raises:
+        AudioparityError: a prompt of fewer than 3 rows, or a reference dump whose path stages
+            do not give its generation (:func:`reference_path`).
     """
     config = case.config
+    path_prompt, path_rows = reference_path(reference, config)
     yield Note(pad_rows_note(weights, config))
     yield Phase("prompt")
     encoded = text_processor.encode(case.model, config, case.data)
@@ -61,16 +102,18 @@ def stages(runtime: Runtime, weights: Weights, case: Case, generate_rows: int,
     if n_rows < 3:
         raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
     net = Backbone(runtime, weights, config, kv_cache_type=kv_cache_type,
-                   max_context=n_rows + generate_rows)
+                   max_context=max(n_rows + generate_rows, len(path_prompt) + len(path_rows)))
     yield Phase("prefill")
     full = net.prefill(encoded.rows)
     yield from prefill_outputs(full)
 
-    def step(row: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def step(row: list[int]) -> Heads:
         result = net.step(row)
         return result.text_logits, result.audio_logits
 
-    document = yield from generation_outputs(config, encoded.rows, full, step, generate_rows)
+    document, _ = yield from generation_outputs(config, encoded.rows, full, step,
+                                                generate_rows)
+    yield from teacher_forced_outputs(path_prompt, path_rows, net.prefill, step)
     yield Phase("step")
     net.prefill(encoded.rows[:-1])
     last = net.step(encoded.rows[-1])

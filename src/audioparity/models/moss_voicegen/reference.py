@@ -25,7 +25,11 @@ Dump (canonical layouts, batch dropped; float32):
   ``-inf``): the heads at the last row of the full prefill;
 - document ``generation`` and tensor ``generation_margins`` ``[rows, 1+n_vq]``: greedy rows
   after the full prefill, through the KV cache, and their argmax margins
-  (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.stages`).
+  (:func:`.delay_pattern.greedy_generate`; schemas in :mod:`.stages`);
+- ``generation_text_logits`` ``[rows, vocab_size]``, ``generation_audio_logits``
+  ``[rows, n_vq, audio_vocab_size+1]``: the heads that decided each generated row, as the
+  greedy loop computed them (its own path, which the ggml dump is teacher-forced along;
+  :func:`.stages.path_outputs`).
 
 Manifest fields ``modeling`` (:attr:`.MossTTSDelayConfig.modeling`) and ``request``: the
 prompt file's ``text``, ``instruction``, ``language`` (null when absent), what the seed tool's
@@ -46,7 +50,12 @@ from audioparity.family import Case, Fields, Note, Outputs, Phase
 from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
-from audioparity.models.moss_voicegen.stages import Forward, generation_outputs, prefill_outputs
+from audioparity.models.moss_voicegen.stages import (
+    Forward,
+    generation_outputs,
+    path_outputs,
+    prefill_outputs,
+)
 
 log = logging.getLogger("audioparity")
 
@@ -272,8 +281,9 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
             result, cache = run(net, torch.tensor([[row]], dtype=torch.long), cache)
             return result.text_logits, result.audio_logits
 
-        document = yield from generation_outputs(config, encoded.rows, full, step,
-                                                 generate_rows)
+        document, heads = yield from generation_outputs(config, encoded.rows, full, step,
+                                                        generate_rows)
+        yield from path_outputs(heads)
     yield Note(note or f"transformers {transformers.__version__}, float32, eager attention, "
                        f"{config.modeling} modeling code")
     log.info("moss reference %s: %d prompt rows, %d generated", case.path, n_rows,

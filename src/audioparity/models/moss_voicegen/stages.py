@@ -1,7 +1,17 @@
-"""What both MOSS sides yield, in the family's stage names: the tensors of a full prefill and the
-greedy generation after it. The reference and the ggml dump yield from the same generators, so
-their dumps agree by construction in names and order (the driver lays them out from the
-family's stages). Imports neither torch nor ggml.
+"""What both MOSS sides yield, in the family's stage names: the tensors of a full prefill, the
+heads at each generated row along the reference's path, and the greedy generation after the
+prefill. The reference and the ggml dump yield from the same generators, so their dumps agree by
+construction in names and order (the driver lays them out from the family's stages). Imports
+neither torch nor ggml.
+
+The path stages ``generation_text_logits`` ``[rows, V_text]`` and ``generation_audio_logits``
+``[rows, n_vq, audio_vocab_size+1]`` (pad logit ``-inf``): row ``j`` holds the heads that decide
+generated row ``j`` (the rows of ``generation_margins``), every head at every row as the greedy
+loop computes them before the delay pattern's masks: row 0 the full prefill's last row, row
+``j > 0`` one cached step fed row ``j-1``. The reference records what its own greedy loop saw
+(:func:`generation_outputs`); the ggml dump is teacher-forced along it
+(:func:`teacher_forced_outputs`): prefilled with the reference's prompt rows and fed the
+reference's generated rows, so a step that decides otherwise costs that step alone.
 
 The ``generation`` document::
 
@@ -22,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.family import Phase
+from audioparity.family import Outputs, Phase
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
 
@@ -68,9 +78,21 @@ def prefill_outputs(full: Forward) -> Iterator[tuple[str, np.ndarray]]:
     yield "audio_logits", full.audio_logits
 
 
+#: The heads of one row: ``(text [V_text], audio [n_vq, audio_vocab_size+1])``.
+Heads = tuple[np.ndarray, np.ndarray]
+
+
+def path_outputs(heads: list[Heads]) -> Iterator[tuple[str, np.ndarray]]:
+    """The path stages (module docstring) of the heads that decided each generated row, in
+    row order: ``generation_text_logits`` ``[rows, V_text]``, ``generation_audio_logits``
+    ``[rows, n_vq, audio_vocab_size+1]``."""
+    yield "generation_text_logits", np.stack([text for text, _ in heads])
+    yield "generation_audio_logits", np.stack([audio for _, audio in heads])
+
+
 def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full: Forward,
-                       step: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
-                       generate_rows: int) -> Generator[Any, None, dict]:
+                       step: Callable[[list[int]], Heads], generate_rows: int
+                       ) -> Generator[Any, None, tuple[dict, list[Heads]]]:
     """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, phase
     ``generation``), yielded as document ``generation`` and its margins
     ``generation_margins`` ``[rows, 1+n_vq]`` (module docstring) by both sides.
@@ -83,11 +105,36 @@ def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full
         generate_rows: rows to generate at most.
 
     Returns:
-        The ``generation`` document (the value of ``yield from``).
+        The ``generation`` document and the heads that decided each of its rows (the value of
+        ``yield from``; the reference's path, :func:`path_outputs`).
     """
     yield Phase("generation")
-    document, margins = greedy_generate(config, prompt_rows, full.text_logits,
-                                        full.audio_logits, step, generate_rows)
+    heads = [(full.text_logits, full.audio_logits)]
+
+    def recorded(row: list[int]) -> Heads:
+        heads.append(step(row))
+        return heads[-1]
+
+    document, margins = greedy_generate(config, prompt_rows, *heads[0], recorded, generate_rows)
     yield "generation", document
     yield "generation_margins", margins
-    return document
+    return document, heads
+
+
+def teacher_forced_outputs(prompt_rows: np.ndarray, generated_rows: list[list[int]],
+                           prefill: Callable[[np.ndarray], Forward],
+                           step: Callable[[list[int]], Heads]) -> Outputs:
+    """The path stages (:func:`path_outputs`, phase ``teacher_forced``) along another side's
+    generation: a prefill of its ``prompt_rows`` ``[S, 1+n_vq]``, then each of its
+    ``generated_rows`` but the last fed as one cached step, whatever this side would have
+    chosen there.
+
+    Args:
+        prefill: empties this side's KV cache and runs the rows from position 0.
+        step: feeds one row through this side's KV cache and returns its heads.
+    """
+    yield Phase("teacher_forced")
+    full = prefill(prompt_rows)
+    heads = [(full.text_logits, full.audio_logits)]
+    heads += [step(row) for row in generated_rows[:-1]]
+    yield from path_outputs(heads)
