@@ -10,7 +10,7 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import first_divergence, max_rel
 from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
-from tests.planted import Patch, planted_dump
+from tests.planted import Patch, failing, planted_dump, planted_rows
 
 #: Planted bugs, all in backbone.py.
 BUGS: dict[str, list[Patch]] = {bug: [("backbone.py", old, new)] for bug, (old, new) in {
@@ -30,7 +30,7 @@ BUGS: dict[str, list[Patch]] = {bug: [("backbone.py", old, new)] for bug, (old, 
 def test_planted_bug_is_caught_at_its_stage(tmp_path: Path, moss_model: Path,
                                             moss_references: dict[str, Dump], bug: str) -> None:
     ref = moss_references[PROMPT.stem]
-    cand = planted_dump(tmp_path, "moss_voicegen", BUGS[bug], moss_model, PROMPT)
+    cand = planted_dump(tmp_path, "moss_voicegen", BUGS[bug], moss_model, PROMPT, ref.path)
     err = {stage: max_rel(cand.tensor(stage), ref.tensor(stage)) for stage in HIDDEN_STAGES}
     diverged = first_divergence(cand.json("generation")["rows"], ref.json("generation")["rows"])
     if bug == "rope_offset_in_step":  # RoPE is relative: only the cached step sees the offset
@@ -46,3 +46,32 @@ def test_planted_bug_is_caught_at_its_stage(tmp_path: Path, moss_model: Path,
         assert diverged is not None
     else:
         assert err["layer_0"] > 1e-2 and err["last_hidden"] > 1e-2
+
+
+#: The final norm with Llama's RMSNorm epsilon (1e-5) for Qwen3's (the config's rms_norm_eps,
+#: 1e-6): each row scaled by ~2e-6 off, a dense error that max_rel bounds to the peak's
+#: scale only.
+WRONG_NORM_EPS: list[Patch] = [(
+    "backbone.py",
+    'hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],\n'
+    "                              lang.rms_norm_eps)",
+    'hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],\n'
+    "                              1e-5)",
+)]
+
+
+def test_a_wrong_norm_epsilon_fails_the_final_hidden_states_on_nmse(
+        tmp_path: Path, moss_model: Path, moss_references: dict[str, Dump]) -> None:
+    """The f32 gates bound NMSE as well as max_rel: a wrong epsilon in the final RMSNorm stays
+    well under the max_rel bound, yet fails last_hidden on NMSE, and nothing upstream of the
+    norm; the clean copy passes every stage."""
+    reference = moss_references[PROMPT.stem].path
+    clean, bug = (planted_rows(tmp_path / name, "moss_voicegen", patches, moss_model, PROMPT,
+                               reference)
+                  for name, patches in (("clean", []), ("bug", WRONG_NORM_EPS)))
+    assert failing({stage: row["status"] for stage, row in clean.items()}) == set()
+    got = {stage: row["status"] for stage, row in bug.items()}
+    assert got["last_hidden"] == "fail" and "nmse" in bug["last_hidden"]["reason"]
+    assert {got[stage] for stage in ("input_embeddings", "layer_0", "layer_1")} == {"pass"}
+    assert bug["last_hidden"]["max_rel"] < F32_GATE / 2
+    assert bug["last_hidden"]["nmse"] > 10 * clean["last_hidden"]["nmse"]

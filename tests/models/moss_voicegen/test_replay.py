@@ -41,7 +41,7 @@ def rows(moss_model, moss_references, tmp_path_factory):
     result = {}
     for name, patches in (("clean", []), ("layer_0_fault", LAYER_0_FAULT)):
         root = tmp_path_factory.mktemp(name)
-        dump = planted_dump(root, "moss_voicegen", patches, moss_model, PROMPT)
+        dump = planted_dump(root, "moss_voicegen", patches, moss_model, PROMPT, reference)
         dump_replay(FAMILY, moss_model, PROMPT, dump.path, root / "replay",
                     options=options("reference"))
         cell = root / "cell.json"

@@ -119,8 +119,8 @@ def _without_final_norm(load_model):
 
 @pytest.mark.parametrize(("fault", "first"), [
     # the prompt's codebook columns hold only the pad code, whose rows are zero in every
-    # table: the prefill cannot see the swap, the generated rows (real codes) do
-    ("swapped_codebooks", "generation"),
+    # table: the prefill cannot see the swap, the steps fed the generated rows (real codes) do
+    ("swapped_codebooks", "generation_text_logits"),
     ("no_final_norm", "last_hidden"),
 ])
 def test_a_planted_fault_fails_the_bounds(moss_model: Path, moss_references: dict[str, Dump],
