@@ -16,6 +16,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
+from audioparity.families import on_reference_path
 from audioparity.family import FamilySpec, Option
 
 #: The stdout line that carries openmoss's prompt rows.
@@ -44,10 +45,6 @@ class Openmoss(Adapter):
     )
     printed = TensorMap(PROMPT_LINE, "prompt", omits=("text",),
                         why="openmoss builds the rows itself and exposes no rendered string")
-    unexposed = dict.fromkeys(
-        ("generation_text_logits", "generation_audio_logits"),
-        "its driver runs one prefill and one cached step on its own prompt rows; it is not "
-        "fed the reference's generated rows")
     converts = True
     port = Port(
         archive="openmoss-*.tar.gz",
@@ -71,6 +68,16 @@ class Openmoss(Adapter):
              "the same settings and the eval callback, checked to end in the same hidden "
              "states",
              "audio_logits: the pad column set to -inf, as generation masks it")
+
+    def unavailable(self, stage: str) -> str | None:
+        """As :meth:`Adapter.unavailable`; a stage along the reference's path
+        (:attr:`~audioparity.family.Stage.reference_path`: the generation's teacher-forced
+        steps) needs the reference's generated rows fed, which its driver does not take."""
+        if on_reference_path(self.families[0], stage):
+            return (f"{self.title} does not expose it: its driver runs one prefill and one "
+                    "cached step on its own prompt rows; it is not fed the reference's "
+                    "generated rows")
+        return super().unavailable(stage)
 
     def convert(self, model: Path, weight_type: str, output: Path, *,
                 options: Mapping[str, Any]) -> list[list[str]]:
