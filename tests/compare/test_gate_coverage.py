@@ -21,8 +21,8 @@ from snakemake.utils import update_config
 from audioparity.compare import resolve_gates
 from audioparity.compare.gates import gate_for, gate_text
 from audioparity.errors import AudioparityError
-from audioparity.family import FORMS, concrete
 from audioparity.families import registered
+from audioparity.family import FORMS, concrete
 from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
 from tests import REPO
 
