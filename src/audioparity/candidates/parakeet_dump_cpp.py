@@ -19,6 +19,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, TensorMap
 from audioparity.errors import AudioparityError
+from audioparity.families import on_reference_path
 from audioparity.family import FamilySpec, Option
 
 
@@ -45,6 +46,15 @@ class ParakeetDumpCpp(Adapter):
              "decoder_tokens.json is the decoder on NeMo's enc_out (decoder_replay)",
              "mel_features: the seed's frontend may keep the frame NeMo pads (L//hop + 1 "
              "frames); the stage then reports the frame counts and compares the common ones")
+
+    def unavailable(self, stage: str) -> str | None:
+        """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
+        (:attr:`~audioparity.family.Stage.reference_path`) needs that path fed to its decoder,
+        which runs free (``decoder_tokens.json``) and writes no joint logits."""
+        if on_reference_path(self.families[0], stage):
+            return (f"{self.title} does not expose it: its decoder runs free and writes no "
+                    "joint logits")
+        return super().unavailable(stage)
 
     def files(self, options: Mapping[str, Any]) -> list[str]:
         """The files of the ``binary`` command line (its words naming a path: the tool, or the

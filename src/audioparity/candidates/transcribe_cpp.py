@@ -14,6 +14,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import VULKAN_MARK, Adapter, Command, Port, TensorMap
 from audioparity.errors import AudioparityError
+from audioparity.families import on_reference_path
 from audioparity.family import FamilySpec, Option
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
@@ -80,6 +81,16 @@ class TranscribeCpp(Adapter):
     )
     notes = ("decode: transcribe-cli prints each token's piece and times, not its id; the ids "
              "are the pieces' ids in the model's own vocabulary (tokenizer.ggml.tokens)",)
+
+    def unavailable(self, stage: str) -> str | None:
+        """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
+        (:attr:`~audioparity.family.Stage.reference_path`) that it did not write (the decode
+        teacher-forced on its own encoder output) needs that path fed to its decoder, which
+        runs free."""
+        if on_reference_path(self.families[0], stage):
+            return (f"{self.title} does not expose it: its decoder runs free (it dumps the "
+                    "first joint step of its own decode only) and takes no given path")
+        return super().unavailable(stage)
 
     def _gguf(self, model_dir: Path, options: Mapping[str, Any], weight_type: str) -> Path:
         return Path(model_dir) / "models" / options["profile"] / f"model-{weight_type}.gguf"

@@ -283,7 +283,8 @@ class TdtDecoder:
         after ``path.row_history[r]`` tokens.
 
         Args:
-            enc_out: ``[T', D]`` encoder output (the reference's).
+            enc_out: ``[T', D]`` encoder output: the reference's (``joint_logits``), or the
+                port's own (``decode_logits``: the whole pipeline's decode teacher-forced).
             path: the reference path (``reference.tdt_greedy_path`` of its ``joint_logits``).
 
         Returns:

@@ -96,6 +96,15 @@ class GreedyPath:
     row_frames: list[int]
     row_history: list[int]
 
+    def within(self, n_frames: int) -> GreedyPath:
+        """The part of the path on the first ``n_frames`` encoder frames: the evaluations there
+        (frames never decrease along a path) and the tokens emitted there; itself when it
+        fits."""
+        rows = sum(frame < n_frames for frame in self.row_frames)
+        tokens = sum(frame < n_frames for frame in self.frames)
+        return GreedyPath(self.ids[:tokens], self.frames[:tokens], self.durations[:tokens],
+                          self.row_frames[:rows], self.row_history[:rows])
+
 
 def greedy_tdt(
     n_frames: int,
@@ -182,6 +191,17 @@ def decision_margins(joint_logits: np.ndarray, path: GreedyPath, n_durations: in
         if emitted_before < len(path.ids):
             margins[emitted_before] = min(margins[emitted_before], row_margin[row])
     return margins.astype(np.float32)
+
+
+def joint_decisions(width: int, n_durations: int) -> dict[str, list[int]]:
+    """The dump manifest's ``decisions`` (:data:`audioparity.compare.cell.DECISIONS`) of the
+    transducer's logits stages, rows of ``width`` classes: a TDT row chooses its token among
+    the first ``width - n_durations`` and its duration among the last ``n_durations`` apart;
+    an RNNT row (no durations) is one decision, and needs no entry."""
+    if not n_durations:
+        return {}
+    return {stage: [width - n_durations, n_durations]
+            for stage in ("joint_logits", "decode_logits")}
 
 
 @dataclass(frozen=True)

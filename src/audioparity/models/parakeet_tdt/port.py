@@ -14,11 +14,15 @@ driver:
 - ``decoder_replay``: the ggml greedy decoder run free on the reference ``enc_out`` ->
   ``decoder_replay.json``;
 - ``decode``: the ggml greedy decoder on the ggml ``enc_out`` -> ``decode.json``;
+- ``decode_logits``: the ggml prediction network and joint along the reference greedy path on
+  the ggml ``enc_out`` (the whole pipeline's decode teacher-forced: each step fed the
+  reference's choice, so a flip at a near tie costs one row, not the rest) -> ``decode_logits``;
 - a CTC model's (and the hybrid's) ``ctc_decoder_replay`` and ``ctc_decode``: the ggml CTC
   decoder and greedy CTC on the reference ``enc_out`` -> ``ctc_logits_isolated``,
   ``ctc_decoder_replay.json``, and on the ggml ``enc_out`` -> ``ctc_logits``, ``ctc_decode.json``.
 
-The transducer's stages (``joint_logits`` to ``decode``) exist for a TDT or RNNT model only.
+The transducer's stages (``joint_logits`` to ``decode_logits``) exist for a TDT or RNNT model
+only.
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from audioparity.models.parakeet_tdt.ctc import CtcDecoder
 from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 from audioparity.models.parakeet_tdt.encoder import Encoder
 from audioparity.models.parakeet_tdt.frontend import mel_features
-from audioparity.models.parakeet_tdt.greedy import STRATEGY, GreedyPath, replay_path
+from audioparity.models.parakeet_tdt.greedy import (
+    STRATEGY,
+    GreedyPath,
+    joint_decisions,
+    replay_path,
+)
 from audioparity.models.parakeet_tdt.layout import FB, WINDOW
 from audioparity.models.parakeet_tdt.tokenizer import (
     Tokenizer,
@@ -82,8 +91,10 @@ def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: st
     """``encoder`` (every tap of :meth:`Encoder.forward`) and ``layers_isolated``; returns
     (as the generator's value) the port's ``enc_out [T', D]``."""
     config = encoder.cfg
+    yield Phase("pos_emb")
+    pos_emb = encoder.positions(mel.shape[0])
     yield Phase("encoder")
-    taps = encoder.forward(mel)
+    taps = encoder.forward(mel, pos_emb)
     yield "pre_encode", taps["pre_encode"]
     yield "pos_emb", taps["pos_emb"]
     for i in range(config.n_layers):
@@ -108,7 +119,8 @@ def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
                       config: ParakeetTDTConfig, enc_out: np.ndarray, tokenizer: Tokenizer,
                       label: str) -> Outputs:
     """The transducer's stages: ``joint_logits`` and ``lstm_state_0`` along the reference path,
-    ``decoder_replay`` (on the reference ``enc_out``) and ``decode`` (on ours)."""
+    ``decoder_replay`` (on the reference ``enc_out``), ``decode`` (on ours) and
+    ``decode_logits`` (ours along the reference path)."""
     ref_enc_out = reference.tensor("enc_out")
     with TdtDecoder(runtime, weights, config) as decoder:
         yield Phase("joint_logits")
@@ -124,10 +136,19 @@ def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
         yield Phase("decode")
         decode = decode_document(decoder.greedy(enc_out), tokenizer)
         yield "decode", decode
+        yield Phase("decode_logits")
+        own = path.within(enc_out.shape[0])
+        if len(own.row_frames) < len(path.row_frames):
+            yield Note(f"decode_logits: our enc_out has {enc_out.shape[0]} frames, the "
+                       f"reference's {ref_enc_out.shape[0]}: the {len(own.row_frames)} of "
+                       f"{len(path.row_frames)} steps of its path on our frames")
+        decode_logits, _ = decoder.teacher_forced(enc_out, own)
+        yield "decode_logits", decode_logits
+    yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(config.durations))})
     yield Note(f"decode and decoder_replay: greedy TDT ({STRATEGY} rules, batch 1) on the host "
                "around ggml prediction-network and joint graphs")
-    log.info("%s: decoder_replay %d tokens, decode %d tokens", label, len(replay["ids"]),
-             len(decode["ids"]))
+    log.info("%s: decoder_replay %d tokens, decode %d tokens, decode_logits %d rows", label,
+             len(replay["ids"]), len(decode["ids"]), decode_logits.shape[0])
 
 
 def ctc_stages(runtime: Runtime, weights: Weights, reference: Dump, config: ParakeetTDTConfig,

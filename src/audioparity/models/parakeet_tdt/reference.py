@@ -39,6 +39,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     ctc_margins,
     decision_margins,
     greedy_ctc,
+    joint_decisions,
     replay_path,
 )
 
@@ -429,8 +430,9 @@ def stages(asr_model: Any, case: Case) -> Outputs:
 
 def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     """The transducer's stages of a reference dump (:func:`greedy_tdt_decoding`):
-    ``joint_logits``, ``lstm_state_0``, ``decode`` and its margins, and the manifest's
-    ``decoding`` settings."""
+    ``joint_logits``, ``lstm_state_0``, ``decode`` and its margins, ``decode_logits`` (the
+    joint rows again: on its own ``enc_out`` the decode teacher-forced along its own path is
+    its decode), and the manifest's ``decoding`` settings."""
     yield Phase("decoding")
     decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(asr_model, enc_out)
     yield Fields({"decoding": settings})
@@ -438,6 +440,8 @@ def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     yield "lstm_state_0", lstm_state
     yield "decode", decode
     yield "decode_margins", margins
+    yield "decode_logits", joint_logits
+    yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(settings["durations"]))})
     yield Note(f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows "
                "replayed through the greedy TDT rules reproduce its ids, frames and durations")
     log.info("reference parakeet-tdt: decoded %d tokens in %d joint steps",

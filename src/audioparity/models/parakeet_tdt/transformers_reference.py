@@ -31,6 +31,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     ctc_margins,
     decision_margins,
     greedy_ctc,
+    joint_decisions,
     replay_path,
 )
 from audioparity.models.parakeet_tdt.reference import valid_positions
@@ -364,7 +365,9 @@ def transducer_stages(loaded: TransformersParakeet, input_features: Any, attenti
     encoder taps (:func:`encoder_stages`), every ``joint`` output row ``[steps,
     V+1+n_durations]`` (``joint_logits``), the LSTM state after its first step (the start
     token, the blank) as ``[layers, 2, H]`` (``lstm_state_0``), the decode of
-    :func:`generated_path` and its margins (:func:`~.greedy.decision_margins` along that path).
+    :func:`generated_path` and its margins (:func:`~.greedy.decision_margins` along that path),
+    and ``decode_logits``, the joint rows again (its decode teacher-forced along its own path
+    on its own ``enc_out``).
 
     Raises:
         AudioparityError: the joint rows replayed under transformers' rules (TDT without a
@@ -420,6 +423,8 @@ def transducer_stages(loaded: TransformersParakeet, input_features: Any, attenti
     yield "lstm_state_0", states[0].numpy()
     yield "decode", decode
     yield "decode_margins", decision_margins(joint_logits, path, len(config.durations))
+    yield "decode_logits", joint_logits
+    yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(config.durations))})
     log.info("reference parakeet-tdt (transformers): decoded %d tokens in %d joint steps",
              len(path.ids), len(joint_logits))
 
