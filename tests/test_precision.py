@@ -118,8 +118,8 @@ def test_a_recipe_weight_type_without_its_file_is_refused(tmp_path: Path):
 @pytest.mark.parametrize(("args", "message"), [
     (("--weight-type", "q4_0", "--targets", '[{"stage": "nope", "wer_max": 0}]'),
      "precision: target stage 'nope' matches no stage of parakeet_tdt (mel_features, "
-     "pre_encode, pos_emb, layer_{i}, enc_out, joint_logits, lstm_state_0, decode, ctc_logits, "
-     "ctc_decode)"),
+     "pre_encode, pos_emb, layer_{i}, enc_out, joint_logits, lstm_state_0, decode, "
+     "decode_logits, ctc_logits, ctc_decode)"),
     (("--weight-type", "q4_0", "--targets", '[{stage: decode}'),
      "--targets '[{stage: decode}': not JSON (Expecting property name enclosed in double "
      "quotes: line 1 column 3 (char 2))"),

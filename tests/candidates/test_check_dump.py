@@ -52,7 +52,8 @@ def stage_tensors(**replace: np.ndarray | None) -> dict[str, tuple[np.ndarray, s
                **{f"layer_{i}": (a(T, D), "[T, D]") for i in range(LAYERS)},
                "enc_out": (a(T, D), "[T, D]"),
                "joint_logits": (a(STEPS, JOINT), "[steps, V+1+n_durations]"),
-               "lstm_state_0": (a(1, 2, H), "[layers, 2, H]")}
+               "lstm_state_0": (a(1, 2, H), "[layers, 2, H]"),
+               "decode_logits": (a(STEPS, JOINT), "[steps, V+1+n_durations]")}
     for name, array in replace.items():
         if array is None:
             del tensors[name]
@@ -182,8 +183,8 @@ CASES = (
          tensors_case(attention_probs=np.ones((T, T), np.float32)),
          "dump/attention_probs.npy: tensor 'attention_probs' is no stage of parakeet_tdt; "
          "expected one of mel_features, pre_encode, pos_emb, layer_{i}, enc_out, joint_logits, "
-         "lstm_state_0, decode, ctc_logits, ctc_decode, their isolated or replayed forms, or "
-         "<document>_margins"),
+         "lstm_state_0, decode, decode_logits, ctc_logits, ctc_decode, their isolated or "
+         "replayed forms, or <document>_margins"),
     Case("listed_file_missing", "a listed `.npy` deleted",
          then(lambda dump: (dump / "pos_emb.npy").unlink()),
          "dump/pos_emb.npy: missing; manifest.json lists it as tensor 'pos_emb'"),
@@ -240,7 +241,7 @@ CASES = (
              not_exposed={"layer_0": "a port without taps"}))),
          "dump/manifest.json: not_exposed names 'layer_0', no stage of parakeet_tdt; expected "
          "stages of its spec (mel_features, pre_encode, pos_emb, layer_{i}, enc_out, "
-         "joint_logits, lstm_state_0, decode, ctc_logits, ctc_decode)"),
+         "joint_logits, lstm_state_0, decode, decode_logits, ctc_logits, ctc_decode)"),
 )
 
 
@@ -294,7 +295,7 @@ def test_a_valid_dump_passes(cwd, capsys):
     (dump / "raw" / "stdout.txt").write_text("")
     (dump / ".snakemake_timestamp").write_text("")
     code, lines, err = run_check(cwd, CHECK, capsys)
-    assert (code, lines) == (0, ["ok: dump: a dump of parakeet_tdt: 9 tensor(s), 1 "
+    assert (code, lines) == (0, ["ok: dump: a dump of parakeet_tdt: 10 tensor(s), 1 "
                                  "document(s), layers 0..2"]), err
 
 
@@ -316,12 +317,12 @@ def test_a_dump_of_a_port_exposing_only_its_decode_passes(cwd, capsys):
         not_exposed(writer, load_adapter("whisper_cpp"), family(FAMILY).spec)  # as candidate run
     code, lines, err = run_check(cwd, CHECK, capsys)
     assert (code, lines) == (0, ["ok: dump: a dump of parakeet_tdt: 0 tensor(s), 1 document(s), "
-                                 "7 stage(s) not exposed"]), err
+                                 "8 stage(s) not exposed"]), err
     edit_manifest(cwd / "dump", lambda m: m["not_exposed"].pop("layer_{i}"))
     assert check_dump("dump", FAMILY) == [
         "dump: missing stage 'layer_0' (tensor [T, D]); expected at least layer_0"]
     edit_manifest(cwd / "dump", lambda m: m.pop("not_exposed"))
-    assert len(check_dump(cwd / "dump", FAMILY)) == 7  # every tensor stage missing
+    assert len(check_dump(cwd / "dump", FAMILY)) == 8  # every tensor stage missing
 
 
 def test_every_problem_is_listed(cwd, capsys):

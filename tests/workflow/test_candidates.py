@@ -241,7 +241,12 @@ def test_transcribe_cpp_every_stage_is_compared_and_its_f16_roundings_are_locali
     compared = {"mel_features", "pre_encode", "pos_emb", "layer_0", "layer_1", "layer_2",
                 "enc_out", "joint_logits", "lstm_state_0", "decode", "pre_encode_replayed",
                 "layer_0_replayed", "layer_1_replayed", "layer_2_replayed", "decode_replayed"}
-    assert set(got) == compared
+    assert set(got) == compared | {"decode_logits"}
+    # its decoder runs free: the decode teacher-forced along the reference's path is not its
+    assert got["decode_logits"].status == "unavailable"
+    assert got["decode_logits"].reason.startswith("transcribe.cpp does not expose it: its "
+                                                  "decoder runs free")
+    del got["decode_logits"]
     # Right where it matches NeMo: the frontend, the positions, the LSTM, the decoder.
     for stage in ("mel_features", "pos_emb", "lstm_state_0", "decode", "decode_replayed"):
         assert got[stage].status == "pass", (stage, got[stage].reason)

@@ -154,6 +154,11 @@ def test_decision_margins_take_the_nearest_tie_since_the_previous_token():
     path = replay_path(rows, n_frames=3, durations=list(DURATIONS), max_symbols=10)
     assert (path.ids, path.frames) == ([0, 2], [1, 2])
     assert decision_margins(rows, path, len(DURATIONS)).tolist() == [0.25, 0.125]
+    # on an encoder output of two frames, the path keeps its rows and tokens on frames 0, 1
+    short = path.within(2)
+    assert (short.ids, short.frames, short.row_frames, short.row_history) == (
+        [0], [1], [0, 1], [0, 0])
+    assert path.within(3) == path
 
 
 def test_joint_of_wrong_width_raises():

@@ -12,6 +12,7 @@ import ggml
 import pytest
 
 from audioparity.artifacts import Dump
+from audioparity.models.parakeet_tdt.greedy import replay_path
 
 FIELDS = ("family", "backend", "weight_type", "conv_weight_type", "threads", "flash_attention",
           "n_layers")
@@ -42,7 +43,7 @@ def test_dump_lists_every_contract_tensor(parakeet_model, clip_wav, parakeet_ref
     }
     n_layers = manifest["n_layers"]
     shared = ["mel_features", "pre_encode", "pos_emb", "enc_out", "joint_logits",
-              "lstm_state_0", *(f"layer_{i}" for i in range(n_layers))]
+              "lstm_state_0", "decode_logits", *(f"layer_{i}" for i in range(n_layers))]
     expected = set(shared) | {f"layer_{i}_isolated" for i in range(n_layers)}
     assert set(dump.tensor_names) == expected
     for name in dump.tensor_names:
@@ -53,7 +54,18 @@ def test_dump_lists_every_contract_tensor(parakeet_model, clip_wav, parakeet_ref
         assert set(dump.json(document)) == {"ids", "frames", "durations", "text"}
     assert dump.json("decoder_replay") == reference.json("decode")
     assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated",
-                                        "joint_logits", "decoder_replay", "decode"}
+                                        "joint_logits", "decoder_replay", "decode",
+                                        "decode_logits"}
+    assert manifest["decisions"] == reference.manifest["decisions"]
+    # decode_logits is the decode teacher-forced along the reference's path on our enc_out:
+    # where our free-running decode is the reference's (f32, the clip), the greedy rules over
+    # its rows give that decode back, row for row
+    decoding = manifest["decoding"]
+    path = replay_path(dump.tensor("decode_logits"), dump.tensor("enc_out").shape[0],
+                       decoding["durations"], decoding["max_symbols"])
+    assert dump.json("decode") == reference.json("decode")
+    assert [path.ids, path.frames, path.durations] == [
+        dump.json("decode")[key] for key in ("ids", "frames", "durations")]
 
 
 def test_quantized_flash_attention_dump_runs(parakeet_model, clip_wav, parakeet_reference,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from audioparity.artifacts import Dump
 from tests.planted import Patch, failing, planted_rows, planted_statuses
 
 pytestmark = pytest.mark.slow
@@ -162,8 +163,8 @@ def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wa
                  {"family": "parakeet_tdt"}, cell)
     status = {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
     assert status.pop("joint_logits") == "crashed"
-    assert {status.pop(stage) for stage in ("lstm_state_0", "decoder_replay", "decode")} == {
-        "missing"}
+    assert {status.pop(stage) for stage in ("lstm_state_0", "decoder_replay", "decode",
+                                            "decode_logits")} == {"missing"}
     assert set(status.values()) == {"pass"}, status
     assert {"mel_features", "pre_encode", "enc_out", "layer_2", "layer_0_isolated"} <= set(status)
 
@@ -184,3 +185,46 @@ def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference
     assert {bug[s]["status"] for s in ("mel_features", "pre_encode", "layer_0")} == {"pass"}
     cost = bug["layer_1_isolated"]["cost_nmse"]
     assert clean["layer_1_isolated"]["cost_nmse"] < cost < clean["layer_2_isolated"]["cost_nmse"]
+
+
+#: A wrong embedding row in the prediction network: token 242 ("blue" in heldout.wav's decode,
+#: its seventh token) fed as token 47's row, as a converter that misorders the embedding's rows
+#: writes it. Every step after that token is fed a wrong history.
+WRONG_EMBEDDING_ROW: list[Patch] = [(
+    "decoder.py",
+    'inputs = {"label": np.array([label], np.int32)}',
+    'inputs = {"label": np.array([47 if label == 242 else label], np.int32)}',
+)]
+
+
+def test_a_prediction_network_fault_past_a_near_tie_is_caught_step_by_step(tmp_path):
+    """The trained model on heldout.wav at q8_0: the clean port's free-running decode parts
+    from its quantization-aware reference at position 1, a duration near tie (margin 0.016),
+    which the gates allow; nothing after it is judged. A wrong embedding row for the seventh
+    token then changes the words after it ("under her brave" becomes "garden in a"), and the
+    decode still passes, parting first at that same near tie. decode_logits, the decode
+    teacher-forced along the reference's path, judges every step: the clean port flips only
+    the near tie, the planted one flips steps where the reference's margin is clear."""
+    from audioparity.driver import dump_reference
+    from audioparity.families import family
+    from tests import RESOURCES
+
+    model = RESOURCES / "models" / "parakeet-tdt-espeak" / "model.nemo"
+    heldout = RESOURCES / "speech" / "heldout.wav"
+    reference = tmp_path / "reference" / "heldout"
+    dump_reference(family("parakeet_tdt"), model, [(heldout, reference)], options={},
+                   threads=1, emulate=["q8_0"])
+    clean, bug = (planted_rows(tmp_path / name, "parakeet_tdt", patches, model, heldout,
+                               reference, weight_type="q8_0")
+                  for name, patches in (("clean", []), ("bug", WRONG_EMBEDDING_ROW)))
+    known = Dump(reference.with_name("heldout@q8_0")).json("decode")["text"]
+    for rows in (clean, bug):
+        assert rows["decode"]["status"] == "pass", rows["decode"]["reason"]
+        assert rows["decode"]["first_divergence"] == 1 and rows["decode"]["logit_gap"] < 0.02
+    assert Dump(tmp_path / "clean" / "dump").json("decode")["text"] == known
+    assert Dump(tmp_path / "bug" / "dump").json("decode")["text"] != known  # words changed
+    assert clean["decode_logits"]["status"] == "pass"
+    assert 0 < clean["decode_logits"]["logit_gap"] < 0.02  # the near tie, its own step only
+    assert bug["decode_logits"]["status"] == "fail"
+    assert bug["decode_logits"]["logit_gap"] > 1.0
+    assert "top-1 flips at" in bug["decode_logits"]["reason"]

@@ -113,9 +113,16 @@ def test_manifest_names_family_threads_layers_decoding_and_versions(
     }
     assert {"torch", "nemo_toolkit"} <= set(manifest["versions"])
     expected = {"mel_features", "pre_encode", "pos_emb", "layer_0", "layer_1", "layer_2",
-                "enc_out", "joint_logits", "lstm_state_0", "decode_margins"}
+                "enc_out", "joint_logits", "lstm_state_0", "decode_margins", "decode_logits"}
     assert set(manifest["tensors"]) == expected
     assert manifest["documents"] == {"decode": "decode.json"}
+    # on its own enc_out, its decode teacher-forced along its own path is its joint rows; each
+    # row chooses a token (V+1 classes) and a duration apart
+    dump = Dump(parakeet_reference)
+    np.testing.assert_array_equal(dump.tensor("decode_logits"), dump.tensor("joint_logits"))
+    width = dump.tensor("joint_logits").shape[1]
+    assert manifest["decisions"] == dict.fromkeys(
+        ("joint_logits", "decode_logits"), [width - len(DURATIONS), len(DURATIONS)])
 
 
 def test_mel_is_nemo_preprocessor_output_on_valid_frames(parakeet_reference: Path,

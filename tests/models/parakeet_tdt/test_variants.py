@@ -177,7 +177,7 @@ def test_ctc_decode_is_nemos_own_transcription(variant_dumps, clip_wav, name):
     labels = log_probs.argmax(axis=1)
     blank = log_probs.shape[1] - 1
     assert (labels == blank).sum() >= 5 and len(ours["ids"]) >= 3
-    transducer = {"joint_logits", "lstm_state_0", "decode"}
+    transducer = {"joint_logits", "lstm_state_0", "decode", "decode_logits"}
     assert transducer.isdisjoint(Dump(ggml).tensor_names + list(Dump(ggml).manifest[
         "documents"])) == (name == "ctc")
     assert check_dump(ggml, "parakeet_tdt") == []
