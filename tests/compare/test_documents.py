@@ -245,7 +245,8 @@ def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path:
     dump_reference(moss, model, [(request, tmp_path / "ref")], options={"generate_rows": 4})
     for weight_type in ("f32", "f16"):
         dump_ggml(moss, model, request, tmp_path / weight_type, weight_type=weight_type,
-                  backend="cpu", options={"kv_cache_type": "f32", "generate_rows": 4})
+                  backend="cpu", options={"kv_cache_type": "f32", "generate_rows": 4},
+                  reference_dir=tmp_path / "ref")
     limits = {"f32": (1e-5, 1e-9), "f16": (1e-2, 1e-4)}  # max_rel, kl
 
     def gates(weight_type: str) -> list[dict]:

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
+from audioparity.compare.gates import THRESHOLDS
 from audioparity.errors import AudioparityError
 from audioparity.families import stage_key
+from tests import REPO
 
 SECTION = {
     "gates": {
@@ -403,6 +406,22 @@ def test_a_crashed_candidate_keeps_what_it_finished(reference_dir, tmp_path):
     assert all(r["status"] in ("pass", "crashed", "missing") for r in rows.values())
 
 
+def test_a_crashed_port_against_another_backend_lists_each_isolated_form_once(tmp_path):
+    """Against the CPU's dump of the same port (which holds the isolated forms as stages of
+    its own), the forms a crashed port owed are its baseline's rows, not added again."""
+    layer, _ = REFERENCE["layer_0"]
+    baseline = write_dump(tmp_path / "cpu", tmp_path, {
+        "layer_0": (layer, "[T, D]"), "layer_0_isolated": (layer, "[T, D]")}, {})
+    crashed = write_dump(tmp_path / "cand", tmp_path, {}, {}, status=("crashed", "SIGABRT"))
+    for folder in (baseline, crashed):  # both dumps of our ggml port
+        manifest = json.loads((folder / "manifest.json").read_text())
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "producer": "ggml"}))
+    output = tmp_path / "cell.json"
+    compare_cell(baseline, crashed, gates_for(), {**LABELS, "against": "cpu"}, output)
+    stages = [row["stage"] for row in json.loads(output.read_text())]
+    assert sorted(stages) == ["layer_0", "layer_0_isolated"]
+
+
 def test_compare_cell_rejects_unresolved_gates(reference_dir: Path, tmp_path: Path):
     with pytest.raises(AudioparityError, match="as resolve_gates returns"):
         compare_cell(reference_dir, reference_dir, SECTION["gates"], LABELS, tmp_path / "c.json")
@@ -477,9 +496,58 @@ def test_logit_gap_max_lets_documents_part_only_at_a_near_tie(metrics, expected)
     assert verdict.status == expected, verdict.reason
 
 
+def _decode_logits(flips: dict[int, tuple[float, float]], steps: int = 8) -> tuple:
+    """Hand-built teacher-forced logits ``[steps, 4]``: the reference's row ``r`` picks class 0
+    over class 1 by margin 2 (``flips`` gives some rows ``(margin, candidate's excess)``: the
+    reference's margin there, and how far the candidate puts class 1 above class 0 instead)."""
+    ref = np.tile(np.array([3.0, 1.0, 0.0, -1.0]), (steps, 1))
+    cand = ref + 1e-4  # float noise that flips nothing
+    for row, (margin, excess) in flips.items():
+        ref[row, 1] = ref[row, 0] - margin
+        cand[row, 1] = cand[row, 0] + excess
+    return cand, ref
+
+
+@pytest.mark.parametrize(
+    ("flips", "expected"),
+    [
+        ({}, "pass"),
+        ({2: (0.004, 0.001)}, "pass"),  # one near tie flipped: costs its own step only
+        ({2: (0.004, 0.001), 5: (0.008, 0.002)}, "pass"),  # every flip a near tie
+        ({2: (0.004, 0.001), 6: (0.5, 0.1)}, "fail"),  # a later step flips where sure
+        ({1: (0.3, 0.01)}, "fail"),  # a clear margin flipped by a small error
+    ],
+)
+def test_logit_gap_max_on_a_logits_stage_judges_every_step(flips, expected):
+    """A teacher-forced decode whose candidate flips at a near tie at step 2 passes: the
+    steps after it are fed the reference's choice and judged each on its own; any other step
+    flipped at a clear margin fails, however late."""
+    from audioparity.compare.cell import tensor_metrics
+
+    cand, ref = _decode_logits(flips)
+    metrics = tensor_metrics("logits", cand, ref)
+    assert metrics["top1"] == 1 - len(flips) / 8
+    assert metrics["logit_gap"] == pytest.approx(max((m for m, _ in flips.values()), default=0))
+    gates = {"gates": [{"stage": "decode_logits", "from": "q8_0", "logit_gap_max": 0.01}],
+             "expected_failures": []}
+    verdict = status("decode_logits", gates, metrics=metrics)
+    assert verdict.status == expected, verdict.reason
+    assert verdict.gate == "q8_0/decode_logits: near ties only: logit_gap<=0.01"
+
+
+def test_a_failing_logits_logit_gap_names_the_clear_flips_and_their_margins():
+    flips = {1: (0.003, 0.001), **{row: (0.25 * row, 0.5) for row in range(2, 9)}}
+    metrics = {"cosine": 1.0, "top1": 0.2, "logit_gap": 2.0, "non_finite": 0,
+               "top1_flips": sorted((row, margin) for row, (margin, _) in flips.items())}
+    gates = {"gates": [{"stage": "*logits", "logit_gap_max": 0.01}], "expected_failures": []}
+    assert status("joint_logits", gates, metrics=metrics).reason == (
+        "top-1 flips at 7 row(s) where the reference's margin > 0.01: row (margin) 2 (0.5), "
+        "3 (0.75), 4 (1), 5 (1.25), 6 (1.5) and 2 more")
+
+
 def test_logit_gap_max_on_a_tensor_stage_is_a_config_error():
     gates = {"gates": [{"stage": "*", "logit_gap_max": 0.05}], "expected_failures": []}
-    with pytest.raises(AudioparityError, match="applies to documents"):
+    with pytest.raises(AudioparityError, match="applies to documents and logits"):
         status("last_hidden", gates, metrics={"max_rel": 1e-7, "non_finite": 0})
 
 
@@ -588,3 +656,10 @@ def test_every_stage_kind_has_a_comparison():
 
     assert set(COMPARE) == set(STAGE_KINDS)
     assert set(ARRAY_METRICS) == {kind for kind in STAGE_KINDS if kind != "document"}
+
+
+def test_the_config_schema_takes_every_threshold_and_nothing_else():
+    """A threshold gates.py knows but the schema lacks would be refused in a user's config
+    before any run; one the schema takes but gates.py lacks would fail every compare job."""
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    assert set(schema["definitions"]["gate"]["properties"]) == {"stage", *THRESHOLDS}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 
 import numpy as np
@@ -14,7 +15,8 @@ from hypothesis.extra import numpy as hnp
 from audioparity.compare import metrics as m
 from audioparity.errors import AudioparityError
 
-FLOAT_METRICS = (m.cosine, m.std_ratio, m.nmse, m.max_abs, m.mean_abs, m.max_rel)
+FLOAT_METRICS = (m.cosine, m.std_ratio, m.nmse, m.median_row_nmse, m.max_abs, m.mean_abs,
+                 m.max_rel)
 INF, NAN = math.inf, math.nan
 
 
@@ -36,6 +38,53 @@ def test_nmse_normalises_by_the_reference():
     # Σ(a-b)² = 1; Σb² = 1 + 4 + 4 = 9; Σa² = 14
     assert m.nmse([1, 2, 3], [1, 2, 2]) == pytest.approx(1 / 9, rel=1e-15)
     assert m.nmse([1, 2, 2], [1, 2, 3]) == pytest.approx(1 / 14, rel=1e-15)
+
+
+def _row_nmse_median_by_hand(cand: np.ndarray, ref: np.ndarray) -> float:
+    """The median row NMSE in plain float64 loops, with the statistics module's median."""
+    rows = []
+    for a, b in zip(cand.tolist(), ref.tolist(), strict=True):
+        rows.append(sum((x - y) ** 2 for x, y in zip(a, b, strict=True)) / sum(y * y for y in b))
+    return statistics.median(rows)
+
+
+def test_median_row_nmse_ignores_a_few_flipped_rows_and_equals_a_dense_nmse():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((41, 64))
+    # a few flipped roundings: one input element of a q8_0 block off by one step (amax/127)
+    # moves a whole output row of the next matmul by step * a weight column
+    flipped = ref.copy()
+    step = np.abs(ref).max() / 127
+    for row in (3, 17, 30):
+        flipped[row] += step * rng.standard_normal(64)
+    assert m.nmse(flipped, ref) > 1e-6
+    assert m.median_row_nmse(flipped, ref) == 0.0
+    # a dense error: every row off by the same relative 1e-4, NMSE (1e-4)² in each row
+    dense = ref * (1 + 1e-4)
+    assert m.median_row_nmse(dense, ref) == pytest.approx(1e-8, rel=1e-9)
+    assert m.median_row_nmse(dense, ref) == pytest.approx(m.nmse(dense, ref), rel=1e-9)
+    # both: the flipped rows lie above the median, which stays at the dense error's rows
+    dense[[3, 17, 30]] = flipped[[3, 17, 30]] * (1 + 1e-4)
+    noisy = dense * (1 + 1e-5 * rng.standard_normal(dense.shape))
+    assert m.median_row_nmse(noisy, ref) == pytest.approx(_row_nmse_median_by_hand(noisy, ref),
+                                                          rel=1e-12)
+    assert 0.5e-8 < m.median_row_nmse(noisy, ref) < 2e-8 < 1e-6 < m.nmse(noisy, ref)
+
+
+def test_median_row_nmse_reads_the_last_axis_as_a_row():
+    # rows of [2, 2, 3] are the 4 leading positions; their NMSEs 0, 1/4, 1, 4: median 0.625
+    ref = np.ones((2, 2, 3))
+    cand = ref.copy()
+    cand[0, 1] += 0.5
+    cand[1, 0] += 1.0
+    cand[1, 1] += 2.0
+    assert m.median_row_nmse(cand, ref) == pytest.approx(0.625, rel=1e-15)
+    assert m.median_row_nmse([1, 2, 3], [1, 2, 2]) == m.nmse([1, 2, 3], [1, 2, 2])  # one row
+    assert m.median_row_nmse(2.0, 1.0) == 1.0  # 0-D: one row of one value
+    # a row whose reference is all zero: 0 if the candidate's is too, else inf
+    assert m.median_row_nmse([[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]) == 0.0
+    assert m.median_row_nmse([[0.0, 1.0], [1.0, 1.0], [0.0, 1.0]],
+                             [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]) == INF
 
 
 def test_abs_errors_and_their_location():
@@ -67,6 +116,51 @@ def test_top1_counts_rows_whose_argmax_agrees():
     assert m.top1(cand, ref) == 0.5
     assert m.top1(np.stack([cand, cand]), np.stack([ref, cand])) == 0.75  # leading axes flattened
     assert m.top1([0.1, 0.9], [0.3, 0.7]) == 1.0  # 1-D: one row
+
+
+def test_row_margins_are_the_top_logit_minus_the_runner_up():
+    rows = np.array([[0.0, 4.0, 1.0], [2.5, 2.5, 0.0], [-INF, 3.0, -INF], [1.0, INF, INF]])
+    assert m.row_margins(rows).tolist() == [3.0, 0.0, INF, 0.0]
+    assert m.row_margins(np.array([[7.0], [1.0]])).tolist() == [INF, INF]  # one class
+
+
+def test_top1_gap_is_the_largest_reference_margin_among_the_flipped_rows():
+    # reference margins by row: 3.0, 0.25, 0.5, 2.0; the candidate flips rows 1 and 2
+    ref = np.array([[0.0, 4.0, 1.0], [1.0, 1.25, 0.0], [2.0, 0.0, 1.5], [0.0, 0.0, 2.0]])
+    cand = ref.copy()
+    cand[1] = [1.3, 1.25, 0.0]
+    cand[2] = [2.0, 0.0, 2.1]
+    assert m.top1_flips(cand, ref) == [(1, 0.25), (2, 0.5)]
+    assert m.top1_differing(cand, ref) == [1, 2]
+    assert m.top1_gap(cand, ref) == 0.5
+    assert m.top1_gap(ref, ref) == 0.0  # nothing flips
+    # leading axes flattened: [2, 2, 3] is rows 0..3
+    assert m.top1_gap(cand.reshape(2, 2, 3), ref.reshape(2, 2, 3)) == 0.5
+    assert m.top1_flips(cand.reshape(2, 2, 3), ref.reshape(2, 2, 3))[1] == (2, 0.5)
+    # a non-finite value: NaN, as top1; no rows named
+    nan_cand = cand.copy()
+    nan_cand[0, 0] = NAN
+    assert math.isnan(m.top1_gap(nan_cand, ref)) and m.top1_flips(nan_cand, ref) == []
+
+
+def test_decisions_judge_a_rows_runs_of_classes_apart():
+    """A TDT joint row [3 tokens | 2 durations]: its top-1 is a token and a duration. Over the
+    whole row a duration logit above every token logit would decide nothing; judged apart, a
+    duration flip shows with the duration's margin, and a move between a token and a duration
+    logit is no flip."""
+    ref = np.array([[5.0, 1.0, 0.0, 4.9, 4.0],    # token 0 by 4.0, duration 0 by 0.9
+                    [2.0, 0.0, 0.0, 3.0, 2.95]])  # token 0 by 2.0, duration 0 by 0.05
+    cand = ref.copy()
+    cand[0, 3] = 5.1  # the whole row's top-1 moves from token 0 to duration 0: no decision
+    cand[1, 4] = 3.1  # row 1's duration flips, at the reference's margin 0.05
+    assert m.top1_flips(cand, ref) == [(0, pytest.approx(0.1)), (1, pytest.approx(0.05))]
+    assert m.top1_flips(cand, ref, (3, 2)) == [(1, pytest.approx(0.05))]
+    assert m.top1(cand, ref, (3, 2)) == 0.75  # 3 of 4 decisions agree
+    assert m.top1_gap(cand, ref, (3, 2)) == pytest.approx(0.05)
+    cand[1, 1] = 9.0  # and its token flips where the reference was sure: the larger margin
+    assert m.top1_flips(cand, ref, (3, 2)) == [(1, 2.0)]
+    with pytest.raises(AudioparityError, match=r"decisions \[3, 3\] do not split a row of 5"):
+        m.top1(cand, ref, (3, 3))
 
 
 def test_kl_is_reference_against_candidate_in_nats():
@@ -167,6 +261,7 @@ def test_empty_arrays_count_as_zero(shape):
     assert m.nmse(a, b) == 0.0
     assert m.std_ratio(a, b) == 1.0
     assert m.max_abs(a, b) == m.mean_abs(a, b) == m.max_rel(a, b) == 0.0
+    assert m.median_row_nmse(a, b) == 0.0
     assert m.non_finite(a, b) == 0
     assert m.argmax(a, b) is None
     assert m.top1(a, b) == 1.0
@@ -247,6 +342,7 @@ def test_metrics_never_crash_and_nan_never_passes(pair):
     else:
         assert -1.0 <= values["cosine"] <= 1.0
         assert values["nmse"] >= 0.0 and values["max_rel"] >= 0.0 and values["std_ratio"] >= 0.0
+        assert values["median_row_nmse"] >= 0.0
         # a mean of equal values may round one ulp above them
         assert values["max_abs"] * (1 + 1e-12) >= values["mean_abs"] >= 0.0
         assert divergence >= 0.0
@@ -258,6 +354,7 @@ def test_metrics_never_crash_and_nan_never_passes(pair):
 def test_an_array_against_itself_is_identical(array):
     assert m.cosine(array, array) == pytest.approx(1.0, abs=1e-12)
     assert m.nmse(array, array) == 0.0
+    assert m.median_row_nmse(array, array) == 0.0
     assert m.max_abs(array, array) == 0.0
     assert m.std_ratio(array, array) == pytest.approx(1.0, rel=1e-12)
     assert m.top1(array, array) == 1.0

@@ -63,7 +63,8 @@ def test_summary_columns_and_row_order(tmp_path: Path):
         header = next(csv.reader(handle))
     assert header == [
         "family", "model", "case", "candidate", "backend", "weight_type", "against", "stage",
-        "status", "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite",
+        "status", "cosine", "std_ratio", "nmse", "median_row_nmse", "max_abs", "mean_abs",
+        "max_rel", "non_finite",
         "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
         "wer_known", "ref_wer_known", "cost_nmse", "cost_cosine", "cost_token_match", "cost_kl",
         "cost_wer", "bits_per_weight", "fallbacks", "fallback_tensors", "gate", "reason",

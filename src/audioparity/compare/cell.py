@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,9 +59,9 @@ LABEL_COLUMNS = ("family", "model", "case", "candidate", "backend", "weight_type
 REFERENCE = "reference"
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
 METRIC_COLUMNS = (
-    "cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "non_finite", "argmax",
-    "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer", "wer_known",
-    "ref_wer_known",
+    "cosine", "std_ratio", "nmse", "median_row_nmse", "max_abs", "mean_abs", "max_rel",
+    "non_finite", "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
+    "wer_known", "ref_wer_known",
 )
 #: The cost of a weight type: the candidate measured against the float32 reference, where a
 #: quantized cell's own reference is a quantization-aware one (``audioparity.storage``); empty
@@ -117,12 +117,15 @@ def _stages(dump: Dump, family: str | None) -> dict[str, str]:
     return kinds
 
 
-def _float_metrics(cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
-    """The metrics of every compared array, plus ``ref_non_finite``; no class metrics."""
+def _float_metrics(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
+                   ) -> dict[str, Any]:
+    """The metrics of every compared array, plus ``ref_non_finite``; no class metrics (nor
+    ``decisions``)."""
     return {
         "cosine": m.cosine(cand, ref),
         "std_ratio": m.std_ratio(cand, ref),
         "nmse": m.nmse(cand, ref),
+        "median_row_nmse": m.median_row_nmse(cand, ref),
         "max_abs": m.max_abs(cand, ref),
         "mean_abs": m.mean_abs(cand, ref),
         "max_rel": m.max_rel(cand, ref),
@@ -135,25 +138,43 @@ def _float_metrics(cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _logits_metrics(cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
-    """:func:`_float_metrics`, and over the classes of the last axis ``top1``, ``kl`` and
-    the rows whose top-1 differs (of a 2-D array)."""
-    return {**_float_metrics(cand, ref), "top1": m.top1(cand, ref), "kl": m.kl(cand, ref),
-            "top1_rows": m.top1_differing(cand, ref) if cand.ndim == 2 else []}
+def _logits_metrics(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
+                    ) -> dict[str, Any]:
+    """:func:`_float_metrics`, and over the classes of the last axis ``top1``, ``kl``,
+    ``logit_gap`` (:func:`~audioparity.compare.metrics.top1_gap`: the largest reference margin
+    where the top-1 flips), ``top1_flips`` (each flipped row and that margin, which a
+    ``logit_gap_max`` gate names) and the rows whose top-1 differs (of a 2-D array); the top-1
+    of each of a row's ``decisions`` (:data:`DECISIONS`) apart."""
+    flips = m.top1_flips(cand, ref, decisions)
+    return {**_float_metrics(cand, ref), "top1": m.top1(cand, ref, decisions),
+            "kl": m.kl(cand, ref), "logit_gap": m.top1_gap(cand, ref, decisions),
+            "top1_flips": flips,
+            "top1_rows": [row for row, _ in flips] if cand.ndim == 2 else []}
 
 
 #: The metrics of a compared array, by its stage's kind.
-ARRAY_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], dict[str, Any]]] = {
+ARRAY_METRICS: dict[str, Callable[[np.ndarray, np.ndarray, Sequence[int]], dict[str, Any]]] = {
     "tensor": _float_metrics,
     "logits": _logits_metrics,
 }
 
 
-def tensor_metrics(kind: str, cand: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+#: Manifest key of a dump whose logits rows hold several decisions: ``{stage: [sizes]}``, the
+#: runs of classes of the last axis each chosen apart (a TDT joint row's ``[V+1,
+#: n_durations]``: its token and its duration), which top-1 and ``logit_gap`` judge apart.
+DECISIONS = "decisions"
+
+
+def tensor_metrics(kind: str, cand: np.ndarray, ref: np.ndarray,
+                   decisions: Sequence[int] = ()) -> dict[str, Any]:
     """Every metric of ``cand`` against ``ref`` (equal shapes) for a stage of ``kind``
-    (``tensor`` or ``logits``), plus ``ref_non_finite``; ``top1`` and ``kl`` None for a
-    tensor, ``top1_rows`` empty."""
-    return ARRAY_METRICS[kind](cand, ref)
+    (``tensor`` or ``logits``; a logits row's ``decisions`` as :data:`DECISIONS` gives them),
+    plus ``ref_non_finite``; ``top1`` and ``kl`` None for a tensor, ``top1_rows`` empty.
+
+    Raises:
+        AudioparityError: ``decisions`` that do not split the last axis.
+    """
+    return ARRAY_METRICS[kind](cand, ref, decisions)
 
 
 def _document(dump: Dump, name: str) -> Mapping[str, Any]:
@@ -206,7 +227,8 @@ def _compare_arrays(reference: Dump, candidate: Dump, stage: str, ref_stage: str
     if cand.shape != ref.shape:
         problems.append(f"shape {list(cand.shape)} (candidate) != {list(ref.shape)} (reference)")
         return None, tuple(problems)
-    return tensor_metrics(kind, cand, ref), tuple(problems)
+    decisions = reference.manifest.get(DECISIONS, {}).get(ref_stage, ())
+    return tensor_metrics(kind, cand, ref, decisions), tuple(problems)
 
 
 #: How a stage is compared, by its kind (:data:`~audioparity.vocabulary.STAGE_KINDS`).
@@ -356,7 +378,7 @@ def _plan(cell: Cell) -> list[Planned]:
     if cell.candidate is not None and _crashed_port(cell.candidate):
         for name in ref_kinds:
             form = form_of(family, name, "isolated")
-            if form is not None and form not in cand_kinds:
+            if form is not None and form not in cand_kinds and form not in ref_kinds:
                 plan.append(Planned(form, form, reference, name, None, ref_kinds[name]))
     if cell.replay is not None:
         replay_kinds = _stages(cell.replay, family)

@@ -29,25 +29,33 @@ Gate entry: ``stage`` (an fnmatch pattern, case-sensitive, matched against the C
 name, so ``layer_*`` also matches ``layer_3_isolated``: put ``layer_*_isolated`` first to gate it
 apart) and at least one threshold:
 
-==================  =========  ========================================================
-key                 applies to passes when
-==================  =========  ========================================================
-``cosine_min``      tensors    cosine >= value
-``nmse_max``        tensors    nmse <= value
-``max_rel_max``     tensors    max_rel <= value
-``max_abs_max``     tensors    max_abs <= value
-``std_ratio_tol``   tensors    abs(1 - std_ratio) <= value
-``top1_min``        logits     top1 >= value (tensors whose stage name contains "logits")
-``kl_max``          logits     kl <= value: the largest KL(ref || cand) over rows, in nats
-``token_match_min`` documents  token_match >= value
-``wer_max``         documents  wer <= value (documents with a "text" field)
-``wer_known_max``   documents  wer_known <= value: the candidate's text against the case's
-                               known ``text`` (case and punctuation aside); cases without one
-                               are not held to it
-``exact``           documents  ``true``: every field of the reference document is identical
-``logit_gap_max``   documents  identical, or the first divergence is at a near-tie: the
-                               reference's margin there (``logit_gap``) <= value
-==================  =========  ========================================================
+=======================  =========  ========================================================
+key                      applies to passes when
+=======================  =========  ========================================================
+``cosine_min``           tensors    cosine >= value
+``nmse_max``             tensors    nmse <= value
+``median_row_nmse_max``  tensors    median_row_nmse <= value: the median over rows (last axis
+                                    the features) of each row's NMSE; a few flipped roundings,
+                                    each moving the rows it reaches, leave it at the float32
+                                    floor, an error spread over the tensor lifts it to the NMSE
+``max_rel_max``          tensors    max_rel <= value
+``max_abs_max``          tensors    max_abs <= value
+``std_ratio_tol``        tensors    abs(1 - std_ratio) <= value
+``top1_min``             logits     top1 >= value (tensors whose stage name contains "logits")
+``kl_max``               logits     kl <= value: the largest KL(ref || cand) over rows, in nats
+``token_match_min``      documents  token_match >= value
+``wer_max``              documents  wer <= value (documents with a "text" field)
+``wer_known_max``        documents  wer_known <= value: the candidate's text against the case's
+                                    known ``text`` (case and punctuation aside); cases without one
+                                    are not held to it
+``exact``                documents  ``true``: every field of the reference document is identical
+``logit_gap_max``        documents  identical, or the first divergence is at a near-tie: the
+                                    reference's margin there (``logit_gap``) <= value
+``logit_gap_max``        logits     every row whose top-1 flips is a near tie: the largest
+                                    reference margin among them (``logit_gap``, 0 when none
+                                    flips) <= value; judged step by step, so on a teacher-forced
+                                    decode one flip costs its own step, never the rest
+=======================  =========  ========================================================
 
 Besides its thresholds, every tensor stage fails on a non-finite value (a NaN never passes), and
 so does a document whose candidate margins (its ``<doc>_margins`` tensor, see
@@ -57,7 +65,9 @@ fails on a shape or layout mismatch. A threshold that does not apply to the stag
 A document's auxiliary ``<doc>_margins`` tensor is no stage: a gate entry naming it matches
 nothing. ``logit_gap`` (the reference's margin where the documents part) is gated by
 ``logit_gap_max``, and a failing ``exact`` names it in the reason, to tell a near-tie from a real
-error.
+error. A logits stage's ``logit_gap`` is the largest reference margin over the rows whose top-1
+flips (:func:`audioparity.compare.metrics.top1_gap`); a failing ``logit_gap_max`` names the
+first of the rows that flip at a clear margin, with their margins.
 
 Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``,
 ``candidate`` and ``case`` patterns default to ``"*"``. A matching stage that fails is
@@ -91,6 +101,7 @@ from audioparity.vocabulary import BLOCK_TYPES, NOT_COMPARED, OUR_PORT, QUANTIZE
 _LIMITS = {
     "cosine_min": ("cosine", ">="),
     "nmse_max": ("nmse", "<="),
+    "median_row_nmse_max": ("median_row_nmse", "<="),
     "max_rel_max": ("max_rel", "<="),
     "max_abs_max": ("max_abs", "<="),
     "std_ratio_tol": ("std_ratio", "tol"),
@@ -100,7 +111,8 @@ _LIMITS = {
     "wer_max": ("wer", "<="),
     "wer_known_max": ("wer_known", "<="),
 }
-#: Numeric threshold keys: the limits, and ``logit_gap_max`` (documents part at a near-tie only).
+#: Numeric threshold keys: the limits, and ``logit_gap_max`` (documents part, logits rows flip,
+#: at a near-tie only).
 _NUMERIC = (*_LIMITS, "logit_gap_max")
 THRESHOLDS = (*_NUMERIC, "exact")
 _PATTERNS = ("model", "backend", "weight_type", "candidate", "case")
@@ -278,7 +290,7 @@ def gate_text(gate: Mapping[str, Any]) -> str:
     if gate.get("exact") is True:
         terms.append("exact")
     if "logit_gap_max" in gate:
-        terms.append(f"identical or parted at logit_gap<={float(gate['logit_gap_max'])!r}")
+        terms.append(f"near ties only: logit_gap<={float(gate['logit_gap_max'])!r}")
     origin = f"{gate['from']}/" if "from" in gate else ""
     return f"{origin}{gate['stage']}: {', '.join(terms)}"
 
@@ -353,9 +365,15 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
     return failures
 
 
+#: How many of the rows a logits stage flips at a clear margin its reason names.
+FLIPS_NAMED = 5
+
+
 def _near_tie_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> list:
     """``logit_gap_max``: documents that part must part where the reference's own choice was a
-    near-tie (its margin, the chosen logit minus the runner-up, at most the limit).
+    near-tie (its margin, the chosen logit minus the runner-up, at most the limit); the rows of
+    a logits stage (its ``top1_flips``) may flip their top-1 only at such a near tie, each row
+    judged on its own (:func:`_flip_failures`).
 
     A greedy decode is chaotic after one flipped choice, so counting matching tokens measures
     luck; whether the first flip happened where the weight type's rounding could flip it does
@@ -363,12 +381,14 @@ def _near_tie_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[str
     type (e.g. twice the head logits' max_abs).
 
     Raises:
-        AudioparityError: the stage is not a document.
+        AudioparityError: the stage is neither a document nor a logits stage.
     """
+    if "top1_flips" in metrics:
+        return _flip_failures(gate, metrics)
     if metrics.get("exact") is None:
         raise AudioparityError(
-            f"gates: {gate_text(gate)!r} sets logit_gap_max, which applies to documents, "
-            f"not to stage {stage!r}"
+            f"gates: {gate_text(gate)!r} sets logit_gap_max, which applies to documents and "
+            f"logits, not to stage {stage!r}"
         )
     if metrics["exact"]:
         return []
@@ -378,6 +398,24 @@ def _near_tie_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[str
         return [f"parted at position {at}; no reference margins to tell a near-tie"]
     if not gap <= limit:
         return [f"parted at position {at} where the reference's logit gap {gap:.4g} > {limit!r}"]
+    return []
+
+
+def _flip_failures(gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> list:
+    """``logit_gap_max`` on a logits stage: the rows whose top-1 flips where the reference's
+    margin exceeds the limit, the first :data:`FLIPS_NAMED` named with their margins
+    (``top1_flips``: ``[(row, margin), ...]``); a NaN ``logit_gap`` (non-finite logits) never
+    passes."""
+    limit = float(gate["logit_gap_max"])
+    clear = [(row, margin) for row, margin in metrics["top1_flips"] if not margin <= limit]
+    if clear:
+        named = ", ".join(f"{row} ({margin:.4g})" for row, margin in clear[:FLIPS_NAMED])
+        more = f" and {len(clear) - FLIPS_NAMED} more" if len(clear) > FLIPS_NAMED else ""
+        return [f"top-1 flips at {len(clear)} row(s) where the reference's margin > {limit!r}: "
+                f"row (margin) {named}{more}"]
+    gap = metrics.get("logit_gap")
+    if gap is not None and not gap <= limit:
+        return [f"logit_gap {_shown('<=', float(gap), limit)} > {limit!r}"]
     return []
 
 

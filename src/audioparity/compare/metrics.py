@@ -20,9 +20,10 @@ Every tensor metric takes ``(cand, ref)``: the candidate (ggml, external port) a
   only a result that is itself out of float64 range (a ``max_abs`` beyond 1.8e308) comes back as
   ``inf`` (Python float arithmetic, no warning).
 
-Logits metrics (:func:`top1`, :func:`kl`) read the last axis as classes. Token metrics compare
-sequences (decode ids, per-token tuples of ids/frames/durations, generated rows), texts (WER with
-jiwer), and the reference's decision margin where the sequences part (:func:`logit_gap`).
+Logits metrics (:func:`top1`, :func:`kl`, and :func:`top1_gap`, the reference's largest margin
+where the top-1 flips) read the last axis as classes. Token metrics compare sequences (decode
+ids, per-token tuples of ids/frames/durations, generated rows), texts (WER with jiwer), and the
+reference's decision margin where the sequences part (:func:`logit_gap`).
 """
 
 from __future__ import annotations
@@ -158,6 +159,41 @@ def nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     return err / energy
 
 
+def median_row_nmse(cand: np.ndarray, ref: np.ndarray) -> float:
+    """Median over rows of each row's NMSE ``Σ_row(a−b)² / Σ_row b²``: what a dense error
+    shows and a few flipped roundings do not.
+
+    Rows are all leading axes flattened, the last axis holds the features (a 1-D array is one
+    row, a 0-D array one row of one value), as :func:`top1` reads them: the frames ``[T, D]`` of
+    a layer, the steps of ``joint_logits``. A rounding that float32 noise flips in a matmul's
+    quantized input (one element off by one step of the type) moves the whole output row of
+    that matmul, so such flips are dense within the rows they reach and leave the other rows at
+    the float32 floor; an error spread over the tensor (a wrong norm epsilon, a scale off by
+    1e-4) lifts every row, and then this equals :func:`nmse` (exactly so when every row has the
+    same NMSE). Half of the rows are at least this far off.
+
+    Agreed infinities count as agreement within their row. A row whose reference is all zero:
+    0 if the candidate's is too, else ``inf``. No row (an empty array): 0. NaN if a non-finite
+    value remains.
+    """
+    a, b, agreed = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a):
+        return float("nan")
+    if a.size == 0:
+        return 0.0
+    width = a.shape[-1] if a.ndim else 1
+    a = np.where(agreed, 0.0, a).reshape(-1, width)
+    b = np.where(agreed, 0.0, b).reshape(-1, width)
+    scale = _scale(a, b)
+    a, b = a / scale, b / scale
+    err = np.sum((a - b) ** 2, axis=1)
+    energy = np.sum(b ** 2, axis=1)
+    with np.errstate(over="ignore"):  # a row whose energy underflows beside its error: inf
+        rows = np.where(energy > 0, err / np.where(energy > 0, energy, 1.0),
+                        np.where(err > 0, np.inf, 0.0))
+    return float(np.median(rows))
+
+
 def _abs_error(cand: np.ndarray, ref: np.ndarray, reduce) -> float:
     """``reduce(|a − b|)`` computed as ``s · reduce(|a/s − b/s|)`` with the scale ``s`` of
     :func:`_scale` (no overflow for huge values); 0 for empty arrays, NaN if a non-finite value
@@ -218,33 +254,110 @@ def argmax(cand: np.ndarray, ref: np.ndarray) -> str | None:
     return ",".join(str(int(i)) for i in np.unravel_index(flat, a.shape))
 
 
-def top1(cand: np.ndarray, ref: np.ndarray) -> float:
+def _decisions(width: int, decisions: Sequence[int]) -> list[slice]:
+    """The class slices of a logits row of ``width`` classes: one per decision (``decisions``:
+    the sizes of the runs of classes, in order, e.g. a TDT joint row's ``[V+1, n_durations]``,
+    a token and a duration chosen apart), the whole row when ``decisions`` is empty.
+
+    Raises:
+        AudioparityError: the sizes do not add up to ``width``.
+    """
+    if not decisions:
+        return [slice(0, width)]
+    if sum(decisions) != width or min(decisions) < 1:
+        raise AudioparityError(f"logits decisions {list(decisions)} do not split a row of "
+                               f"{width} classes")
+    ends = np.cumsum([0, *decisions])
+    return [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True)]
+
+
+def _agreement(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int]
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row (leading axes flattened) and decision (:func:`_decisions`): whether the argmax
+    agrees, and the reference's margin there (:func:`row_margins`), both ``[rows, decisions]``;
+    None when a value is not finite (agreed infinities aside)."""
+    a, b, _ = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a):
+        return None
+    if a.size == 0:
+        return np.ones((0, 1), bool), np.zeros((0, 1))
+    width = a.shape[-1] if a.ndim else 1
+    rows_a, rows_b = a.reshape(-1, width), b.reshape(-1, width)
+    parts = _decisions(width, decisions)
+    agree = np.stack([np.argmax(rows_a[:, p], axis=1) == np.argmax(rows_b[:, p], axis=1)
+                      for p in parts], axis=1)
+    margins = np.stack([row_margins(rows_b[:, p]) for p in parts], axis=1)
+    return agree, margins
+
+
+def top1(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -> float:
     """Fraction of logits rows whose argmax agrees (llama.cpp's "top-1 agreement").
 
     Rows are all leading axes flattened, the last axis holds the classes (a 1-D array is one
-    row). Agreed infinities (masked logits) take part as themselves. Zero rows: 1 (nothing
-    disagrees). NaN if any other non-finite value is present.
+    row). With ``decisions`` (:func:`_decisions`: a row holding several choices, as a TDT joint
+    row its token and its duration), the fraction of every row's decisions that agree. Agreed
+    infinities (masked logits) take part as themselves. Zero rows: 1 (nothing disagrees). NaN if
+    any other non-finite value is present.
+
+    Raises:
+        AudioparityError: ``decisions`` do not split the last axis.
     """
-    a, b, _ = _pair(cand, ref)
-    if non_finite(a, b) or non_finite(b, a):
+    found = _agreement(cand, ref, decisions)
+    if found is None:
         return float("nan")
-    if a.ndim == 0 or a.size == 0:
-        return 1.0
-    rows_a = a.reshape(-1, a.shape[-1])
-    rows_b = b.reshape(-1, b.shape[-1])
-    return float(np.mean(np.argmax(rows_a, axis=1) == np.argmax(rows_b, axis=1)))
+    return float(np.mean(found[0])) if found[0].size else 1.0
 
 
-def top1_differing(cand: np.ndarray, ref: np.ndarray) -> list[int]:
-    """The rows (leading axes flattened, as :func:`top1` counts them) whose argmax differs:
-    which audio heads of ``audio_logits``, which steps of ``joint_logits``. Empty when the
-    values are not all finite (top1 is NaN then) or every row agrees."""
-    a, b, _ = _pair(cand, ref)
-    if non_finite(a, b) or non_finite(b, a) or a.ndim == 0 or a.size == 0:
+def row_margins(rows: np.ndarray) -> np.ndarray:
+    """The decision margin of each row of ``rows`` ``[R, C]``: its largest value minus its
+    second largest (0 where the top two tie, ``inf`` for a row of one class or one whose
+    runner-up is ``-inf``), float64 ``[R]``. What greedy decoding leaves between its choice and
+    the runner-up (:func:`audioparity.models.parakeet_tdt.greedy.decision_margins` takes it per
+    decision of a TDT row)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.shape[1] < 2:
+        return np.full(rows.shape[0], np.inf)
+    top = np.partition(rows, -2, axis=1)[:, -2:]
+    with np.errstate(invalid="ignore"):  # inf - inf: a row of two infinities ties
+        margins = top[:, 1] - top[:, 0]
+    return np.where(np.isnan(margins), 0.0, margins)
+
+
+def top1_flips(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
+               ) -> list[tuple[int, float]]:
+    """The rows (leading axes flattened, as :func:`top1` counts them) whose argmax differs,
+    each with the reference's margin there (:func:`row_margins`: how near a tie the reference's
+    own choice was; with ``decisions``, the largest over the row's decisions that differ): which
+    steps of ``joint_logits`` or ``decode_logits``, which audio heads of ``audio_logits``.
+    Empty when the values are not all finite (top1 is NaN then) or every row agrees."""
+    found = _agreement(cand, ref, decisions)
+    if found is None or found[0].size == 0:
         return []
-    rows_a, rows_b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
-    return [int(i) for i in np.flatnonzero(np.argmax(rows_a, axis=1) !=
-                                           np.argmax(rows_b, axis=1))]
+    agree, margins = found
+    flipped = np.flatnonzero(~agree.all(axis=1))
+    gaps = np.where(agree, -np.inf, margins).max(axis=1)
+    return [(int(row), float(gaps[row])) for row in flipped]
+
+
+def top1_differing(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
+                   ) -> list[int]:
+    """The rows of :func:`top1_flips`, without their margins."""
+    return [row for row, _ in top1_flips(cand, ref, decisions)]
+
+
+def top1_gap(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -> float:
+    """The per-step judgment of a logits stage: the LARGEST reference margin among the rows
+    whose top-1 flips (:func:`top1_flips`), 0.0 when none does; NaN when a value is not finite
+    (as :func:`top1`).
+
+    A row fed the reference's own history (teacher-forced) is one step: at most a near tie
+    (a margin within the logits' own error) may flip, and a flip at a clear margin anywhere is
+    an error. Unlike a document's :func:`logit_gap` (the nearest tie where the sequences first
+    part, nothing after it judged), every row counts, so the largest margin is the one to gate.
+    """
+    if _agreement(cand, ref, decisions) is None:
+        return float("nan")
+    return max((margin for _, margin in top1_flips(cand, ref, decisions)), default=0.0)
 
 
 def log_softmax(rows: np.ndarray) -> np.ndarray:
