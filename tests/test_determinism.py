@@ -69,9 +69,16 @@ def test_nemo_reference_dump_twice_is_byte_identical(parakeet_model, clip_wav, p
 
 @pytest.mark.parametrize("weight_type", ["f32", "q8_0"])
 def test_ggml_moss_dump_twice_is_byte_identical(moss_model, weight_type, tmp_path):
+    from audioparity.driver import dump_reference
+    from audioparity.families import family
+
+    reference = tmp_path / "reference"  # the path its teacher-forced steps follow
+    dump_reference(family("moss_voicegen"), moss_model, [(PROMPT, reference)],
+                   options={"generate_rows": 16})
     result = determinism_run(tmp_path, [
         *CLI, "ggml", "moss-voicegen", "--model", str(moss_model), "--prompt", str(PROMPT),
-        "--output-dir", "{output_dir}", "--weight-type", weight_type, "--threads", "2",
+        "--reference-dir", str(reference), "--output-dir", "{output_dir}", "--weight-type",
+        weight_type, "--threads", "2",
     ])
     assert result.returncode == 0, result.stderr[-3000:]
     runs = tmp_path / "runs"

@@ -54,10 +54,12 @@ def test_weights_converted_from_another_model_are_refused(moss_model, tmp_path):
     weights = tmp_path / "q8_0.gguf"
     moss, prompt = family("moss_voicegen"), MOSS_PROMPTS[0]
     save_weights(moss, model, weights, weight_type="q8_0", options={})
+    reference = tmp_path / "reference"
+    dump_reference(moss, model, [(prompt, reference)], options=defaults(moss, "reference"))
     (model / "config.json").touch()
-    dump(moss, model, prompt, tmp_path / "touched", None, weights_file=weights)
+    dump(moss, model, prompt, tmp_path / "touched", reference, weights_file=weights)
     (model / "extra.txt").write_text("another file: another model\n")
     with pytest.raises(AudioparityError, match=r"weights file .*q8_0\.gguf was converted from "
                        r"another model than .*model; convert it again"):
-        dump(moss, model, prompt, tmp_path / "changed", None, weights_file=weights)
+        dump(moss, model, prompt, tmp_path / "changed", reference, weights_file=weights)
     assert not (tmp_path / "changed").exists()

@@ -50,21 +50,35 @@ class MossVoicegen(Family):
             Stage("prompt", "document", "{text, rows}",
                   "the rendered prompt and its input rows [S, 1+n_vq] (text processor)"),
             Stage("input_embeddings", "tensor", "[S, H]",
-                  "each prompt row's text embedding plus its n_vq codebook embeddings"),
+                  "each prompt row's text embedding plus its n_vq codebook embeddings",
+                  inputs=("prompt",)),
             Stage("layer_{i}", "tensor", "[S, H]",
-                  "output of decoder layer i at every prompt row", replayed="layer_{i}_replayed"),
+                  "output of decoder layer i at every prompt row", replayed="layer_{i}_replayed",
+                  inputs=("layer_{i-1}|input_embeddings",)),
             Stage("last_hidden", "tensor", "[H]",
-                  "final hidden state at the last row, full prefill"),
+                  "final hidden state at the last row, full prefill", inputs=("layer_{last}",)),
             Stage("probe_hidden", "tensor", "[3, H]",
-                  "final hidden states at rows 0, 1 and S/2 (a missing causal mask shows here)"),
+                  "final hidden states at rows 0, 1 and S/2 (a missing causal mask shows here)",
+                  inputs=("layer_{last}",)),
             Stage("step_last_hidden", "tensor", "[H]",
-                  "the last row as one cached step after a prefill of S-1 rows (KV cache, RoPE)"),
-            Stage("text_logits", "logits", "[V_text]", "text head at the last row"),
+                  "the last row as one cached step after a prefill of S-1 rows (KV cache, RoPE)",
+                  inputs=("layer_{last}",)),
+            Stage("text_logits", "logits", "[V_text]", "text head at the last row",
+                  inputs=("last_hidden",)),
             Stage("audio_logits", "logits", "[n_vq, audio_vocab_size+1]",
-                  "audio heads at the last row (pad logit -inf)"),
+                  "audio heads at the last row (pad logit -inf)", inputs=("last_hidden",)),
+            Stage("generation_text_logits", "logits", "[rows, V_text]",
+                  "text head deciding each generated row, teacher-forced along the reference's "
+                  "rows (KV cache): row 0 after the prefill, row j after row j-1",
+                  reference_path=True, inputs=("text_logits", "step_last_hidden")),
+            Stage("generation_audio_logits", "logits", "[rows, n_vq, audio_vocab_size+1]",
+                  "audio heads deciding each generated row, as generation_text_logits (pad "
+                  "logit -inf; every head, sampled or not)", reference_path=True,
+                  inputs=("audio_logits", "step_last_hidden")),
             Stage("generation", "document", "{rows, requested_rows, stopped, ...}",
                   "greedy rows under the delay pattern, with generation_margins",
-                  margins="[rows, 1+n_vq]"),
+                  margins="[rows, 1+n_vq]",
+                  inputs=("generation_text_logits", "generation_audio_logits")),
         ),
         options=(
             Option("kv_cache_type", "f32", "storage type of the KV cache",
@@ -76,6 +90,7 @@ class MossVoicegen(Family):
             Option("remote_code", False, "ship checkpoint-style modeling code (auto_map), "
                    "loaded with trust_remote_code like the real checkpoint", sides=("fixture",)),
         ),
+        ggml_reads_reference=True,
         references=("remote_code", TRANSFORMERS),
     )
     reference_versions = ("torch", "transformers", "tokenizers")
@@ -175,7 +190,7 @@ class MossVoicegen(Family):
     def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
         from audioparity.models.moss_voicegen.port import stages
 
-        return stages(runtime, weights, case, case.options["generate_rows"],
+        return stages(runtime, weights, case, reference, case.options["generate_rows"],
                       case.options["kv_cache_type"])
 
     def export_seed(self, dump: Any, folder: Path) -> list[str]:

@@ -44,7 +44,8 @@ _STAGES = (
     Stage("decode", "document", "{ids, frames, durations, text}",
           "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
           isolated="decoder_replay", replayed="decode_replayed", head=TRANSDUCER,
-          margins="[positions]", inputs=("enc_out",), parts=("joint_logits",)),
+          margins="[positions]", inputs=("enc_out", "decode_logits"),
+          parts=("joint_logits",)),
     Stage("decode_logits", "logits", "[steps, V+1+n_durations]",
           "the whole pipeline's decode teacher-forced: the prediction network and joint along "
           "the reference's greedy path on the pipeline's own enc_out, one row per evaluation "
