@@ -65,7 +65,8 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
             ``encoder``, ``layers_isolated``, ...); default every graph.
 
     Returns:
-        What ``drilldown.json`` holds: ``status`` (``drilled`` or ``not needed``), the failing
+        What ``drilldown.json`` holds: ``status`` (``drilled``, ``not needed``, or ``not
+        drilled`` when ``backend`` is ``against``), the failing
         stages, per graph its phase, outputs, structure and every node's NMSE, and the cell's
         ``first_bad`` and ``first_not_float32`` nodes.
 
@@ -80,6 +81,11 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
         if cell is not None and not failing and not phases:
             result.update(status="not needed",
                           reason=f"every stage agrees with {against} within its gate")
+        elif backend == against:
+            result.update(status="not drilled",
+                          reason=f"the cell runs on {against} too (a backend setting that "
+                          "differs by its environment): both sides of a drill-down would run "
+                          "the same ops in this one process")
         else:
             result.update(status="drilled", **_drill(family, out, Path(output_dir), model=model,
                                                      case=case,

@@ -82,7 +82,7 @@ def test_a_family_this_install_does_not_know_reads_its_stages_as_a_chain():
 def test_crashes_are_named_and_declared_failures_are_not():
     rows = [row("decode", "missing", "not computed"), row("mel_features", "fail", "nmse 1"),
             row("joint_logits", "crashed", "SIGABRT")]
-    assert culprit(rows) == "mel_features (fail): nmse 1 | joint_logits (crashed): SIGABRT"
+    assert culprit(rows) == "mel_features (fail): nmse 1 || joint_logits (crashed): SIGABRT"
     assert culprit([row("mel_features"), row("joint_logits", "crashed", "SIGABRT"),
                     row("decode", "missing")]) == "joint_logits (crashed): SIGABRT"
     assert culprit([row("mel_features"), row("decode", "xfail", "declared")]) == ""

@@ -162,7 +162,7 @@ def agreement(group: Sequence[Mapping[str, Any]], spread: Spread) -> str:
 
 
 #: What joins a cell's culprits in the ``culprit`` column.
-SEPARATOR = " | "
+SEPARATOR = " || "
 #: Statuses of a stage that differs from the reference (an input or part that explains the
 #: stages it feeds): a failure, declared or not.
 DIFFERS = (*FAILING, "xfail")
