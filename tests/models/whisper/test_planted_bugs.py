@@ -121,11 +121,13 @@ def test_symmetric_window_fails_at_mel_features_and_downstream_only(statuses):
 
 
 def test_one_f16_rounding_in_the_decoder_fails_its_layer_and_no_encoder_stage(statuses):
-    """The cross-attention's query rounded to f16 in every layer: layer 0 fails alone on the
-    reference's input; layer 1's isolated form passes (its cross-attention is nearly uniform
-    over the 1500 frames on this fixture, so the rounded scores barely move its output)."""
+    """The cross-attention's query rounded to f16 in every layer: each layer fails alone on the
+    reference's input, layer 1 too, though its cross-attention is nearly uniform over the 1500
+    frames on this fixture, so the rounded scores barely move its output (NMSE 6.9e-11, under
+    the end-to-end bound of 1e-10 its isolated form once took; its own is 2e-12)."""
     got = statuses["f16_cross_query"]
-    assert failing(got) == {"decoder_layer_0", "decoder_layer_0_isolated", "decoder_layer_1"}
+    assert failing(got) == {"decoder_layer_0", "decoder_layer_0_isolated", "decoder_layer_1",
+                            "decoder_layer_1_isolated"}
 
 
 def test_a_dropped_bias_fails_every_decoder_layer_alone(statuses):
