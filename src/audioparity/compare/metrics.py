@@ -159,6 +159,21 @@ def nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     return err / energy
 
 
+def _rows(cand: np.ndarray, ref: np.ndarray, agreed: float
+          ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both arrays as rows ``[R, C]`` (leading axes flattened, the last axis the row; a 0-D
+    array one row of one value; no row for an empty array), float64, with the infinities both
+    hold alike set to ``agreed``; None when another non-finite value remains."""
+    a, b, same = _pair(cand, ref)
+    if non_finite(a, b) or non_finite(b, a):
+        return None
+    if a.size == 0:
+        return np.zeros((0, 1)), np.zeros((0, 1))
+    width = a.shape[-1] if a.ndim else 1
+    return (np.where(same, agreed, a).reshape(-1, width),
+            np.where(same, agreed, b).reshape(-1, width))
+
+
 def median_row_nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     """Median over rows of each row's NMSE ``Σ_row(a−b)² / Σ_row b²``: what a dense error
     shows and a few flipped roundings do not.
@@ -176,14 +191,12 @@ def median_row_nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     0 if the candidate's is too, else ``inf``. No row (an empty array): 0. NaN if a non-finite
     value remains.
     """
-    a, b, agreed = _pair(cand, ref)
-    if non_finite(a, b) or non_finite(b, a):
+    rows = _rows(cand, ref, 0.0)
+    if rows is None:
         return float("nan")
+    a, b = rows
     if a.size == 0:
         return 0.0
-    width = a.shape[-1] if a.ndim else 1
-    a = np.where(agreed, 0.0, a).reshape(-1, width)
-    b = np.where(agreed, 0.0, b).reshape(-1, width)
     scale = _scale(a, b)
     a, b = a / scale, b / scale
     err = np.sum((a - b) ** 2, axis=1)
@@ -392,14 +405,12 @@ def kl(cand: np.ndarray, ref: np.ndarray) -> float:
     A candidate logit that underflows to probability 0 where the reference's is not gives
     ``inf``. Zero rows: 0. NaN if any other non-finite value is present (see the module notes).
     """
-    a, b, agreed = _pair(cand, ref)
-    if non_finite(a, b) or non_finite(b, a):
+    rows = _rows(cand, ref, -np.inf)
+    if rows is None:
         return float("nan")
+    a, b = rows
     if a.size == 0:
         return 0.0
-    width = a.shape[-1] if a.ndim else 1
-    a = np.where(agreed, -np.inf, a).reshape(-1, width)
-    b = np.where(agreed, -np.inf, b).reshape(-1, width)
     log_p, log_q = log_softmax(b), log_softmax(a)
     with np.errstate(over="ignore", invalid="ignore"):  # -inf - -inf where p = 0: dropped
         terms = np.where(log_p > -np.inf, np.exp(log_p) * (log_p - log_q), 0.0)
