@@ -68,6 +68,22 @@ def test_stage_names_map_to_their_spec_stage_and_sort_in_pipeline_order():
         "a", "b", "b_isolated"]
 
 
+@pytest.mark.parametrize("known", registered().values(), ids=lambda f: f.spec.name)
+def test_every_stage_is_fed_by_stages_of_its_own_contract(known: Family):
+    """A typo in a stage's inputs or parts would silently leave it a source of the data flow
+    (the culprits would name it for its inputs' faults): each resolves to a stage the contract
+    has, for three layers."""
+    spec = known.spec
+    names = [name for stage in spec.stages for layer in range(3)
+             for pattern in (stage.name, stage.isolated, stage.replayed) if pattern
+             for name in [pattern.replace("{i}", str(layer))]]
+    flow = spec.flow(names)
+    for name, (inputs, parts) in flow.items():
+        assert set(inputs) | set(parts) <= set(names), (name, inputs, parts)
+    assert flow["layer_0"][0] and flow["layer_2"][0][0] == "layer_1"
+    assert any(inputs == ("layer_2",) for inputs, _ in flow.values())  # layer_{last}
+
+
 def test_a_malformed_spec_is_refused_when_it_is_written():
     with pytest.raises(ValueError, match="kind 'array'"):
         Stage("x", "array", "[T]", "")
