@@ -331,7 +331,8 @@ def row_margins(rows: np.ndarray) -> np.ndarray:
     if rows.shape[1] < 2:
         return np.full(rows.shape[0], np.inf)
     top = np.partition(rows, -2, axis=1)[:, -2:]
-    with np.errstate(invalid="ignore"):  # inf - inf: a row of two infinities ties
+    # inf - inf: a row of two infinities ties; a difference beyond float64 is an inf margin
+    with np.errstate(invalid="ignore", over="ignore"):
         margins = top[:, 1] - top[:, 0]
     return np.where(np.isnan(margins), 0.0, margins)
 
