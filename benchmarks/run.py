@@ -323,12 +323,21 @@ def memory_check(plan: Plan, cache: Path, work: Path, log_dir: Path,
         moss = ensure_checkpoint("moss", shape, cache, log_dir)
         moss_work = Path(tempfile.mkdtemp(prefix="moss_mem_", dir=work))
         prepare_inputs(moss_work, plan, moss)
+        # the ggml dump's generation steps follow the reference's rows (teacher-forced)
+        moss_ref = scratch / "moss_ref"
+        reference = dump([exe, "reference", "moss-voicegen", "--model", str(moss), "--prompt",
+                          str(MOSS_PROMPT), "--output-dir", str(moss_ref), "--threads",
+                          str(threads), "--generate-rows", "4"], f"moss_{shape}_reference")
+        rows.append({"model": f"moss {shape}", "process": "reference dump (PyTorch)",
+                     "weight_type": "f32", "peak_rss_mib": round(reference.peak_rss_mib),
+                     "rc": reference.returncode})
         for weight_type in ("f32", "q8_0"):
             timing = measure({"kind": "moss_ggml", "model": str(moss), "work": str(moss_work),
                               "reps": 1, "steps": plan.steps, "threads": threads,
                               "weight_type": weight_type, "accel": ""}, log_dir, plan)
             child = dump([exe, "ggml", "moss-voicegen", "--model", str(moss), "--prompt",
-                          str(MOSS_PROMPT), "--output-dir", str(scratch / f"moss_{weight_type}"),
+                          str(MOSS_PROMPT), "--reference-dir", str(moss_ref), "--output-dir",
+                          str(scratch / f"moss_{weight_type}"),
                           "--weight-type", weight_type, "--threads", str(threads),
                           "--generate-rows", "4"], f"moss_{shape}_{weight_type}")
             rows.append(_memory_row(f"moss {shape}", weight_type, child, timing))

@@ -115,7 +115,7 @@ def check_run_results(out: Path, weight_types: tuple[str, ...]) -> None:
             if model == "parakeet" and r["spec"]["weight_type"] == "f32":
                 assert parity["decode_equal"] is True
     memory = bench_json["memory"]
-    assert len(memory) == 5 and all(row["rc"] == 0 for row in memory), memory
+    assert len(memory) == 6 and all(row["rc"] == 0 for row in memory), memory  # 2 references
     assert all(row["peak_rss_mib"] > 0 for row in memory)
     assert all(row["ratio"] > 0 for row in memory if row["process"] == "ggml dump")
     rows = records(out / "bench.csv")
