@@ -97,6 +97,8 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     # example runs all five
     for family in ("parakeet_tdt", "moss_voicegen"):
         sweep[family]["weight_types"] = ["f32", "f16", "q8_0"]
+    # Parakeet on the clip: heldout takes the same ops (the CPU's default sweep runs both)
+    sweep["parakeet_tdt"]["cases"] = [{"name": "clip", "path": "resources/speech/clip.wav"}]
     # the primary references alone: the others run in tests/workflow/test_references.py and
     # in the default quantized sweep (tests/workflow/test_quantized.py)
     sweep["parakeet_tdt"]["references"] = wd.PRIMARY_ONLY
