@@ -123,7 +123,7 @@ def test_the_default_sweep_on_vulkan(tmp_path):
     against_cpu = rows[rows["against"] == "cpu"]
     assert set(against_cpu["backend"]) == {"vulkan", "vulkan-no-f16"}
     tensors = against_cpu[against_cpu["nmse"] != ""]
-    assert len(tensors) > 300
+    assert len(tensors) >= 250  # 300: Parakeet (clip), MOSS and Whisper cells, f32 to q8_0
     # with the defaults the f32 cells differ from the CPU, and each names its first bad op
     defaults = against_cpu[(against_cpu["backend"] == "vulkan") &
                            (against_cpu["weight_type"] == "f32") &
