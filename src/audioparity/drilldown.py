@@ -1,6 +1,7 @@
 """The drill-down of a cell one backend computes differently from another: the family's ggml
-port run on both with every graph saved, each graph run node by node on both backends
-(:func:`audioparity.ggml.graphs.drill_down`), the first op that breaks named.
+port run on both with every graph saved, the graphs run node by node on both backends
+(:func:`audioparity.ggml.graphs.drill_down`) up to the first with an op that breaks, which is
+named.
 
 A drill-down folder holds ``drilldown.json`` (below), ``dumps/<backend>/`` (the two dumps, each
 with its ``graphs/``) and ``repro/`` (the graph of the first bad op as both backends built it,
@@ -66,9 +67,9 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
 
     Returns:
         What ``drilldown.json`` holds: ``status`` (``drilled``, ``not needed``, or ``not
-        drilled`` when ``backend`` is ``against``), the failing
-        stages, per graph its phase, outputs, structure and every node's NMSE, and the cell's
-        ``first_bad`` and ``first_not_float32`` nodes.
+        drilled`` when ``backend`` is ``against``), the failing stages, per graph compared (up
+        to the first with a bad op) its phase, outputs, structure and every node's NMSE, and
+        the cell's ``first_bad`` and ``first_not_float32`` nodes.
 
     Raises:
         AudioparityError: an unreadable cell, a dump the port refuses, or graphs that cannot be
@@ -155,34 +156,29 @@ def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Pa
 
 def _compare_graphs(pairs: list[tuple[Path, Path]], against: str, backend: str, device: int,
                     threads: int, out: Path) -> list[dict]:
-    """Each pair through :func:`audioparity.ggml.graphs.drill_down`, in child processes: an op
-    ggml cannot run as given aborts the process (a failed GGML_ASSERT), so a child that dies
-    leaves a record of the graph it died in, and the next child goes on after it."""
-    results: list[dict] = []
+    """The pairs through :func:`audioparity.ggml.graphs.drill_down` in a child process, up to
+    the first graph with a bad op (:func:`~audioparity.ggml.graphs.drill_pairs`): an op ggml
+    cannot run as given aborts the process (a failed GGML_ASSERT), so a child that dies leaves
+    a record of the graph it died in, which ends the drill-down as a bad op does."""
     work = out / "work"
     work.mkdir(exist_ok=True)
-    todo = list(enumerate(pairs))
-    while todo:
-        listing = work / "pairs.json"
-        listing.write_text(json.dumps([[k, str(a), str(b)] for k, (a, b) in todo]))
-        done = work / "done.jsonl"
-        done.unlink(missing_ok=True)
-        run = subprocess.run(
-            [sys.executable, "-m", "audioparity.ggml.graphs", str(listing), str(done),
-             "--baseline", against, "--target", backend, "--device", str(device),
-             "--threads", str(threads)],
-            capture_output=True, text=True, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
-        finished = [json.loads(line) for line in done.read_text().splitlines()] if (
-            done.exists()) else []
-        results.extend(finished)
-        todo = todo[len(finished):]
-        if run.returncode != 0 and todo:
-            k, (_, folder) = todo.pop(0)
-            why = _last_line(run.stderr) or f"exit status {run.returncode}"
-            results.append({"graph": k, "phase": _phase(folder), "aborted": why})
-            log.warning("drilldown: graph %s (%s) stopped: %s", k, folder, why)
-        elif run.returncode != 0:
+    listing, done = work / "pairs.json", work / "done.jsonl"
+    listing.write_text(json.dumps([[k, str(a), str(b)] for k, (a, b) in enumerate(pairs)]))
+    run = subprocess.run(
+        [sys.executable, "-m", "audioparity.ggml.graphs", str(listing), str(done),
+         "--baseline", against, "--target", backend, "--device", str(device),
+         "--threads", str(threads)],
+        capture_output=True, text=True, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
+    results = [json.loads(line) for line in done.read_text().splitlines()] if (
+        done.exists()) else []
+    answered = bool(results) and bool(results[-1].get("first_bad"))
+    if run.returncode != 0 and not answered:
+        if len(results) == len(pairs):
             raise AudioparityError(f"drill-down of {out}: {_last_line(run.stderr)}")
+        k, folder = len(results), pairs[len(results)][1]
+        why = _last_line(run.stderr) or f"exit status {run.returncode}"
+        results.append({"graph": k, "phase": _phase(folder), "aborted": why})
+        log.warning("drilldown: graph %s (%s) stopped: %s", k, folder, why)
     shutil.rmtree(work)
     return results
 

@@ -21,6 +21,7 @@ from audioparity.ggml.graphs import (
     GraphCapture,
     LoadedGraph,
     drill_down,
+    drill_pairs,
     op_threshold,
 )
 
@@ -126,6 +127,18 @@ def test_an_f16_round_trip_only_one_graph_has_is_the_first_bad_op(tmp_path, cpu)
     # after the f16 round trip carries the rounding (NMSE ~1e-7, above float32 noise)
     scale = next(n for n in result["nodes"] if n["op"] == "SCALE")
     assert FLOAT32_NMSE < scale["nmse"] < 1e-5
+
+
+def test_the_drill_down_stops_at_the_first_graph_with_a_bad_op(tmp_path):
+    """Graphs after the first bad one read what it computed: they are not drilled."""
+    clean, _ = saved(tmp_path, "clean")
+    again, _ = saved(tmp_path, "again")
+    cast, _ = saved(tmp_path, "cast", cast=True)
+    done = tmp_path / "done.jsonl"
+    drill_pairs([(0, clean, again), (1, clean, cast), (2, clean, again)], done, "cpu", "cpu")
+    records = [json.loads(line) for line in done.read_text().splitlines()]
+    assert [r["graph"] for r in records] == [0, 1]
+    assert records[0]["first_bad"] is None and records[1]["first_bad"]["op"] == "CPY"
 
 
 def test_a_weight_stored_differently_is_named(tmp_path, cpu):

@@ -510,7 +510,9 @@ def drill_pairs(pairs: Sequence[tuple[int, Path, Path]], done: Path, baseline: s
                 device: int = 0, threads: int = 1) -> None:
     """:func:`drill_down` of each ``(graph number, baseline folder, target folder)`` on the
     ``baseline`` and ``target`` backends, one JSON line per graph appended to ``done`` as it
-    finishes (so the caller knows where a process that ggml aborted stopped)."""
+    finishes (so the caller knows where a process that ggml aborted stopped), up to the first
+    graph with a bad op: the graphs after it read what it computed, so their ops can only
+    repeat its difference, and the first bad op is the drill-down's answer."""
     from audioparity.ggml.runtime import Runtime
 
     with Runtime(baseline, device=device, threads=threads) as base, Runtime(
@@ -523,6 +525,8 @@ def drill_pairs(pairs: Sequence[tuple[int, Path, Path]], done: Path, baseline: s
                                         allow_nan=False) + "\n")
                 stream.flush()
                 os.fsync(stream.fileno())
+            if result.get("first_bad"):
+                break
 
 
 def _strict(value):
