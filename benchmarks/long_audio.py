@@ -4,8 +4,10 @@ Parakeet-TDT at the v3 shape (random weights, :mod:`checkpoints`), one clip per 
 (default 7 and 10: 5250 and 7500 encoder frames, past the 5000 of NeMo's table), made of
 jfk.wav and espeak-ng speech. For each: the reference dump and the ggml dump (f32, weights
 converted once and mapped), each in its own process timed with ``/usr/bin/time`` (wall, peak
-RSS); then the stages compared (NMSE, max_abs) and the decodes. A side that refuses the clip
-(too long for the memory) is reported with its one error line.
+RSS); then the stages compared (NMSE, max_abs) and the decodes. Both sides compute attention
+in chunks of query rows past a clip of about a minute and a half; the reference's manifest
+note on its chunks is kept (``attention``). A side that refuses the clip (too long for the
+memory) is reported with its one error line.
 
 With ``--tiny`` (checks the script: tests/test_benchmarks.py): the tiny shape, and clips of
 the project clip alone (no espeak-ng, no jfk.wav); give short ``--minutes``.
@@ -95,6 +97,14 @@ def compare(reference: Path, ggml: Path) -> dict:
     return rows
 
 
+def attention_note(reference: Path) -> str:
+    """The reference manifest's note on how its attention was chunked, or ``one chunk``."""
+    from audioparity.artifacts import Dump
+
+    notes = Dump(reference).manifest.get("notes", [])
+    return next((note for note in notes if note.startswith("attention:")), "one chunk")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", default="7,10")
@@ -123,6 +133,7 @@ def one_clip(minutes: float, model: Path, weights: Path, work: Path, args) -> di
     log.info("%s: reference %s", name, ref)
     entry = {"seconds": minutes * 60, "reference": ref}
     if ref["exit"] == 0:
+        entry["attention"] = attention_note(reference)
         log.info("%s: ggml", name)
         entry["ggml"] = timed([AUDIOPARITY, "ggml", "parakeet-tdt", "--model", str(model),
                                "--audio", str(audio), "--reference-dir", str(reference),

@@ -26,6 +26,16 @@ BASE_MEMORY_MB = {"ggml": 600, "convert": 1000}
 #: Bytes per weight of each storage type (q8_0: 34 per block of 32; ``native``, not listed,
 #: counts as float32, the worst case of a checkpoint's own types).
 STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
+#: The bytes one chunk of attention's query rows may hold: both sides compute full-context
+#: attention in chunks of query rows (NeMo's ``RelPositionMultiHeadAttention`` in the
+#: reference, ``rel_pos_attention`` in the ggml port), so that its score matrices grow as T',
+#: not T'^2; a clip short enough for this budget is one chunk.
+ATTENTION_CHUNK_BYTES = 256 * 2**20
+#: How many ``[H, r, T']`` float32 tensors one chunk of NeMo's attention holds at once in the
+#: reference (:func:`audioparity.models.parakeet_tdt.reference.chunked_rel_pos_attention`):
+#: ``rel_shift``'s padded copy of ``matrix_bd``, ``matrix_ac``, the scores, the masked scores,
+#: the softmax and the masked weights.
+REFERENCE_SCORE_COPIES = 6
 
 
 def host_free_bytes() -> int | None:
@@ -75,6 +85,17 @@ def reference_bytes(model: Path, emulates: bool) -> int:
     emulates a weight type (:func:`audioparity.storage.emulations`) the float32 originals it
     saves, a second copy."""
     return REFERENCE_STACK_BYTES + float_values(model) * 4 * (2 if emulates else 1)
+
+
+def attention_chunk_rows(n_rows: int, row_bytes: int, max_chunks: int | None = None) -> int:
+    """How many query rows one chunk of attention computes: as many as fit
+    :data:`ATTENTION_CHUNK_BYTES` at ``row_bytes`` per row (the score tensors of one query row,
+    every head), at least one, at least ``ceil(n_rows / max_chunks)`` when the chunks are
+    counted (a ggml graph holds a bounded number of nodes), at most ``n_rows`` (one chunk)."""
+    rows = max(1, ATTENTION_CHUNK_BYTES // max(1, row_bytes))
+    if max_chunks:
+        rows = max(rows, -(-n_rows // max_chunks))
+    return min(rows, max(1, n_rows))
 
 
 def refuse_if_over(need: int, subject: str, remedy: str, detail: str = "") -> None:

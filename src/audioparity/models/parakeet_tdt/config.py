@@ -131,15 +131,38 @@ class EncoderConfig:
         return math.sqrt(self.d_model) if self.xscaling else None
 
     def attention_bytes(self, n_frames: int) -> int:
-        """About how many bytes NeMo's attention holds at its peak over ``n_frames`` encoder
-        frames: full context (``RelPositionMultiHeadAttention``) keeps ``matrix_ac`` ``[H, T',
-        T']``, ``matrix_bd`` ``[H, T', 2T'-1]`` with its ``rel_shift`` copy, the scores, the
-        masked scores and the softmax in float32 at once, measured at about ``10.4 H T'^2``
-        floats (the v3 shape at T'=5250: 13.1 GB peak RSS, of which 9.2 GB beyond the weights
-        and the Python stack), counted as 11; a local window ``w`` holds ``H T' (2w+1)`` per
-        tensor instead."""
-        width = n_frames if self.local_context is None else 2 * self.local_context + 1
-        return 11 * self.n_heads * n_frames * width * 4
+        """About how many bytes the NeMo reference's encoder holds at its peak over
+        ``n_frames`` encoder frames, beyond the model (T' = ``n_frames``, float32 unless said):
+
+        - attention: full context (``RelPositionMultiHeadAttention``) runs in chunks of query
+          rows (:func:`~.reference.chunked_rel_pos_attention`), one chunk's
+          :data:`~audioparity.memory.REFERENCE_SCORE_COPIES` ``[H, r, T']`` tensors, within
+          :data:`~audioparity.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local window
+          ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T', 2w+1]``;
+        - ``ConformerEncoder._create_masks``: about 4 ``[T', T']`` bools (full context only);
+        - ``ConvSubsampling``: the first conv's output and its ReLU, ``[C, T_mel/2, n_mels/2]``
+          each (``T_mel = 8 T'`` at x8), counted 3 times (the masked conv's copies);
+        - the taps of every layer (``[T', D]`` each) and a layer's working set (feed-forward
+          ``[T', 4D]``, attention's q, k, v, p, the conv module's ``[T', 2D]``), counted as
+          ``n_layers + 16`` ``[T', D]``.
+        """
+        from audioparity.memory import (
+            REFERENCE_SCORE_COPIES,
+            attention_chunk_rows,
+        )
+
+        if self.local_context is None:
+            row = REFERENCE_SCORE_COPIES * self.n_heads * n_frames * 4
+            scores = attention_chunk_rows(n_frames, row) * row
+            masks = 4 * n_frames**2
+        else:
+            scores, masks = 11 * self.n_heads * n_frames * (2 * self.local_context + 1) * 4, 0
+        channels = self.subsampling_conv_channels if self.subsampling_conv_channels > 0 \
+            else self.d_model
+        mel_frames = n_frames * self.subsampling_factor
+        conv = 3 * channels * (mel_frames // 2) * (self.feat_in // 2) * 4
+        layers = (self.n_layers + 16) * n_frames * self.d_model * 4
+        return scores + masks + conv + layers
 
     def position_table_note(self, n_frames: int) -> str | None:
         """What happens to ``n_frames`` encoder frames beyond ``pos_emb_max_len``, or None.

@@ -165,20 +165,46 @@ def feed_forward(ctx, w: Weights, prefix: str, x):
     return linear(ctx, w, prefix + "linear2", h)
 
 
-def rel_shift(ctx, bd, n_frames: int):
+def rel_shift(ctx, bd, n_keys: int):
     """``RelPositionMultiHeadAttention.rel_shift`` followed by ``[..., :T]``, as a strided view.
 
-    bd ``[H, T, 2T-1]`` (ne ``[2T-1, T, H]``; column r is relative position ``T-1-r``). Returns
-    ``[H, T, T]`` with ``out[h, i, j] = bd[h, i, T-1-i+j]`` (the score of query i for key j at
-    relative position ``i - j``): a view with row stride ``2T-2`` elements, offset ``T-1``.
+    bd ``[H, r, T+r-1]`` (ne ``[T+r-1, r, H]``): the scores of r consecutive queries against the
+    T+r-1 relative positions they reach, column c being position ``i_0+r-1-c`` for the chunk's
+    first query ``i_0`` (the whole clip: r = T, ``[H, T, 2T-1]``, column c is position
+    ``T-1-c``). Returns ``[H, r, T]`` with ``out[h, i, j] = bd[h, i, r-1-i+j]`` (the score of
+    query ``i_0+i`` for key j at relative position ``i_0+i-j``): a view with row stride
+    ``T+r-2`` elements, offset ``r-1``.
     """
     es = ggml.ggml_element_size(bd)
-    return ggml.ggml_view_3d(ctx, bd, n_frames, n_frames, bd.contents.ne[2],
-                             (2 * n_frames - 2) * es, bd.contents.nb[2], (n_frames - 1) * es)
+    n_rows = bd.contents.ne[1]
+    return ggml.ggml_view_3d(ctx, bd, n_keys, n_rows, bd.contents.ne[2],
+                             (n_keys + n_rows - 2) * es, bd.contents.nb[2], (n_rows - 1) * es)
+
+
+#: The most chunks of query rows one attention is split in: each chunk adds about 16 nodes to
+#: the graph, and a graph holds :data:`audioparity.ggml.runtime.DEFAULT_GRAPH_SIZE` (every
+#: layer of a 24-layer encoder in one graph).
+MAX_ATTENTION_CHUNKS = 24
+
+
+def attention_row_bytes(cfg: EncoderConfig, n_frames: int) -> int:
+    """The bytes :func:`rel_pos_attention` holds per query row of a chunk, every head: the
+    positional scores (``T+r-1``), the content scores, their sum and softmax, the zero-padded
+    weights (about ``T`` each), counted as ``5 H T`` float32."""
+    return 5 * cfg.n_heads * n_frames * 4
+
+
+def attention_chunk_rows(cfg: EncoderConfig, n_frames: int) -> int:
+    """Query rows per chunk of :func:`rel_pos_attention` over ``n_frames`` frames: as many as
+    fit :data:`audioparity.memory.ATTENTION_CHUNK_BYTES` (:func:`attention_row_bytes`), in at
+    most :data:`MAX_ATTENTION_CHUNKS` chunks."""
+    from audioparity.memory import attention_chunk_rows as rows
+
+    return rows(n_frames, attention_row_bytes(cfg, n_frames), MAX_ATTENTION_CHUNKS)
 
 
 def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_emb,
-                      flash_attention: bool = False, mask=None):
+                      flash_attention: bool = False, mask=None, chunk_rows: int | None = None):
     """``RelPositionMultiHeadAttention`` (Transformer-XL relative attention), and with ``mask``
     ``RelPositionMultiHeadAttentionLongformer`` (``rel_pos_local_attn``, no global tokens).
 
@@ -189,6 +215,13 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     positions on the full grid (:func:`local_positions_on_full_grid`): the scores NeMo
     computes on its diagonals, the same softmax over the same keys.
 
+    The scores are computed in chunks of ``chunk_rows`` query rows (default
+    :func:`attention_chunk_rows`): for the queries ``a ... b-1``, views of those rows of q and
+    of the ``T+r-1`` positions they reach (rows ``T-b ... 2T-2-a`` of p), the chunk's
+    ``[H, r, T]`` scores taken to its ``[r, D]`` output, and the outputs joined in row order.
+    ggml's allocator reuses one chunk's memory for the next, so the peak grows as T, not T^2.
+    A clip within the budget is one chunk: the graph of the whole matrix.
+
     With ``flash_attention`` the content part runs in ``ggml_flash_attn_ext`` with the scaled
     positional term ``bd / sqrt(d_k)`` as its additive mask (F16, as flash attention requires) —
     NeMo's ``use_pytorch_sdpa`` formulation; the mask's rounding to f16 is part of what this path
@@ -198,6 +231,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
         x: ``[T, D]`` (after ``norm_self_att``).
         pos_emb: ``[2T-1, D]``.
         mask: None (full context) or ``[T_q, T_k]`` f32 (ne ``[T_k, T_q]``), 0 or ``-inf``.
+        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
 
     Returns:
         ``[T, D]``.
@@ -205,9 +239,13 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     n_head, d_k = cfg.n_heads, cfg.d_k
     n_frames = x.contents.ne[1]
     scale = 1.0 / math.sqrt(d_k)
+    rows = min(chunk_rows or attention_chunk_rows(cfg, n_frames), n_frames)
 
-    def heads(t, rows):  # [rows, D] -> ne [d_k, H, rows]
-        return ggml.ggml_reshape_3d(ctx, t, d_k, n_head, rows)
+    def heads(t, n):  # [n, D] -> ne [d_k, H, n]
+        return ggml.ggml_reshape_3d(ctx, t, d_k, n_head, n)
+
+    def per_head(t, first, n):  # rows first ... first+n-1 of ne [d_k, H, *] -> ne [d_k, n, H]
+        return ggml.ggml_cont(ctx, _per_head(ctx, _rows(ctx, t, first, n, axis=2)))
 
     q = heads(linear(ctx, w, prefix + "linear_q", x), n_frames)
     k = heads(linear(ctx, w, prefix + "linear_k", x), n_frames)
@@ -218,14 +256,47 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     # computes a strided right-hand side one dot product at a time, far slower: BENCHMARKS.md);
     # contiguous keys and positions keep them in f32 on Vulkan (ggml-vulkan converts a strided
     # left-hand side to f16 first).
-    q_u = ggml.ggml_cont(ctx, _per_head(ctx, ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])))
-    q_v = ggml.ggml_cont(ctx, _per_head(ctx, ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])))
-    bd = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, _per_head(ctx, p)), q_v)  # ne [2T-1, T, H]
-    bd = rel_shift(ctx, bd, n_frames)  # [H, T, T]
-    attend = _flash_attention if flash_attention else _softmax_attention
-    out = attend(ctx, q_u, k, v, bd, mask, scale)  # ne [d_k, H, T]
+    q_u = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])  # ne [d_k, H, T]
+    q_v = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])
+    k_heads = per_head(k, 0, n_frames)  # ne [d_k, T, H]
+    if flash_attention:
+        attend, values = _flash_attention, _per_head(ctx, v)  # ne [d_k, T, H]
+    else:
+        attend, values = _softmax_attention, _padded_values(ctx, v)
+    chunks = []
+    for first in range(0, n_frames, rows):
+        n_rows = min(rows, n_frames - first)
+        # the positions T-1-i+j that the queries i reach: p rows T-first-r ... 2T-2-first
+        p_rows = per_head(p, n_frames - first - n_rows, n_frames + n_rows - 1)
+        bd = ggml.ggml_mul_mat(ctx, p_rows, per_head(q_v, first, n_rows))  # ne [T+r-1, r, H]
+        bd = rel_shift(ctx, bd, n_frames)  # [H, r, T]
+        mask_rows = None if mask is None else _rows(ctx, mask, first, n_rows, axis=1)
+        chunks.append(attend(ctx, per_head(q_u, first, n_rows), k_heads, values, bd,
+                             mask_rows, scale))  # ne [d_k, H, r]
+    out = _join_rows(ctx, chunks)  # ne [d_k, H, T]
     out = ggml.ggml_reshape_2d(ctx, out, n_head * d_k, n_frames)
     return linear(ctx, w, prefix + "linear_out", out)
+
+
+def _rows(ctx, t, first: int, n: int, axis: int):
+    """Rows ``first ... first+n-1`` of ``t`` along ne axis ``axis`` (1: of a 2-D ``t``, 2: of
+    a 3-D one), a view; ``t`` itself when they are all of it."""
+    ne, nb = t.contents.ne, t.contents.nb
+    if first == 0 and n == ne[axis]:
+        return t
+    if axis == 1:
+        return ggml.ggml_view_2d(ctx, t, ne[0], n, nb[1], first * nb[1])
+    return ggml.ggml_view_3d(ctx, t, ne[0], ne[1], n, nb[1], nb[2], first * nb[2])
+
+
+def _join_rows(ctx, chunks: list):
+    """The chunks' outputs (ne ``[d_k, H, r]`` each, in row order) as one ne ``[d_k, H, T]``,
+    joined pairwise (each row is copied about ``log2`` of the chunk count times)."""
+    while len(chunks) > 1:
+        pairs = [ggml.ggml_concat(ctx, chunks[i], chunks[i + 1], 2)
+                 for i in range(0, len(chunks) - 1, 2)]
+        chunks = pairs + chunks[len(pairs) * 2:]
+    return chunks[0]
 
 
 def _per_head(ctx, t):
@@ -235,30 +306,35 @@ def _per_head(ctx, t):
 
 def _flash_attention(ctx, q_u, k, v, bd, mask, scale: float):
     """The attention of :func:`rel_pos_attention` in ``ggml_flash_attn_ext``: the content
-    scores of ``q_u`` (ne ``[d_k, T, H]``) and ``k`` (ne ``[d_k, H, T]``), the scaled
-    positional term ``bd`` (``[H, T, T]``) plus ``mask`` as its additive f16 mask; returns ne
-    ``[d_k, H, T]`` (heads then time)."""
+    scores of ``q_u`` (ne ``[d_k, r, H]``: r query rows) and ``k`` (ne ``[d_k, T, H]``), the
+    scaled positional term ``bd`` (``[H, r, T]``) plus ``mask`` (ne ``[T, r]``) as its additive
+    f16 mask, ``v`` ne ``[d_k, T, H]``; returns ne ``[d_k, H, r]`` (heads then time)."""
     positional = ggml.ggml_scale(ctx, ggml.ggml_cont(ctx, bd), scale)
     if mask is not None:
         positional = ggml.ggml_add(ctx, positional, mask)
-    return ggml.ggml_flash_attn_ext(ctx, q_u, _per_head(ctx, k), _per_head(ctx, v),
+    return ggml.ggml_flash_attn_ext(ctx, q_u, k, v,
                                     ggml.ggml_cast(ctx, positional, ggml.GGML_TYPE_F16),
                                     scale, 0.0, 0.0)
 
 
-def _softmax_attention(ctx, q_u, k, v, bd, mask, scale: float):
+def _padded_values(ctx, v):
+    """v ne ``[d_k, H, T]`` as the left-hand side of :func:`_softmax_attention`'s weighted sum:
+    ne ``[T + pad, d_k, H]``, T zero-padded to the inner length llamafile's sgemm takes (exact
+    zeros in each sum)."""
+    pad = -v.contents.ne[2] % SGEMM_INNER_MULTIPLE
+    return ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
+
+
+def _softmax_attention(ctx, q_u, k, v_t, bd, mask, scale: float):
     """The attention of :func:`rel_pos_attention` as matmuls: ``softmax((q_u k^T + bd) *
-    scale + mask) v`` with ``q_u`` ne ``[d_k, T, H]``, ``k``, ``v`` ne ``[d_k, H, T]``, ``bd``
-    ``[H, T, T]``; returns ne ``[d_k, H, T]``."""
-    n_frames = v.contents.ne[2]
-    ac = ggml.ggml_mul_mat(ctx, ggml.ggml_cont(ctx, _per_head(ctx, k)), q_u)  # ne [T_k, T_q, H]
+    scale + mask) v`` with ``q_u`` ne ``[d_k, r, H]`` (r query rows), ``k`` ne ``[d_k, T,
+    H]``, ``v_t`` ne ``[T + pad, d_k, H]`` (:func:`_padded_values`), ``bd`` ``[H, r, T]``,
+    ``mask`` ne ``[T, r]``; returns ne ``[d_k, H, r]``."""
+    ac = ggml.ggml_mul_mat(ctx, k, q_u)  # ne [T_k, r, H]
     attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), mask, scale, 0.0)
-    # T_k zero-padded to the inner length llamafile's sgemm takes (exact zeros in each sum)
-    pad = -n_frames % SGEMM_INNER_MULTIPLE
-    v_t = ggml.ggml_pad(ctx, ggml.ggml_permute(ctx, v, 1, 2, 0, 3), pad, 0, 0, 0)
-    attn = ggml.ggml_pad(ctx, attn, pad, 0, 0, 0)  # ne [T_k + pad, T_q, H]
-    out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, T_q, d_k] (ne [d_k, T_q, H])
-    return ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, T]
+    attn = ggml.ggml_pad(ctx, attn, v_t.contents.ne[0] - k.contents.ne[1], 0, 0, 0)
+    out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, r, d_k] (ne [d_k, r, H])
+    return ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, r]
 
 
 def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
@@ -292,13 +368,14 @@ def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
 
 
 def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
-                    flash_attention: bool = False, mask=None):
+                    flash_attention: bool = False, mask=None, chunk_rows: int | None = None):
     """``ConformerLayer`` (macaron): ``x += FF1(LN x) / 2; x += MHA(LN x); x += Conv(LN x);
     x += FF2(LN x) / 2; return LN_out(x)``.
 
     Args:
         x: ``[T, D]``; pos_emb: ``[2T-1, D]``; mask: the attention mask (local attention,
-            :func:`band_mask`) or None.
+            :func:`band_mask`) or None; chunk_rows: the attention's query rows per chunk
+            (:func:`rel_pos_attention`).
 
     Returns:
         ``[T, D]``.
@@ -312,7 +389,7 @@ def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
     h = feed_forward(ctx, w, p + "feed_forward1.", norm("norm_feed_forward1", x))
     x = ggml.ggml_add(ctx, x, ggml.ggml_scale(ctx, h, 0.5))
     h = rel_pos_attention(ctx, w, p + "self_attn.", cfg, norm("norm_self_att", x), pos_emb,
-                          flash_attention, mask)
+                          flash_attention, mask, chunk_rows)
     x = ggml.ggml_add(ctx, x, h)
     x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))
     h = feed_forward(ctx, w, p + "feed_forward2.", norm("norm_feed_forward2", x))
@@ -330,6 +407,8 @@ class Encoder:
         runtime: the runtime the weights live on.
         flash_attention: compute attention with ``ggml_flash_attn_ext`` (see
             :func:`rel_pos_attention`).
+        chunk_rows: the attention's query rows per chunk; None: as many as fit the budget
+            (:func:`attention_chunk_rows`).
 
     Example::
 
@@ -342,8 +421,9 @@ class Encoder:
     """
 
     def __init__(self, weights: Weights, config: ParakeetTDTConfig, runtime: Runtime,
-                 flash_attention: bool = False) -> None:
+                 flash_attention: bool = False, chunk_rows: int | None = None) -> None:
         self.weights = weights
+        self.chunk_rows = chunk_rows
         self.cfg = config.encoder
         self.runtime = runtime
         self.flash_attention = flash_attention
@@ -396,7 +476,7 @@ class Encoder:
             pos, mask = self._attention_inputs(g, pos_emb, n_out)
             for i in range(cfg.n_layers):
                 x = conformer_layer(g.ctx, self.weights, i, cfg, x, pos, self.flash_attention,
-                                    mask)
+                                    mask, self.chunk_rows)
                 g.output(f"layer_{i}", x, ndim=2)
             taps = g.compute()
         taps["pos_emb"] = pos_emb
@@ -458,7 +538,7 @@ class Encoder:
             for index, x in jobs:
                 h = g.input(f"input_{index}", np.asarray(x, dtype=np.float32))
                 h = conformer_layer(g.ctx, self.weights, index, cfg, h, pos, self.flash_attention,
-                                    mask)
+                                    mask, self.chunk_rows)
                 g.output(f"layer_{index}", h, ndim=2)
             outs = g.compute()
         return [outs[f"layer_{index}"] for index, _ in jobs]
