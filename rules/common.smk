@@ -149,9 +149,10 @@ def _after_references():
 
 @_named_once
 def all_cells(wildcards):
-    """Every cell's result (SWEEP.result), once every reference job is done."""
+    """Every cell's result (SWEEP.result; a folder holding several once), once every
+    reference job is done."""
     _after_references()
-    return [SWEEP.result(cell) for cell in SWEEP.cells()]
+    return list(dict.fromkeys(SWEEP.result(cell) for cell in SWEEP.cells()))
 
 
 @_named_once

@@ -78,6 +78,33 @@ rule compare_backend:
         f" --label against={BASELINE_BACKEND} --output {{output:q}} 2> {{log}}"
 
 
+# Fresh against reused: a candidate that runs several cases in one process (this project's
+# port) runs the model's cases again in one job, reversed and then the first of those again
+# (cases [A, B]: B, A, B), and each case's stages are compared with its fresh dump (the cell's
+# ggml_dump, its own process): identical, or within the config's reuse_bounds. A KV cache, LSTM
+# state or buffer kept from one case to the next fails there (docs/design.md, "Fresh against
+# reused"). One job per candidate cell of a model, not per case: its folder holds <case>.json.
+rule compare_fresh:
+    input:
+        unpack(JOBS.fresh_inputs),
+    output:
+        directory(paths.COMPARE_FRESH),
+    params:
+        command=COMMANDS.fresh_command,
+        settings=COMMANDS.cell_settings,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        paths.log("compare_fresh", "{family}/{model}/{candidate}/{backend}/{weight_type}"),
+    benchmark:
+        paths.benchmark("compare_fresh", "{family}/{model}/{candidate}/{backend}/{weight_type}")
+    threads: 1
+    resources:
+        mem_mb=memory_mb("ggml"),
+    shell:
+        "{params.command} 2> {log}"
+
+
 # The family's own port on a cell that fails against the baseline: both dumps again with every
 # ggml graph saved, each graph node by node on both backends, the first op that breaks named
 # (drilldown.json, a repro/ folder, and the cell's rows with `first_bad_op`). A cell whose

@@ -50,6 +50,10 @@ log = logging.getLogger("audioparity")
 
 #: A tensor named ``<document><MARGINS>`` holds the decision margins of that document.
 MARGINS = "_margins"
+#: Manifest fields of a ggml dump that the runtime and the weights' load give
+#: (:func:`~audioparity.ggml.open_runtime`, phase ``load``): the same for every case of one
+#: process (:func:`dump_ggml_cases`).
+_RUNTIME_FIELDS = ("ggml_build", "backend_env", "device_description", "device_properties")
 
 
 def side_options(family: Family, side: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -370,49 +374,97 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
               device: int = 0,
               threads: int = 1, reference_dir: Path | None = None,
               weights_file: Path | None = None) -> None:
-    """The family's ggml port on one case (:meth:`Family.ggml`) into ``output_dir``: the
-    config, the case and the reference dump checked first, then the runtime opened (a backend
-    not built into this ggml gives an ``unavailable`` dump and returns normally), the weights
-    uploaded (phase ``load``), and every stage the port yields written.
+    """The family's ggml port on one case into ``output_dir``: :func:`dump_ggml_cases` of that
+    one case.
 
     Raises:
-        AudioparityError: an input the family or the driver refuses; nothing is left at
-            ``output_dir`` then.
+        AudioparityError: as :func:`dump_ggml_cases`.
+    """
+    dump_ggml_cases(family, model, [(case_path, output_dir, reference_dir)],
+                    weight_type=weight_type, backend=backend, options=options, device=device,
+                    threads=threads, weights_file=weights_file)
+
+
+def dump_ggml_cases(family: Family, model: Path,
+                    runs: Sequence[tuple[Path, Path, Path | None]], *,
+                    weight_type: str | Recipe, backend: str, options: Mapping[str, Any],
+                    device: int = 0, threads: int = 1,
+                    weights_file: Path | None = None) -> None:
+    """The family's ggml port (:meth:`Family.ggml`) on each ``(case file, dump directory,
+    reference dump or None)`` of ``runs``, in their order, in this process: the config, every
+    case and every reference dump checked first, then the runtime opened and the weights
+    uploaded once (phase ``load``, recorded in every dump; a backend not built into this ggml
+    gives each dump ``unavailable`` and returns normally), then each case's stages written
+    into its directory. A case may come more than once, each time into its own directory: the
+    runtime, the weights and whatever the port keeps between cases are reused, which the
+    workflow's check of a reused run against a fresh one reads (:mod:`audioparity.reuse`).
+    Each dump's manifest says how many cases this process ran before it (``runs_before``).
+
+    Raises:
+        AudioparityError: no runs, or an input the family or the driver refuses; nothing is
+            left at a dump directory then (those written before a refusal stay).
     """
     from audioparity.ggml import open_runtime
 
     spec, model, start = family.spec, Path(model), time.perf_counter()
+    if not runs:
+        raise AudioparityError(f"ggml {spec.command}: no {spec.input} file given")
     options = side_options(family, "ggml", options)
-    config, (case,) = open_cases(family, model, [case_path], options)
+    config, cases = open_cases(family, model, [path for path, _, _ in runs], options)
     heads = family.heads(config)
-    reference = _reference_for(family, reference_dir, heads)
+    references = [_reference_for(family, reference_dir, heads) for _, _, reference_dir in runs]
     fields = {"family": spec.name, "backend": backend, "device": device,
               "weight_type": type_name(weight_type), "threads": threads, **options,
               **({"recipe": dict(weight_type.overrides)} if isinstance(weight_type, Recipe)
                  else {}),
-              **family.manifest_fields(config, options), **case.fields}
-    inputs = {spec.input: case.path, **({"reference": reference.path} if reference else {})}
-    with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs, fields=fields,
-                    versions=family.ggml_versions, weights=weights_file) as writer:
-        for note in case.notes:
-            writer.note(note)
-        runtime = open_runtime(writer, backend, device, threads)
-        if runtime is None:
-            return
-        with runtime:
-            with writer.timed("load"):
-                weights, record = upload_weights(family, runtime, model, config, weight_type,
-                                                 options, weights_file)
-                # what a quantization-aware reference stored too: its stored_weights row
-                stored = (stored_weights(weights) if type_name(weight_type).partition(
-                    RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
+              **family.manifest_fields(config, options)}
+    forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
+    with ExitStack() as held:
+        loaded: tuple[Any, Any, dict[str, Any], StoredWeights, dict[str, Any], float] | None = None
+        for index, (case, reference, (_, output_dir, _)) in enumerate(
+                zip(cases, references, runs, strict=True)):
+            inputs = {spec.input: case.path,
+                      **({"reference": reference.path} if reference else {})}
+            with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs,
+                            fields={**fields, **case.fields, "runs_before": index},
+                            versions=family.ggml_versions, weights=weights_file) as writer:
+                for note in case.notes:
+                    writer.note(note)
+                if loaded is None:
+                    runtime = open_runtime(writer, backend, device, threads)
+                    if runtime is None:
+                        why = writer.manifest["message"]
+                        for later_case, (_, later, _) in zip(cases[index + 1:],
+                                                             runs[index + 1:], strict=True):
+                            with DumpWriter(later, producer="ggml", model=model,
+                                            inputs={spec.input: later_case.path},
+                                            fields=fields) as unavailable:
+                                unavailable.set_status("unavailable", why)
+                        return
+                    held.enter_context(runtime)
+                    with writer.timed("load"):
+                        weights, record = upload_weights(family, runtime, model, config,
+                                                         weight_type, options, weights_file)
+                        # what a quantization-aware reference stored too: its stored_weights row
+                        stored = (stored_weights(weights) if type_name(weight_type).partition(
+                            RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
+                    # what open_runtime recorded, and the load: the same for every later case
+                    shared = {key: writer.manifest[key] for key in _RUNTIME_FIELDS
+                              if key in writer.manifest}
+                    loaded = (runtime, weights, record, stored, shared,
+                              writer.manifest["seconds"]["load"])
+                else:
+                    writer.manifest.update(loaded[4])
+                    writer.manifest["seconds"]["load"] = loaded[5]
+                runtime, weights, record, stored, *_ = loaded
                 writer.add_storage({**record, **stored.record()}, stored.hashes)
-            write_outputs(writer, family, heads, family.ggml(runtime, weights, case, reference))
-        forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
-        check_complete(family, heads, writer.manifest, forms, Path(output_dir))
-    log.info("ggml %s [%s | %s | %s %s]: wrote %s in %.1f s", spec.command, model.name,
-             case.path.stem, backend, type_name(weight_type), output_dir,
-             time.perf_counter() - start)
+                write_outputs(writer, family, heads,
+                              family.ggml(runtime, weights, case, reference))
+                check_complete(family, heads, writer.manifest, forms, Path(output_dir))
+            log.info("ggml %s [%s | %s | %s %s]: wrote %s in %.1f s", spec.command, model.name,
+                     case.path.stem, backend, type_name(weight_type), output_dir,
+                     time.perf_counter() - start)
+            start = time.perf_counter()
 
 
 def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,

@@ -41,6 +41,18 @@ def describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def run_child(command: list[str]) -> tuple[int, list[str]]:
+    """Run ``command``, its stderr passed through to ours: its return code (negative: the
+    signal that killed it) and the last :data:`STDERR_TAIL_LINES` lines of its stderr."""
+    tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace") as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+    return child.wait(), list(tail)
+
+
 def run_guarded(command: list[str], output_dir: Path, fields: dict | None = None) -> int:
     """Run ``command``; on failure write a ``crashed`` dump at ``output_dir``.
 
@@ -53,13 +65,7 @@ def run_guarded(command: list[str], output_dir: Path, fields: dict | None = None
         0 when the command succeeded or its crash was recorded. The child's own return code
         when it succeeded but left no dump (a broken external tool), so that is not hidden.
     """
-    tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace") as child:
-        assert child.stderr is not None
-        for line in child.stderr:
-            sys.stderr.write(line)
-            tail.append(line.rstrip("\n"))
-    returncode = child.wait()
+    returncode, tail = run_child(command)
     if returncode == 0:
         if not (output_dir / "manifest.json").is_file():
             log.error("%s exited 0 but wrote no %s/manifest.json", command[0], output_dir)
@@ -70,7 +76,7 @@ def run_guarded(command: list[str], output_dir: Path, fields: dict | None = None
     log.warning("dump command %s: %s; recording the cell as crashed", reason, command[0])
     shutil.rmtree(output_dir, ignore_errors=True)
     partial = output_dir.with_name(output_dir.name + ".partial")
-    if _keep_partial(partial, output_dir, message, command, list(tail), fields or {}):
+    if _keep_partial(partial, output_dir, message, command, tail, fields or {}):
         return 0
     with DumpWriter(output_dir, producer="guard", fields=fields) as writer:
         writer.set_status("crashed", message)

@@ -36,6 +36,10 @@ FLOAT_STORAGE_TYPES = ("f32", "f16")
 #: checkpoint's own dtype.
 WEIGHT_TYPES = ("native", *STORAGE_TYPES)
 
+#: The ``against`` label of a case run again in one process (after another case, or twice)
+#: compared with the same candidate's fresh run of it (:mod:`audioparity.reuse`).
+FRESH = "fresh"
+
 #: Status of a dump (its manifest): ``ok``, all tensors written; ``unavailable``, the backend is
 #: not built into this ggml; ``crashed``, the producing process died (``audioparity guard``).
 DUMP_STATUSES = ("ok", "unavailable", "crashed")

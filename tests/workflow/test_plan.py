@@ -25,6 +25,7 @@ class Tool:
     name, title, families, output = "tool", "a tool", ("parakeet_tdt",), "f32json"
     weight_types, backends, options, tensors = ("f32",), ("cpu",), (), ()
     converts, reads_reference, family_port, replays, port = True, False, False, True, None
+    several_cases = False
 
     def check_options(self, values, where):
         if values:
@@ -48,7 +49,8 @@ def section(**overrides) -> dict:
             "weight_types": ["f32", "q8_0"],
             "candidates": [{"name": "audioparity", "adapter": "audioparity", "options": {}}],
             "options": {}, "gates": {"default": [{"stage": "*", "cosine_min": 0.9}]},
-            "expected_failures": [], "extra_expected_failures": [], **overrides}
+            "expected_failures": [], "extra_expected_failures": [], "reuse": True,
+            "reuse_bounds": [], **overrides}
 
 
 def config(**overrides) -> dict:
@@ -207,9 +209,15 @@ def test_the_cells_cover_the_sweep_and_another_backend_is_also_compared_with_the
                                     {"name": "t", "adapter": "tool", "options": {},
                                      "weight_types": ["f32"]}]))
     cells = list(plan.cells())
-    assert len(cells) == (2 + 1) * 2 + (2 + 1) * 1  # per backend, and vk against cpu
+    # per backend, vk against cpu, and our port (it runs several cases in one process)
+    # against its fresh run on each backend; the tool runs one case per process
+    assert len(cells) == (2 + 1 + 2) * 2 + (2 + 1) * 1
     assert Cell("parakeet_tdt", "tiny", "t", "vk", "f32", "clip", "cpu") in cells
+    assert Cell("parakeet_tdt", "tiny", "audioparity", "vk", "q8_0", "clip", "fresh") in cells
+    assert not any(cell.candidate == "t" and cell.against == "fresh" for cell in cells)
     results = {plan.result(cell) for cell in cells}
+    assert "results/compare_fresh/parakeet_tdt/tiny/audioparity/vk/q8_0" in results
+    assert len(list(sweep(config(reuse=False)).cells())) == 2  # f32, q8_0 on cpu
     assert "results/drilldown/parakeet_tdt/tiny/audioparity/vk/q8_0/clip.json" in results
     assert "results/compare_backends/parakeet_tdt/tiny/t/vk/f32/clip.json" in results
     assert "results/compare/parakeet_tdt/tiny/t/cpu/f32/clip.json" in results

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from audioparity.report.culprit import SEPARATOR
+from audioparity.report.culprit import SEPARATOR, check
 from tests import MOSS_PROMPTS, REPO
 from tests.workflow import workdir as wd
 
@@ -55,6 +55,23 @@ PATCHES = [
      f"        if {SWITCH} == 'crash':\n"
      "            __import__('os').abort()\n"
      "        cfg = self.cfg\n        n_out = cfg.subsampled_length(n_mel_frames)\n"),
+    # leak: the prediction network's state not reset between cases: each TdtDecoder after the
+    # process's first starts from the state the last step left, not from zeros. A case run
+    # fresh (its own process) is right; run again in one process, it is not.
+    ("parakeet_tdt/decoder.py",
+     "        self._predict_graph: Graph | None = None\n"
+     "        self._joint_graph: Graph | None = None\n",
+     "        self._predict_graph: Graph | None = None\n"
+     "        self._joint_graph: Graph | None = None\n"
+     f"        if {SWITCH} == 'leak':\n"
+     "            TdtDecoder.made = getattr(TdtDecoder, 'made', 0) + 1\n"),
+    ("parakeet_tdt/decoder.py",
+     "        shape = (self.config.decoder.pred_rnn_layers, self.config.decoder.pred_hidden)\n",
+     "        shape = (self.config.decoder.pred_rnn_layers, self.config.decoder.pred_hidden)\n"
+     f"        if {SWITCH} == 'leak' and TdtDecoder.made > 1:\n"
+     "            return TdtDecoder.last\n"),
+    ("parakeet_tdt/decoder.py", '        return out["g"], out["g_proj"], new_state\n',
+     '        TdtDecoder.last = new_state\n        return out["g"], out["g_proj"], new_state\n'),
     # dense: Whisper's encoder layer 1 scaled by 1 + 1e-4 at its output (NMSE 1e-8 on every
     # row), which q8_0's NMSE bound, sized for flipped roundings, lets through.
     ("whisper/encoder.py", '    return ggml.ggml_add(ctx, x, linear(ctx, w, p + "fc2", h))\n',
@@ -81,7 +98,8 @@ PATCHES = [
 ]
 
 #: Each family's faults, each a CPU backend setting of its own.
-FAULTS = {"parakeet_tdt": ("lstm", "mask", "two", "crash"), "moss_voicegen": ("norm", "embed"),
+FAULTS = {"parakeet_tdt": ("lstm", "mask", "two", "crash", "leak"),
+          "moss_voicegen": ("norm", "embed"),
           "whisper": ("dense",)}
 
 
@@ -102,8 +120,9 @@ def planted(tmp_path_factory) -> pd.DataFrame:
         "cases": [{"name": "en-instruction", "path": str(MOSS_PROMPTS[0])}],
         "weight_types": ["f32", "q8_0"],
         "backends": ["cpu", *map(setting, FAULTS["moss_voicegen"])],
-        "references": [{"name": "remote_code", "implementation": "remote_code"}]}
-    config["whisper"] = {"weight_types": ["q8_0"],
+        "references": [{"name": "remote_code", "implementation": "remote_code"}],
+        "reuse": False}  # fresh against reused: Parakeet's cells carry it (and its leak)
+    config["whisper"] = {"weight_types": ["q8_0"], "reuse": False,
                          "backends": ["cpu", *map(setting, FAULTS["whisper"])],
                          "cases": [{"name": "clip",
                                     "path": str(REPO / "resources/speech/clip.wav")}]}
@@ -120,17 +139,17 @@ def planted(tmp_path_factory) -> pd.DataFrame:
 
 
 def our_cell(rows: pd.DataFrame, backend: str, weight_type: str = "f32",
-             family: str = "parakeet_tdt") -> pd.DataFrame:
-    """Our port's cell on ``backend`` against the reference."""
+             family: str = "parakeet_tdt", against: str = "reference") -> pd.DataFrame:
+    """Our port's cell on ``backend`` against the reference (or ``against``)."""
     return rows[(rows.family == family) & (rows.backend == backend)
                 & (rows.weight_type == weight_type) & (rows.candidate == "audioparity")
-                & (rows.against == "reference")]
+                & (rows.against == against)]
 
 
 def culprits(rows: pd.DataFrame, backend: str, weight_type: str = "f32",
-             family: str = "parakeet_tdt") -> list[str]:
+             family: str = "parakeet_tdt", against: str = "reference") -> list[str]:
     """The culprits of our port's cell on ``backend``, each as its stage and why."""
-    cell = our_cell(rows, backend, weight_type, family)
+    cell = our_cell(rows, backend, weight_type, family, against)
     assert len(cell), (backend, weight_type)
     text = cell.culprit.iloc[0]
     return [one.split(":")[0] for one in text.split(SEPARATOR)] if text else []
@@ -204,3 +223,23 @@ def test_an_embedding_fault_free_generation_passes_at_a_near_tie_fails_the_teach
         assert rows.loc[stage].status == "fail", stage
     prefill = ["input_embeddings", "layer_0", "last_hidden", "text_logits", "audio_logits"]
     assert set(rows.loc[prefill].status) == {"pass"}
+
+
+def test_a_state_kept_between_cases_passes_fresh_and_fails_run_again(planted):
+    """The leak leaves the fresh cell right; the clip run twice in one process parts from its
+    fresh run at the prediction network's first state, and the check fails naming it. Every
+    other setting's run again equals its fresh run (a fault that is the same every run, the
+    crash, whose fresh dump has nothing to run again, excepted)."""
+    assert culprits(planted, "cpu-leak") == []
+    assert culprits(planted, "cpu-leak", against="fresh") == ["lstm_state_0 (fail)"]
+    leaked = our_cell(planted, "cpu-leak", against="fresh").set_index("stage")
+    assert float(leaked.loc["lstm_state_0"].max_abs) > 0
+    assert set(leaked.loc[["mel_features", "enc_out"]].status) == {"pass"}
+    for backend in ("cpu", "cpu-lstm", "cpu-mask", "cpu-two"):
+        fresh = our_cell(planted, backend, against="fresh")
+        assert len(fresh) and set(fresh.status) == {"pass"}, backend
+        assert set(fresh.gate) == {"identical"}
+    assert our_cell(planted, "cpu-crash", against="fresh").empty
+    code, lines = check(planted.to_dict("records"))
+    assert code == 1 and any(line.startswith("parakeet_tdt/tiny/clip/audioparity/cpu-leak/f32 "
+                                             "against fresh: lstm_state_0") for line in lines)

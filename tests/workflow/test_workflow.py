@@ -98,8 +98,8 @@ def test_touching_a_source_file_reruns_nothing(sweep):
 def test_editing_the_encoder_reruns_only_ggml_compare_and_report(sweep):
     with edited(sweep / "src/audioparity/models/parakeet_tdt/encoder.py"):
         assert planned_rules(sweep) == [
-            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "report_html",
-            "report_summary"
+            "compare_backend", "compare_cell", "compare_fresh", "drilldown", "ggml_dump",
+            "report_html", "report_summary"
         ]
 
 
@@ -108,8 +108,8 @@ def test_editing_the_ggml_runtime_reruns_no_reference_job(sweep):
     are converted again (the runtime writes them)."""
     with edited(sweep / "src/audioparity/ggml/runtime.py"):
         assert planned_rules(sweep) == [
-            "compare_backend", "compare_cell", "drilldown", "ggml_dump", "ggml_weights",
-            "report_html", "report_summary"
+            "compare_backend", "compare_cell", "compare_fresh", "drilldown", "ggml_dump",
+            "ggml_weights", "report_html", "report_summary"
         ]
 
 
@@ -249,8 +249,8 @@ def test_a_changed_reference_dump_reruns_what_reads_it(sweep):
     reference.write_text(original.replace(margins, 'yield "decode_margins", 2 * margins\n'))
     try:
         result = snakemake(sweep, "--cores", "2")
-        assert ran_rules(result) == ["compare_backend", "compare_cell", "drilldown",
-                                     "ggml_dump", "reference_dump", "report_html",
+        assert ran_rules(result) == ["compare_backend", "compare_cell", "compare_fresh",
+                                     "drilldown", "ggml_dump", "reference_dump", "report_html",
                                      "report_summary"]
         log = result.stdout + result.stderr
         assert "output: results/ggml/moss_voicegen" not in log

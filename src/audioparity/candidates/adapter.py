@@ -185,6 +185,11 @@ class Adapter:
             saying so.
         family_port: it is the family's own ggml port: its cells run the family's ggml dump
             through :func:`audioparity.driver.dump_ggml`, in the ``audioparity`` process.
+        several_cases: its candidate runs several cases in one process (the runtime, the
+            weights and whatever it keeps between cases reused), so the workflow checks each
+            case run again there against its fresh run (:mod:`audioparity.reuse`). Only the
+            family's own port: :meth:`run` takes one case, and the shipped third-party tools,
+            as their adapters drive them, take one input per run.
         replays: by default the reference replays its blocks (``audioparity replay``): for a
             candidate whose dump holds the stages but no isolated forms.
         port: how ``make ports`` builds it, for a third-party port; None for ours.
@@ -210,6 +215,7 @@ class Adapter:
     reads_reference: bool = False
     inputs: tuple[TensorMap, ...] = ()
     family_port: bool = False
+    several_cases: bool = False
     replays: bool = True
     port: Port | None = None
     notes: tuple[str, ...] = ()
@@ -218,7 +224,8 @@ class Adapter:
     #: The data a constructor's keyword arguments may set.
     FIELDS = ("name", "title", "families", "output", "weight_types", "backends", "options",
               "tensors", "unmapped", "printed", "unexposed", "converts", "reads_reference",
-              "inputs", "family_port", "replays", "port", "notes", "unquantized")
+              "inputs", "family_port", "several_cases", "replays", "port", "notes",
+              "unquantized")
 
     def __init__(self, **fields: Any) -> None:
         unknown = sorted(set(fields) - set(self.FIELDS))

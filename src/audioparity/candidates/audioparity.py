@@ -1,5 +1,6 @@
 """This project's ggml port, the default candidate of every family: ``candidate run`` dumps its
-cells through :func:`audioparity.driver.dump_ggml`, the dump contract itself."""
+cells through :func:`audioparity.driver.dump_ggml`, the dump contract itself; it runs several
+cases in one process too (:func:`audioparity.driver.dump_ggml_cases`)."""
 
 from __future__ import annotations
 
@@ -19,4 +20,5 @@ class Audioparity(Adapter):
     weight_types = WEIGHT_TYPES
     backends = BACKENDS
     family_port = True
+    several_cases = True
     replays = False

@@ -134,9 +134,9 @@ def _defined_in(module: ModuleType, where: str, expected: str) -> Adapter:
 def check_adapter(adapter: Adapter, where: str) -> None:
     """Refuse an adapter whose data do not hold together: no name or title, an output not of
     :data:`OUTPUTS`, reference inputs without reading the reference, ``converts`` without
-    :meth:`Adapter.convert`, a printed document without :meth:`Adapter.parse` (or a ``tokens``
-    adapter without one), or a tensor map, printed document, input or ``unexposed`` entry
-    naming no stage of a family it implements.
+    :meth:`Adapter.convert`, ``several_cases`` on a third-party port, a printed document
+    without :meth:`Adapter.parse` (or a ``tokens`` adapter without one), or a tensor map,
+    printed document, input or ``unexposed`` entry naming no stage of a family it implements.
 
     Raises:
         AudioparityError: one line naming ``where`` and what was expected.
@@ -157,6 +157,10 @@ def check_adapter(adapter: Adapter, where: str) -> None:
             defined = "defined" if adapter.overrides(method) else "not defined"
             raise AudioparityError(f"{label}: {data} is {'set' if declared else 'not set'} but "
                                    f"{method} is {defined}; expected both or neither")
+    if adapter.several_cases and not adapter.family_port:
+        raise AudioparityError(f"{label}: several_cases is set, but only the family's own port "
+                               "runs several cases in one process (run takes one case); "
+                               "expected several_cases = False")
     if adapter.output == "tokens" and adapter.printed is None:
         raise AudioparityError(f"{label}: output 'tokens' and nothing printed; expected printed, "
                                "the document its tool prints")

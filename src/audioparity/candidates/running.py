@@ -133,9 +133,10 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     section = spec.check_options(family_options or {}, f"family {spec.name} options")
     if adapter.family_port:
         merged = spec.check_options({**section, **options}, f"adapter {adapter.name!r} options")
-        _run_family_port(family(family_name), merged, Path(model), Path(case), Path(output_dir),
-                         reference_dir=reference_dir, weight_type=weight_type, backend=backend,
-                         threads=threads, weights_file=weights_file)
+        _run_family_port(family(family_name), merged, Path(model),
+                         [(Path(case), Path(output_dir), reference_dir)],
+                         weight_type=weight_type, backend=backend, threads=threads,
+                         weights_file=weights_file)
         return
     if adapter.reads_reference and reference_dir is None:
         raise AudioparityError(f"{adapter.title} reads the reference dump of the case: give "
@@ -151,21 +152,53 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
         _run_tool_cell(cell)
 
 
-def _run_family_port(family: Family, options: dict[str, Any], model: Path, case: Path,
-                     output_dir: Path, *, reference_dir: Path | None,
+def run_candidate_cases(adapter_name: str, family_name: str, options: dict[str, Any],
+                        model: Path, runs: Sequence[tuple[Path, Path, Path | None]], *,
+                        weight_type: str | Recipe, backend: str, threads: int,
+                        family_options: dict[str, Any] | None = None,
+                        weights_file: Path | None = None) -> None:
+    """Several cases of a candidate in one process, each ``(case file, dump directory,
+    reference dump or None)`` of ``runs`` in order, for an adapter that runs several
+    (:attr:`Adapter.several_cases`: the family's own port, through
+    :func:`audioparity.driver.dump_ggml_cases`); otherwise as :func:`run_candidate`.
+
+    Raises:
+        AudioparityError: an adapter that runs one case per process, and as
+            :func:`run_candidate`.
+    """
+    from audioparity.families import family
+
+    adapter, spec = load_adapter(adapter_name), family(family_name).spec
+    if not adapter.several_cases:
+        raise AudioparityError(f"adapter {adapter.name!r} runs one case per process; give one "
+                               "--audio|--prompt")
+    section = spec.check_options(family_options or {}, f"family {spec.name} options")
+    merged = spec.check_options({**section, **options}, f"adapter {adapter.name!r} options")
+    _run_family_port(family(family_name), merged, Path(model),
+                     [(Path(case), Path(output), None if reference is None else Path(reference))
+                      for case, output, reference in runs],
+                     weight_type=weight_type, backend=backend, threads=threads,
+                     weights_file=weights_file)
+
+
+def _run_family_port(family: Family, options: dict[str, Any], model: Path,
+                     runs: Sequence[tuple[Path, Path, Path | None]], *,
                      weight_type: str | Recipe, backend: str, threads: int,
                      weights_file: Path | None) -> None:
-    """The family's ggml dump, as ``audioparity ggml <family>`` makes it (its ggml options)."""
-    from audioparity.driver import dump_ggml
+    """The family's ggml dump of each ``(case, dump directory, reference dump)`` in one
+    process, as ``audioparity ggml <family>`` makes it (its ggml options)."""
+    from audioparity.driver import dump_ggml_cases
 
     spec = family.spec
-    if spec.ggml_reads_reference and reference_dir is None:
+    if spec.ggml_reads_reference and any(reference is None for _, _, reference in runs):
         raise AudioparityError(f"the ggml port of {spec.name} reads the reference dump of the "
                                "case: give --reference-dir")
-    dump_ggml(family, model, case, output_dir, weight_type=weight_type, backend=backend,
-              options={option.name: options[option.name] for option in spec.options_for("ggml")},
-              threads=threads, reference_dir=reference_dir if spec.ggml_reads_reference else None,
-              weights_file=weights_file)
+    dump_ggml_cases(family, model, [(case, output, reference if spec.ggml_reads_reference
+                                     else None) for case, output, reference in runs],
+                    weight_type=weight_type, backend=backend,
+                    options={option.name: options[option.name]
+                             for option in spec.options_for("ggml")},
+                    threads=threads, weights_file=weights_file)
 
 
 def _unavailable(cell: Cell, why: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from audioparity.cli.commands import (
     candidate_convert,
+    candidate_reuse,
     candidate_run,
     check_dump,
     compare,
@@ -362,18 +363,23 @@ def _candidate_command(sub) -> None:
     p.add_argument("--output-dir", required=True, type=Path)
     p.set_defaults(run=candidate_convert)
     p = candidate_sub.add_parser("run", help="one cell: run the candidate (the family's own "
-                                 "port in this process), its output as a dump")
+                                 "port in this process), its output as a dump; several cases "
+                                 "in one process where its adapter runs several")
     p.add_argument("--family", required=True, help="the family's name (parakeet_tdt)")
     p.add_argument("--adapter", required=True, help=ADAPTER_HELP)
     p.add_argument("--options", default="{}", help="the candidate's options, a JSON object "
                    "(the family port's: the family's options it overrides)")
     p.add_argument("--model", required=True, type=Path,
                    help="the candidate's converted model folder (or the model)")
-    p.add_argument("--audio", "--prompt", dest="case", required=True, type=Path)
-    p.add_argument("--reference-dir", type=Path, help="the reference dump of the case")
+    p.add_argument("--audio", "--prompt", dest="case", required=True, type=Path,
+                   action="append", help="a case's file; repeatable, each with its "
+                   "--output-dir (and --reference-dir), in the order they run")
+    p.add_argument("--reference-dir", type=Path, action="append",
+                   help="the reference dump of the case, after its --audio|--prompt")
     p.add_argument("--family-options", default="{}",
                    help="the family's options of the config, a JSON object")
-    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--output-dir", required=True, type=Path, action="append",
+                   help="the case's dump, after its --audio|--prompt")
     p.add_argument("--weight-type", required=True, type=_weight_type(WEIGHT_TYPES))
     _add_recipe(p)
     p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
@@ -382,6 +388,21 @@ def _candidate_command(sub) -> None:
                    f"converted once (`audioparity {WEIGHTS} <family>`), mapped instead of read "
                    "from --model")
     p.set_defaults(run=candidate_run)
+    p = candidate_sub.add_parser("reuse", help="run a cell's cases again in one process, each "
+                                 "after another case or twice, and compare each with its fresh "
+                                 "dump (docs/design.md, \"Fresh against reused\")")
+    p.add_argument("--fresh", action="append", required=True, metavar="CASE=DIR",
+                   help="a case and the cell's fresh dump of it, in the config's order; "
+                   "repeatable")
+    p.add_argument("--bounds", default="[]", help="the config's reuse_bounds that match the "
+                   "cell, a JSON list of {stage, max_abs, reason} (default: identical)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="the cell's labels but case (family, model, candidate, ...)")
+    p.add_argument("--output-dir", required=True, type=Path,
+                   help="a new folder: <case>.json per case, runs/ for those that differ")
+    p.add_argument("run_command", nargs=argparse.REMAINDER,
+                   help="-- audioparity candidate run ... (the cell, without a case)")
+    p.set_defaults(run=candidate_reuse)
 
 
 def _dump_file_commands(sub) -> None:

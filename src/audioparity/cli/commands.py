@@ -264,14 +264,52 @@ def candidate_convert(args: argparse.Namespace) -> None:
 
 
 def candidate_run(args: argparse.Namespace) -> None:
-    from audioparity.candidates.running import run_candidate
+    """One case, or several in one process (each ``--audio|--prompt`` with its
+    ``--output-dir`` and, where given, ``--reference-dir``, in order)."""
+    from audioparity.candidates.running import run_candidate, run_candidate_cases
 
-    run_candidate(args.adapter, args.family, _json_object(args.options, "--options"),
-                  args.model, args.case, args.output_dir, reference_dir=args.reference_dir,
-                  weight_type=_weight_type(args, args.weight_type), backend=args.backend,
-                  threads=args.threads,
-                  family_options=_json_object(args.family_options, "--family-options"),
-                  weights_file=args.weights_file)
+    references = args.reference_dir or []
+    if len(args.output_dir) != len(args.case) or len(references) not in (0, len(args.case)):
+        raise AudioparityError(f"candidate run: {len(args.case)} case(s), "
+                               f"{len(args.output_dir)} --output-dir and {len(references)} "
+                               "--reference-dir; give each case its own (references: all or "
+                               "none)")
+    cell = {"weight_type": _weight_type(args, args.weight_type), "backend": args.backend,
+            "threads": args.threads,
+            "family_options": _json_object(args.family_options, "--family-options"),
+            "weights_file": args.weights_file}
+    options = _json_object(args.options, "--options")
+    if len(args.case) == 1:
+        run_candidate(args.adapter, args.family, options, args.model, args.case[0],
+                      args.output_dir[0], reference_dir=references[0] if references else None,
+                      **cell)
+        return
+    run_candidate_cases(args.adapter, args.family, options, args.model,
+                        list(zip(args.case, args.output_dir,
+                                 references or [None] * len(args.case), strict=True)), **cell)
+
+
+def candidate_reuse(args: argparse.Namespace) -> None:
+    from audioparity.reuse import check_reuse
+
+    command = (args.run_command[1:] if args.run_command[:1] == ["--"]
+               else args.run_command)
+    if not command:
+        raise AudioparityError("candidate reuse: no `audioparity candidate run ...` given "
+                               "after --")
+    fresh = {}
+    for value in args.fresh:
+        name, sep, path = value.partition("=")
+        if not (name and sep and path):
+            raise AudioparityError(f"--fresh {value!r}: expected CASE=DIR")
+        fresh[name] = path
+    try:
+        bounds = json.loads(args.bounds)
+    except json.JSONDecodeError as err:
+        raise AudioparityError(f"--bounds: not JSON ({err})") from None
+    if not isinstance(bounds, list):
+        raise AudioparityError(f"--bounds {args.bounds!r}: expected a JSON list")
+    check_reuse(command, fresh, args.output_dir, _labels(args.label), bounds)
 
 
 def ports(args: argparse.Namespace) -> None:

@@ -29,6 +29,10 @@ reference under the same gate (``passes_against``, which the compare measures fo
 cell). A block's own form (isolated, replayed) is excused only by
 a spread that is the block's own: where the references agree on every stage before it. A fault
 on a stage where the references agree stays the port's.
+
+A case run again in one process compared with its fresh run (``against fresh``,
+:mod:`audioparity.reuse`) is a cell of its own, its culprits named the same way: the first
+stage that reads what a previous case left behind.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 from audioparity import families
 from audioparity.compare.gates import STALE
 from audioparity.families import reference_stage, stage_key
+from audioparity.vocabulary import FRESH
 
 #: Statuses that make a cell need attention (a declared ``xfail`` does not).
 FAILING = ("fail", "crashed", "missing")
@@ -264,21 +269,27 @@ def culprits(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, str]:
     return {cell: text for cell, text in found.items() if text}
 
 
+#: The ``against`` labels whose failures fail the check: the reference, and a case run again
+#: in one process against its fresh run (a port that keeps state between cases is wrong).
+CHECKED = ("reference", FRESH)
+
+
 def check(rows: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
     """What ``audioparity report check`` says of a summary: ``(exit code, lines)``; 1 and one
-    line per cell with a culprit when a comparison with the reference has a stage ``fail``,
-    ``crashed`` or ``missing`` (a declared expected failure is ``xfail``, and passes this);
-    comparisons between backends are diagnoses and are listed without failing the check."""
+    line per cell with a culprit when a comparison with the reference, or of a case run again
+    with its fresh run (``against fresh``), has a stage ``fail``, ``crashed`` or ``missing``
+    (a declared expected failure is ``xfail``, and passes this); comparisons between backends
+    are diagnoses and are listed without failing the check."""
     rows = list(rows)
     found = culprits(rows)
-    failing = {cell: text for cell, text in found.items() if cell[-1] == "reference"}
-    lines = [f"{'/'.join(cell[:-1])}: {one}" for cell, text in failing.items()
-             for one in text.split(SEPARATOR)]
+    failing = {cell: text for cell, text in found.items() if cell[-1] in CHECKED}
+    lines = [f"{'/'.join(cell[:-1])}{'' if cell[-1] == 'reference' else ' against ' + cell[-1]}"
+             f": {one}" for cell, text in failing.items() for one in text.split(SEPARATOR)]
     lines += [f"{'/'.join(cell[:-1])} against {cell[-1]} (not failing the check): {one}"
-              for cell, text in found.items() if cell[-1] != "reference"
+              for cell, text in found.items() if cell[-1] not in CHECKED
               for one in text.split(SEPARATOR)]
     total = len({tuple(row[key] for key in CELL) for row in rows
-                 if row["against"] == "reference"})
+                 if row["against"] in CHECKED})
     verdict = (f"{len(failing)} of {total} cells need attention" if failing else
                f"all {total} cells pass, or fail as declared, or are unavailable")
     return (1 if failing else 0), [*lines, f"audioparity check: {verdict}"]

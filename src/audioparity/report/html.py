@@ -5,8 +5,9 @@ grouped under their cause; the status matrix (rows family/model/case/stage, colu
 backend x weight type, the key metric in each cell, the reason as its tooltip); the weight
 types of each sweep (cost against bits per weight, the Pareto front, a table); each backend
 against the CPU backend, stage by stage, with the first bad op of each cell that fails there
-(its drill-down); per-layer error curves (where drift starts, and whether it is accumulated or
-local); key stages by weight type; the full table. CSS and the filters' script are inline and
+(its drill-down); each case run again in one process against its fresh run; per-layer error
+curves (where drift starts, and whether it is accumulated or local); key stages by weight type;
+the full table. CSS and the filters' script are inline and
 plots are PNGs embedded as base64, so the file can be mailed or archived as it is.
 
 The filters: checkboxes per candidate, backend and weight type hide the matrix columns and the
@@ -40,7 +41,14 @@ from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
 from audioparity.report.summary import ordered, read_summary, row_key
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
-from audioparity.vocabulary import BACKENDS, NOT_COMPARED, OUR_PORT, STATUSES, WEIGHT_TYPES
+from audioparity.vocabulary import (
+    BACKENDS,
+    FRESH,
+    NOT_COMPARED,
+    OUR_PORT,
+    STATUSES,
+    WEIGHT_TYPES,
+)
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
 STATUS_COLOURS = {
@@ -129,7 +137,8 @@ def _status_css() -> str:
 
 
 def key_metric(row: pd.Series) -> str:
-    """What a matrix cell shows: NMSE for a tensor, token match for a document, else the status."""
+    """What a matrix cell shows: NMSE for a tensor, token match for a document, max_abs for a
+    case run again against its fresh run (:mod:`audioparity.reuse`), else the status."""
     if row["status"] in NOT_COMPARED:
         return {"unavailable": "n/a", "crashed": "crashed", "missing": "missing"}[row["status"]]
     if row["nmse"] != "":
@@ -137,6 +146,8 @@ def key_metric(row: pd.Series) -> str:
         return "NaN" if value is None or math.isnan(value) else f"{value:.1e}"
     if row["token_match"] != "":
         return f"{100 * float(row['token_match']):.4g}%"
+    if row["against"] == FRESH and row["max_abs"] != "":  # a case run again: its difference
+        return f"{float(row['max_abs']):.1e}"
     return row["status"]
 
 
@@ -186,9 +197,10 @@ def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame) -> str:
-    """Counts by status of the comparisons with the reference, and a line on those between
-    backends."""
+def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
+              against_fresh: pd.DataFrame) -> str:
+    """Counts by status of the comparisons with the reference, a line on those between
+    backends, and one on the cases run again against their fresh runs."""
     counts = frame["status"].value_counts()
     badges = "".join(
         f'<div class="badge {_status_class(s)}{"" if counts.get(s, 0) else " zero"}">'
@@ -207,6 +219,11 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame) -> str:
         failing = int((against_backend["status"] == "fail").sum())
         verdict += (f" Against the CPU backend, {failing} of {len(against_backend)} stages of "
                     "other backends fail (\u201cBackends against the CPU\u201d).")
+    if len(against_fresh):
+        failing = int(against_fresh["status"].isin(ATTENTION).sum())
+        verdict += (f" Run again in one process, {failing} of {len(against_fresh)} stages "
+                    "differ from their fresh runs (\u201cFresh against reused\u201d)"
+                    + (", which fails the check." if failing else "."))
     return f'<p class="verdict">{_esc(verdict)}</p><div class="badges">{badges}</div>'
 
 
@@ -432,6 +449,31 @@ def _backends(frame: pd.DataFrame) -> str:
                      "that did not compute in float32. Its folder holds drilldown.json and a "
                      "repro/ to rerun that graph alone.</p>")
         parts.append(_row_table(pd.DataFrame(rows), _DRILLED, "full"))
+    return "".join(parts)
+
+
+#: Columns of the table of the cases run again that differ from their fresh runs.
+_REUSED = ("model", "case", "candidate", "backend", "weight_type", "stage", "status", "max_abs",
+           "non_finite", "argmax", "gate", "reason", "culprit")
+
+
+def _fresh(frame: pd.DataFrame) -> str:
+    """Each case run again in one process (after another case, or twice) against the same
+    candidate's fresh run of it: the matrix, then every stage that differs."""
+    if frame.empty:
+        return ('<p class="note">No case run again in this summary (config <code>reuse</code>; '
+                "only a candidate that runs several cases in one process: docs/design.md, "
+                "\u201cFresh against reused\u201d).</p>")
+    parts = [_matrix(frame, "Each case run again in one process, after another case or a "
+                     "second time, against the same candidate's fresh run of it (its own "
+                     "process), stage by stage: identical, or within the config's "
+                     "reuse_bounds. A stage that differs reads what an earlier case left "
+                     "behind (a KV cache, a recurrent state, a buffer not reset), and fails the "
+                     "check. Each cell shows the largest difference (max_abs).")]
+    differing = frame[frame["status"].isin(ATTENTION)]
+    if len(differing):
+        parts.append(f"<h3>Stages that differ from their fresh runs ({len(differing)})</h3>")
+        parts.append(_row_table(differing, _REUSED, "full"))
     return "".join(parts)
 
 
@@ -699,9 +741,11 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
     """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
     between_references = frame[frame["backend"] == REFERENCE_BACKEND]
-    against_backend = frame[(frame["against"] != REFERENCE)
+    against_fresh = frame[frame["against"] == FRESH]
+    against_backend = frame[~frame["against"].isin([REFERENCE, FRESH])
                             & (frame["backend"] != REFERENCE_BACKEND)]
     frame = frame[frame["against"] == REFERENCE]
+    every = pd.concat([frame, against_backend, against_fresh, between_references])
     colours = weight_type_colours(list(frame["weight_type"].unique()))
     # models and cases are named per family (two families may both have a "tiny")
     counts = {c: len(frame[["family", c]].drop_duplicates()) if c in ("model", "case")
@@ -715,13 +759,12 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         ("References", _references(between_references)),
         ("Weight types", _weight_types(frame)),
         ("Backends against the CPU", _backends(against_backend)),
+        ("Fresh against reused", _fresh(against_fresh)),
         ("Per-layer error", layer_curves(frame, colours)),
         ("Key stages by weight type", by_weight_type(frame)),
-        (f"All rows ({len(frame) + len(against_backend) + len(between_references)})",
+        (f"All rows ({len(every)})",
          '<p class="note">Every column of summary.csv but fallback_tensors (each weight '
-         "type's in the “Weight types” tables).</p>"
-         + _row_table(pd.concat([frame, against_backend, between_references]), _ALL_ROWS,
-                      "full")),
+         "type's in the “Weight types” tables).</p>" + _row_table(every, _ALL_ROWS, "full")),
     ]
     body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
                    for title, content in sections)
@@ -731,7 +774,8 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         f"<style>{CSS}{_status_css()}</style></head><body>"
         "<h1>audioparity: ggml port vs reference</h1>"
         f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
-        f"{_headline(frame, against_backend)}{_filters(pd.concat([frame, against_backend]))}"
+        f"{_headline(frame, against_backend, against_fresh)}"
+        f"{_filters(pd.concat([frame, against_backend, against_fresh]))}"
         f"{body}<script>{SCRIPT}</script></body></html>\n"
     )
 

@@ -27,7 +27,7 @@ from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS, REFERENCE
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
 from audioparity.report.culprit import CELL, culprits
-from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
 
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
 
@@ -52,7 +52,7 @@ def row_key(row: Mapping[str, Any]) -> tuple:
         _ranked(row["candidate"], (OUR_PORT,)),
         _ranked(row["backend"], BACKENDS),
         _ranked(row["weight_type"], WEIGHT_TYPES),
-        _ranked(row["against"], (REFERENCE, *BACKENDS)),
+        _ranked(row["against"], (REFERENCE, *BACKENDS, FRESH)),
         stage_key(row["family"], row["stage"]),
     )
 
@@ -95,7 +95,9 @@ def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> None:
     """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`),
-    each row with its cell's ``culprit`` (:func:`audioparity.report.culprit.culprit`).
+    each row with its cell's ``culprit`` (:func:`audioparity.report.culprit.culprit`). A folder
+    among ``cells`` stands for every ``.json`` file in it (rule compare_fresh writes one per
+    case).
 
     Labels beyond :data:`~audioparity.compare.cell.LABEL_COLUMNS` in a cell are not carried
     over.
@@ -106,7 +108,9 @@ def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike)
     """
     seen: dict[tuple, Path] = {}
     rows = []
-    for cell in map(Path, cells):
+    files = [file for path in map(Path, cells)
+             for file in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
+    for cell in files:
         for row in read_cell(cell):
             key = tuple(row[c] for c in KEY_COLUMNS)
             if key in seen:

@@ -34,13 +34,15 @@ from audioparity.workflow.imports import Entry, Sources
 CLI = ("audioparity.cli", "audioparity.cli.arguments", "audioparity.cli.commands")
 DRIVER = "audioparity.driver"
 #: The driver's functions each dump side runs.
-DRIVER_ENTRIES = {"reference": ("dump_reference",), "ggml": ("dump_ggml",),
+DRIVER_ENTRIES = {"reference": ("dump_reference",), "ggml": ("dump_ggml", "dump_ggml_cases"),
                   WEIGHTS: ("save_weights",), REPLAY: ("dump_replay",)}
 #: Modules whose functions import what only some jobs run: the driver (each side its
 #: function), the registries of families and adapters (each job its own).
 SHALLOW = frozenset({DRIVER, "audioparity.families", "audioparity.candidates.registry"})
 #: The modules that run a candidate, and the crash guard around a dump.
 RUNNER, GUARD = "audioparity.candidates.running", "audioparity.guard"
+#: The check of a case run again against its fresh run (rule compare_fresh).
+REUSE = "audioparity.reuse"
 
 
 def shallow(name: str) -> bool:
@@ -109,6 +111,13 @@ class Code:
         modules, outside = self.adapter_source(adapter, given)
         entries = self.side_entries(family, "ggml") if adapter.family_port else []
         return self.files([GUARD, RUNNER, *modules], entries, outside)
+
+    def reuse(self, family: Family, adapter: Any, given: str) -> list[str]:
+        """The files of a candidate's cases run again in one process and compared with their
+        fresh runs (rule compare_fresh): its dump's (:meth:`candidate_run`) and the check's."""
+        modules, outside = self.adapter_source(adapter, given)
+        entries = self.side_entries(family, "ggml") if adapter.family_port else []
+        return self.files([REUSE, GUARD, RUNNER, *modules], entries, outside)
 
     def candidate_convert(self, adapter: Any, given: str) -> list[str]:
         """The files of a candidate's conversion (rule candidate_model)."""

@@ -188,20 +188,52 @@ class Commands:
         """``audioparity candidate run`` for one cell, with its backend setting's environment
         variables."""
         plan, setting = self.jobs.plan(w), self.jobs.plan(w).backends[w.backend]
-        options, family_options = self._options_json(w)
         reference = (["--reference-dir", self.jobs.reference_case(w)]
                      if self.jobs.reads_reference(w) else [])
+        return with_env(self._run_argv(w, threads, [plan.spec.input_flag,
+                                                    self.jobs.case_path(w), *reference],
+                                       ["--output-dir", output[0]]),
+                        setting.env)
+
+    def _run_argv(self, w: Any, threads: int, case: list[str] | tuple = (),
+                  output: list[str] | tuple = ()) -> list[str]:
+        """``audioparity candidate run`` for the cell's candidate, model, weight type and
+        backend, with the arguments ``case`` (its file, its reference) and ``output`` (its
+        dump) where given."""
+        setting = self.jobs.plan(w).backends[w.backend]
+        options, family_options = self._options_json(w)
         weights = self.jobs.weights_file(w)
         model = self.jobs.converted_model(w) or self.jobs.model_path(w)
-        return with_env(["audioparity", "candidate", "run", "--family", w.family, "--adapter",
-                         self.adapter(w), "--options", options, "--family-options",
-                         family_options, "--model", model, plan.spec.input_flag,
-                         self.jobs.case_path(w), *reference,
-                         *(["--weights-file", weights] if weights else []),
-                         "--output-dir", output[0], "--weight-type", w.weight_type,
-                         *self.recipe_flag(w), "--backend", setting.backend, "--threads",
-                         str(threads)],
+        return ["audioparity", "candidate", "run", "--family", w.family, "--adapter",
+                self.adapter(w), "--options", options, "--family-options", family_options,
+                "--model", model, *case, *(["--weights-file", weights] if weights else []),
+                *output, "--weight-type", w.weight_type, *self.recipe_flag(w), "--backend",
+                setting.backend, "--threads", str(threads)]
+
+    def fresh_command(self, w: Any, output: Any, threads: int) -> str:
+        """``audioparity candidate reuse`` of the candidate's cell on every case of {model}
+        (each fresh dump, in the config's order), with the config's ``reuse_bounds`` that
+        match it and its backend setting's environment variables."""
+        plan, setting = self.jobs.plan(w), self.jobs.plan(w).backends[w.backend]
+        labels = [arg for key in ("family", "model", "candidate", "backend", "weight_type")
+                  for arg in ("--label", f"{key}={getattr(w, key)}")]
+        fresh = [arg for case in plan.cases
+                 for arg in ("--fresh", f"{case}={paths.fill(paths.GGML, w, case=case)}")]
+        return with_env(["audioparity", "candidate", "reuse", *fresh,
+                         "--bounds", self.fresh_bounds(w), *labels, "--output-dir", output[0],
+                         "--", *self._run_argv(w, threads)],
                         setting.env)
+
+    def fresh_bounds(self, w: Any) -> str:
+        """The section's ``reuse_bounds`` that match the cell (model, candidate, backend,
+        weight type), as the JSON list ``audioparity candidate reuse --bounds`` takes:
+        ``{stage, max_abs, reason}`` each, in the config's order."""
+        cell = {"model": w.model, "candidate": w.candidate, "backend": w.backend,
+                "weight_type": w.weight_type}
+        return as_json([{key: entry[key] for key in ("stage", "max_abs", "reason")}
+                        for entry in self.jobs.plan(w).section["reuse_bounds"]
+                        if all(fnmatchcase(value, entry.get(key, "*"))
+                               for key, value in cell.items())])
 
     def drilldown_command(self, w: Any, output: Any, threads: int) -> str:
         """``audioparity drilldown <family> ...`` for the cell, with the backend's settings."""

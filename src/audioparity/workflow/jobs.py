@@ -268,8 +268,12 @@ class Jobs:
         """Inputs of a candidate's dump, but the reference: the model (or its conversion),
         the case, the code, the port's files, the converted weights it maps, the recipe of a
         recipe weight type (a third-party port's cell of one is unavailable, saying so)."""
+        return {**self._cell_inputs(w), "case": self.case_path(w), "code": self.run_code(w)}
+
+    def _cell_inputs(self, w: Any) -> dict[str, Any]:
+        """What a candidate's dumps of the cell read but the case and the code: the model (or
+        its conversion), the port's files, the converted weights it maps, the recipe."""
         inputs = {"model": self.converted_model(w) or self.model_input(w),
-                  "case": self.case_path(w), "code": self.run_code(w),
                   "port": self.port_files(w)}
         weights = self.weights_file(w)
         if weights:
@@ -305,6 +309,16 @@ class Jobs:
         """Inputs of a comparison of the cell with the same candidate on the baseline."""
         return {"baseline": self.baseline_dump(w), "candidate": self.candidate_dump(w),
                 "code": self.compare_code(w)}
+
+    def fresh_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of a candidate's cases run again in one process (rule compare_fresh): what
+        its dumps read but the case (:meth:`ggml_inputs`), its code, every case's file and
+        fresh dump (the cell's own dump of it, which brought its reference)."""
+        plan, entry = self.plan(w), self.candidate(w)
+        code = self.code.stamp(f"{w.family}/{w.candidate}/reuse", lambda: self.code.reuse(
+            plan.family, entry.adapter, entry.adapter_name))
+        return {**self._cell_inputs(w), "code": code, "cases": list(plan.cases.values()),
+                "fresh": [paths.fill(paths.GGML, w, case=case) for case in plan.cases]}
 
     def drilldown_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of a drill-down, but the reference: the cell's comparison with the baseline

@@ -49,6 +49,10 @@ COMPARE = f"{RESULTS}/compare/{CELL}.json"
 COMPARE_REFERENCE = f"{RESULTS}/compare_references/{{family}}/{{model}}/{{reference}}/{{case}}.json"
 #: One cell compared with the baseline backend (rule compare_backend).
 COMPARE_BACKEND = f"{RESULTS}/compare_backends/{CELL}.json"
+#: A candidate's cases run again in one process, each against its fresh dump (rule
+#: compare_fresh): a folder of ``<case>.json``, one per case, and ``runs/`` (those that differ).
+COMPARE_FRESH = (f"{RESULTS}/compare_fresh/{{family}}/{{model}}/{{candidate}}/{{backend}}/"
+                 "{weight_type}")
 #: The drill-down of a cell against the baseline backend: its rows, and its folder.
 DRILLDOWN = f"{RESULTS}/drilldown/{CELL}.json"
 DRILLDOWN_FOLDER = f"{RESULTS}/drilldown/{CELL}"

@@ -22,7 +22,7 @@ from audioparity.errors import AudioparityError
 from audioparity.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.precision import check_targets
 from audioparity.storage import EMULATED_TYPES, read_recipe
-from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, FRESH, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
@@ -178,6 +178,12 @@ class FamilyPlan:
         return entry.get("file") or paths.PRECISION.format(
             family=self.spec.name, model=model, weight_type=weight_type)
 
+    def reuses(self, candidate: str) -> bool:
+        """Whether the candidate's cases are also run again in one process and compared with
+        their fresh runs (rule compare_fresh): the section's ``reuse`` is on and its adapter
+        runs several cases in one process."""
+        return self.section["reuse"] and self.candidates[candidate].adapter.several_cases
+
     def weights(self, candidate: str) -> bool:
         """Whether the candidate maps the model's weights converted once (rule ggml_weights):
         the family's own port, where the family converts them."""
@@ -265,9 +271,10 @@ def _references(plan: FamilyPlan, config: Mapping[str, Any]) -> dict[str, Refere
         if entry["name"] in references or entry["name"] in plan.candidates:
             raise AudioparityError(f"{where}: the name is taken by another reference or a "
                                    "candidate")
-        if entry["name"] in ("reference", *BACKENDS):
+        if entry["name"] in ("reference", FRESH, *BACKENDS):
             raise AudioparityError(f"{where}: the name is an `against` label of the summary "
-                                   f"(reference, {', '.join(BACKENDS)}); choose another")
+                                   f"(reference, {FRESH}, {', '.join(BACKENDS)}); choose "
+                                   "another")
         environment, options = entry.get("environment"), entry.get("options") or {}
         models = entry.get("models") or list(plan.models)
         if not references and (environment or entry.get("differences") or options
@@ -447,9 +454,10 @@ class Sweep:
 
     def cells(self) -> Iterator[Cell]:
         """Every cell of the sweep, from the config alone: family x candidate x model x
-        backend x weight type x case, against the reference, and for a backend other than
-        the baseline (where the family sweeps it) against the baseline; then each reference
-        besides the primary against the primary, model x case."""
+        backend x weight type x case, against the reference, for a backend other than the
+        baseline (where the family sweeps it) against the baseline, and for a candidate that
+        :meth:`~FamilyPlan.reuses` against its fresh run; then each reference besides the
+        primary against the primary, model x case."""
         for name, plan in self.families.items():
             for reference in plan.others:
                 for model in reference.models:
@@ -466,16 +474,21 @@ class Sweep:
                                 yield cell
                                 if backend != BASELINE_BACKEND and baseline:
                                     yield cell._replace(against=BASELINE_BACKEND)
+                                if plan.reuses(candidate):
+                                    yield cell._replace(against=FRESH)
 
     def result(self, cell: Cell) -> str:
         """The file that holds a cell's result: its compare with the reference; against the
-        baseline, the drill-down's rows for the family's own port, else the plain compare; a
+        baseline, the drill-down's rows for the family's own port, else the plain compare;
+        against its fresh run, the folder of its model's cases (rule compare_fresh); a
         reference's, its compare with the primary."""
         if cell.backend == REFERENCE_BACKEND:
             return paths.COMPARE_REFERENCE.format(family=cell.family, model=cell.model,
                                                   reference=cell.candidate, case=cell.case)
         if cell.against == "reference":
             return paths.fill(paths.COMPARE, cell._asdict())
+        if cell.against == FRESH:  # one folder holds every case of the candidate's cell
+            return paths.fill(paths.COMPARE_FRESH, cell._asdict())
         if self.families[cell.family].candidates[cell.candidate].adapter.family_port:
             return paths.fill(paths.DRILLDOWN, cell._asdict())
         return paths.fill(paths.COMPARE_BACKEND, cell._asdict())
