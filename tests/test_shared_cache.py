@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.candidates import ports
-from audioparity.shared_cache import lock_path
+from audioparity.shared_cache import cached_tree, fixture_entry, lock_path
 from tests import REPO
 from tests.candidates.test_adapters import TOY, snapshot
 
@@ -178,3 +178,44 @@ def test_a_wheel_build_killed_midway_leaves_no_wheel(tmp_path, wheel_setup):
     assert done.returncode == 0, done.stderr
     assert (standin / "builds").read_text() == "built\nbuilt\n"
     assert len(list((tmp_path / "wheels").glob("ggml-python-*/*.whl"))) == 1
+
+
+def test_a_fixture_is_built_once_stored_and_then_copied(tmp_path):
+    built = []
+
+    def build(output: Path) -> None:
+        built.append(output)
+        output.mkdir()
+        (output / "model.nemo").write_bytes(b"weights")
+
+    entry = tmp_path / "cache" / "parakeet_tdt-0123"
+    assert cached_tree(entry, tmp_path / "a", build) is False
+    assert cached_tree(entry, tmp_path / "b", build) is True
+    assert built == [tmp_path / "a"]
+    assert (tmp_path / "b" / "model.nemo").read_bytes() == b"weights"
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["model.nemo"]  # no marker
+
+
+def test_a_fixture_build_that_fails_stores_nothing(tmp_path):
+    def build(output: Path) -> None:
+        output.mkdir()
+        (output / "half").write_bytes(b"")
+        raise RuntimeError("killed")
+
+    entry = tmp_path / "cache" / "parakeet_tdt-0123"
+    with pytest.raises(RuntimeError):
+        cached_tree(entry, tmp_path / "a", build)
+    assert not entry.exists()
+
+
+def test_a_fixture_entry_changes_with_its_code_seed_and_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUDIOPARITY_FIXTURES", str(tmp_path / "cache"))
+    code = tmp_path / "fixture.sha256"
+    code.write_text("aaaa\n1111  src/audioparity/models/parakeet_tdt/fixture.py\n")
+    entry = fixture_entry("parakeet_tdt", 0, {"vocab_size": 64}, code)
+    assert entry.parent == tmp_path / "cache" and entry.name.startswith("parakeet_tdt-")
+    assert fixture_entry("parakeet_tdt", 0, {"vocab_size": 64}, code) == entry
+    assert fixture_entry("parakeet_tdt", 1, {"vocab_size": 64}, code) != entry
+    assert fixture_entry("parakeet_tdt", 0, {"vocab_size": 128}, code) != entry
+    code.write_text("bbbb\n")
+    assert fixture_entry("parakeet_tdt", 0, {"vocab_size": 64}, code) != entry

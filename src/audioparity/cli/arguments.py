@@ -142,6 +142,10 @@ def _fixture_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--output", required=True, type=Path,
                    help=f"fixture directory to write{where}")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
+    p.add_argument("--code", type=Path, help="the digest of the code that builds it (the "
+                   "workflow's results/code/<family>/fixture.sha256): reuse the fixture that "
+                   "code built before, from the shared cache (AUDIOPARITY_FIXTURES, default "
+                   "~/.cache/audioparity/fixtures)")
     _add_options(p, spec, "fixture")
     p.set_defaults(spec=spec, run=fixture)
 

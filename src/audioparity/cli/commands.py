@@ -148,7 +148,22 @@ def precision(args: argparse.Namespace) -> None:
 
 
 def fixture(args: argparse.Namespace) -> None:
-    _family(args).fixture(args.output, seed=args.seed, **_options(args, "fixture"))
+    """Build the fixture; with ``--code`` (the digest of the code that builds it), copy it from
+    the shared cache when that code, seed, options and libraries built it before
+    (:func:`~audioparity.shared_cache.fixture_entry`), else build it and store it there."""
+    from audioparity.shared_cache import cached_tree, fixture_entry
+
+    family, options = _family(args), _options(args, "fixture")
+
+    def build(output: Path) -> None:
+        family.fixture(output, seed=args.seed, **options)
+
+    if args.code is None:
+        build(args.output)
+        return
+    entry = fixture_entry(args.spec.name, args.seed, options, args.code)
+    if cached_tree(entry, args.output, build):
+        log.info("fixture %s: copied from the shared cache (%s)", args.output, entry)
 
 
 def reference(args: argparse.Namespace) -> None:
