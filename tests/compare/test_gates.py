@@ -12,7 +12,7 @@ import yaml
 
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
-from audioparity.compare.gates import THRESHOLDS
+from audioparity.compare.gates import LENGTH_SCALED, THRESHOLDS, for_length, gate_for
 from audioparity.errors import AudioparityError
 from audioparity.families import stage_key
 from tests import REPO
@@ -663,3 +663,81 @@ def test_the_config_schema_takes_every_threshold_and_nothing_else():
     before any run; one the schema takes but gates.py lacks would fail every compare job."""
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     assert set(schema["definitions"]["gate"]["properties"]) == {"stage", *THRESHOLDS}
+    scaling = schema["definitions"]["family"]["properties"]["length_scaling"]
+    assert set(scaling["properties"]["entries"]["additionalProperties"]["properties"]) == {
+        "measured_at", *LENGTH_SCALED}
+
+
+#: A rule scaling the f32 bounds of two entries of SECTION by the case's mel frames.
+LENGTH_RULE = {"frames_of": "mel_features",
+               "entries": {"layer_*": {"measured_at": 2, "nmse_max": 2},
+                           "mel_features": {"measured_at": 2, "nmse_max": 1}}}
+
+
+def test_length_scaling_multiplies_the_named_default_bounds_by_the_length_ratio():
+    section = {**SECTION, "gates": {**SECTION["gates"], "default": [
+        *SECTION["gates"]["default"], {"stage": "enc_out", "nmse_max": 1e-9}]}}
+    section["gates"]["default"][0] = {"stage": "mel_features", "nmse_max": 1e-10}
+    gates = json.loads(json.dumps(resolve_gates({**section, "length_scaling": LENGTH_RULE},
+                                                **{**CELL, "weight_type": "f16"})))
+    scaled = for_length(gates, 8)  # 4x the measured length
+    by_origin = {(e["from"], e["stage"]): e for e in scaled["gates"]}
+    assert by_origin["default", "layer_*"]["nmse_max"] == pytest.approx(1e-8 * 16)
+    assert by_origin["default", "mel_features"]["nmse_max"] == pytest.approx(1e-10 * 4)
+    assert by_origin["default", "layer_*"]["cosine_min"] == 0.99999  # not named: as written
+    assert by_origin["default", "enc_out"]["nmse_max"] == 1e-9  # not in the rule
+    assert "nmse_max" not in by_origin["f16", "layer_*"]  # a weight type's own list: as written
+    assert gate_for("layer_3", scaled)["from"] == "f16"
+    assert by_origin["default", "layer_*_isolated"]["nmse_max"] == 1e-10  # not named
+    verdict = status("mel_features", scaled, metrics={"nmse": 3e-10})
+    assert verdict.status == "pass" and verdict.gate.endswith("(scaled to 8 frames)")
+    assert status("mel_features", gates, metrics={"nmse": 3e-10}).status == "fail"
+    # at or below the measured length, and without a length, the bounds are as written
+    assert for_length(gates, 2)["gates"] == gates["gates"]
+    assert for_length(gates, None)["gates"] == gates["gates"]
+
+
+def test_a_scaled_bound_is_rounded_up_never_down():
+    gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": {
+        **LENGTH_RULE, "entries": {"layer_*": {"measured_at": 3, "nmse_max": 2}}}}, **CELL)))
+    scaled = gate_for("layer_0", for_length(gates, 7))["nmse_max"]
+    assert scaled >= 1e-8 * (7 / 3) ** 2 and scaled == pytest.approx(5.5e-8)
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ({**LENGTH_RULE, "entries": {"enc_*": {"measured_at": 2, "nmse_max": 1}}},
+     "names no entry of the default"),
+    ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "cosine_min": 1}}},
+     "expected measured_at and exponents of"),
+    ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "nmse_max": -1}}},
+     "an exponent from 0 to 4"),
+    ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 0, "nmse_max": 1}}},
+     "measured_at must be a length"),
+    ({**LENGTH_RULE, "entries": {"layer_*": {"nmse_max": 1, "max_abs_max": 1}}},
+     "measured_at must be a length"),
+    ({"frames_of": "mel_features"}, "expected frames_of and entries"),
+])
+def test_a_malformed_length_rule_is_named(rule, message):
+    with pytest.raises(AudioparityError, match=message):
+        resolve_gates({**SECTION, "length_scaling": rule}, **CELL)
+
+
+def test_compare_cell_reads_the_length_from_the_reference(tmp_path: Path):
+    """The reference's mel_features has 8 frames, 4x the rule's 2: layer_0 off by an NMSE
+    between its bound and 16x it passes, and its gate says it was scaled."""
+    layer, _ = REFERENCE["layer_0"]
+    noise = RNG.normal(size=layer.shape).astype(np.float32)
+    noise *= np.sqrt(4e-8 * np.sum(layer.astype(np.float64) ** 2) / np.sum(noise ** 2.0))
+    reference = write_dump(tmp_path / "ref", tmp_path, {
+        "mel_features": REFERENCE["mel_features"], "layer_0": REFERENCE["layer_0"]}, {})
+    candidate = write_dump(tmp_path / "cand", tmp_path, {
+        "mel_features": REFERENCE["mel_features"], "layer_0": (layer + noise, "[T, D]")}, {})
+    rows = {}
+    for name, section in (("plain", SECTION), ("scaled", {**SECTION,
+                                                          "length_scaling": LENGTH_RULE})):
+        output = tmp_path / f"{name}.json"
+        compare_cell(reference, candidate, resolve_gates(section, **CELL), LABELS, output)
+        rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}["layer_0"]
+    assert 1e-8 < rows["plain"]["nmse"] < 16e-8
+    assert rows["plain"]["status"] == "fail" and rows["scaled"]["status"] == "pass"
+    assert rows["scaled"]["gate"].endswith("nmse<=1.6e-07 (scaled to 8 frames)")

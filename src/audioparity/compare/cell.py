@@ -37,7 +37,13 @@ import numpy as np
 from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics, known_text_metrics
-from audioparity.compare.gates import Verdict, check_resolved, status
+from audioparity.compare.gates import (
+    LENGTH_SCALING,
+    Verdict,
+    check_resolved,
+    for_length,
+    status,
+)
 from audioparity.errors import AudioparityError
 from audioparity.families import (
     form_of,
@@ -578,6 +584,14 @@ def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
     return f"stored weight {name}: {where}{more}"
 
 
+def case_length(reference: Dump, gates: Mapping[str, Any]) -> int | None:
+    """The case's length in frames as the gates' ``length_scaling`` rule reads it: the first
+    axis of its ``frames_of`` stage in ``reference``; None without a rule or that stage."""
+    rule = gates.get(LENGTH_SCALING)
+    entry = reference.manifest["tensors"].get(rule["frames_of"]) if rule else None
+    return int(entry["shape"][0]) if entry and entry["shape"] else None
+
+
 def _json_value(value: Any) -> Any:
     """Row values as strict JSON: numpy scalars unwrapped, non-finite floats as text."""
     if isinstance(value, np.generic):
@@ -719,6 +733,7 @@ def compare_cell(
     check_resolved(gates)
     cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
                      others)
+    gates = for_length(gates, case_length(cell.reference, gates))
     rows = [*_stored_weights_row(cell, labels), *(_row(cell, row, gates, labels)
                                                   for row in cell.plan)]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
