@@ -1,6 +1,8 @@
 """config/examples/variants.yaml as CI runs it: every Parakeet variant NeMo ships (xscaling,
-biases, 1024 pieces, local attention, RNNT, CTC, TDT+CTC), built by NeMo, on the clip and
-jfk.wav at f32 and q8_0, each q8_0 cell against its q8_0 reference."""
+biases, 1024 pieces, local attention, RNNT, CTC, TDT+CTC), built by NeMo, on the clip at f32
+and q8_0, each q8_0 cell against its q8_0 reference. The example also runs jfk.wav, which CI
+leaves to a run on demand (`make run SNAKEMAKE_ARGS="--configfile
+config/examples/variants.yaml"`): its 138 encoder frames take the same ops as the clip's 39."""
 
 from __future__ import annotations
 
@@ -16,23 +18,18 @@ from tests.workflow import workdir as wd
 
 pytestmark = pytest.mark.slow
 
-JFK = REPO.parent / "shared" / "data" / "jfk.wav"
-
 
 def test_every_variant_passes_at_f32_and_nothing_fails_undeclared(tmp_path):
-    assert JFK.is_file(), f"{JFK}: the real-speech case of the variants sweep is not there"
     sweep = yaml.safe_load((REPO / "config/examples/variants.yaml").read_text())
-    sweep["parakeet_tdt"]["cases"] = [
-        {"name": "clip", "path": str(REPO / "resources/speech/clip.wav")},
-        {"name": "jfk", "path": str(JFK)},
-    ]
+    sweep["parakeet_tdt"]["cases"] = [{"name": "clip",
+                                       "path": str(REPO / "resources/speech/clip.wav")}]
     workdir = wd.make_workdir(tmp_path / "run", sweep)
     wd.run_to_completion(workdir)
     summary = workdir / "results/report/summary.csv"
     rows = pd.read_csv(summary, dtype=str, keep_default_na=False)
 
     models = {"v3", "xscaling", "bias", "vocab1024", "local8", "rnnt", "ctc", "tdt_ctc"}
-    assert set(rows["model"]) == models and set(rows["case"]) == {"clip", "jfk"}
+    assert set(rows["model"]) == models and set(rows["case"]) == {"clip"}
     assert set(rows["status"]) <= {"pass", "xfail"}, rows[rows["status"] != "pass"][
         ["model", "case", "weight_type", "stage", "status", "reason"]]
     f32 = rows[rows["weight_type"] == "f32"]
@@ -44,7 +41,8 @@ def test_every_variant_passes_at_f32_and_nothing_fails_undeclared(tmp_path):
     assert "ctc_logits" not in stages["rnnt"]
     # at q8_0, the decoders fed the reference's own inputs are exact against the q8_0 reference
     # and far from the f32 one somewhere (their cost)
-    replays = rows[(rows["weight_type"] == "q8_0") & rows["stage"].str.endswith("decoder_replay")]
+    replays = rows[(rows["weight_type"] == "q8_0") & (rows["against"] == "reference")
+                   & rows["stage"].str.endswith("decoder_replay")]
     assert set(replays["status"]) == {"pass"} and set(replays["token_match"]) == {"1.0"}
     assert min(float(v) for v in replays["cost_token_match"]) < 0.9
     check = subprocess.run([sys.executable, "-m", "audioparity.cli", "report", "check",
