@@ -140,11 +140,17 @@ class EncoderConfig:
           :data:`~audioparity.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local window
           ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T', 2w+1]``;
         - ``ConformerEncoder._create_masks``: about 4 ``[T', T']`` bools (full context only);
-        - ``ConvSubsampling``: the first conv's output and its ReLU, ``[C, T_mel/2, n_mels/2]``
-          each (``T_mel = 8 T'`` at x8), counted 3 times (the masked conv's copies);
+        - ``ConvSubsampling``: the first conv's output ``[C, T_mel/2, n_mels/2]`` (``T_mel =
+          8 T'`` at x8), counted 1.25 times;
         - the taps of every layer (``[T', D]`` each) and a layer's working set (feed-forward
           ``[T', 4D]``, attention's q, k, v, p, the conv module's ``[T', 2D]``), counted as
           ``n_layers + 16`` ``[T', D]``.
+
+        Calibrated on the v3 shape (peak RSS of the reference, BENCHMARKS.md "Long audio"): from
+        3 to 4.5 minutes (T' 2250 to 3375) the peak grows by 0.26 MB per frame, about the
+        first conv's output alone; this counts 0.49 MB per frame, which also covers the ~1.8
+        GB that NeMo's restore leaves with the allocator beyond the model from about 10 minutes
+        (below that, the restore's own peak is the process's).
         """
         from audioparity.memory import (
             REFERENCE_SCORE_COPIES,
@@ -160,7 +166,7 @@ class EncoderConfig:
         channels = self.subsampling_conv_channels if self.subsampling_conv_channels > 0 \
             else self.d_model
         mel_frames = n_frames * self.subsampling_factor
-        conv = 3 * channels * (mel_frames // 2) * (self.feat_in // 2) * 4
+        conv = 5 * channels * (mel_frames // 2) * (self.feat_in // 2)  # 1.25 float32
         layers = (self.n_layers + 16) * n_frames * self.d_model * 4
         return scores + masks + conv + layers
 
