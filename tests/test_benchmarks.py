@@ -209,6 +209,22 @@ def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
     assert entry["frames"] == stages["enc_out"]["shape"][0] > 0
 
 
+def test_length_noise_tiny(tmp_path: Path) -> None:
+    """``length_noise.py --tiny``: the mel features and the position table at two lengths, the
+    port against NeMo and each against float64 (whose position error grows with the length:
+    every row's angle rounds in float32)."""
+    out = tmp_path / "out"
+    stdout = bench("length_noise.py", "--tiny", "--seconds", "1,4", "--out", out)
+    rows = json.loads((out / "length_noise.json").read_text())["lengths"]
+    assert [(r["seconds"], r["frames"]) for r in rows] == [(1.0, 100), (4.0, 400)]
+    for row in rows:
+        for stage in ("mel_features", "pos_emb"):
+            assert 0 < row[stage]["port_vs_nemo"]["nmse"] < 1e-9, (stage, row)
+    short, longer = (r["pos_emb"]["nemo_vs_f64"]["nmse"] for r in rows)
+    assert longer > 4 * short
+    assert "growth exponent" in stdout
+
+
 def test_precision_tiny(cache: Path, tmp_path: Path) -> None:
     """``precision.py --tiny``: a recipe search on the tiny Parakeet timed against one float32
     reference pass, its trials, its bits per weight (the recipe between uniform and all-wide)
