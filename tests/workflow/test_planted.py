@@ -126,7 +126,8 @@ def planted(tmp_path_factory) -> pd.DataFrame:
                          "backends": ["cpu", *map(setting, FAULTS["whisper"])],
                          "cases": [{"name": "clip",
                                     "path": str(REPO / "resources/speech/clip.wav")}]}
-    workdir = wd.make_workdir(tmp_path_factory.mktemp("planted") / "run", config)
+    workdir = wd.make_workdir(tmp_path_factory.mktemp("planted") / "run", config,
+                              fresh_check=True)
     for file, old, new in PATCHES:
         path = workdir / "src/audioparity/models" / file
         text = path.read_text()

@@ -44,7 +44,7 @@ def sweep(tmp_path_factory) -> Path:
         "cases": [{"name": "en", "path": str(REPO / "resources/moss/en_instruction.json")}],
         "weight_types": ["f32"],
     }
-    workdir = make_workdir(root / "run", config)
+    workdir = make_workdir(root / "run", config, fresh_check=True)
     snakemake(workdir, "--cores", "2")
     return workdir
 

@@ -22,12 +22,20 @@ from audioparity.environments import cache as environments_cache
 from tests import REPO
 
 
-def make_workdir(root: Path, config: dict) -> Path:
+def make_workdir(root: Path, config: dict, fresh_check: bool = False) -> Path:
     """Copy the Snakefile, rules, config, envs, docs and src into `root`; write sweep.yaml.
 
     Editing src/ in the copy changes the code inputs of the rules, never this checkout; the jobs
-    themselves run the installed package.
+    themselves run the installed package. Without `fresh_check`, each family of the sweep runs
+    without the fresh-against-reused check (`reuse: false`, one job per model, candidate,
+    backend and weight type): the sweeps that test it ask for it (tests/workflow/
+    test_workflow.py, test_planted.py, the Vulkan sweep of test_backends.py).
     """
+    if not fresh_check:
+        families = config.get("families") or yaml.safe_load(
+            (REPO / "config/config.yaml").read_text())["families"]
+        config = {**config, **{name: {**config.get(name, {}), "reuse": False}
+                               for name in families}}
     root.mkdir()
     for item in ("Snakefile", "rules", "config", "envs", "src", "docs"):
         copy = shutil.copytree if (REPO / item).is_dir() else shutil.copy
