@@ -30,8 +30,8 @@ BUGS: dict[str, list[Patch]] = {
     # rel_shift reads one relative position too far.
     "rel_shift_off_by_one": [(
         "encoder.py",
-        "(2 * n_frames - 2) * es, bd.contents.nb[2], (n_frames - 1) * es)",
-        "(2 * n_frames - 2) * es, bd.contents.nb[2], n_frames * es)",
+        "(n_keys + n_rows - 2) * es, bd.contents.nb[2], (n_rows - 1) * es)",
+        "(n_keys + n_rows - 2) * es, bd.contents.nb[2], n_rows * es)",
     )],
     # LSTM gates taken as f, i, g, o instead of torch's i, f, g, o.
     "lstm_gate_order": [
