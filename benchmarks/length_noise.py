@@ -4,12 +4,14 @@ weight: ``mel_features`` and ``pos_emb``, from 1 s to 30 min.
 For each length (``--seconds``, default 1 s to 30 min) the clip of
 :func:`long_audio.long_clip` (jfk.wav and espeak-ng speech) goes through NeMo's
 ``AudioToMelSpectrogramPreprocessor`` at the v3 settings (128 mels, 25 ms windows, 10 ms hop,
-per-feature normalisation, dither off) in float32 and in float64, and through the port's numpy
+per-feature normalisation, dither off) in float32, its recipe in float64 (:func:`float64_mel`),
+and the port's numpy
 frontend (:func:`audioparity.models.parakeet_tdt.frontend.mel_features`, float32) with NeMo's
 filterbank and window; likewise NeMo's ``RelPositionalEncoding`` (d_model 1024) and the port's
 :func:`~audioparity.models.parakeet_tdt.encoder.rel_pos_encoding` against float64 sinusoids.
-Printed and written (``length_noise.json``): NMSE and max_abs of the port against NeMo float32
-(what a sweep gates), and of each against float64 (whose error grows), per length, and the
+Printed and written (``length_noise.json``): NMSE, max_abs and max_rel of the port against NeMo
+(what a sweep gates), and of each against float64 (whose error grows), per length, NeMo's
+mel features rounded to f16 (the error a fault would add), and the
 exponent ``p`` of the NMSE's growth fitted over lengths of a minute and more,
 ``NMSE(T) ~ T^p``. The stages after them carry this noise: ``benchmarks/long_audio.py`` runs
 the model at full size.
@@ -56,10 +58,12 @@ FIT_FROM_SECONDS = 60
 
 
 def errors(got: np.ndarray, truth: np.ndarray) -> dict:
-    """NMSE and max_abs of ``got`` against ``truth`` (float64)."""
+    """NMSE, max_abs and max_rel (max_abs over the reference's peak) of ``got`` against
+    ``truth`` (float64)."""
     got, truth = got.astype(np.float64), truth.astype(np.float64)
-    return {"nmse": float(np.sum((got - truth) ** 2) / np.sum(truth ** 2)),
-            "max_abs": float(np.max(np.abs(got - truth)))}
+    worst = float(np.max(np.abs(got - truth)))
+    return {"nmse": float(np.sum((got - truth) ** 2) / np.sum(truth ** 2)), "max_abs": worst,
+            "max_rel": worst / float(np.max(np.abs(truth)))}
 
 
 def mel_errors(samples: np.ndarray) -> dict:
@@ -82,7 +86,8 @@ def mel_errors(samples: np.ndarray) -> dict:
     ours = mel_features(samples, config, filterbank=featurizer.fb.float().numpy(),
                         window=featurizer.window.float().numpy())
     return {"frames": n, "port_vs_nemo": errors(ours, f32), "nemo_vs_f64": errors(f32, f64),
-            "port_vs_f64": errors(ours, f64)}
+            "port_vs_f64": errors(ours, f64),
+            "f16_rounding": errors(f32.astype(np.float16), f32)}
 
 
 def float64_mel(samples: np.ndarray, featurizer) -> np.ndarray:
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
             samples, _ = soundfile.read(audio, dtype="float32")
             row = {"seconds": seconds, **mel_errors(samples)}
             row["pos_emb"] = pos_emb_errors((row["frames"] + 7) // 8)  # v3: 8x subsampling
-            row["mel_features"] = {k: row.pop(k) for k in PAIRS}
+            row["mel_features"] = {k: row.pop(k) for k in (*PAIRS, "f16_rounding")}
             rows.append(row)
             log.info("%g s: %d mel frames: mel port/nemo NMSE %.2g, pos_emb %.2g", seconds,
                      row["frames"], row["mel_features"]["port_vs_nemo"]["nmse"],

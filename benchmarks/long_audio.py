@@ -4,7 +4,10 @@ Parakeet-TDT at the v3 shape (random weights, :mod:`checkpoints`), one clip per 
 (default 7 and 10: 5250 and 7500 encoder frames, past the 5000 of NeMo's table), made of
 jfk.wav and espeak-ng speech. For each: the reference dump and the ggml dump (f32, weights
 converted once and mapped), each in its own process timed with ``/usr/bin/time`` (wall, peak
-RSS); then the stages compared (NMSE, max_abs) and the decodes. Both sides compute attention
+RSS); then every stage judged as the workflow judges a cell, under the default config's f32
+gates scaled by its ``length_scaling`` rule (NMSE, max_abs, max_rel, status), and the decodes;
+with ``--plant-f16 K`` a third dump, layer K's output rounded to f16, judged the same way: a
+single f16 rounding must fail at any length. Both sides compute attention
 in chunks of query rows past a clip of about a minute and a half; the reference's manifest
 note on its chunks is kept (``attention``). A side that refuses the clip (too long for the
 memory) is reported with its one error line.
@@ -14,7 +17,7 @@ the project clip alone (no espeak-ng, no jfk.wav); give short ``--minutes``.
 
 Usage::
 
-    python benchmarks/long_audio.py --minutes 7,10 --threads 2
+    python benchmarks/long_audio.py --minutes 7,10 --threads 2 --plant-f16 11
     python benchmarks/long_audio.py --tiny --minutes 0.05 --out DIR
 """
 
@@ -42,7 +45,8 @@ log = logging.getLogger("audioparity.bench")
 #: and the last layer's isolated form (``{last}``: the model's last layer).
 FAMILY = "parakeet_tdt"
 STAGES = ("mel_features", "pre_encode", "pos_emb", "layer_0", "layer_0_isolated",
-          "layer_{last}_isolated", "enc_out")
+          "layer_{last}", "layer_{last}_isolated", "enc_out", "decode_logits")
+ROOT = HERE.parent
 #: The program the dumps run: the venv's ``audioparity``, beside this interpreter.
 AUDIOPARITY = str(Path(sys.executable).with_name("audioparity"))
 
@@ -76,25 +80,55 @@ def timed(argv: list[str], log_file: Path) -> dict:
             "message": message}
 
 
-def compare(reference: Path, ggml: Path) -> dict:
-    """NMSE and max_abs of the stages both dumps hold (a candidate stage against its reference
-    stage, :meth:`FamilySpec.reference_stage`), and whether the decodes agree."""
-    from audioparity.artifacts import Dump
-    from audioparity.compare.metrics import max_abs, nmse
-    from audioparity.families import family
+def compare(reference: Path, ggml: Path, output: Path) -> dict:
+    """The ggml dump against the reference as the workflow judges a cell: every stage under
+    the default config's f32 gates of the family (config/config.yaml, its ``length_scaling``
+    rule applied to the clip's length), the rows written to ``output``. Returns, for
+    :data:`STAGES`, each stage's shape, NMSE, max_abs, max_rel, status and gate; every stage
+    that does not pass, with its reason (``failing``); and whether the decodes agree."""
+    import yaml
 
-    spec = family(FAMILY).spec
-    ours, truth = Dump(ggml), Dump(reference)
-    last = int(ours.manifest["n_layers"]) - 1
-    rows = {}
+    from audioparity.artifacts import Dump
+    from audioparity.compare import compare_cell, resolve_gates
+
+    section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]
+    gates = resolve_gates(section, model="v3", backend="cpu", weight_type="f32")
+    labels = {"family": FAMILY, "model": "v3", "case": output.stem, "candidate": "audioparity",
+              "backend": "cpu", "weight_type": "f32"}
+    compare_cell(reference, ggml, gates, labels, output)
+    rows = {row["stage"]: row for row in json.loads(output.read_text())}
+    truth = Dump(reference)
+    last = int(Dump(ggml).manifest["n_layers"]) - 1
+    result = {}
     for stage in (name.format(last=last) for name in STAGES):
-        base = spec.reference_stage(stage)
-        if ours.has(stage) and truth.has(base):
-            a, b = ours.tensor(stage), truth.tensor(base)
-            rows[stage] = {"shape": list(b.shape), "nmse": nmse(a, b), "max_abs": max_abs(a, b)}
-    decodes = [dump.json("decode")["ids"] for dump in (truth, ours) if dump.has("decode")]
-    rows["decode_equal"] = len(decodes) == 2 and decodes[0] == decodes[1]
-    return rows
+        if stage in rows:
+            base = truth.manifest["tensors"].get(stage.removesuffix("_isolated"), {})
+            result[stage] = {"shape": base.get("shape"), **{
+                key: rows[stage][key] for key in ("nmse", "max_abs", "max_rel", "status",
+                                                  "gate")}}
+    result["failing"] = {stage: row["reason"] for stage, row in rows.items()
+                         if row["status"] != "pass"}
+    result["decode_equal"] = rows.get("decode", {}).get("status") == "pass"
+    return result
+
+
+#: ``python -c PLANT <layer> <audioparity arguments>``: the ggml port with one conformer
+#: layer's output rounded to f16 and back, in every graph that computes that layer (end to
+#: end and isolated): one f16 rounding inside an f32 path.
+PLANT = """
+import sys
+import ggml
+from audioparity.cli import main
+from audioparity.models.parakeet_tdt import encoder
+layer, original = int(sys.argv.pop(1)), encoder.conformer_layer
+def planted(ctx, w, index, *args, **kwargs):
+    out = original(ctx, w, index, *args, **kwargs)
+    if index != layer:
+        return out
+    return ggml.ggml_cast(ctx, ggml.ggml_cast(ctx, out, ggml.GGML_TYPE_F16), ggml.GGML_TYPE_F32)
+encoder.conformer_layer = planted
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def attention_note(reference: Path) -> str:
@@ -109,6 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", default="7,10")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--plant-f16", type=int, metavar="K",
+                        help="also dump the port with layer K's output rounded to f16")
     parser.add_argument("--tiny", action="store_true",
                         help="check the script: the tiny shape, clips of the project clip alone")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
@@ -119,31 +155,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def one_clip(minutes: float, model: Path, weights: Path, work: Path, args) -> dict:
     """The reference and ggml dumps of one clip of ``minutes``, timed, and their stages
-    compared when both succeeded."""
+    compared (:func:`compare`) when both succeeded; with ``--plant-f16 K``, a third dump with
+    layer K rounded to f16 (:data:`PLANT`), compared the same way (``planted``)."""
     name = f"{minutes:g}min"
     audio = work / f"{name}.wav"
     long_clip(minutes * 60, audio, mixed=not args.tiny)
-    reference, ggml = work / f"{name}-reference", work / f"{name}-ggml"
-    for folder in (reference, ggml):
-        shutil.rmtree(folder, ignore_errors=True)
+    reference = work / f"{name}-reference"
+    shutil.rmtree(reference, ignore_errors=True)
     log.info("%s: reference", name)
     ref = timed([AUDIOPARITY, "reference", "parakeet-tdt", "--model", str(model), "--audio",
                  str(audio), "--output-dir", str(reference), "--threads", str(args.threads)],
                 work / f"{name}-reference.log")
     log.info("%s: reference %s", name, ref)
     entry = {"seconds": minutes * 60, "reference": ref}
-    if ref["exit"] == 0:
-        entry["attention"] = attention_note(reference)
-        log.info("%s: ggml", name)
-        entry["ggml"] = timed([AUDIOPARITY, "ggml", "parakeet-tdt", "--model", str(model),
-                               "--audio", str(audio), "--reference-dir", str(reference),
-                               "--output-dir", str(ggml), "--weight-type", "f32", "--threads",
-                               str(args.threads), "--weights-file", str(weights)],
-                              work / f"{name}-ggml.log")
-        log.info("%s: ggml %s", name, entry["ggml"])
-        if entry["ggml"]["exit"] == 0:
-            entry["stages"] = compare(reference, ggml)
-            entry["frames"] = entry["stages"].get("enc_out", {}).get("shape", [0])[0]
+    if ref["exit"] != 0:
+        return entry
+    entry["attention"] = attention_note(reference)
+    programs = {"ggml": [AUDIOPARITY]}
+    if args.plant_f16 is not None:
+        programs["planted"] = [sys.executable, "-c", PLANT, str(args.plant_f16)]
+    for side, program in programs.items():
+        dump = work / f"{name}-{side}"
+        shutil.rmtree(dump, ignore_errors=True)
+        log.info("%s: %s", name, side)
+        run = timed([*program, "ggml", "parakeet-tdt", "--model", str(model), "--audio",
+                     str(audio), "--reference-dir", str(reference), "--output-dir", str(dump),
+                     "--weight-type", "f32", "--threads", str(args.threads), "--weights-file",
+                     str(weights)], work / f"{name}-{side}.log")
+        log.info("%s: %s %s", name, side, run)
+        entry[side] = run
+        if run["exit"] == 0:
+            entry[f"{side}_stages" if side == "planted" else "stages"] = compare(
+                reference, dump, work / f"{name}-{side}.json")
+    if "stages" in entry:
+        entry["frames"] = entry["stages"]["enc_out"]["shape"][0]
+        log.info("%s: failing %s", name, sorted(entry["stages"]["failing"]))
+    if "planted_stages" in entry:
+        log.info("%s: planted layer %d, failing %s", name, args.plant_f16,
+                 sorted(entry["planted_stages"]["failing"]))
     return entry
 
 

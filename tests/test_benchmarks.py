@@ -193,20 +193,24 @@ def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
 
 
 def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
-    """``long_audio.py --tiny``: the reference and ggml dumps of a short clip, timed, and their
-    stages compared (the last layer's isolated form included), the decodes equal."""
+    """``long_audio.py --tiny``: the reference and ggml dumps of a short clip, timed, and every
+    stage judged under the default f32 gates (the last layer's isolated form included), the
+    decodes equal; the port with layer 1 rounded to f16 fails there, and layer 0 passes."""
     out = tmp_path / "out"
     bench("long_audio.py", "--tiny", "--minutes", "0.05", "--threads", "1", "--cache", cache,
-          "--out", out)
+          "--out", out, "--plant-f16", "1")
     entry = json.loads((out / "long_audio.json").read_text())["0.05min"]
-    for side in ("reference", "ggml"):
+    for side in ("reference", "ggml", "planted"):
         assert entry[side]["exit"] == 0 and entry[side]["message"] == ""
         assert entry[side]["wall_s"] > 0 and entry[side]["peak_rss_mb"] > 0
     stages = entry["stages"]
     assert {"mel_features", "pos_emb", "layer_0", "layer_1_isolated", "enc_out"} <= set(stages)
     assert stages["layer_1_isolated"]["nmse"] < 1e-9
-    assert stages["decode_equal"] is True
+    assert stages["failing"] == {} and stages["decode_equal"] is True
     assert entry["frames"] == stages["enc_out"]["shape"][0] > 0
+    planted = entry["planted_stages"]["failing"]
+    assert "layer_1_isolated" in planted and "layer_0_isolated" not in planted
+    assert entry["planted_stages"]["layer_0_isolated"]["status"] == "pass"
 
 
 def test_length_noise_tiny(tmp_path: Path) -> None:
