@@ -85,7 +85,7 @@ def test_a_sweep_through_the_slurm_profile_equals_the_local_run(cluster, tmp_pat
     theirs = pd.read_csv(cluster_run / "results/report/summary.csv")
     keys = ["family", "model", "case", "candidate", "backend", "weight_type", "against", "stage"]
     ours, theirs = (frame.sort_values(keys).reset_index(drop=True) for frame in (ours, theirs))
-    assert len(ours) > 20
+    assert len(ours) > 10  # every stage of the f32 cell
     pd.testing.assert_frame_equal(ours[[*keys, "status", "gate", "reason"]],
                                   theirs[[*keys, "status", "gate", "reason"]])
     np.testing.assert_allclose(theirs[METRICS].to_numpy(float), ours[METRICS].to_numpy(float),

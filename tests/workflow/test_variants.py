@@ -33,7 +33,7 @@ def test_every_variant_passes_at_f32_and_nothing_fails_undeclared(tmp_path):
     assert set(rows["status"]) <= {"pass", "xfail"}, rows[rows["status"] != "pass"][
         ["model", "case", "weight_type", "stage", "status", "reason"]]
     f32 = rows[rows["weight_type"] == "f32"]
-    assert set(f32["status"]) == {"pass"} and len(f32) > 200
+    assert set(f32["status"]) == {"pass"} and len(f32) > 100
     # the heads each model has: a CTC-only model has no transducer stages, the hybrid both
     stages = {model: set(rows.loc[rows["model"] == model, "stage"]) for model in models}
     assert "ctc_logits" in stages["ctc"] and "joint_logits" not in stages["ctc"]
