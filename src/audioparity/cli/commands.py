@@ -70,6 +70,21 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def _pairs(values: list[str], flag: str, form: str) -> dict[str, str]:
+    """``NAME=PATH`` arguments of ``flag`` as name -> path.
+
+    Raises:
+        AudioparityError: one that is not of ``form`` (the flag named).
+    """
+    pairs = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not (name and sep and path):
+            raise AudioparityError(f"{flag} {value!r}: expected {form}")
+        pairs[name] = path
+    return pairs
+
+
 def _family(args: argparse.Namespace):
     """The family of a family command's subcommand (its spec is ``args.spec``)."""
     from audioparity.families import family
@@ -312,12 +327,7 @@ def candidate_reuse(args: argparse.Namespace) -> None:
     if not command:
         raise AudioparityError("candidate reuse: no `audioparity candidate run ...` given "
                                "after --")
-    fresh = {}
-    for value in args.fresh:
-        name, sep, path = value.partition("=")
-        if not (name and sep and path):
-            raise AudioparityError(f"--fresh {value!r}: expected CASE=DIR")
-        fresh[name] = path
+    fresh = _pairs(args.fresh, "--fresh", "CASE=DIR")
     try:
         bounds = json.loads(args.bounds)
     except json.JSONDecodeError as err:
@@ -368,12 +378,7 @@ def digest(args: argparse.Namespace) -> None:
 def compare(args: argparse.Namespace) -> None:
     from audioparity.compare import compare_cell
 
-    others = {}
-    for value in args.other_reference:
-        name, sep, path = value.partition("=")
-        if not (name and sep and path):
-            raise AudioparityError(f"--other-reference {value!r}: expected NAME=DIR")
-        others[name] = path
+    others = _pairs(args.other_reference, "--other-reference", "NAME=DIR")
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
                  args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
                  known_text=args.known_text, others=others)
