@@ -26,7 +26,8 @@ def test_a_nemo_checkpoint_counts_the_values_torch_loads(parakeet_model, tmp_pat
     state = torch.load(tmp_path / member.name, map_location="cpu", weights_only=True)
     expected = sum(t.numel() for t in state.values() if t.is_floating_point())
     assert float_values(parakeet_model) == expected
-    assert reference_bytes(parakeet_model, emulates=True) == REFERENCE_STACK_BYTES + 8 * expected
+    # the model, the originals emulation saves, the checkpoint's tensors NeMo's restore loads
+    assert reference_bytes(parakeet_model, emulates=True) == REFERENCE_STACK_BYTES + 12 * expected
 
 
 def test_a_safetensors_directory_counts_the_values_safetensors_loads(moss_model):

@@ -558,7 +558,8 @@ def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: i
     """Refuse a clip that would not fit the memory free, before NeMo is imported (a process
     killed for memory says nothing): the model as the reference holds it
     (:func:`~audioparity.memory.reference_bytes`: the stack, the float32 weights, their saved
-    originals when it ``emulates`` a weight type) and the encoder's activations over the clip's
+    originals when it ``emulates`` a weight type, the checkpoint's tensors NeMo's restore
+    leaves) and the encoder's activations over the clip's
     encoder frames (:meth:`~.config.EncoderConfig.attention_bytes`: attention in chunks of
     query rows, the rest linear in T' but for a few ``[T', T']`` bool masks).
 
