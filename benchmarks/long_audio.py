@@ -10,7 +10,7 @@ with ``--plant-f16 K`` a third dump, layer K's output rounded to f16, judged the
 single f16 rounding must fail at any length. Both sides compute attention
 in chunks of query rows past a clip of about a minute and a half; the reference's manifest
 note on its chunks is kept (``attention``). A side that refuses the clip (too long for the
-memory) is reported with its one error line.
+memory) is reported with its one error line. ``--reference-only`` times the reference alone.
 
 With ``--tiny`` (checks the script: tests/test_benchmarks.py): the tiny shape, and clips of
 the project clip alone (no espeak-ng, no jfk.wav); give short ``--minutes``.
@@ -145,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--plant-f16", type=int, metavar="K",
                         help="also dump the port with layer K's output rounded to f16")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="the reference's dump alone: its wall time and memory at each length")
     parser.add_argument("--tiny", action="store_true",
                         help="check the script: the tiny shape, clips of the project clip alone")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
@@ -171,8 +173,8 @@ def one_clip(minutes: float, model: Path, weights: Path, work: Path, args) -> di
     if ref["exit"] != 0:
         return entry
     entry["attention"] = attention_note(reference)
-    programs = {"ggml": [AUDIOPARITY]}
-    if args.plant_f16 is not None:
+    programs = {} if args.reference_only else {"ggml": [AUDIOPARITY]}
+    if args.plant_f16 is not None and not args.reference_only:
         programs["planted"] = [sys.executable, "-c", PLANT, str(args.plant_f16)]
     for side, program in programs.items():
         dump = work / f"{name}-{side}"
@@ -208,11 +210,13 @@ def main(argv: list[str] | None = None) -> None:
     if not weights.exists():
         subprocess.run([AUDIOPARITY, "weights", "parakeet-tdt", "--model", str(model),
                         "--weight-type", "f32", "--output", str(weights)], check=True)
-    results = {}
+    # the lengths run before keep their entries: a long run can be made one length at a time
+    out = args.out / "long_audio.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
     for minutes in (float(m) for m in args.minutes.split(",")):
         results[f"{minutes:g}min"] = one_clip(minutes, model, weights, work, args)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "long_audio.json").write_text(json.dumps(results, indent=1) + "\n")
+        out.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results, indent=1))
 
 
