@@ -165,9 +165,17 @@ def _decode_q4_0(b: np.ndarray) -> np.ndarray:
     return (_nibbles(b["qs"]).astype(np.int32) - 8).astype(_F32) * _f16(b["d"])
 
 
+def _affine(q: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``q * d + m`` as ggml's C computes it on x86 (a product, then a sum: two roundings): a
+    NaN product (``0 * inf``, the default NaN) stays itself, as ``addss`` returns its first
+    NaN operand, where numpy's broadcast sum may return ``m``'s NaN instead."""
+    product = q.astype(_F32) * d
+    return np.where(np.isnan(product), product, product + m)
+
+
 def _decode_q4_1(b: np.ndarray) -> np.ndarray:
-    """``dequantize_row_q4_1``: ``q * d + m`` (a product, then a sum: two roundings)."""
-    return _nibbles(b["qs"]).astype(_F32) * _f16(b["d"]) + _f16(b["m"])
+    """``dequantize_row_q4_1``: ``q * d + m`` (:func:`_affine`)."""
+    return _affine(_nibbles(b["qs"]), _f16(b["d"]), _f16(b["m"]))
 
 
 def _decode_q5_0(b: np.ndarray) -> np.ndarray:
@@ -177,9 +185,8 @@ def _decode_q5_0(b: np.ndarray) -> np.ndarray:
 
 
 def _decode_q5_1(b: np.ndarray) -> np.ndarray:
-    """``dequantize_row_q5_1``: ``(nibble | fifth bit) * d + m``."""
-    q = _nibbles(b["qs"]) | _fifth_bits(b["qh"])
-    return q.astype(_F32) * _f16(b["d"]) + _f16(b["m"])
+    """``dequantize_row_q5_1``: ``(nibble | fifth bit) * d + m`` (:func:`_affine`)."""
+    return _affine(_nibbles(b["qs"]) | _fifth_bits(b["qh"]), _f16(b["d"]), _f16(b["m"]))
 
 
 def _decode_q8(b: np.ndarray) -> np.ndarray:
