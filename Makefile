@@ -70,6 +70,11 @@ run: setup environments
 		$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1; fi
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; 0: in this one), a test file to a
+# worker, so a module's fixtures are built once; most of its time is workflow sweeps, whose
+# serial stretches (imports, Snakemake's planning) the other worker fills.
+PYTEST_WORKERS ?= $(CORES)
+
 # The ports are built first when their snapshots are there (PORTS_SOURCE), and the tests that
 # run them then fail, not skip, without them (AUDIOPARITY_REQUIRE_PORTS); a checkout without
 # the snapshots runs every other test and says so.
@@ -77,7 +82,7 @@ test: setup environments
 	if [ -d "$(PORTS_SOURCE)" ]; then $(MAKE) --no-print-directory ports || exit 1; require=1; \
 	else echo "make test: no $(PORTS_SOURCE): the tests of the third-party ports will skip" \
 		"(PORTS_SOURCE=<folder of the port snapshots>)" >&2; require=; fi; \
-	AUDIOPARITY_REQUIRE_PORTS=$$require $(BIN)/python -m pytest $(PYTEST_ARGS)
+	AUDIOPARITY_REQUIRE_PORTS=$$require $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The ports are built from the snapshots in PORTS_SOURCE (docs/candidates.md) into PORTS_CACHE,
 # outside the checkout, one folder per snapshot and its sha256: a built one is reused, so this

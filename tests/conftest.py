@@ -23,6 +23,12 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The workflow sweeps first: on several workers (``make test``, a file to a worker) the
+    longest files then start first and the short ones fill the end."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/workflow/"))
+
+
 @pytest.fixture(scope="session")
 def clip_wav() -> Path:
     """The project's own speech clip (16 kHz mono 16-bit, see resources/README.md)."""
