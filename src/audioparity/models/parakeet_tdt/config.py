@@ -139,18 +139,19 @@ class EncoderConfig:
           :data:`~audioparity.memory.REFERENCE_SCORE_COPIES` ``[H, r, T']`` tensors, within
           :data:`~audioparity.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local window
           ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T', 2w+1]``;
-        - ``ConformerEncoder._create_masks``: about 4 ``[T', T']`` bools (full context only);
+        - ``ConformerEncoder._create_masks``: ``[T', T']`` bools (full context only), counted 8
+          times;
         - ``ConvSubsampling``: the first conv's output ``[C, T_mel/2, n_mels/2]`` (``T_mel =
           8 T'`` at x8), counted 1.25 times;
         - the taps of every layer (``[T', D]`` each) and a layer's working set (feed-forward
           ``[T', 4D]``, attention's q, k, v, p, the conv module's ``[T', 2D]``), counted as
           ``n_layers + 16`` ``[T', D]``.
 
-        Calibrated on the v3 shape (peak RSS of the reference, BENCHMARKS.md "Long audio"): from
-        3 to 4.5 minutes (T' 2250 to 3375) the peak grows by 0.26 MB per frame, about the
-        first conv's output alone; this counts 0.49 MB per frame, which also covers the ~1.8
-        GB that NeMo's restore leaves with the allocator beyond the model from about 10 minutes
-        (below that, the restore's own peak is the process's).
+        Calibrated on the v3 shape (peak RSS of the reference, BENCHMARKS.md "Long audio"): with
+        :func:`~audioparity.memory.reference_bytes` it gives 10.2 and 20.5 GiB at 10 and 30
+        minutes (T' 7501 and 22501), where the reference peaked at 9.5 and 19.4 GiB. Counting
+        4 masks, the number ``_create_masks`` builds by its code, fell 0.9 GiB short at 30
+        minutes: the peak's growth between the two is quadratic beyond the linear terms.
         """
         from audioparity.memory import (
             REFERENCE_SCORE_COPIES,
@@ -160,7 +161,7 @@ class EncoderConfig:
         if self.local_context is None:
             row = REFERENCE_SCORE_COPIES * self.n_heads * n_frames * 4
             scores = attention_chunk_rows(n_frames, row) * row
-            masks = 4 * n_frames**2
+            masks = 8 * n_frames**2
         else:
             scores, masks = 11 * self.n_heads * n_frames * (2 * self.local_context + 1) * 4, 0
         channels = self.subsampling_conv_channels if self.subsampling_conv_channels > 0 \
