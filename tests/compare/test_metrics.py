@@ -131,7 +131,7 @@ def test_top1_gap_is_the_largest_reference_margin_among_the_flipped_rows():
     cand[1] = [1.3, 1.25, 0.0]
     cand[2] = [2.0, 0.0, 2.1]
     assert m.top1_flips(cand, ref) == [(1, 0.25), (2, 0.5)]
-    assert m.top1_differing(cand, ref) == [1, 2]
+    assert m.top1(cand, ref) == 0.5
     assert m.top1_gap(cand, ref) == 0.5
     assert m.top1_gap(ref, ref) == 0.0  # nothing flips
     # leading axes flattened: [2, 2, 3] is rows 0..3

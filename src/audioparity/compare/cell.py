@@ -151,11 +151,9 @@ def _logits_metrics(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] 
     where the top-1 flips), ``top1_flips`` (each flipped row and that margin, which a
     ``logit_gap_max`` gate names) and the rows whose top-1 differs (of a 2-D array); the top-1
     of each of a row's ``decisions`` (:data:`DECISIONS`) apart."""
-    flips = m.top1_flips(cand, ref, decisions)
-    return {**_float_metrics(cand, ref), "top1": m.top1(cand, ref, decisions),
-            "kl": m.kl(cand, ref), "logit_gap": m.top1_gap(cand, ref, decisions),
-            "top1_flips": flips,
-            "top1_rows": [row for row, _ in flips] if cand.ndim == 2 else []}
+    agreement = m.top1_agreement(cand, ref, decisions)
+    return {**_float_metrics(cand, ref), **agreement, "kl": m.kl(cand, ref),
+            "top1_rows": [row for row, _ in agreement["top1_flips"]] if cand.ndim == 2 else []}
 
 
 #: The metrics of a compared array, by its stage's kind.

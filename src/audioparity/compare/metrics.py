@@ -303,6 +303,27 @@ def _agreement(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int]
     return agree, margins
 
 
+def top1_agreement(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
+                   ) -> dict[str, Any]:
+    """The top-1 metrics of a logits array, from one argmax of each row: ``top1``
+    (:func:`top1`), ``top1_flips`` (:func:`top1_flips`) and ``logit_gap`` (:func:`top1_gap`).
+
+    Raises:
+        AudioparityError: ``decisions`` do not split the last axis.
+    """
+    found = _agreement(cand, ref, decisions)
+    if found is None:
+        return {"top1": float("nan"), "top1_flips": [], "logit_gap": float("nan")}
+    agree, margins = found
+    if agree.size == 0:
+        return {"top1": 1.0, "top1_flips": [], "logit_gap": 0.0}
+    flipped = np.flatnonzero(~agree.all(axis=1))
+    gaps = np.where(agree, -np.inf, margins).max(axis=1)
+    flips = [(int(row), float(gaps[row])) for row in flipped]
+    return {"top1": float(np.mean(agree)), "top1_flips": flips,
+            "logit_gap": max((margin for _, margin in flips), default=0.0)}
+
+
 def top1(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -> float:
     """Fraction of logits rows whose argmax agrees (llama.cpp's "top-1 agreement").
 
@@ -315,10 +336,7 @@ def top1(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -> fl
     Raises:
         AudioparityError: ``decisions`` do not split the last axis.
     """
-    found = _agreement(cand, ref, decisions)
-    if found is None:
-        return float("nan")
-    return float(np.mean(found[0])) if found[0].size else 1.0
+    return top1_agreement(cand, ref, decisions)["top1"]
 
 
 def row_margins(rows: np.ndarray) -> np.ndarray:
@@ -344,19 +362,7 @@ def top1_flips(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
     own choice was; with ``decisions``, the largest over the row's decisions that differ): which
     steps of ``joint_logits`` or ``decode_logits``, which audio heads of ``audio_logits``.
     Empty when the values are not all finite (top1 is NaN then) or every row agrees."""
-    found = _agreement(cand, ref, decisions)
-    if found is None or found[0].size == 0:
-        return []
-    agree, margins = found
-    flipped = np.flatnonzero(~agree.all(axis=1))
-    gaps = np.where(agree, -np.inf, margins).max(axis=1)
-    return [(int(row), float(gaps[row])) for row in flipped]
-
-
-def top1_differing(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()
-                   ) -> list[int]:
-    """The rows of :func:`top1_flips`, without their margins."""
-    return [row for row, _ in top1_flips(cand, ref, decisions)]
+    return top1_agreement(cand, ref, decisions)["top1_flips"]
 
 
 def top1_gap(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -> float:
@@ -369,9 +375,7 @@ def top1_gap(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] = ()) -
     an error. Unlike a document's :func:`logit_gap` (the nearest tie where the sequences first
     part, nothing after it judged), every row counts, so the largest margin is the one to gate.
     """
-    if _agreement(cand, ref, decisions) is None:
-        return float("nan")
-    return max((margin for _, margin in top1_flips(cand, ref, decisions)), default=0.0)
+    return top1_agreement(cand, ref, decisions)["logit_gap"]
 
 
 def log_softmax(rows: np.ndarray) -> np.ndarray:
