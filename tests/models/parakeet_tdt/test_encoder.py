@@ -296,8 +296,8 @@ def test_encoder_with_xscaling_and_biases_matches_nemo_conformer_encoder():
         weights = rt.upload(arrays, dict.fromkeys(arrays, "f32"))
         encoder = enc.Encoder(weights, config, rt)
         out = encoder.forward(mel.astype(np.float32))
-        isolated = encoder.layers_isolated([taps["pre_encode"], taps["layer_0"]],
-                                           out["pos_emb"])
+        isolated = list(encoder.layers_isolated([taps["pre_encode"], taps["layer_0"]],
+                                                out["pos_emb"]))
     assert_close_to_float64(out["enc_out"], enc_out[0].T.numpy())
     for name in ("pre_encode", "layer_0", "layer_1"):
         assert_close_to_float64(out[name], taps[name])
@@ -476,6 +476,18 @@ def test_reduced_precision_encoders_run_and_stay_close(tiny, reference, matmul, 
 def test_flash_attention_encoder_matches_nemo_reference_dump(tiny, reference):
     taps = encoder_taps(tiny, reference, "f32", flash=True)
     assert cosine(taps["enc_out"], reference.tensor("enc_out")) >= 0.99999
+
+
+def test_isolated_layers_want_one_input_per_layer_before_any_runs(tiny):
+    model, config = tiny
+    n_layers = config.encoder.n_layers
+    x = np.zeros((12, config.encoder.d_model), np.float32)
+    with Runtime("cpu") as rt:
+        encoder = enc.Encoder(uploaded(rt, model), config, rt)
+        pos_emb = encoder.positions(12 * config.encoder.subsampling_factor)
+        with pytest.raises(AudioparityError, match=f"^{n_layers + 1} layer inputs for "
+                                                    f"{n_layers} layers$"):
+            next(encoder.layers_isolated([x] * (n_layers + 1), pos_emb))
 
 
 def test_encoder_rejects_mel_of_the_wrong_width(tiny):

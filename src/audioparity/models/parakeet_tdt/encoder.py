@@ -22,7 +22,7 @@ builders serve every weight type and backend.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import ggml
 import numpy as np
@@ -493,8 +493,9 @@ class Encoder:
                 g.input("band_mask", band_mask(n_frames, context)))
 
     def layers_isolated(self, inputs: Sequence[np.ndarray],
-                        pos_emb: np.ndarray) -> list[np.ndarray]:
-        """Every layer alone on the taps that feed it (e.g. the reference's), all in one graph.
+                        pos_emb: np.ndarray) -> Iterator[np.ndarray]:
+        """Every layer alone on the tap that feeds it (e.g. the reference's), each in its own
+        graph (:meth:`layer`), so the memory is one layer's, however many layers there are.
 
         Args:
             inputs: ``[pre_encode, layer_0, ..., layer_{N-2}]``, each ``[T', D]``: layer 0 gets
@@ -502,43 +503,45 @@ class Encoder:
                 ``xscaling``), layer i > 0 gets the output of layer i-1.
             pos_emb: as :meth:`forward` returns it (``[2T'-1, D]``, local: ``[2w+1, D]``).
 
-        Returns:
-            one ``[T', D]`` float32 array per layer.
+        Yields:
+            one ``[T', D]`` float32 array per layer, in layer order.
+
+        Raises:
+            AudioparityError: not one input per layer (before any layer runs), or an input of
+                another shape (:meth:`layer`).
         """
         cfg = self.cfg
         if len(inputs) != cfg.n_layers:
             raise AudioparityError(f"{len(inputs)} layer inputs for {cfg.n_layers} layers")
-        layer_inputs = [np.asarray(x, dtype=np.float32) for x in inputs]
-        if cfg.xscale is not None:
-            layer_inputs[0] = layer_inputs[0] * np.float32(cfg.xscale)
-        return self._run_layers(list(enumerate(layer_inputs)), pos_emb)
+        for index, x in enumerate(inputs):
+            x = np.asarray(x, dtype=np.float32)
+            if index == 0 and cfg.xscale is not None:
+                x = x * np.float32(cfg.xscale)
+            yield self.layer(index, x, pos_emb)
 
     def layer(self, index: int, x: np.ndarray, pos_emb: np.ndarray) -> np.ndarray:
         """Layer ``index`` alone on its input x ``[T', D]`` (already scaled for layer 0), with
-        pos_emb as :meth:`forward` returns it; returns ``[T', D]``."""
-        if not 0 <= index < self.cfg.n_layers:
-            raise AudioparityError(f"layer {index} out of range (n_layers={self.cfg.n_layers})")
-        return self._run_layers([(index, x)], pos_emb)[0]
+        pos_emb as :meth:`forward` returns it; returns ``[T', D]`` float32.
 
-    def _run_layers(self, jobs: list[tuple[int, np.ndarray]],
-                    pos_emb: np.ndarray) -> list[np.ndarray]:
+        Raises:
+            AudioparityError: ``index`` out of range, or x not ``[T', D]`` with pos_emb of the
+                rows :meth:`positions` gives for ``T'``.
+        """
         cfg = self.cfg
-        pos_emb = np.asarray(pos_emb, dtype=np.float32)
-        rows = "2T-1" if cfg.local_context is None else str(2 * cfg.local_context + 1)
-        for index, x in jobs:
-            if x.ndim != 2 or x.shape[1] != cfg.d_model or pos_emb.shape != (
-                cfg.pos_emb_rows(x.shape[0]), cfg.d_model
-            ) or x.shape[0] != jobs[0][1].shape[0]:
-                raise AudioparityError(
-                    f"layer {index}: input {list(x.shape)} and pos_emb {list(pos_emb.shape)}; "
-                    f"expected [T, {cfg.d_model}] and [{rows}, {cfg.d_model}]"
-                )
+        if not 0 <= index < cfg.n_layers:
+            raise AudioparityError(f"layer {index} out of range (n_layers={cfg.n_layers})")
+        x, pos_emb = np.asarray(x, dtype=np.float32), np.asarray(pos_emb, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != cfg.d_model or pos_emb.shape != (
+            cfg.pos_emb_rows(x.shape[0]), cfg.d_model
+        ):
+            rows = "2T-1" if cfg.local_context is None else str(2 * cfg.local_context + 1)
+            raise AudioparityError(
+                f"layer {index}: input {list(x.shape)} and pos_emb {list(pos_emb.shape)}; "
+                f"expected [T, {cfg.d_model}] and [{rows}, {cfg.d_model}]"
+            )
         with self.runtime.graph() as g:
-            pos, mask = self._attention_inputs(g, pos_emb, jobs[0][1].shape[0])
-            for index, x in jobs:
-                h = g.input(f"input_{index}", np.asarray(x, dtype=np.float32))
-                h = conformer_layer(g.ctx, self.weights, index, cfg, h, pos, self.flash_attention,
-                                    mask, self.chunk_rows)
-                g.output(f"layer_{index}", h, ndim=2)
-            outs = g.compute()
-        return [outs[f"layer_{index}"] for index, _ in jobs]
+            pos, mask = self._attention_inputs(g, pos_emb, x.shape[0])
+            h = conformer_layer(g.ctx, self.weights, index, cfg, g.input(f"input_{index}", x),
+                                pos, self.flash_attention, mask, self.chunk_rows)
+            g.output(f"layer_{index}", h, ndim=2)
+            return g.compute()[f"layer_{index}"]
