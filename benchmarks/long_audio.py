@@ -10,7 +10,9 @@ with ``--plant-f16 K`` a third dump, layer K's output rounded to f16, judged the
 single f16 rounding must fail at any length. Both sides compute attention
 in chunks of query rows past a clip of about a minute and a half; the reference's manifest
 note on its chunks is kept (``attention``). A side that refuses the clip (too long for the
-memory) is reported with its one error line. ``--reference-only`` times the reference alone.
+memory) is reported with its one error line. ``--reference-only`` times the reference alone;
+``--reuse-reference`` keeps a reference dump and its figures from an earlier run of the same
+length (a 30-minute reference takes about half an hour on two cores).
 
 With ``--tiny`` (checks the script: tests/test_benchmarks.py): the tiny shape, and clips of
 the project clip alone (no espeak-ng, no jfk.wav); give short ``--minutes``.
@@ -147,6 +149,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also dump the port with layer K's output rounded to f16")
     parser.add_argument("--reference-only", action="store_true",
                         help="the reference's dump alone: its wall time and memory at each length")
+    parser.add_argument("--reuse-reference", action="store_true",
+                        help="keep the reference dump and figures of an earlier run of a length")
     parser.add_argument("--tiny", action="store_true",
                         help="check the script: the tiny shape, clips of the project clip alone")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
@@ -155,20 +159,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one_clip(minutes: float, model: Path, weights: Path, work: Path, args) -> dict:
+def one_clip(minutes: float, model: Path, weights: Path, work: Path, args,
+             earlier: dict | None = None) -> dict:
     """The reference and ggml dumps of one clip of ``minutes``, timed, and their stages
     compared (:func:`compare`) when both succeeded; with ``--plant-f16 K``, a third dump with
-    layer K rounded to f16 (:data:`PLANT`), compared the same way (``planted``)."""
+    layer K rounded to f16 (:data:`PLANT`), compared the same way (``planted``). With
+    ``--reuse-reference``, the reference dump and figures of ``earlier`` (this length's entry
+    from an earlier run) are kept when both exist; otherwise the reference runs."""
     name = f"{minutes:g}min"
     audio = work / f"{name}.wav"
-    long_clip(minutes * 60, audio, mixed=not args.tiny)
     reference = work / f"{name}-reference"
-    shutil.rmtree(reference, ignore_errors=True)
-    log.info("%s: reference", name)
-    ref = timed([AUDIOPARITY, "reference", "parakeet-tdt", "--model", str(model), "--audio",
-                 str(audio), "--output-dir", str(reference), "--threads", str(args.threads)],
-                work / f"{name}-reference.log")
-    log.info("%s: reference %s", name, ref)
+    reuse = (args.reuse_reference and earlier and earlier["reference"]["exit"] == 0
+             and audio.exists() and (reference / "manifest.json").exists())
+    if reuse:
+        ref = earlier["reference"]
+        log.info("%s: reference kept from an earlier run %s", name, ref)
+    else:
+        long_clip(minutes * 60, audio, mixed=not args.tiny)
+        shutil.rmtree(reference, ignore_errors=True)
+        log.info("%s: reference", name)
+        ref = timed([AUDIOPARITY, "reference", "parakeet-tdt", "--model", str(model), "--audio",
+                     str(audio), "--output-dir", str(reference), "--threads",
+                     str(args.threads)], work / f"{name}-reference.log")
+        log.info("%s: reference %s", name, ref)
     entry = {"seconds": minutes * 60, "reference": ref}
     if ref["exit"] != 0:
         return entry
@@ -214,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out / "long_audio.json"
     results = json.loads(out.read_text()) if out.exists() else {}
     for minutes in (float(m) for m in args.minutes.split(",")):
-        results[f"{minutes:g}min"] = one_clip(minutes, model, weights, work, args)
+        name = f"{minutes:g}min"
+        results[name] = one_clip(minutes, model, weights, work, args, results.get(name))
         args.out.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results, indent=1))
