@@ -23,10 +23,12 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The workflow sweeps first: on several workers (``make test``, a file to a worker) the
-    longest files then start first and the short ones fill the end."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/workflow/"))
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The workflow sweeps first when several workers share the tests (``make test``, a file to
+    a worker: the longest files start first and the short ones fill the end); a run on one
+    process keeps the files' order, the quick unit tests first."""
+    if config.getoption("numprocesses", None):
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/workflow/"))
 
 
 @pytest.fixture(scope="session")

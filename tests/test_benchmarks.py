@@ -195,7 +195,9 @@ def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
 def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
     """``long_audio.py --tiny``: the reference and ggml dumps of a short clip, timed, and every
     stage judged under the default f32 gates (the last layer's isolated form included), the
-    decodes equal; the port with layer 1 rounded to f16 fails there, and layer 0 passes."""
+    decodes equal; the port with layer 1 rounded to f16 fails there, and layer 0 passes. Run
+    again with ``--reuse-reference``, the reference dump and its figures are kept, the port's
+    redone."""
     out = tmp_path / "out"
     bench("long_audio.py", "--tiny", "--minutes", "0.05", "--threads", "1", "--cache", cache,
           "--out", out, "--plant-f16", "1")
@@ -211,6 +213,16 @@ def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
     planted = entry["planted_stages"]["failing"]
     assert "layer_1_isolated" in planted and "layer_0_isolated" not in planted
     assert entry["planted_stages"]["layer_0_isolated"]["status"] == "pass"
+
+    manifest = cache / "long_audio_tiny" / "0.05min-reference" / "manifest.json"
+    written = manifest.stat().st_mtime_ns
+    bench("long_audio.py", "--tiny", "--minutes", "0.05", "--threads", "1", "--cache", cache,
+          "--out", out, "--reuse-reference")
+    again = json.loads((out / "long_audio.json").read_text())["0.05min"]
+    assert manifest.stat().st_mtime_ns == written
+    assert again["reference"] == entry["reference"]
+    assert again["ggml"]["exit"] == 0 and again["stages"]["failing"] == {}
+    assert "planted" not in again
 
 
 def test_length_noise_tiny(tmp_path: Path) -> None:
