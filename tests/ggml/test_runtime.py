@@ -309,22 +309,48 @@ def test_an_unreadable_weights_file_is_one_error(runtime, tmp_path):
         runtime.map(tmp_path / "w.gguf", {"w": (96, 64)}, {"w": "f32"})
 
 
-def test_a_graph_whose_buffers_exceed_free_memory_is_refused_before_it_computes(runtime,
-                                                                               monkeypatch):
+def _square(g, rows: int, cols: int):
+    """A graph computing ``x x^T`` of ``x`` = ones ``[rows, cols]``: every value ``cols``."""
+    x = g.input("x", np.ones((rows, cols), np.float32))
+    g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))
+
+
+def test_a_graph_whose_buffers_exceed_free_memory_is_refused_before_it_computes(monkeypatch):
     """The compute buffers are sized first and compared with the memory free: a graph that
     would not fit is one error line, not a process killed for memory."""
     from audioparity.ggml import graph as module
 
-    monkeypatch.setattr(module, "free_bytes", lambda handle: 1024)
-    with runtime.graph() as g:
-        x = g.input("x", np.ones((64, 512), np.float32))
-        g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))  # [64, 64] from [64, 512] twice
-        with pytest.raises(AudioparityError, match=r"a graph of \d+ nodes needs 0 MiB of compute "
-                           r"buffers on CPU, more than the 0 MiB free \(machine or "
-                           r"AUDIOPARITY_MEMORY_MB\): the input is too long"):
+    with Runtime("cpu", threads=1) as rt:  # its own: no earlier graph's buffers held
+        monkeypatch.setattr(module, "free_bytes", lambda handle: 1024)
+        with rt.graph() as g:
+            _square(g, 64, 512)
+            with pytest.raises(AudioparityError, match=r"a graph of \d+ nodes needs 0 MiB of "
+                               r"compute buffers on CPU, more than the 0 MiB free \(machine or "
+                               r"AUDIOPARITY_MEMORY_MB\): the input is too long"):
+                g.compute()
+        monkeypatch.undo()
+        with rt.graph() as g:
+            _square(g, 64, 512)
+            np.testing.assert_array_equal(g.compute()["y"], np.full((64, 64), 512, np.float32))
+
+
+def test_a_graph_that_fits_the_buffers_an_earlier_one_left_needs_no_free_memory(monkeypatch):
+    """The scheduler keeps its compute buffers between graphs, growing them only: a graph as
+    large as one before it runs with no memory free, a larger one is refused with what it
+    needs against the buffers held plus the memory free."""
+    from audioparity.ggml import graph as module
+
+    with Runtime("cpu", threads=1) as rt:
+        with rt.graph() as g:
+            _square(g, 512, 2048)  # [512, 512] from [512, 2048] twice: 5 MiB of buffers
             g.compute()
-    monkeypatch.undo()
-    with runtime.graph() as g:
-        x = g.input("x", np.ones((64, 512), np.float32))
-        g.output("y", ggml.ggml_mul_mat(g.ctx, x, x))
-        np.testing.assert_array_equal(g.compute()["y"], np.full((64, 64), 512, np.float32))
+        monkeypatch.setattr(module, "free_bytes", lambda handle: 1024)
+        with rt.graph() as g:
+            _square(g, 512, 2048)
+            np.testing.assert_array_equal(g.compute()["y"], np.full((512, 512), 2048,
+                                                                    np.float32))
+        with rt.graph() as g:
+            _square(g, 1024, 4096)  # 20 MiB
+            with pytest.raises(AudioparityError, match=r"needs 20 MiB of compute buffers on CPU, "
+                               r"more than the 5 MiB free"):
+                g.compute()

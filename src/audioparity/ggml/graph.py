@@ -161,12 +161,14 @@ class Graph:
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
             self._as_built()
-            free = None if self._checked else [free_bytes(h) for h in rt._backends]
+            held = None if self._checked else [
+                (ggml.ggml_backend_sched_get_buffer_size(rt._sched, h), free_bytes(h))
+                for h in rt._backends]
             if not ggml.ggml_backend_sched_alloc_graph(rt._sched, self._gf):
                 raise AudioparityError(f"could not allocate a graph of {self.n_nodes} nodes "
                                        f"on {rt.backend_name}")
-            if free is not None:
-                self._check_memory(free)
+            if held is not None:
+                self._check_memory(held)
             rt._active = self
         for name, (tensor, array) in self._inputs.items():
             if not tensor.contents.buffer:  # the scheduler allocates only what the graph holds
@@ -185,11 +187,14 @@ class Graph:
             results[name] = out
         return results
 
-    def _check_memory(self, free: list[int | None]) -> None:
+    def _check_memory(self, held: list[tuple[int, int | None]]) -> None:
         """Refuse the graph, before its first compute touches a page, when a backend's compute
-        buffer (just allocated: address space on the host) exceeds the memory that backend had
-        free before (``free``, per backend of the runtime: the host's ``MemAvailable`` or
-        :data:`MEMORY_LIMIT`, a device's free memory; None: unknown).
+        buffer (just allocated: address space on the host) exceeds what that backend had before
+        the allocation: its compute buffer then plus its free memory (``held``, per backend of
+        the runtime: the buffer's bytes, and the host's ``MemAvailable`` or
+        :data:`MEMORY_LIMIT`, a device's free memory, None: unknown). The scheduler keeps its
+        buffers between graphs and replaces one only to grow it, so a graph that fits the
+        buffers of an earlier one needs no memory more.
 
         The buffers are sized by ``ggml_backend_sched_alloc_graph`` itself, not by a
         ``ggml_backend_sched_reserve`` first: reserving and then allocating the same graph
@@ -197,13 +202,13 @@ class Graph:
         Whisper drill-down on lavapipe, none in 40 without it).
         """
         rt = self._runtime
-        for handle, available in zip(rt._backends, free, strict=True):
+        for handle, (before, free) in zip(rt._backends, held, strict=True):
             need = ggml.ggml_backend_sched_get_buffer_size(rt._sched, handle)
-            if available is not None and need > available:
+            if free is not None and need > before + free:
                 where = ggml.ggml_backend_name(handle).decode()
                 raise AudioparityError(
                     f"a graph of {self.n_nodes} nodes needs {need / 2**20:.0f} MiB of compute "
-                    f"buffers on {where}, more than the {available / 2**20:.0f} MiB free "
+                    f"buffers on {where}, more than the {(before + free) / 2**20:.0f} MiB free "
                     f"(machine or {MEMORY_LIMIT}): the input is too long for this memory")
         self._checked = True
 

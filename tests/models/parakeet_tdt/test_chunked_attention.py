@@ -150,6 +150,17 @@ def test_port_attention_in_chunks_equals_one_chunk(port_weights, rows, flash, co
     assert_rows_equal_within_noise(chunked, whole)
 
 
+def test_port_attention_in_the_most_chunks_fits_one_graph(port_weights):
+    """MAX_ATTENTION_CHUNKS single-row chunks build in one graph (its node budget) and equal
+    one chunk."""
+    arrays, _, _ = port_weights
+    n_frames = enc.MAX_ATTENTION_CHUNKS
+    x = np.random.default_rng(7).standard_normal((n_frames, D)).astype(np.float32)
+    pos_emb = enc.rel_pos_encoding(n_frames, D)
+    assert_rows_equal_within_noise(port_attention(arrays, x, pos_emb, 1, False, None),
+                                   port_attention(arrays, x, pos_emb, n_frames, False, None))
+
+
 def test_port_default_chunks_are_one_for_a_short_clip_and_bounded_for_a_long_one():
     cfg = enc.EncoderConfig(feat_in=128, n_layers=24, d_model=1024, subsampling="dw_striding",
                             subsampling_factor=8, subsampling_conv_channels=256, n_heads=8,

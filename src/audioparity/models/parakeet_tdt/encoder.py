@@ -29,6 +29,7 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
+from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.ggml.ops import (
     SGEMM_INNER_MULTIPLE,
     conv_2d,
@@ -181,10 +182,10 @@ def rel_shift(ctx, bd, n_keys: int):
                              (n_keys + n_rows - 2) * es, bd.contents.nb[2], (n_rows - 1) * es)
 
 
-#: The most chunks of query rows one attention is split in: each chunk adds about 16 nodes to
-#: the graph, and a graph holds :data:`audioparity.ggml.runtime.DEFAULT_GRAPH_SIZE` (every
-#: layer of a 24-layer encoder in one graph).
-MAX_ATTENTION_CHUNKS = 24
+#: The most chunks of query rows one attention is split in: each chunk adds about 17 nodes
+#: (its views, products, softmax and its join) to its layer's graph (:meth:`Encoder.layer`),
+#: which holds :data:`audioparity.ggml.runtime.DEFAULT_GRAPH_SIZE` nodes.
+MAX_ATTENTION_CHUNKS = DEFAULT_GRAPH_SIZE // 32
 
 
 def attention_row_bytes(cfg: EncoderConfig, n_frames: int) -> int:
@@ -445,7 +446,9 @@ class Encoder:
 
     def forward(self, mel: np.ndarray, pos_emb: np.ndarray | None = None
                 ) -> dict[str, np.ndarray]:
-        """The whole encoder in one graph, with every tap.
+        """The whole encoder, with every tap: ``pre_encode`` in one graph, then each layer in
+        its own (:meth:`layer`) on the previous one's output, so the memory is one layer's
+        whatever the number of layers (a float32 tap read back and fed on is the same values).
 
         Args:
             mel: ``[T, n_mels]`` float32, valid frames only.
@@ -465,23 +468,24 @@ class Encoder:
         if mel.ndim != 2 or mel.shape[1] != cfg.feat_in:
             raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
                                    f"[T, {cfg.feat_in}]")
-        n_out = cfg.subsampled_length(mel.shape[0])
         if pos_emb is None:
             pos_emb = self.positions(mel.shape[0])
         with self.runtime.graph() as g:
-            x = conv_subsampling(g.ctx, self.weights, cfg, g.input("mel_features", mel))
-            g.output("pre_encode", x, ndim=2)
-            if cfg.xscale is not None:
-                x = ggml.ggml_scale(g.ctx, x, cfg.xscale)
-            pos, mask = self._attention_inputs(g, pos_emb, n_out)
-            for i in range(cfg.n_layers):
-                x = conformer_layer(g.ctx, self.weights, i, cfg, x, pos, self.flash_attention,
-                                    mask, self.chunk_rows)
-                g.output(f"layer_{i}", x, ndim=2)
+            g.output("pre_encode", conv_subsampling(g.ctx, self.weights, cfg,
+                                                    g.input("mel_features", mel)), ndim=2)
             taps = g.compute()
+        x = self._scaled(taps["pre_encode"])
+        for i in range(cfg.n_layers):
+            x = taps[f"layer_{i}"] = self.layer(i, x, pos_emb)
         taps["pos_emb"] = pos_emb
-        taps["enc_out"] = taps[f"layer_{cfg.n_layers - 1}"].copy()
+        taps["enc_out"] = x.copy()
         return taps
+
+    def _scaled(self, pre_encode: np.ndarray) -> np.ndarray:
+        """Layer 0's input: ``pre_encode`` times ``xscale`` in float32, as NeMo's ``pos_enc``
+        scales it when ``xscaling`` (else unchanged)."""
+        x = np.asarray(pre_encode, dtype=np.float32)
+        return x if self.cfg.xscale is None else x * np.float32(self.cfg.xscale)
 
     def _attention_inputs(self, g, pos_emb: np.ndarray, n_frames: int):
         """The graph inputs the layers' attention reads: the positional encoding on the full
@@ -514,10 +518,7 @@ class Encoder:
         if len(inputs) != cfg.n_layers:
             raise AudioparityError(f"{len(inputs)} layer inputs for {cfg.n_layers} layers")
         for index, x in enumerate(inputs):
-            x = np.asarray(x, dtype=np.float32)
-            if index == 0 and cfg.xscale is not None:
-                x = x * np.float32(cfg.xscale)
-            yield self.layer(index, x, pos_emb)
+            yield self.layer(index, self._scaled(x) if index == 0 else x, pos_emb)
 
     def layer(self, index: int, x: np.ndarray, pos_emb: np.ndarray) -> np.ndarray:
         """Layer ``index`` alone on its input x ``[T', D]`` (already scaled for layer 0), with
