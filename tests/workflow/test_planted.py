@@ -26,15 +26,15 @@ PATCHES = [
     # lstm: the prediction network's LSTM gates taken as f, i instead of torch's i, f.
     ("parakeet_tdt/decoder.py", "i = ggml.ggml_sigmoid(ctx, gate(0))",
      f"i = ggml.ggml_sigmoid(ctx, gate(1 if {SWITCH} == 'lstm' else 0))"),
-    # mask: the end-to-end encoder masks out the last key frame; the isolated layers, which
-    # build no mask, are right.
+    # mask: the end-to-end encoder masks out (zeroes) the last frame of layer 0's input, as a
+    # padding mask one frame short would; the isolated layers, fed the reference's taps, are
+    # right.
     ("parakeet_tdt/encoder.py",
-     "            pos, mask = self._attention_inputs(g, pos_emb, n_out)\n",
-     "            pos, mask = self._attention_inputs(g, pos_emb, n_out)\n"
-     f"            if {SWITCH} == 'mask':\n"
-     "                planted = np.zeros((n_out, n_out), np.float32)\n"
-     "                planted[:, -1] = -np.inf\n"
-     "                mask = g.input('planted_mask', planted)\n"),
+     '        x = self._scaled(taps["pre_encode"])\n',
+     '        x = self._scaled(taps["pre_encode"])\n'
+     f"        if {SWITCH} == 'mask':\n"
+     "            x = x.copy()\n"
+     "            x[-1] = 0\n"),
     # two: the first subsampling conv's output rounded to f16, and layer 2's conv-module
     # LayerNorm without its bias.
     ("parakeet_tdt/encoder.py",
