@@ -60,9 +60,6 @@ def depthwise_conv_2d(ctx, kernel, x, stride: tuple[int, int], padding: tuple[in
 
 #: Inner length (values per dot product) llamafile's f32 sgemm needs a multiple of (AVX-512).
 SGEMM_INNER_MULTIPLE = 16
-#: Rows of the left-hand side (ggml's ``src0``) llamafile's f32 sgemm needs a multiple of; any
-#: other count falls back to one dot product at a time.
-SGEMM_ROW_MULTIPLE = 4
 
 
 def conv_2d(ctx, kernel, x, stride: tuple[int, int], padding: tuple[int, int]):

@@ -29,15 +29,14 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
+from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.ggml.ops import (
     SGEMM_INNER_MULTIPLE,
-    SGEMM_ROW_MULTIPLE,
     conv_2d,
     depthwise_conv_2d,
     layer_norm,
     linear,
 )
-from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
@@ -170,17 +169,17 @@ def feed_forward(ctx, w: Weights, prefix: str, x):
 def rel_shift(ctx, bd, n_keys: int):
     """``RelPositionMultiHeadAttention.rel_shift`` followed by ``[..., :T]``, as a strided view.
 
-    bd ``[H, r, L]`` (ne ``[L, r, H]``, ``L >= T+r-1``): the scores of r consecutive queries
-    against the T+r-1 relative positions they reach (and columns past them, unread), column c
-    being position ``i_0+r-1-c`` for the chunk's first query ``i_0`` (the whole clip: r = T,
-    ``[H, T, 2T-1]``, column c is position ``T-1-c``). Returns ``[H, r, T]`` with
-    ``out[h, i, j] = bd[h, i, r-1-i+j]`` (the score of query ``i_0+i`` for key j at relative
-    position ``i_0+i-j``): a view with row stride ``L-1`` elements, offset ``r-1``.
+    bd ``[H, r, T+r-1]`` (ne ``[T+r-1, r, H]``): the scores of r consecutive queries against the
+    T+r-1 relative positions they reach, column c being position ``i_0+r-1-c`` for the chunk's
+    first query ``i_0`` (the whole clip: r = T, ``[H, T, 2T-1]``, column c is position
+    ``T-1-c``). Returns ``[H, r, T]`` with ``out[h, i, j] = bd[h, i, r-1-i+j]`` (the score of
+    query ``i_0+i`` for key j at relative position ``i_0+i-j``): a view with row stride
+    ``T+r-2`` elements, offset ``r-1``.
     """
     es = ggml.ggml_element_size(bd)
     n_rows = bd.contents.ne[1]
     return ggml.ggml_view_3d(ctx, bd, n_keys, n_rows, bd.contents.ne[2],
-                             bd.contents.nb[1] - es, bd.contents.nb[2], (n_rows - 1) * es)
+                             (n_keys + n_rows - 2) * es, bd.contents.nb[2], (n_rows - 1) * es)
 
 
 #: The most chunks of query rows one attention is split in: each chunk adds about 17 nodes
@@ -255,29 +254,25 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     p = heads(linear(ctx, w, prefix + "linear_pos", pos_emb), 2 * n_frames - 1)
 
     # Contiguous queries keep the q k^T and q p^T products in llamafile's sgemm (the CPU backend
-    # computes a strided right-hand side one dot product at a time, far slower: BENCHMARKS.md),
-    # and so do keys and positions in a multiple of SGEMM_ROW_MULTIPLE rows (zero rows added,
-    # their scores never read); contiguous keys and positions keep them in f32 on Vulkan
-    # (ggml-vulkan converts a strided left-hand side to f16 first).
+    # computes a strided right-hand side one dot product at a time, far slower: BENCHMARKS.md);
+    # contiguous keys and positions keep them in f32 on Vulkan (ggml-vulkan converts a strided
+    # left-hand side to f16 first).
     q_u = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])  # ne [d_k, H, T]
     q_v = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])
     k_heads = per_head(k, 0, n_frames)  # ne [d_k, T, H]
     if flash_attention:
-        attend, keys, values = _flash_attention, k_heads, _per_head(ctx, v)  # ne [d_k, T, H]
+        attend, values = _flash_attention, _per_head(ctx, v)  # ne [d_k, T, H]
     else:
-        attend, keys, values = (_softmax_attention, _padded_rows(ctx, k_heads, n_frames),
-                                _padded_values(ctx, v))
-    p = ggml.ggml_pad(ctx, p, 0, 0, SGEMM_ROW_MULTIPLE - 1, 0)  # rows 2T-1 ... 2T+1: zeros
+        attend, values = _softmax_attention, _padded_values(ctx, v)
     chunks = []
     for first in range(0, n_frames, rows):
         n_rows = min(rows, n_frames - first)
         # the positions T-1-i+j that the queries i reach: p rows T-first-r ... 2T-2-first
-        p_rows = per_head(p, n_frames - first - n_rows,
-                          _round_up(n_frames + n_rows - 1, SGEMM_ROW_MULTIPLE))
-        bd = ggml.ggml_mul_mat(ctx, p_rows, per_head(q_v, first, n_rows))  # ne [>=T+r-1, r, H]
+        p_rows = per_head(p, n_frames - first - n_rows, n_frames + n_rows - 1)
+        bd = ggml.ggml_mul_mat(ctx, p_rows, per_head(q_v, first, n_rows))  # ne [T+r-1, r, H]
         bd = rel_shift(ctx, bd, n_frames)  # [H, r, T]
         mask_rows = None if mask is None else _rows(ctx, mask, first, n_rows, axis=1)
-        chunks.append(attend(ctx, per_head(q_u, first, n_rows), keys, values, bd,
+        chunks.append(attend(ctx, per_head(q_u, first, n_rows), k_heads, values, bd,
                              mask_rows, scale))  # ne [d_k, H, r]
     out = _join_rows(ctx, chunks)  # ne [d_k, H, T]
     out = ggml.ggml_reshape_2d(ctx, out, n_head * d_k, n_frames)
@@ -323,17 +318,6 @@ def _flash_attention(ctx, q_u, k, v, bd, mask, scale: float):
                                     scale, 0.0, 0.0)
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def _padded_rows(ctx, t, n_rows: int):
-    """ne ``[d_k, n_rows, H]`` with zero rows added up to a multiple of
-    :data:`SGEMM_ROW_MULTIPLE` (``t`` itself when it is one)."""
-    pad = _round_up(n_rows, SGEMM_ROW_MULTIPLE) - n_rows
-    return ggml.ggml_pad(ctx, t, 0, pad, 0, 0) if pad else t
-
-
 def _padded_values(ctx, v):
     """v ne ``[d_k, H, T]`` as the left-hand side of :func:`_softmax_attention`'s weighted sum:
     ne ``[T + pad, d_k, H]``, T zero-padded to the inner length llamafile's sgemm takes (exact
@@ -344,16 +328,12 @@ def _padded_values(ctx, v):
 
 def _softmax_attention(ctx, q_u, k, v_t, bd, mask, scale: float):
     """The attention of :func:`rel_pos_attention` as matmuls: ``softmax((q_u k^T + bd) *
-    scale + mask) v`` with ``q_u`` ne ``[d_k, r, H]`` (r query rows), ``k`` ne ``[d_k, T +
-    pad, H]`` (:func:`_padded_rows`: the scores of its zero rows are left out), ``v_t`` ne
-    ``[T + pad, d_k, H]`` (:func:`_padded_values`), ``bd`` ``[H, r, T]``, ``mask`` ne
-    ``[T, r]``; returns ne ``[d_k, H, r]``."""
-    n_keys = bd.contents.ne[0]
-    ac = ggml.ggml_mul_mat(ctx, k, q_u)  # ne [T + pad, r, H]
-    ac = ggml.ggml_view_3d(ctx, ac, n_keys, ac.contents.ne[1], ac.contents.ne[2],
-                           ac.contents.nb[1], ac.contents.nb[2], 0)  # ne [T, r, H]
+    scale + mask) v`` with ``q_u`` ne ``[d_k, r, H]`` (r query rows), ``k`` ne ``[d_k, T,
+    H]``, ``v_t`` ne ``[T + pad, d_k, H]`` (:func:`_padded_values`), ``bd`` ``[H, r, T]``,
+    ``mask`` ne ``[T, r]``; returns ne ``[d_k, H, r]``."""
+    ac = ggml.ggml_mul_mat(ctx, k, q_u)  # ne [T_k, r, H]
     attn = ggml.ggml_soft_max_ext(ctx, ggml.ggml_add(ctx, ac, bd), mask, scale, 0.0)
-    attn = ggml.ggml_pad(ctx, attn, v_t.contents.ne[0] - n_keys, 0, 0, 0)
+    attn = ggml.ggml_pad(ctx, attn, v_t.contents.ne[0] - k.contents.ne[1], 0, 0, 0)
     out = ggml.ggml_mul_mat(ctx, v_t, attn)  # [H, r, d_k] (ne [d_k, r, H])
     return ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, out, 0, 2, 1, 3))  # ne [d_k, H, r]
 
