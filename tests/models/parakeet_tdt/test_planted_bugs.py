@@ -172,14 +172,20 @@ def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wa
 def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference(
         parakeet_model, clip_wav, parakeet_reference, tmp_path):
     """At q8_0, against the quantization-aware reference: the clean port passes every stage
-    (but the declared end-to-end decode), and one matmul with a wrong block scale fails its own
+    but the end-to-end decode and decode_logits, and one matmul with a wrong block scale fails its own
     layer's isolated form and no other, nor anything upstream. Against the float32 reference
     the same bug hides in the weight type's cost: layer 1's isolated NMSE there stays below the
     clean port's layer 2."""
     clean, bug = (planted_rows(tmp_path / name, "parakeet_tdt", patches, parakeet_model,
                                clip_wav, parakeet_reference, weight_type="q8_0")
                   for name, patches in (("clean", []), ("bug", WRONG_BLOCK_SCALE)))
-    assert {s for s, row in clean.items() if row["status"] != "pass"} <= {"decode"}
+    # End to end, q8_0 requantizes each layer's input: the mel's float-order noise (2e-12, which
+    # differs between CPUs) flips int8 roundings and grows to an NMSE of 1e-3 by layer 2 of this
+    # random model, so a top-1 flip past the 0.1 margin in the decode or decode_logits depends
+    # on the machine. Every stage computed from the reference's own inputs must pass.
+    assert {s for s, row in clean.items() if row["status"] != "pass"} <= {"decode",
+                                                                         "decode_logits"}
+    assert all(clean[s]["status"] == "pass" for s in clean if s.endswith("_isolated"))
     isolated = sorted(s for s in bug if s.endswith("_isolated"))
     assert [s for s in isolated if bug[s]["status"] != "pass"] == ["layer_1_isolated"]
     assert {bug[s]["status"] for s in ("mel_features", "pre_encode", "layer_0")} == {"pass"}
