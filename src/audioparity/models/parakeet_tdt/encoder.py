@@ -29,7 +29,6 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
-from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.ggml.ops import (
     SGEMM_INNER_MULTIPLE,
     conv_2d,
@@ -37,6 +36,7 @@ from audioparity.ggml.ops import (
     layer_norm,
     linear,
 )
+from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
