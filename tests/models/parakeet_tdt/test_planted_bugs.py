@@ -172,8 +172,8 @@ def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wa
 def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference(
         parakeet_model, clip_wav, parakeet_reference, tmp_path):
     """At q8_0, against the quantization-aware reference: the clean port passes every stage
-    but the end-to-end decode and decode_logits, and one matmul with a wrong block scale fails its own
-    layer's isolated form and no other, nor anything upstream. Against the float32 reference
+    but the end-to-end decode and decode_logits, and one matmul with a wrong block scale fails
+    its own layer's isolated form and no other, nor anything upstream. Against the float32 reference
     the same bug hides in the weight type's cost: layer 1's isolated NMSE there stays below the
     clean port's layer 2."""
     clean, bug = (planted_rows(tmp_path / name, "parakeet_tdt", patches, parakeet_model,
