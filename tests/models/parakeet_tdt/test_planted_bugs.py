@@ -185,7 +185,6 @@ def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference
     # on the machine. Every stage computed from the reference's own inputs must pass.
     assert {s for s, row in clean.items() if row["status"] != "pass"} <= {"decode",
                                                                          "decode_logits"}
-    assert all(clean[s]["status"] == "pass" for s in clean if s.endswith("_isolated"))
     isolated = sorted(s for s in bug if s.endswith("_isolated"))
     assert [s for s in isolated if bug[s]["status"] != "pass"] == ["layer_1_isolated"]
     assert {bug[s]["status"] for s in ("mel_features", "pre_encode", "layer_0")} == {"pass"}
