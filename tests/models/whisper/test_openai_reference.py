@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from audioparity import storage
 from audioparity.artifacts import Dump
 from audioparity.cli import main
 from audioparity.driver import dump_reference
@@ -30,10 +31,13 @@ pytest.importorskip("whisper")
 #: NMSE bounds, float32 noise: the mel (the same STFT, filters 7e-8 apart), the encoder's
 #: stages, the decoder's.
 MEL_NMSE, ENCODER_NMSE, DECODER_NMSE = 1e-14, 1e-11, 1e-10
-#: The q8_0 twins' encoder bound: each matmul input is rounded to q8_0 blocks, so where float32
-#: noise moves a value across a rounding boundary its block moves by a q8_0 step (measured:
-#: layer_1 NMSE 1.8e-11, max_abs 6.8e-4, against 4.2e-14 and 3.8e-6 in float32).
-Q8_0_NMSE = 1e-9
+#: The q8_0 twins' encoder bound, a share of what q8_0 does to the stage (the NMSE of
+#: transformers' twin against its float32 dump), on top of float32 noise: each matmul input is
+#: rounded to q8_0 blocks, so where float32 noise moves a value across a rounding boundary, its
+#: block moves by a q8_0 step, and how often that happens depends on the two libraries' orders of
+#: float32 sums. Measured: at most 2.3e-3 of the effect (layer_1, NMSE 2.1e-7, transformers
+#: 5.25); one matmul's input left unrounded (layer 0's fc1) moves 0.34 of it.
+Q8_0_SHARE = 1e-2
 ENCODER = ("conv_out", "layer_0", "layer_1", "enc_out")
 
 
@@ -112,7 +116,45 @@ def test_q8_0_twin_rounds_the_same_weights_as_transformers(openai_dump, whisper_
     assert stored[0] == stored[1] and stored[0]["tensor_types"]
     assert set(ours.manifest["storage"]["tensor_types"]) == set(stored[0]["tensor_types"])
     for name in ENCODER:
-        assert nmse(ours.tensor(name), theirs.tensor(name)) <= Q8_0_NMSE, name
+        assert nmse(ours.tensor(name), theirs.tensor(name)) <= q8_0_bound(whisper_reference,
+                                                                          name), name
+
+
+def q8_0_bound(reference: Path, name: str) -> float:
+    """The twins' bound on stage ``name``: float32 noise plus :data:`Q8_0_SHARE` of what q8_0
+    does to it in the transformers reference dumped at ``reference``."""
+    effect = nmse(Dump(reference.with_name("clip@q8_0")).tensor(name), Dump(reference).tensor(name))
+    return ENCODER_NMSE + Q8_0_SHARE * effect
+
+
+def test_a_matmul_input_the_twin_leaves_unrounded_fails_the_q8_0_bound(
+        whisper_model, clip_wav, whisper_reference, tmp_path, monkeypatch):
+    """The planted fault: openai-whisper's twin stores every weight as transformers' does (the
+    same hashes) but leaves layer 0's fc1 input in float32; the stages from that layer on leave
+    the bound, the convolutions before it stay in."""
+    round_input = storage._Emulation.round_input
+    skipped = []
+
+    def planted(self, module, stored, channels_last):
+        fc1 = isinstance(module, torch.nn.Linear) and module.out_features == 4 * module.in_features
+        if fc1 and not skipped:
+            skipped.append(module)  # the first: encoder.blocks.0.mlp.0
+            return
+        round_input(self, module, stored, channels_last)
+
+    monkeypatch.setattr(storage._Emulation, "round_input", planted)
+    output = tmp_path / "clip"
+    dump_reference(Whisper(), whisper_model, [(clip_wav, output)],
+                   options={"implementation": OPENAI_WHISPER}, threads=1, emulate=["q8_0"])
+    ours = Dump(output.with_name("clip@q8_0"))
+    theirs = Dump(whisper_reference.with_name("clip@q8_0"))
+    hashes = [dump.manifest["storage"]["hashes"] for dump in (ours, theirs)]
+    assert skipped and hashes[0] == {name: hashes[1][name] for name in hashes[0]}
+    assert nmse(ours.tensor("conv_out"), theirs.tensor("conv_out")) <= q8_0_bound(
+        whisper_reference, "conv_out")
+    for name in ("layer_0", "layer_1", "enc_out"):
+        assert nmse(ours.tensor(name), theirs.tensor(name)) > 10 * q8_0_bound(
+            whisper_reference, name), name
 
 
 def test_a_transposed_weight_in_the_converter_fails_the_bounds(whisper_model, clip_wav,
