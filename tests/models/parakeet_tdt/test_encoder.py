@@ -4,6 +4,7 @@ encoder on the tiny fixture against the NeMo reference dump."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -460,6 +461,34 @@ def test_f32_encoder_matches_nemo_reference_dump(tiny, reference):
         assert taps[name].shape == ref.shape, name
         assert cosine(taps[name], ref) >= 0.99999, name
         assert nmse(taps[name], ref) < 1e-9, (name, nmse(taps[name], ref))
+
+
+def test_a_layer_that_takes_the_progress_time_logs_one_line(tiny, reference, monkeypatch,
+                                                           caplog):
+    """A layer that takes ``PROGRESS_SECONDS`` or more logs a line, end to end and isolated (a
+    long clip's encoder runs for an hour); the fixture's layers, under it, log none."""
+    model, config = tiny
+    mel, n_layers = reference.tensor("mel_features"), config.encoder.n_layers
+    inputs = [reference.tensor("pre_encode")] + [
+        reference.tensor(f"layer_{i}") for i in range(n_layers - 1)]
+
+    def progress_lines(encoder) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="audioparity"):
+            encoder.forward(mel)
+            list(encoder.layers_isolated(inputs, reference.tensor("pos_emb")))
+        return [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("parakeet encoder:")]
+
+    with Runtime("cpu", threads=1) as rt:
+        encoder = enc.Encoder(uploaded(rt, model), config, rt)
+        assert progress_lines(encoder) == []
+        monkeypatch.setattr(enc, "PROGRESS_SECONDS", 0.0)
+        lines = progress_lines(encoder)
+    frames = reference.tensor("enc_out").shape[0]
+    expected = [f"parakeet encoder: layer_{i} of {n_layers} layers (T'={frames}) in 0 s"
+                for i in range(n_layers)]
+    assert lines == 2 * expected
 
 
 @pytest.mark.slow

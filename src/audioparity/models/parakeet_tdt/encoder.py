@@ -21,7 +21,9 @@ builders serve every weight type and backend.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 
 import ggml
@@ -39,8 +41,13 @@ from audioparity.ggml.ops import (
 from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
+log = logging.getLogger("audioparity")
+
 #: NeMo's ``INF_VAL`` base of the sinusoidal positional encoding.
 POSITION_BASE = 10000.0
+#: A layer that takes at least this long (seconds) logs a progress line (:meth:`Encoder.layer`):
+#: a long clip's encoder runs for an hour, a short one's stays quiet.
+PROGRESS_SECONDS = 10.0
 
 
 def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
@@ -522,7 +529,8 @@ class Encoder:
 
     def layer(self, index: int, x: np.ndarray, pos_emb: np.ndarray) -> np.ndarray:
         """Layer ``index`` alone on its input x ``[T', D]`` (already scaled for layer 0), with
-        pos_emb as :meth:`forward` returns it; returns ``[T', D]`` float32.
+        pos_emb as :meth:`forward` returns it; returns ``[T', D]`` float32. A layer that takes
+        :data:`PROGRESS_SECONDS` or more logs its time.
 
         Raises:
             AudioparityError: ``index`` out of range, or x not ``[T', D]`` with pos_emb of the
@@ -540,9 +548,15 @@ class Encoder:
                 f"layer {index}: input {list(x.shape)} and pos_emb {list(pos_emb.shape)}; "
                 f"expected [T, {cfg.d_model}] and [{rows}, {cfg.d_model}]"
             )
+        started = time.monotonic()
         with self.runtime.graph() as g:
             pos, mask = self._attention_inputs(g, pos_emb, x.shape[0])
             h = conformer_layer(g.ctx, self.weights, index, cfg, g.input(f"input_{index}", x),
                                 pos, self.flash_attention, mask, self.chunk_rows)
             g.output(f"layer_{index}", h, ndim=2)
-            return g.compute()[f"layer_{index}"]
+            out = g.compute()[f"layer_{index}"]
+        seconds = time.monotonic() - started
+        if seconds >= PROGRESS_SECONDS:
+            log.info("parakeet encoder: layer_%d of %d layers (T'=%d) in %.0f s", index,
+                     cfg.n_layers, x.shape[0], seconds)
+        return out
