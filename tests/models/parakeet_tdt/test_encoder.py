@@ -463,6 +463,7 @@ def test_f32_encoder_matches_nemo_reference_dump(tiny, reference):
         assert nmse(taps[name], ref) < 1e-9, (name, nmse(taps[name], ref))
 
 
+@pytest.mark.slow
 def test_a_layer_that_takes_the_progress_time_logs_one_line(tiny, reference, monkeypatch,
                                                            caplog):
     """A layer that takes ``PROGRESS_SECONDS`` or more logs a line, end to end and isolated (a
