@@ -34,6 +34,7 @@ from audioparity.family import (
 from audioparity.provenance import model_record
 from audioparity.storage import (
     EMULATED_TYPES,
+    FileStorage,
     Recipe,
     StoredWeights,
     block_hashes,
@@ -153,11 +154,13 @@ def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any]
 
 def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]], *,
                    options: Mapping[str, Any], threads: int = 1,
-                   emulate: Sequence[str | Recipe] = ()) -> None:
+                   emulate: Sequence[str | Recipe] = (),
+                   storage: FileStorage | None = None) -> None:
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
     all (:meth:`Family.load_reference`), and again for each weight type of ``emulate`` as
     ggml's CPU backend computes with it (:func:`~audioparity.storage.emulations`) into
-    ``<directory>@<type>``.
+    ``<directory>@<type>``; or, given a candidate's ``storage``, only as ggml's CPU backend
+    computes with those stored weights, into each directory (the storage-matched reference).
 
     Every input is checked first, before torch is imported: the config, each case, then
     :meth:`Family.check_reference` (the checkpoint, the memory), and each recipe's overrides
@@ -173,7 +176,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     spec.check_implementation_options(options, f"reference {spec.command}")
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
-    family.check_reference(model, config, opened, emulates=bool(emulate))
+    family.check_reference(model, config, opened, emulates=bool(emulate) or storage is not None)
     recipes = [recipe for recipe in emulate if isinstance(recipe, Recipe)]
     if recipes:
         checkpoint = family.weights(model, config)
@@ -189,7 +192,8 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
                   **options, **family.manifest_fields(config, options)}
         for variant in emulations(family.reference_module(loaded), emulate,
-                                  keep=family.reference_keeps, prefix=family.reference_prefix):
+                                  keep=family.reference_keeps, prefix=family.reference_prefix,
+                                  storage=storage):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
                 reference_case(family, loaded, case, variant.dump_dir(output_dir),
                                {**fields, **variant.fields}, seconds, variant.stored)
@@ -469,14 +473,15 @@ def dump_ggml_cases(family: Family, model: Path,
 
 def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
                 output_dir: Path, *, options: Mapping[str, Any], threads: int = 1,
-                emulate: str | Recipe | None = None) -> None:
+                emulate: str | Recipe | FileStorage | None = None) -> None:
     """The reference's blocks on a candidate's own inputs (:meth:`Family.replay`), written as
     a dump of replayed forms; each one it cannot compute is named in the manifest's
     ``skipped`` with why. A candidate dump that is not ``ok`` gives a replay of its status.
 
     Args:
         emulate: a weight type (or recipe) to replay as ggml's CPU backend computes with it
-            (a quantized cell's replay), or None.
+            (our port's quantized cell's replay), or a candidate's stored weights (a
+            third-party port's), or None.
 
     Raises:
         AudioparityError: an unreadable model, case or candidate dump.
@@ -485,7 +490,9 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
     config, (case,) = open_cases(family, Path(model), [case_path], options)
     candidate = Dump(candidate_dir)
     fields = {"family": spec.name, "threads": threads, "replay": True,
-              **({"emulates": {"weight_type": type_name(emulate), "backend": "cpu"}}
+              **({"emulates": {"weight_type": type_name(emulate), "backend": "cpu",
+                               **({"storage": str(emulate.path)}
+                                  if isinstance(emulate, FileStorage) else {})}}
                  if emulate else {}),
               **options, **family.manifest_fields(config, options)}
     with DumpWriter(output_dir, producer=options[IMPLEMENTATION], model=case.model,

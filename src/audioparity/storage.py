@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -303,9 +303,9 @@ class Recipe:
         return cls("", weight_type, {})
 
 
-def type_name(weight_type: str | Recipe) -> str:
-    """The name of a weight type or recipe (``q4_K``, ``q4_K+recipe``)."""
-    return weight_type.weight_type if isinstance(weight_type, Recipe) else weight_type
+def type_name(weight_type: str | Recipe | FileStorage) -> str:
+    """The name of a weight type, recipe or storage file's cell (``q4_K``, ``q4_K+recipe``)."""
+    return weight_type if isinstance(weight_type, str) else weight_type.weight_type
 
 
 def read_recipe(path: Path, weight_type: str) -> Recipe:
@@ -336,6 +336,225 @@ def read_recipe(path: Path, weight_type: str) -> Recipe:
     return recipe
 
 
+#: The architecture of a storage file (:func:`write_stored`): our port's converted weights
+#: (rule ggml_weights), and a third-party port's model file renamed to the checkpoint's names
+#: (rule candidate_model), which a storage-matched reference computes with.
+STORED_ARCHITECTURE = "audioparity-weights"
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """A tensor as a ggml model file stores it: its name, its shape in numpy's order (rows
+    last: ggml's ``ne`` reversed), its ggml type's name (``q4_K``, as ``ggml_type_name``
+    writes it) and, where it was read, its bytes (uint8, ``rows * ggml_row_size``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: str
+    data: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def values(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """``(rows, row length)`` of a tensor of numpy ``shape`` as ggml stores it: its last axis
+    is the row (trailing axes of 1 dropped first: a pointwise kernel ``[out, in, 1]`` is the
+    matrix ``[out, in]``), every other axis counts rows."""
+    axes = list(shape)
+    while len(axes) > 1 and axes[-1] == 1:
+        axes.pop()
+    return int(np.prod(axes[:-1], dtype=np.int64)), int(axes[-1]) if axes else 1
+
+
+def write_stored(path: Path, tensors: Iterable[StoredTensor],
+                 metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``tensors`` (each with its bytes) as a GGUF file (architecture
+    :data:`STORED_ARCHITECTURE`, string ``metadata`` under ``audioparity.*``), atomically: a file
+    at ``path`` is always complete. A block type's trailing axes of 1 are dropped (a pointwise
+    kernel ``[out, in, 1]`` in q8_0 is the matrix ``[out, in]``, as ggml can hold it).
+
+    Raises:
+        AudioparityError: a tensor without its bytes, or bytes of another size than its shape
+            and type take.
+    """
+    import gguf
+
+    path, tensors = Path(path), list(tensors)
+    for tensor in tensors:
+        if tensor.data is None or tensor.data.nbytes != stored_bytes(tensor.type, tensor.shape):
+            raise AudioparityError(f"{path}: tensor {tensor.name} {list(tensor.shape)} "
+                                   f"{tensor.type}: its bytes are not its shape's")
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    writer = gguf.GGUFWriter(str(partial), arch=STORED_ARCHITECTURE)
+    for key, value in (metadata or {}).items():
+        writer.add_string(f"audioparity.{key}", value)
+    for tensor in tensors:
+        shape = list(tensor.shape) or [1]
+        while BLOCK_SIZES[tensor.type] > 1 and len(shape) > 1 and shape[-1] == 1:
+            shape.pop()  # a block type's rows are never 1 value long
+        rows = int(np.prod(shape[:-1], dtype=np.int64))
+        writer.add_tensor_info(tensor.name, (*shape[:-1], tensor.data.nbytes // rows),
+                               np.dtype(np.uint8), tensor.data.nbytes,
+                               raw_dtype=gguf.GGMLQuantizationType(ggml_type(tensor.type)))
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for tensor in tensors:
+            writer.write_tensor_data(np.ascontiguousarray(tensor.data).reshape(-1))
+        writer.close()
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def stored_bytes(type_name_: str, shape: Sequence[int]) -> int:
+    """The bytes ggml stores for a tensor of numpy ``shape`` as ``type_name_``
+    (``ggml_row_size`` of its rows)."""
+    rows, k = matrix_shape(shape) if shape else (1, 1)
+    return rows * _ggml().ggml_row_size(ggml_type(type_name_), k)
+
+
+def read_stored(path: Path) -> dict[str, StoredTensor]:
+    """The tensors of a GGUF file by name, each with its bytes (mapped read-only, not read).
+
+    Raises:
+        AudioparityError: not a GGUF file gguf can read.
+    """
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (OSError, ValueError) as err:
+        raise AudioparityError(f"{path}: not a GGUF file ({err})") from None
+    return {tensor.name: StoredTensor(tensor.name, tuple(int(n) for n in reversed(tensor.shape)),
+                                      ggml_name(tensor.tensor_type),
+                                      np.asarray(tensor.data).reshape(-1).view(np.uint8))
+            for tensor in reader.tensors}
+
+
+def ggml_name(quant_type: Any) -> str:
+    """ggml's name of a ``gguf.GGMLQuantizationType`` (``Q4_K`` -> ``q4_K``, ``BF16`` ->
+    ``bf16``, ``IQ4_NL`` -> ``iq4_nl``), the project's storage types' spelling."""
+    name = quant_type.name.lower()
+    return name[:-2] + "_K" if name.endswith("_k") else name
+
+
+@dataclass(frozen=True)
+class FileStorage:
+    """The weights a candidate computes with, as its own model file stores them, by the
+    checkpoint's names: a storage file (:func:`write_stored`; a third-party port's file renamed
+    by its adapter's weight map, or our port's converted weights). A storage-matched reference
+    (:func:`emulating`) computes with exactly these bytes, each weight's matmul input rounded as
+    the CPU backend rounds it for the weight's type.
+
+    Attributes:
+        path: the storage file.
+        tensors: its tensors by checkpoint name (:func:`read_stored`).
+        digest: the sha256 of its bytes: what a storage-matched reference's dumps are kept by.
+        weight_type: the weight type the candidate was asked for (its cells' ``weight_type``).
+    """
+
+    path: Path
+    tensors: Mapping[str, StoredTensor]
+    digest: str
+    weight_type: str
+
+    @classmethod
+    def read(cls, path: Path, weight_type: str) -> FileStorage:
+        """The storage file ``path`` of a cell of ``weight_type``.
+
+        Raises:
+            AudioparityError: not a GGUF file.
+        """
+        from audioparity.provenance import sha256_of
+
+        return cls(Path(path), read_stored(Path(path)), sha256_of(Path(path)), weight_type)
+
+    def rows(self, name: str, shape: tuple[int, ...], first: int, count: int,
+             notes: list[str]) -> tuple[str, np.ndarray] | None:
+        """``(type, bytes)`` of rows ``first`` to ``first + count`` of weight ``name``, whose
+        checkpoint tensor has numpy ``shape``; None (with a note) where the file has no such
+        weight, or holds it in another number of rows or another row length."""
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            if first == 0:
+                notes.append(f"{name}: not in the candidate's file {self.path.name}; computed "
+                             "float32")
+            return None
+        if matrix_shape(tensor.shape) != matrix_shape(shape):
+            if first == 0:
+                notes.append(f"{name}: the candidate's file holds it as {list(tensor.shape)}, "
+                             f"not as the checkpoint's {list(shape)} (rows of "
+                             f"{matrix_shape(shape)[1]}); computed float32")
+            return None
+        row = stored_bytes(tensor.type, (1, matrix_shape(shape)[1]))
+        return tensor.type, tensor.data[first * row:(first + count) * row]
+
+
+#: Storage types that keep a weight's values unquantized.
+FLOAT_TYPES = ("f32", "f16", "bf16")
+
+
+def storage_verdict(asked: str, matmul: Mapping[str, Sequence[int]], stored: Mapping[str, str],
+                    *, overrides: Mapping[str, str] | None = None, mix: bool = False,
+                    tool: str = "its quantizer") -> tuple[bool, str]:
+    """Whether a candidate's file honours the weight type its cell asked for, and one line
+    saying how (the storage part of a quantized cell's verdict: docs/quantization.md).
+
+    Each matmul weight (``matmul``: name -> ``[rows, row length]``, the reference's) is asked
+    for ``asked`` (a recipe's ``overrides`` first) and stored as ``stored`` says (name ->
+    type, the candidate's record). Where the asked type's blocks cannot hold its rows, any
+    type is a fallback (listed). Where they can, a float type is a weight left unquantized, and
+    fails the verdict; another block type fails it too, unless the cell's weight type is a
+    ``mix`` (a tool's own per-tensor choice, as llama.cpp's ``Q4_K_M``), where it is listed. A
+    weight the file lacks is listed (the reference computes it float32).
+
+    Returns:
+        ``(honoured, line)``: ``asked q4_K: 31 of 38 matmul weights q4_K; unquantized where
+        q4_K fits: 4 f16 (a, b, c, ...); ...``.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    wide = 0
+    for name, (_, row) in matmul.items():
+        want = (overrides or {}).get(name, asked)
+        have = stored.get(name)
+        if have == want:
+            wide += 1
+            continue
+        if have is None:
+            kind = "not in its file (the reference computes them float32)"
+        elif not storage_supported(want, (row,)):
+            kind = f"fallbacks, rows {want} cannot hold"
+        elif have in FLOAT_TYPES:
+            kind = f"unquantized where {want} fits"
+        else:
+            kind = f"{'its mix' if mix else tool + ' chose another type'} where {want} fits"
+        groups.setdefault(kind, {}).setdefault(have or "-", []).append(name)
+    failed = any(kind.startswith("unquantized") or (not mix and "chose" in kind)
+                 for kind in groups)
+    parts = [f"asked {asked}{' (a mix)' if mix else ''}{' with a recipe' if overrides else ''}: "
+             f"{wide} of {len(matmul)} matmul weights as asked"]
+    for kind, by_type in groups.items():
+        listed = ", ".join(f"{len(names)} {have} ({_names(names)})" if have != "-"
+                           else f"{len(names)} ({_names(names)})"
+                           for have, names in sorted(by_type.items()))
+        parts.append(f"{kind}: {listed}")
+    return not failed, "; ".join(parts)
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f", ... {len(names) - shown} more"
+                                       if len(names) > shown else "")
+
+
+#: The NMSE past which a candidate's stored values are not a rounding of the checkpoint's: a
+#: type's own rounding moves a weight by far less (q2_K by about 0.1), a transposed or permuted
+#: layout by about 2.
+_UNLIKE = 0.5
+
 #: Rows of a weight rounded at a time by :func:`emulating`: the rounding's temporaries stay
 #: small beside a 151936-row embedding (1.2 GB in float32 at the 1.7B shape).
 _ROWS_AT_ONCE = 4096
@@ -350,21 +569,27 @@ class StoredWeights:
     notes: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)
     hashes: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The model's matmul weights, each as ``[rows, row length]`` (an emulation's: those a
+    #: storage verdict asks the weight type of, :func:`storage_verdict`).
+    matmul: dict[str, list[int]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
-        """The manifest's part: ``tensor_types`` (weight -> storage type) and one hash per
-        weight (``hashes``, :func:`tensor_hash`)."""
+        """The manifest's part: ``tensor_types`` (weight -> storage type), one hash per
+        weight (``hashes``, :func:`tensor_hash`) and, from an emulation, ``matmul_weights``
+        (weight -> ``[rows, row length]``)."""
         return {"tensor_types": dict(self.types),
-                "hashes": {name: tensor_hash(h) for name, h in self.hashes.items()}}
+                "hashes": {name: tensor_hash(h) for name, h in self.hashes.items()},
+                **({"matmul_weights": dict(self.matmul)} if self.matmul else {})}
 
 
 @contextmanager
-def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = (),
+def emulating(model: Any, weight_type: str | Recipe | FileStorage, keep: Collection[str] = (),
               prefix: str = "") -> Iterator[StoredWeights]:
     """Within the block, the torch ``model`` computes as a ggml port on the CPU backend does with
     its matmul weights stored as ``weight_type`` (one of :data:`EMULATED_TYPES`, or a
-    :class:`Recipe` giving each weight's); on leaving it, the model is float32 again (weights,
-    hooks and forwards restored).
+    :class:`Recipe` giving each weight's), or with exactly the bytes a candidate's own file
+    stores (a :class:`FileStorage`: the storage-matched reference); on leaving it, the model is
+    float32 again (weights, hooks and forwards restored).
 
     The matmul weights are those of ``nn.Linear``, pointwise ``nn.Conv1d`` and ``nn.Conv2d``
     (kernel 1, one group; ggml runs them as matmuls over the channels), ``nn.Embedding`` (a
@@ -377,22 +602,37 @@ def emulating(model: Any, weight_type: str | Recipe, keep: Collection[str] = (),
     A parameter shared by two modules (tied embeddings) is rounded once. A weight is named as
     the port names it: its parameter name less ``prefix``.
 
+    With a :class:`FileStorage`, each matmul weight the file holds is its bytes, read by ggml's
+    ``to_float``, in the file's type (no fallback is chosen: the file's is what the candidate
+    computes with), and its input is rounded for that type; one the file lacks stays float32,
+    noted. Any other parameter the file holds narrower than f32 (an f16 convolution kernel or
+    bias) is its bytes too, and a convolution whose kernel the file holds as f16 or bf16 has its
+    input rounded to that type, as ggml's ``im2col`` in the kernel's type and the matmul after
+    it compute (``ggml_conv_1d``, ``ggml_conv_2d``). The hashes it records are of ggml's own
+    quantization of the checkpoint at each weight's type: what the candidate's bytes are
+    measured against (``stored_weights``).
+
     Yields:
         What it stored (:class:`StoredWeights`): a note per weight stored as its fallback (the
         ggml dump's manifest notes them alike), each weight's type and block hashes.
 
     Raises:
         AudioparityError: ``weight_type`` is not emulated, a recipe override that names no
-            matmul weight of the model, or an LSTM with a projection.
+            matmul weight of the model, an LSTM with a projection, or a convolution kernel a
+            file stores as a block type.
     """
-    recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
-    if recipe.base not in EMULATED_TYPES:
-        raise AudioparityError(f"no quantization-aware reference for weight type "
-                               f"{recipe.base!r}; emulated: {', '.join(EMULATED_TYPES)}")
+    if isinstance(weight_type, FileStorage):
+        recipe: Recipe | FileStorage = weight_type
+    else:
+        recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
+        if recipe.base not in EMULATED_TYPES:
+            raise AudioparityError(f"no quantization-aware reference for weight type "
+                                   f"{recipe.base!r}; emulated: {', '.join(EMULATED_TYPES)}")
     emulation = _Emulation(recipe, prefix)
     try:
         emulation.apply(model, keep)
-        unused = sorted(set(recipe.overrides) - set(emulation.stored.types))
+        unused = (sorted(set(recipe.overrides) - set(emulation.stored.types))
+                  if isinstance(recipe, Recipe) else [])
         if unused:
             raise AudioparityError(f"recipe {recipe.weight_type}: {unused[0]} is no matmul weight "
                                    f"of this model ({len(unused)} override(s) name none)")
@@ -433,37 +673,64 @@ class _Emulation:
     """What :func:`emulating` changed in a model, to restore it: the weights rounded (each
     parameter once, with its float32 copy), the input hooks, the LSTMs stepped."""
 
-    def __init__(self, recipe: Recipe, prefix: str = "") -> None:
-        self.recipe, self.prefix = recipe, prefix
+    def __init__(self, policy: Recipe | FileStorage, prefix: str = "") -> None:
+        self.policy, self.prefix = policy, prefix
         self.stored = StoredWeights()
         self.notes = self.stored.notes
         self.originals: dict[int, tuple[Any, Any]] = {}
+        self.types: dict[int, str | None] = {}
         self.hooks: list[Any] = []
         self.lstms: list[Any] = []
 
-    def store(self, name: str, param) -> str:
-        """Round parameter ``name`` in place as its storage type holds it; that type."""
+    def store(self, name: str, param, shape: tuple[int, ...] | None = None) -> str | None:
+        """Round parameter ``name`` in place as its storage holds it (viewed as the matrix
+        ``shape``; without one, a matmul weight's first two axes: a pointwise kernel ``[out,
+        in, 1(, 1)]`` is a matrix); its storage type, None where it stays float32 (a file that
+        lacks it)."""
+        if id(param) in self.types:  # a parameter of two modules (tied): stored once
+            return self.types[id(param)]
         name = name.removeprefix(self.prefix)
-        shape = tuple(param.shape[:2])  # a pointwise kernel [out, in, 1(, 1)] is a matrix
-        storage = storage_or_fallback(name, self.recipe.storage(name), shape, self.notes)
-        if id(param) not in self.originals:
-            self.originals[id(param)] = (param, param.detach().clone())
-            matrix = param.detach().numpy().reshape(shape)  # the parameter's own memory
-            hashes = []
-            for first in range(0, shape[0], _ROWS_AT_ONCE):  # rows are stored independently
-                rows = matrix[first:first + _ROWS_AT_ONCE]
-                raw = quantize(rows, storage)
-                hashes.append(block_hashes(raw, storage, rows.shape))
-                with np.errstate(over="ignore"):
-                    rows[...] = dequantize(raw, storage, rows.shape)
-            self.stored.types[name] = storage
-            self.stored.hashes[name] = np.concatenate(hashes)
+        if shape is None:
+            shape = tuple(param.shape[:2])
+            self.stored.matmul[name] = list(shape)
+        file = self.policy if isinstance(self.policy, FileStorage) else None
+        if file is not None:
+            found = file.rows(name, tuple(param.shape), 0, 0, self.notes)
+            storage = found[0] if found else None
+        else:
+            storage = storage_or_fallback(name, self.policy.storage(name), shape, self.notes)
+        self.types[id(param)] = storage
+        if storage is None:
+            return None
+        self.originals[id(param)] = (param, param.detach().clone())
+        matrix = param.detach().numpy().reshape(shape)  # the parameter's own memory
+        hashes, moved, total = [], 0.0, 0.0
+        for first in range(0, shape[0], _ROWS_AT_ONCE):  # rows are stored independently
+            rows = matrix[first:first + _ROWS_AT_ONCE]
+            quantized = quantize(rows, storage)  # ggml's quantization of the checkpoint
+            raw = (file.rows(name, tuple(param.shape), first, len(rows), self.notes)[1]
+                   if file is not None else quantized)
+            hashes.append(block_hashes(quantized, storage, rows.shape))
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = dequantize(raw, storage, rows.shape)
+                if file is not None:
+                    moved += float(np.sum((values.astype(np.float64) - rows) ** 2))
+                    total += float(np.sum(rows.astype(np.float64) ** 2))
+            rows[...] = values
+        if file is not None and not moved <= _UNLIKE * max(total, 1e-30):
+            self.notes.append(f"{name}: the candidate's values are not the checkpoint's "
+                              f"(NMSE {moved / max(total, 1e-30):.3g} as {storage}): another "
+                              "layout than its adapter maps, or its quantizer's fault")
+        self.stored.types[name] = storage
+        self.stored.hashes[name] = np.concatenate(hashes)
         return storage
 
     def round_input(self, module, storage: str, channels_last: bool) -> None:
         """Round ``module``'s input for a weight stored as ``storage`` (a pre-hook), and for a
         weight with block minimums add the dot product's :func:`min_term` to its output (a
         forward hook on the input the pre-hook saw)."""
+        if storage == "f32":
+            return
         inputs = []
 
         def pre_hook(_, args):
@@ -479,22 +746,61 @@ class _Emulation:
 
     def apply(self, model: Any, keep: Collection[str]) -> None:
         """Every matmul weight of ``model`` (but the modules of ``keep``) stored, and its
-        input rounded (:func:`emulating`).
+        input rounded (:func:`emulating`); with a file, its other parameters stored narrower
+        than f32 too.
 
         Raises:
-            AudioparityError: an LSTM with a projection.
+            AudioparityError: an LSTM with a projection; a convolution kernel a file stores as
+                a block type.
         """
         for name, module, kind in matmul_modules(model, keep):
             if kind == "embedding":
                 self.store(f"{name}.weight", module.weight)
             elif kind == "lstm":
-                types = {param: self.store(f"{name}.{param}", getattr(module, param))
+                types = {param: self.store(f"{name}.{param}", getattr(module, param)) or "f32"
                          for param, _ in module.named_parameters() if param.startswith("weight_")}
                 module.forward = _LstmSteps(module, types)
                 self.lstms.append(module)
             else:
-                self.round_input(module, self.store(f"{name}.weight", module.weight),
-                                 channels_last=kind == "linear")
+                storage = self.store(f"{name}.weight", module.weight)
+                if storage is not None:
+                    self.round_input(module, storage, channels_last=kind == "linear")
+        if isinstance(self.policy, FileStorage):
+            self.apply_narrow(model, keep)
+            names = {name.removeprefix(self.prefix) for name, _ in (
+                *model.named_parameters(remove_duplicate=False), *model.named_buffers())}
+            unused = sorted(set(self.policy.tensors) - names)
+            if unused:
+                self.notes.append(f"{len(unused)} tensor(s) of the candidate's file are no "
+                                  f"weight of the reference model: {', '.join(unused)}")
+
+    def apply_narrow(self, model: Any, keep: Collection[str]) -> None:
+        """The parameters other than matmul weights that the file stores narrower than f32
+        (:func:`emulating`), a convolution's input rounded for its kernel's type.
+
+        Raises:
+            AudioparityError: a convolution kernel stored as a block type.
+        """
+        import torch
+
+        for module_name, module in model.named_modules():
+            if module_name in keep:
+                continue
+            for param_name, param in module.named_parameters(recurse=False):
+                full = f"{module_name}.{param_name}" if module_name else param_name
+                found = self.policy.tensors.get(full.removeprefix(self.prefix))
+                if id(param) in self.types or found is None or found.type == "f32":
+                    continue
+                conv = isinstance(module, torch.nn.Conv1d | torch.nn.Conv2d) \
+                    and param_name == "weight"
+                if conv and found.type not in ("f16", "bf16"):
+                    raise AudioparityError(f"{full}: the candidate's file stores this "
+                                           f"convolution kernel as {found.type}; a kernel in a "
+                                           "block type is not emulated (ggml's im2col takes "
+                                           "f16 or f32)")
+                storage = self.store(full, param, matrix_shape(param.shape))
+                if conv and storage is not None:
+                    self.round_input(module, storage, channels_last=False)
 
     def restore(self) -> None:
         """The model float32 again: hooks removed, LSTMs' own forward, weights copied back."""
@@ -600,37 +906,49 @@ def emulated_dir(output_dir: Path, weight_type: str | None) -> Path:
 
 @dataclass
 class Emulation:
-    """One model a reference job dumps with: the float32 model (``weight_type`` None) or the
-    model computing as ggml's CPU backend does with its matmul weights in ``weight_type``."""
+    """One model a reference job dumps with: the float32 model (``weight_type`` None), the
+    model computing as ggml's CPU backend does with its matmul weights in ``weight_type``, or
+    with a candidate's own stored weights (``storage``: the storage-matched reference)."""
 
     weight_type: str | None
     model: Any
     stored: StoredWeights
+    storage: FileStorage | None = None
 
     def dump_dir(self, output_dir: Path) -> Path:
-        """Where this model dumps the case of ``output_dir`` (:func:`emulated_dir`)."""
-        return emulated_dir(output_dir, self.weight_type)
+        """Where this model dumps the case of ``output_dir`` (:func:`emulated_dir`; a
+        storage-matched reference's dumps are its job's own directories)."""
+        return Path(output_dir) if self.storage else emulated_dir(output_dir, self.weight_type)
 
     @property
     def fields(self) -> dict[str, Any]:
-        """Manifest fields of its dumps: ``emulates`` (weight type, backend, fallback notes)."""
+        """Manifest fields of its dumps: ``emulates`` (weight type, backend, fallback notes; a
+        storage file and its digest)."""
         if self.weight_type is None:
             return {}
-        return {"emulates": {"weight_type": self.weight_type, "backend": "cpu",
-                             "fallbacks": self.stored.notes}}
+        file = ({"storage": str(self.storage.path), "storage_digest": self.storage.digest}
+                if self.storage else {})
+        return {"emulates": {"weight_type": self.weight_type, "backend": "cpu", **file,
+                             "notes" if self.storage else "fallbacks": self.stored.notes}}
 
 
 def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = (),
-               prefix: str = "") -> Iterator[Emulation]:
+               prefix: str = "", storage: FileStorage | None = None) -> Iterator[Emulation]:
     """The float32 ``model``, then the same model computing as ggml does with each of
     ``weight_types`` (a type, or a :class:`Recipe`; :func:`emulating`, ``keep`` and ``prefix``
-    passed on), one
-    at a time: each is float32 again once the next is asked for (NeMo models cannot be
-    deep-copied).
+    passed on), one at a time: each is float32 again once the next is asked for (NeMo models
+    cannot be deep-copied). With ``storage``, only the model computing with that candidate's
+    stored weights (the storage-matched reference; ``weight_types`` must be empty).
 
     Raises:
         AudioparityError: a weight type that is not emulated (before any model is yielded).
     """
+    if storage is not None:
+        if weight_types:
+            raise ValueError("emulations: a storage file or weight types, not both")
+        with emulating(model, storage, keep, prefix) as stored_weights:
+            yield Emulation(storage.weight_type, model, stored_weights, storage)
+        return
     recipes = [t if isinstance(t, Recipe) else Recipe.uniform(t) for t in weight_types]
     unknown = [r.base for r in recipes if r.base not in EMULATED_TYPES]
     if unknown:

@@ -127,6 +127,23 @@ def _weight_type(args: argparse.Namespace, text: str | None):
     return read_recipe(recipes[text], text)
 
 
+def _storage(args: argparse.Namespace):
+    """The candidate's storage file of ``--storage <weight type>=FILE``
+    (:class:`~audioparity.storage.FileStorage`), None without one.
+
+    Raises:
+        AudioparityError: not a GGUF file.
+    """
+    from audioparity.storage import FileStorage
+
+    if getattr(args, "storage", None) is None:
+        return None
+    weight_type, path = args.storage
+    if not path.is_file():
+        raise AudioparityError(f"--storage {weight_type}={path}: no such file")
+    return FileStorage.read(path, weight_type)
+
+
 def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """``{"recipes": {weight type: sha256 of its file}}`` for a dump cache's key, or ``{}``: a
     changed recipe computes its emulated dumps again."""
@@ -193,10 +210,14 @@ def reference(args: argparse.Namespace) -> None:
                                f"per {args.spec.input_flag}, in order")
     cases = list(zip(args.inputs, args.output_dir, strict=True))
     options = _options(args, "reference")
+    storage = _storage(args)
+    if storage is not None and args.emulate:
+        raise AudioparityError("reference: --storage dumps the storage-matched reference only; "
+                               "give --emulate in another run")
 
     def compute(todo, emulate) -> None:
         dump_reference(_family(args), args.model, todo, options=options, threads=args.threads,
-                       emulate=[_weight_type(args, t) for t in emulate])
+                       emulate=[_weight_type(args, t) for t in emulate], storage=storage)
 
     if args.unavailable_on_error:
         from audioparity.driver import unavailable_reference
@@ -212,9 +233,11 @@ def reference(args: argparse.Namespace) -> None:
         return
     from audioparity.dump_cache import DumpCache
 
-    cache = DumpCache(args.cache_dir, args.model, {
+    folder = args.cache_dir if storage is None else args.cache_dir / storage.digest[:16]
+    cache = DumpCache(folder, args.model, {
         "family": args.spec.command, "code": args.code_digest, "threads": args.threads,
-        "options": options, **_recipe_digests(args)})
+        "options": options, **_recipe_digests(args),
+        **({"storage": storage.digest} if storage else {})})
     todo, emulate = cache.restore(cases, args.emulate)
     try:
         if todo:
@@ -246,9 +269,12 @@ def weights(args: argparse.Namespace) -> None:
 def replay(args: argparse.Namespace) -> None:
     from audioparity.driver import dump_replay
 
+    storage = _storage(args)
+    if storage is not None and args.emulate:
+        raise AudioparityError("replay: give --emulate or --storage, not both")
     dump_replay(_family(args), args.model, args.input, args.candidate_dir, args.output_dir,
                 options=_options(args, "reference"), threads=args.threads,
-                emulate=_weight_type(args, args.emulate))
+                emulate=storage or _weight_type(args, args.emulate))
 
 
 def drilldown(args: argparse.Namespace) -> None:

@@ -19,7 +19,6 @@ by :meth:`Graph.expand <audioparity.ggml.graph.Graph.expand>`.
 from __future__ import annotations
 
 import ctypes
-import os
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.ggml.bindings import STORAGE_TYPES, _ne, _ptr, ggml, tensor_bytes, tensor_values
-from audioparity.storage import quantize, storage_supported
+from audioparity.storage import StoredTensor, quantize, storage_supported, write_stored
 
 if TYPE_CHECKING:
     from audioparity.ggml.runtime import Runtime
@@ -270,31 +269,12 @@ class Weights(_Tensors):
         return weights
 
     def save(self, path: Path, metadata: Mapping[str, str] | None = None) -> None:
-        """Write the weights, each in its storage type (the bytes ggml holds), as a GGUF file
-        (architecture ``audioparity-weights``, string ``metadata`` under ``audioparity.*``),
-        atomically: a file at ``path`` is always complete."""
-        import gguf
-
-        path = Path(path)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        writer = gguf.GGUFWriter(str(partial), arch="audioparity-weights")
-        for key, value in (metadata or {}).items():
-            writer.add_string(f"audioparity.{key}", value)
-        for name, tensor in self._tensors.items():
-            shape, type_ = self._shapes[name], tensor.contents.type
-            writer.add_tensor_info(name, (*shape[:-1], ggml.ggml_row_size(type_, shape[-1])),
-                                   np.dtype(np.uint8), ggml.ggml_nbytes(tensor),
-                                   raw_dtype=gguf.GGMLQuantizationType(type_))
-        try:
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            for tensor in self._tensors.values():
-                writer.write_tensor_data(tensor_bytes(tensor))
-            writer.close()
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+        """Write the weights, each in its storage type (the bytes ggml holds), as a storage
+        file (:func:`~audioparity.storage.write_stored`: a GGUF file, string ``metadata`` under
+        ``audioparity.*``), atomically: a file at ``path`` is always complete."""
+        write_stored(Path(path), (StoredTensor(name, self._shapes[name], self._storage[name],
+                                               tensor_bytes(tensor))
+                                  for name, tensor in self._tensors.items()), metadata)
 
 
 def _n_rows(shape: tuple[int, ...]) -> int:
