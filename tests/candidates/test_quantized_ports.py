@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from audioparity.candidates import Adapter, load_adapter, running
-from audioparity.candidates.reading import (
-    StoredTensor,
+from audioparity.candidates.model_file import (
     ggml_bin_tensors,
     model_storage,
     storage_of,
@@ -28,6 +27,8 @@ from audioparity.candidates.reading import (
 from audioparity.candidates.whisper_cpp import PARAKEET_HEADER
 from audioparity.candidates.whisper_cpp_whisper import WHISPER_HEADER
 from audioparity.errors import AudioparityError
+from audioparity.storage import StoredTensor
+from audioparity.vocabulary import MIXES
 from tests import RESOURCES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,10 +144,13 @@ def test_transcribe_quantizes_each_type_with_its_preset(tmp_path):
                                      options=TRANSCRIBE)[-1][-1]
                for kind in adapter.weight_types if kind != "f32"}
     assert presets == {"f16": "F16", "q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1",
-                       "q5_0": "Q5_0", "q5_K": "Q5_K_M", "q4_1": "Q4_1", "q4_0": "Q4_0",
-                       "q4_K": "Q4_K_M"}
-    assert adapter.model_file(tmp_path / "out", TRANSCRIBE, "q4_K") == (
-        tmp_path / "out/models/parakeet-tdt-0.6b-v2/model-q4_K.gguf")
+                       "q5_0": "Q5_0", "q5_K_M": "Q5_K_M", "q4_1": "Q4_1", "q4_0": "Q4_0",
+                       "q4_K_M": "Q4_K_M"}
+    assert adapter.model_files(tmp_path / "out", TRANSCRIBE, "q4_K_M") == [
+        tmp_path / "out/models/parakeet-tdt-0.6b-v2/model-q4_K_M.gguf"]
+    # its k-quants below q6_K are mixes only: a uniform q4_K cell says which
+    assert adapter.cannot_run(TRANSCRIBE, "q4_K", "cpu") == (
+        "transcribe.cpp has no uniform q4_K: its preset Q4_K_M is the mix q4_K_M")
 
 
 @pytest.mark.parametrize("name", ["whisper_cpp", "whisper_cpp_whisper"])
@@ -160,17 +164,18 @@ def test_whisper_cpp_quantizes_with_its_ftype_names(tmp_path, name):
         (model / file).write_text("{}")
     *_, quantize = adapter.convert(model, "q4_K", tmp_path / "out", options={"root": "/w"})
     assert quantize[-1] == "q4_k"
-    assert quantize[-2] == str(adapter.model_file(tmp_path / "out", {}, "q4_K"))
+    assert [quantize[-2]] == list(map(str, adapter.model_files(tmp_path / "out", {}, "q4_K")))
 
 
 LLAMA = {"root": "/l"}
 
 
 def test_llama_cpp_converts_its_own_types_and_quantizes_the_others_pure(tmp_path):
+    """Its converter's types; llama-quantize's with --pure for a type, without for a mix."""
     adapter = load_adapter("llama_cpp")
     assert set(adapter.weight_types) == {"f32", "f16", "bf16", "q8_0", "q6_K", "q5_1", "q5_0",
                                          "q5_K", "q4_1", "q4_0", "q4_K", "iq4_nl", "mxfp4",
-                                         "q3_K", "q2_K"}
+                                         "q3_K", "q2_K", *MIXES}
     options = adapter.check_options(LLAMA, "options")
     (q8,) = adapter.convert(tmp_path / "moss", "q8_0", tmp_path / "out", options=options)
     assert q8[q8.index("--outtype") + 1] == "q8_0"
@@ -182,6 +187,9 @@ def test_llama_cpp_converts_its_own_types_and_quantizes_the_others_pure(tmp_path
                         "Q4_K"]
     assert adapter.convert(tmp_path / "m", "mxfp4", tmp_path / "o",
                            options=options)[-1][-1] == "MXFP4_MOE"
+    _, mix = adapter.convert(tmp_path / "moss", "q4_K_M", tmp_path / "out", options=options)
+    assert mix == ["/l/build/bin/llama-quantize", str(tmp_path / "out/model-f32.gguf"),
+                   str(tmp_path / "out/model-q4_K_M.gguf"), "Q4_K_M"]
 
 
 def test_llama_cpps_tensor_types_become_its_tensor_type_pairs_and_the_requested_types(tmp_path):
@@ -265,24 +273,26 @@ def check_gguf_size(path: Path, tensors) -> None:
 def stored_file(adapter, folder: Path, options: dict, kind: str) -> tuple[dict, dict, list]:
     """The tensors of the port's model file at ``kind`` (its size checked against them), and
     the storage record and notes the cell takes from it."""
-    path = adapter.model_file(folder, options, kind)
+    (path,) = adapter.model_files(folder, options, kind)
     tensors = gguf_types(path)
     check_gguf_size(path, tensors)
-    return (tensors, *model_storage(adapter, folder, options, kind))
+    record, _, notes = model_storage(adapter, folder, options, kind)
+    return tensors, record, notes
 
 
 @pytest.fixture(scope="module")
 def transcribe(tmp_path_factory):
     adapter = built("transcribe_cpp")
     folder = tmp_path_factory.mktemp("transcribe")
-    printed = converted(adapter, ESPEAK, folder, ["q4_0", "q4_K"])
+    printed = converted(adapter, ESPEAK, folder, ["q4_0", "q4_K_M"])
     return adapter, folder, printed
 
 
-def test_transcribe_stores_the_trained_parakeet_at_q4_0_and_q4_k_as_its_presets_say(transcribe):
+def test_transcribe_stores_the_trained_parakeet_at_q4_0_and_q4_k_m_as_its_presets_say(
+        transcribe):
     adapter, folder, printed = transcribe
     options = adapter.check_options({}, "options")
-    for kind in ("q4_0", "q4_K"):
+    for kind in ("q4_0", "q4_K_M"):
         tensors, record, notes = stored_file(adapter, folder, options, kind)
         # its own summary of the output: "  q4_0        27        1.9"
         summary = printed[kind].split("output tensor types:")[1].split("processed:")[0]
@@ -330,18 +340,19 @@ QUANTIZE_LINE = re.compile(r"^\s*(\S+) - \[\s*(\d+),\s*(\d+),\s*(\d+)\], type =\
 
 def test_whisper_cpp_stores_the_trained_parakeet_at_q4_0_and_q4_k_as_its_log_says(whisper):
     adapter, folder, printed = whisper
-    f32 = adapter.model_file(folder, {}, "f32").stat().st_size
+    (f32,) = (p.stat().st_size for p in adapter.model_files(folder, {}, "f32"))
     for kind in ("q4_0", "q4_K"):
-        record, notes = model_storage(adapter, folder, {}, kind)
+        record, _, notes = model_storage(adapter, folder, {}, kind)
         logged = {m[1]: (kind if m[6] else m[5], (int(m[2]), int(m[3]), int(m[4])))
                   for m in QUANTIZE_LINE.finditer(printed[kind])}
-        tensors = {t.name: t for t in adapter.model_tensors(adapter.model_file(folder, {}, kind))}
+        (path,) = adapter.model_files(folder, {}, kind)
+        tensors = {t.name: t for t in adapter.model_tensors(path)}
         assert {name: t.type for name, t in tensors.items()} == {
             name: told for name, (told, _) in logged.items()}
         assert record["bits_per_weight"] == bits_per_weight(
             [(t.type, t.shape) for t in tensors.values()])
         # the files differ from the f32 file by their tensors' data alone (same header, names)
-        assert f32 - adapter.model_file(folder, {}, kind).stat().st_size == sum(
+        assert f32 - path.stat().st_size == sum(
             nbytes("f32", t.shape) - nbytes(t.type, t.shape) for t in tensors.values())
         assert notes == []
         # at a k-quant it keeps the prediction tensors f32, the 128 rows not filling blocks of 256
@@ -408,7 +419,7 @@ def test_llama_quantize_takes_a_recipes_tensor_types(llama, moss_model, tmp_path
     options = adapter.check_options({"root": str(PORTS / adapter.name),
                                      "tensor_types": {"ffn_down": "q8_0"}}, "options")
     running.convert(adapter.name, moss_model, "q4_0", tmp_path / "q4_0", options)
-    record, _ = model_storage(adapter, tmp_path / "q4_0", options, "q4_0")
+    record, *_ = model_storage(adapter, tmp_path / "q4_0", options, "q4_0")
     assert record["types"] == {"f32": 9, "q4_0": 14, "q8_0": 2} and record["fallbacks"] == []
 
 
@@ -425,7 +436,7 @@ def test_whisper_cpps_k_quants_of_whisper_tiny_en_are_refused_by_its_own_loader(
     model = tmp_path / "hf"
     assert main(["convert-ct2", "--model-bin", str(tiny_en_wheel), "--output", str(model)]) == 0
     converted(adapter, model, tmp_path / "ggml", ["q4_0", "q4_K"])
-    record, notes = model_storage(adapter, tmp_path / "ggml", {}, "q4_0")
+    record, _, notes = model_storage(adapter, tmp_path / "ggml", {}, "q4_0")
     assert record["types"] == {"f16": 2, "f32": 100, "q4_0": 65} and record["fallbacks"] == []
     assert notes == []
     options = {"root": str(PORTS / adapter.name)}

@@ -10,9 +10,10 @@ from audioparity.candidates.adapter import (
     Command,
     Port,
     TensorMap,
+    WeightName,
     ggml_flags,
 )
 from audioparity.candidates.registry import ENTRY_POINTS, check_adapter, load_adapter, registered
 
 __all__ = ["ENTRY_POINTS", "OUTPUTS", "VULKAN_MARK", "Adapter", "Command", "Port", "TensorMap",
-           "check_adapter", "ggml_flags", "load_adapter", "registered"]
+           "WeightName", "check_adapter", "ggml_flags", "load_adapter", "registered"]

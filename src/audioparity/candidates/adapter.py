@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from audioparity.errors import AudioparityError
-from audioparity.family import FamilySpec, Option, concrete, match_name
+from audioparity.family import LAYER, FamilySpec, Option, concrete, match_name
+from audioparity.storage import StoredTensor, matrix_shape
 
 #: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
 #: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
@@ -72,6 +75,53 @@ class TensorMap:
     def concrete(self, layer: int | None) -> str:
         """The stage a file of layer ``layer`` maps onto (``layer_3`` for ``layer_{i}``)."""
         return concrete(self.stage, layer)
+
+
+@dataclass(frozen=True)
+class WeightName:
+    """A tensor of a port's model file and the checkpoint's weight it holds (its adapter's
+    weight map, :attr:`Adapter.weights`).
+
+    Attributes:
+        source: its name in the port's file, ``{i}`` a layer
+            (``enc.blocks.{i}.ff1.linear1.weight``).
+        checkpoint: the checkpoint's name of that weight, ``{i}`` the same layer
+            (``encoder.layers.{i}.feed_forward1.linear1.weight``).
+        gates: where the port keeps the checkpoint's rows in groups of another order: group k
+            of the port's rows holds the checkpoint's group ``gates[k]`` (whisper.cpp's LSTM,
+            ``(0, 1, 3, 2)``: torch's gates i, f, g, o as i, f, o, g); () for the same order.
+        offset: the checkpoint's ``{i}`` is the port's plus this (openmoss's
+            ``moss.audio_head.{i}`` is the checkpoint's ``lm_heads.{i+1}``).
+    """
+
+    source: str
+    checkpoint: str
+    gates: tuple[int, ...] = ()
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gates and sorted(self.gates) != list(range(len(self.gates))):
+            raise ValueError(f"WeightName {self.source}: gates {self.gates} is no permutation")
+        if (LAYER in self.source) != (LAYER in self.checkpoint):
+            raise ValueError(f"WeightName {self.source}: {LAYER} on one side only")
+
+    def checkpoint_tensor(self, tensor: StoredTensor) -> StoredTensor | None:
+        """``tensor`` of the port's file as this checkpoint weight, its rows in the
+        checkpoint's order (bytes moved whole rows at a time: ggml stores each row on its
+        own); None when ``tensor`` is not this map's."""
+        matched, layer = match_name(self.source, tensor.name)
+        if not matched:
+            return None
+        data = tensor.data
+        if self.gates and data is not None:
+            rows = matrix_shape(tensor.shape)[0]
+            if rows % len(self.gates):
+                raise AudioparityError(f"{tensor.name}: {rows} rows do not split into "
+                                       f"{len(self.gates)} gates")
+            groups = np.asarray(data).reshape(len(self.gates), -1)
+            data = np.concatenate([groups[self.gates.index(j)] for j in range(len(self.gates))])
+        return StoredTensor(concrete(self.checkpoint, None if layer is None
+                                     else layer + self.offset), tensor.shape, tensor.type, data)
 
 
 @dataclass(frozen=True)
@@ -198,6 +248,10 @@ class Adapter:
             model file that its quantizer leaves as converted by design (positional tables and
             biases, a depthwise kernel): not matmul weights it was asked to quantize, so never a
             fallback (:meth:`requested_type`).
+        weights: its weight map: which checkpoint weight each tensor of its model file holds
+            (:class:`WeightName`); a tensor it does not name keeps its own name. A
+            quantized cell's reference computes with the file's bytes through it (the
+            storage-matched reference) and its quantizer is judged weight by weight.
     """
 
     name: str = ""
@@ -220,12 +274,13 @@ class Adapter:
     port: Port | None = None
     notes: tuple[str, ...] = ()
     unquantized: tuple[str, ...] = ()
+    weights: tuple[WeightName, ...] = ()
 
     #: The data a constructor's keyword arguments may set.
     FIELDS = ("name", "title", "families", "output", "weight_types", "backends", "options",
               "tensors", "unmapped", "printed", "unexposed", "converts", "reads_reference",
               "inputs", "family_port", "several_cases", "replays", "port", "notes",
-              "unquantized")
+              "unquantized", "weights")
 
     def __init__(self, **fields: Any) -> None:
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -339,30 +394,39 @@ class Adapter:
 
     # -- its model file -------------------------------------------------------------------------
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str
-                   ) -> Path | None:
-        """The file of its own model that its run reads at ``weight_type``, in the folder
-        ``model`` :meth:`convert` wrote: the cell's manifest records its storage (``storage``:
-        bits per weight, tensors per type, fallbacks). None (the default): it names none."""
-        return None
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
+        """The files of its own model that its run reads at ``weight_type``, in the folder
+        ``model`` :meth:`convert` wrote: the cell's manifest records their storage (``storage``:
+        bits per weight, tensors per type, fallbacks, each weight's type and hashes), and its
+        quantized cells' reference computes with the weights they store. [] (the default): it
+        names none."""
+        return []
 
-    def model_tensors(self, path: Path) -> list:
-        """The tensors of its model file ``path``
-        (:class:`~audioparity.candidates.reading.StoredTensor`): by default a GGUF file's,
-        through ``gguf.GGUFReader``; a legacy ggml file's through
-        :func:`~audioparity.candidates.reading.ggml_bin_tensors` and its header."""
-        from audioparity.candidates.reading import gguf_tensors
+    def model_tensors(self, path: Path) -> list[StoredTensor]:
+        """The tensors of its model file ``path``, each with its bytes: by default a GGUF
+        file's, through ``gguf.GGUFReader``; a legacy ggml file's through
+        :func:`~audioparity.candidates.model_file.ggml_bin_tensors` and its header."""
+        from audioparity.candidates.model_file import gguf_tensors
 
         return gguf_tensors(path)
+
+    def checkpoint_tensor(self, tensor: StoredTensor) -> StoredTensor:
+        """``tensor`` of its model file as the checkpoint's weight it holds: as the first of
+        :attr:`weights` that names it maps it (:meth:`WeightName.checkpoint_tensor`), or under
+        its own name where none does (a file that names it as the checkpoint does; a tensor
+        that is no weight of the checkpoint is named so by the reference that reads it)."""
+        return next((found for entry in self.weights
+                     if (found := entry.checkpoint_tensor(tensor)) is not None), tensor)
 
     def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
                        ) -> str | None:
         """The type its quantizer is asked for ``tensor`` (a
-        :class:`~audioparity.candidates.reading.StoredTensor` of its model file) in a cell of
+        :class:`~audioparity.storage.StoredTensor` of its model file) in a cell of
         ``weight_type``, or None for a tensor it leaves alone: by default ``weight_type`` for
         a matmul weight, a 2-D tensor that no :attr:`unquantized` pattern names. A matmul weight
         stored as another type is a fallback, recorded with why."""
-        from audioparity.candidates.reading import matches
+        from audioparity.candidates.model_file import matches
 
         if len(tensor.shape) != 2 or matches(self.unquantized, tensor.name):
             return None

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
-from audioparity.vocabulary import STORAGE_TYPES
+from audioparity.vocabulary import MIXES, STORAGE_TYPES
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
 EMBEDDINGS = "input_embeddings.raw"
@@ -32,6 +32,25 @@ CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
 QUANTIZE_TYPES = {"q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1", "q5_0": "Q5_0", "q5_K": "Q5_K",
                   "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K": "Q4_K", "iq4_nl": "IQ4_NL",
                   "mxfp4": "MXFP4_MOE", "q3_K": "Q3_K", "q2_K": "Q2_K"}
+#: The mixes people ship (:data:`~audioparity.vocabulary.MIXES`), each its ``llama-quantize``
+#: type without ``--pure``: the tool's own choice of type tensor by tensor.
+MIX_TYPES = {mix: mix.replace("_k_", "_K_").upper() for mix in MIXES}
+
+
+#: llama.cpp's names of a Qwen3 layer's tensors (``gguf-py``'s ``TensorNameMap``), by the MOSS
+#: checkpoint's (``language_model.layers.{i}.*``).
+LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+               "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+#: Its weight map of the backbone (the text head ``lm_heads.0`` is its ``output``).
+QWEN3_WEIGHTS = (
+    WeightName("token_embd.weight", "language_model.embed_tokens.weight"),
+    WeightName("output_norm.weight", "language_model.norm.weight"),
+    WeightName("output.weight", "lm_heads.0.weight"),
+    *(WeightName(f"blk.{{i}}.{ours}.weight", f"language_model.layers.{{i}}.{theirs}.weight")
+      for theirs, ours in LAYER_NAMES.items()))
 
 
 class LlamaCpp(Adapter):
@@ -39,7 +58,8 @@ class LlamaCpp(Adapter):
     title = "llama.cpp"
     families = ("moss_voicegen",)
     output = "f32json"
-    weight_types = (*CONVERTER_TYPES, *(t for t in QUANTIZE_TYPES if t not in CONVERTER_TYPES))
+    weight_types = (*CONVERTER_TYPES, *(t for t in QUANTIZE_TYPES if t not in CONVERTER_TYPES),
+                    *MIX_TYPES)
     options = (
         Option("root", ".ports/llama_cpp", "the built port (make ports)"),
         Option("flash_attn", "off", "llama.cpp's flash attention (flash_attn_type)",
@@ -58,6 +78,7 @@ class LlamaCpp(Adapter):
         TensorMap("text_logits", "text_logits"),
     )
     converts = True
+    weights = QWEN3_WEIGHTS
     reads_reference = True
     inputs = (TensorMap(EMBEDDINGS, "input_embeddings"),)
     port = Port(
@@ -118,13 +139,15 @@ class LlamaCpp(Adapter):
         ``attn_v`` and half the ``ffn_down`` q6_K, the output q6_K, ...): a cell of a weight
         type then holds that type wherever the tool quantizes, but where a tensor's rows do not
         fill its blocks (the fallbacks, recorded by the cell) or ``tensor_types`` says otherwise.
+        A mix (``q4_K_M``, :data:`MIX_TYPES`) is the tool's mixture itself, without ``--pure``.
 
         Raises:
             AudioparityError: ``tensor_types`` with a float weight type, over which
                 llama-quantize applies none.
         """
         tensor_types = options.get("tensor_types") or {}
-        if tensor_types and weight_type not in QUANTIZE_TYPES:
+        quantized = {**QUANTIZE_TYPES, **MIX_TYPES}
+        if tensor_types and weight_type not in quantized:
             raise AudioparityError(f"llama.cpp: tensor_types over {weight_type}: llama-quantize "
                                    "applies --tensor-type over a quantized type only")
         base = weight_type if weight_type in CONVERTER_TYPES and not tensor_types else "f32"
@@ -133,16 +156,18 @@ class LlamaCpp(Adapter):
                      "--llama-cpp", str(self.root(options) / "vendor" / "llama.cpp"),
                      "--from-moss", str(model)]]
         if base != weight_type:
+            pure = [] if weight_type in MIX_TYPES else ["--pure"]
             commands.append([str(self.root(options) / "build" / "bin" / "llama-quantize"),
-                             "--pure", *(arg for pattern, kind in tensor_types.items()
-                                         for arg in ("--tensor-type", f"{pattern}={kind}")),
+                             *pure, *(arg for pattern, kind in tensor_types.items()
+                                      for arg in ("--tensor-type", f"{pattern}={kind}")),
                              str(_gguf(output, base)), str(_gguf(output, weight_type)),
-                             QUANTIZE_TYPES[weight_type]])
+                             quantized[weight_type]])
         return commands
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
         """The GGUF its run reads."""
-        return _gguf(model, weight_type)
+        return [_gguf(model, weight_type)]
 
     def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
                        ) -> str | None:

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
+from audioparity.candidates.llama_cpp import QWEN3_WEIGHTS
 from audioparity.errors import AudioparityError
 from audioparity.families import on_reference_path
 from audioparity.family import FamilySpec, Option
@@ -46,6 +47,9 @@ class Openmoss(Adapter):
     printed = TensorMap(PROMPT_LINE, "prompt", omits=("text",),
                         why="openmoss builds the rows itself and exposes no rendered string")
     converts = True
+    # its backbone GGUF is llama.cpp's converter's; its extras name the codebooks from 0
+    weights = (*QWEN3_WEIGHTS, WeightName("moss.audio_embed.{i}.weight", "emb_ext.{i}.weight"),
+               WeightName("moss.audio_head.{i}.weight", "lm_heads.{i}.weight", offset=1))
     port = Port(
         archive="openmoss-*.tar.gz",
         vendors=(("llama_cpp", "vendor/llama.cpp", "third_party/llama.cpp"),),
@@ -88,10 +92,12 @@ class Openmoss(Adapter):
                  str(model), str(_gguf(output, weight_type)), "--outtype", weight_type,
                  "--openmoss", str(root), "--llama-cpp", str(root / "third_party" / "llama.cpp")]]
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
-        """Its backbone GGUF, which its run reads (the codebook embeddings and audio heads are
-        in the ``.extras.gguf`` beside it)."""
-        return _gguf(model, weight_type)
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
+        """Its backbone GGUF and the ``.extras.gguf`` beside it (the codebook embeddings and
+        audio heads), which its run reads."""
+        backbone = _gguf(model, weight_type)
+        return [backbone, backbone.with_suffix(".extras.gguf")]
 
     def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
             family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,

@@ -16,12 +16,14 @@ from typing import Any
 
 from audioparity.artifacts import MANIFEST, DumpWriter, built_directory
 from audioparity.candidates.adapter import Adapter, Command
-from audioparity.candidates.reading import RUN_WALL, model_storage, read_tool_output
+from audioparity.candidates.model_file import model_storage, write_storage
+from audioparity.candidates.reading import RUN_WALL, read_tool_output
 from audioparity.candidates.registry import load_adapter
 from audioparity.errors import AudioparityError
 from audioparity.family import Family
 from audioparity.guard import describe_exit
 from audioparity.storage import Recipe, type_name
+from audioparity.vocabulary import RECIPE_SEPARATOR
 
 log = logging.getLogger("audioparity")
 
@@ -62,7 +64,10 @@ def convert(adapter_name: str, model: Path, weight_type: str, output_dir: Path,
             options: dict[str, Any]) -> None:
     """The candidate's own model files for ``model`` at ``weight_type``, written by its
     adapter's :meth:`~Adapter.convert` commands into ``output_dir`` (atomically: the commands
-    write into a new empty folder beside it, renamed when they all succeed).
+    write into a new empty folder beside it, renamed when they all succeed), and beside them
+    the model file its run reads as the checkpoint's weights
+    (:func:`~audioparity.candidates.model_file.write_storage`), which its quantized cells'
+    reference computes with.
 
     Raises:
         AudioparityError: an unknown adapter, one that converts nothing, or a command that
@@ -75,6 +80,7 @@ def convert(adapter_name: str, model: Path, weight_type: str, output_dir: Path,
     with built_directory(output_dir) as work:
         for argv in adapter.convert(Path(model), weight_type, work, options=options):
             run_tool(argv, {}, f"convert {model} for {adapter.name} ({weight_type})")
+        write_storage(adapter, work, options, weight_type)
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,13 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     section = spec.check_options(family_options or {}, f"family {spec.name} options")
     if adapter.family_port:
         merged = spec.check_options({**section, **options}, f"adapter {adapter.name!r} options")
+        why = adapter.cannot_run(merged, type_name(weight_type).partition(RECIPE_SEPARATOR)[0],
+                                 backend)
+        if why:  # a weight type it makes none of (a tool's mix)
+            _unavailable(Cell(adapter, family(family_name), merged, section, Path(model),
+                              Path(case), Path(output_dir), reference_dir,
+                              type_name(weight_type), backend, threads), why)
+            return
         _run_family_port(family(family_name), merged, Path(model),
                          [(Path(case), Path(output_dir), reference_dir)],
                          weight_type=weight_type, backend=backend, threads=threads,
@@ -239,7 +252,7 @@ def _run_tool_cell(cell: Cell) -> None:
     """A tool that writes its own files: its commands run into ``<dump>/raw/`` (timed as a
     whole: :data:`~audioparity.candidates.reading.RUN_WALL`), stopping at the first that dies,
     and what they wrote and printed read into the dump, with the storage of the model file
-    they read (:func:`~audioparity.candidates.reading.model_storage`)."""
+    they read (:func:`~audioparity.candidates.model_file.model_storage`)."""
     adapter = cell.adapter
     why = adapter.cannot_run(cell.options, cell.weight_type, cell.backend)
     if why:
@@ -251,8 +264,9 @@ def _run_tool_cell(cell: Cell) -> None:
             writer.note(note)
         storage = model_storage(adapter, cell.model, cell.options, cell.weight_type)
         if storage is not None:
-            writer.manifest["storage"], unusable = storage
-            for line in unusable:
+            record, hashes, lines = storage
+            writer.add_storage(record, hashes)
+            for line in lines:
                 writer.note(f"storage: {line}")
         raw = writer.partial / "raw"
         raw.mkdir()

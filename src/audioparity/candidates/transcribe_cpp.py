@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import VULKAN_MARK, Adapter, Command, Port, TensorMap
+from audioparity.candidates.adapter import (
+    VULKAN_MARK,
+    Adapter,
+    Command,
+    Port,
+    TensorMap,
+    WeightName,
+)
 from audioparity.errors import AudioparityError
 from audioparity.families import on_reference_path
 from audioparity.family import FamilySpec, Option
@@ -24,11 +31,48 @@ TOKEN_LINE = re.compile(r"^\s*\[\s*([\d.]+)\s*->\s*([\d.]+)\]\s+p=[\d.]+ (.*)$")
 #: The preset of ``transcribe-quantize`` (``tools/transcribe-quantize/policy.cpp``) that makes
 #: each weight type. The uniform ones store every linear weight (and the decoder's embedding)
 #: at the type; the 1x1 pointwise convolutions stay f16, the other kernels, norms and biases
-#: f32. It has no uniform k-quant below q6_K: q5_K and q4_K are its mixed ``Q5_K_M`` and
-#: ``Q4_K_M``, which store the attention output projections q8_0 and the embedding q6_K. Rows
-#: that do not fill a block fall back: q8_0 for a k-quant, f16 for the others.
+#: f32. It has no uniform k-quant below q6_K: its ``Q5_K_M`` and ``Q4_K_M`` are mixes (weight
+#: types q5_K_M and q4_K_M), which store the attention output projections q8_0 and the
+#: embedding q6_K. Rows that do not fill a block fall back: q8_0 for a k-quant, f16 for the
+#: others.
 PRESETS = {"f16": "F16", "q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1", "q5_0": "Q5_0",
-           "q5_K": "Q5_K_M", "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K": "Q4_K_M"}
+           "q5_K_M": "Q5_K_M", "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K_M": "Q4_K_M"}
+
+
+#: Its converter's names of an encoder block's tensors (``ENCODER_BLOCK_TABLE`` and the tables
+#: after it in ``scripts/convert-parakeet.py``), by the checkpoint's: a plain rename, each
+#: tensor in NeMo's layout; the LSTM's two biases are summed into one, which no weight is.
+BLOCK_NAMES = {
+    "norm_feed_forward1": "norm_ff1", "feed_forward1.linear1": "ff1.linear1",
+    "feed_forward1.linear2": "ff1.linear2", "norm_self_att": "norm_attn",
+    "self_attn.linear_q": "attn.linear_q", "self_attn.linear_k": "attn.linear_k",
+    "self_attn.linear_v": "attn.linear_v", "self_attn.linear_out": "attn.linear_out",
+    "self_attn.linear_pos": "attn.linear_pos", "norm_conv": "norm_conv",
+    "conv.pointwise_conv1": "conv.pointwise1", "conv.depthwise_conv": "conv.depthwise",
+    "conv.pointwise_conv2": "conv.pointwise2", "conv.batch_norm": "conv.bn",
+    "norm_feed_forward2": "norm_ff2", "feed_forward2.linear1": "ff2.linear1",
+    "feed_forward2.linear2": "ff2.linear2", "norm_out": "norm_out"}
+#: Its names of the other tensors, by the checkpoint's.
+OTHER_NAMES = {
+    "encoder.pre_encode.conv.{i}": "enc.pre_encode.conv.{i}",
+    "encoder.pre_encode.out": "enc.pre_encode.out",
+    "decoder.prediction.embed": "pred.embed", "joint.enc": "joint.enc",
+    "joint.pred": "joint.pred", "joint.joint_net.2": "joint.out",
+    "decoder.decoder_layers.0": "head.ctc"}
+
+
+def _weight_names() -> tuple[WeightName, ...]:
+    """Its weight map (:class:`WeightName`) from :data:`BLOCK_NAMES` and :data:`OTHER_NAMES`."""
+    names = [WeightName(f"enc.blocks.{{i}}.{ours}.{part}", f"encoder.layers.{{i}}.{nemo}.{part}")
+             for nemo, ours in BLOCK_NAMES.items()
+             for part in ("weight", "bias", "running_mean", "running_var")]
+    names += [WeightName(f"enc.blocks.{{i}}.attn.pos_bias_{k}", f"encoder.layers.{{i}}.self_attn."
+                         f"pos_bias_{k}") for k in "uv"]
+    names += [WeightName(f"{ours}.{part}", f"{nemo}.{part}") for nemo, ours in OTHER_NAMES.items()
+              for part in ("weight", "bias")]
+    names += [WeightName(f"pred.lstm.{{i}}.W{x}", f"decoder.prediction.dec_rnn.lstm.weight_{y}"
+                         "_l{i}") for x, y in (("x", "ih"), ("h", "hh"))]
+    return tuple(names)
 
 
 class TranscribeCpp(Adapter):
@@ -63,6 +107,7 @@ class TranscribeCpp(Adapter):
     converts = True
     # 2-D, yet its quantizer keeps them f32 by name (its Norm bucket)
     unquantized = (r".*\.pos_bias_[uv]",)
+    weights = _weight_names()
     port = Port(
         archive="transcribe.cpp-*.tar.gz",
         commands=(
@@ -110,15 +155,20 @@ class TranscribeCpp(Adapter):
                              PRESETS[weight_type]])
         return commands
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
         """The GGUF its run reads."""
-        return self._gguf(model, options, weight_type)
+        return [self._gguf(model, options, weight_type)]
 
     def cannot_run(self, options: Mapping[str, Any], weight_type: str, backend: str
                    ) -> str | None:
-        """As :meth:`Adapter.cannot_run`, and Vulkan needs the build ``make ports`` makes after
-        ``make setup-vulkan`` at the option ``root``."""
+        """As :meth:`Adapter.cannot_run` (a uniform k-quant it has only as a mix, saying so), and
+        Vulkan needs the build ``make ports`` makes after ``make setup-vulkan`` at the option
+        ``root``."""
         why = super().cannot_run(options, weight_type, backend)
+        if f"{weight_type}_M" in PRESETS:
+            why = (f"transcribe.cpp has no uniform {weight_type}: its preset "
+                   f"{PRESETS[weight_type + '_M']} is the mix {weight_type}_M")
         root = self.root(options)
         if not why and backend == "vulkan" and not (root / VULKAN_MARK).is_file():
             why = (f"transcribe.cpp at {root} is built without Vulkan (make setup-vulkan, then "

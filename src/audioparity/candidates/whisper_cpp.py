@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap
-from audioparity.candidates.reading import ggml_bin_tensors
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
+from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
 
@@ -27,7 +27,7 @@ TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx
 QUANTIZED = ("q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1", "q4_0", "q4_K", "q3_K", "q2_K")
 
 #: The header of its Parakeet ``.bin`` (``convert-parakeet-to-ggml.py``), as
-#: :func:`~audioparity.candidates.reading.ggml_bin_tensors` reads it: 15 hyperparameters, the
+#: :func:`~audioparity.candidates.model_file.ggml_bin_tensors` reads it: 15 hyperparameters, the
 #: mel filter bank, the window, the durations (as many as hyperparameter 13,
 #: ``n_tdt_durations``), the vocabulary.
 PARAKEET_HEADER = (("i32", 15), ("f32", 2), ("f32", 1), ("u32", 13), ("strings",))
@@ -71,6 +71,11 @@ class WhisperCpp(Adapter):
     # parakeet-quantize's to_skip: 2-D, kept as converted (f32) by name
     unquantized = (r"encoder\.layers\..+\.conv\.depthwise_conv\.weight",
                    r"encoder\.layers\..+\.self_attn\.pos_bias_[uv]")
+    # NeMo's names, but the LSTM's rows: its converter reorders torch's gates i, f, g, o as
+    # i, f, o, g (and sums the two biases into bias_h_l{i}, which no weight is)
+    weights = tuple(WeightName(f"decoder.prediction.dec_rnn.lstm.weight_{kind}_l{{i}}",
+                               f"decoder.prediction.dec_rnn.lstm.weight_{kind}_l{{i}}",
+                               gates=(0, 1, 3, 2)) for kind in ("ih", "hh"))
     port = PORT
     replays = False
     notes = ("whisper.cpp exposes no tensors: its decode (parakeet-cli -ps) is compared",)
@@ -98,9 +103,10 @@ class WhisperCpp(Adapter):
                              weight_type.lower()])
         return commands
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
         """The ``.bin`` its run reads."""
-        return _model(model, weight_type)
+        return [_model(model, weight_type)]
 
     def model_tensors(self, path: Path) -> list:
         """The tensors of its legacy ggml ``.bin`` (:data:`PARAKEET_HEADER`)."""

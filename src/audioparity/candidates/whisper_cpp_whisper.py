@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.candidates.adapter import Adapter, Command, TensorMap
-from audioparity.candidates.reading import ggml_bin_tensors
+from audioparity.candidates.adapter import Adapter, Command, TensorMap, WeightName
+from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.candidates.whisper_cpp import PORT, QUANTIZED
 from audioparity.errors import AudioparityError
 from audioparity.family import FamilySpec, Option
@@ -33,11 +33,30 @@ DECODE_LINE = "decode: "
 MODEL_FILES = {"f32": "ggml-model-f32.bin", "f16": "ggml-model.bin",
                **{kind: f"ggml-model-{kind}.bin" for kind in QUANTIZED}}
 #: The header of its Whisper ``.bin`` (``convert-h5-to-ggml.py``), as
-#: :func:`~audioparity.candidates.reading.ggml_bin_tensors` reads it: 11 hyperparameters, the
+#: :func:`~audioparity.candidates.model_file.ggml_bin_tensors` reads it: 11 hyperparameters, the
 #: mel filter bank, the vocabulary.
 WHISPER_HEADER = (("i32", 11), ("f32", 2), ("strings",))
 #: What its converter reads of the checkpoint directory beyond what transformers loads.
 CONVERTER_READS = ("vocab.json", "added_tokens.json", "config.json")
+
+
+#: Its converter's names of a layer's tensors (``conv_map`` of ``models/convert-h5-to-ggml.py``:
+#: OpenAI's), by transformers' (the checkpoint's, less ``model.``).
+LAYER_NAMES = {"self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key",
+               "self_attn.v_proj": "attn.value", "self_attn.out_proj": "attn.out",
+               "self_attn_layer_norm": "attn_ln", "encoder_attn.q_proj": "cross_attn.query",
+               "encoder_attn.k_proj": "cross_attn.key", "encoder_attn.v_proj": "cross_attn.value",
+               "encoder_attn.out_proj": "cross_attn.out",
+               "encoder_attn_layer_norm": "cross_attn_ln", "fc1": "mlp.0", "fc2": "mlp.2",
+               "final_layer_norm": "mlp_ln"}
+#: Its names of the other tensors, by transformers'.
+OTHER_NAMES = {"encoder.layer_norm.weight": "encoder.ln_post.weight",
+               "encoder.layer_norm.bias": "encoder.ln_post.bias",
+               "encoder.embed_positions.weight": "encoder.positional_embedding",
+               "decoder.layer_norm.weight": "decoder.ln.weight",
+               "decoder.layer_norm.bias": "decoder.ln.bias",
+               "decoder.embed_positions.weight": "decoder.positional_embedding",
+               "decoder.embed_tokens.weight": "decoder.token_embedding.weight"}
 
 
 class WhisperCppWhisper(Adapter):
@@ -64,6 +83,11 @@ class WhisperCppWhisper(Adapter):
     port = PORT
     # whisper-quantize's to_skip: 2-D, kept as converted by name
     unquantized = (r"encoder\.conv[12]\.bias", r"(en|de)coder\.positional_embedding")
+    weights = (*(WeightName(f"{side}.blocks.{{i}}.{ours}.{part}",
+                            f"{side}.layers.{{i}}.{theirs}.{part}")
+                 for side in ("encoder", "decoder") for theirs, ours in LAYER_NAMES.items()
+                 for part in ("weight", "bias")),
+               *(WeightName(ours, theirs) for theirs, ours in OTHER_NAMES.items()))
     notes = ("whisper.cpp's C API returns no activation (its state is opaque, its graphs have no "
              "eval callback): its transcript (whisper_full) and the logits of each decoded "
              "token (whisper_get_logits), teacher-forced one cached step at a time along the "
@@ -103,9 +127,10 @@ class WhisperCppWhisper(Adapter):
                              weight_type.lower()])
         return commands
 
-    def model_file(self, model: Path, options: Mapping[str, Any], weight_type: str) -> Path:
+    def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
+                    ) -> list[Path]:
         """The ``.bin`` its run reads."""
-        return Path(model) / MODEL_FILES[weight_type]
+        return [Path(model) / MODEL_FILES[weight_type]]
 
     def model_tensors(self, path: Path) -> list:
         """The tensors of its legacy ggml ``.bin`` (:data:`WHISPER_HEADER`)."""

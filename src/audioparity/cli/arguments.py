@@ -38,7 +38,7 @@ from audioparity.cli.commands import (
 from audioparity.families import registered
 from audioparity.family import REPLAY, WEIGHTS, FamilySpec
 from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, RECIPE_SEPARATOR, STORAGE_TYPES, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, MIXES, RECIPE_SEPARATOR, STORAGE_TYPES, WEIGHT_TYPES
 
 
 def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None):
@@ -90,6 +90,20 @@ def _recipe_file(text: str) -> str:
     if not separator or RECIPE_SEPARATOR not in weight_type or not path:
         raise argparse.ArgumentTypeError(f"--recipe {text!r}: expected <type>+<name>=FILE")
     return text
+
+
+def _storage_file(text: str) -> tuple[str, Path]:
+    """An argparse type: ``<weight type>=<storage file>``."""
+    weight_type, separator, path = text.partition("=")
+    if not separator or not weight_type or not path:
+        raise argparse.ArgumentTypeError(f"--storage {text!r}: expected <weight type>=FILE")
+    return weight_type, Path(path)
+
+
+def _add_storage(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--storage", type=_storage_file, metavar="WEIGHT_TYPE=FILE",
+                        help=f"{what}; WEIGHT_TYPE is the type its cells asked for "
+                        "(docs/quantization.md)")
 
 
 def _add_recipe(parser: argparse.ArgumentParser) -> None:
@@ -164,9 +178,14 @@ def _reference_command(sub, spec: FamilySpec) -> None:
                    "computes it with the matmul weights in this type, to <output-dir>@<type>; "
                    f"repeatable ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>)")
     _add_recipe(p)
+    _add_storage(p, "dump each case only as ggml's CPU backend computes with the weights a "
+                 "candidate's storage file holds (its model file as the checkpoint's weights: "
+                 "the storage-matched reference of its cells of that weight type), into each "
+                 "--output-dir")
     p.add_argument("--cache-dir", type=Path, help="keep each dump here too, and restore from "
                    "it the dumps of the cases it holds instead of computing them (the "
-                   "workflow's results/cache/reference/<family>/<model>)")
+                   "workflow's results/cache/reference/<family>/<model>; with --storage, a "
+                   "folder of it per storage file's digest)")
     p.add_argument("--unavailable-on-error", action="store_true",
                    help="where the reference refuses the model or fails (one line), write each "
                    "case's dump as unavailable, saying why, and exit 0 (the workflow's other "
@@ -227,6 +246,8 @@ def _replay_command(sub, spec: FamilySpec) -> None:
                    help="replay as ggml's CPU backend computes with the matmul weights in this "
                    f"type ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>): a quantized cell's")
     _add_recipe(p)
+    _add_storage(p, "replay as ggml's CPU backend computes with the weights a candidate's "
+                 "storage file holds: its quantized cell's")
     _add_options(p, spec, "reference")
     p.set_defaults(spec=spec, run=replay)
 
@@ -302,8 +323,9 @@ def _compare_command(sub) -> None:
                    help="what was said in the case's audio: decode documents also get their "
                    "WER against it (wer_known, ref_wer_known)")
     p.add_argument("--other-reference", action="append", default=[], metavar="NAME=DIR",
-                   help="another reference's dump of the case: a stage failing against "
-                   "--reference is also measured against it (passes_against); repeatable")
+                   help="another reference's dump of the case: every stage is also measured "
+                   "against it, and names it where it is closer to it than to --reference "
+                   "(closer_to); repeatable")
     p.add_argument("--output", required=True, type=Path, help="cell result (.json)")
     p.set_defaults(run=compare)
 
@@ -363,7 +385,8 @@ def _candidate_command(sub) -> None:
     p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--weight-type", required=True,
-                   type=_value("weight type", choices=WEIGHT_TYPES))
+                   type=_value("weight type", choices=(*WEIGHT_TYPES, *MIXES)),
+                   help="a weight type, or a mix its quantizer makes (q4_K_M)")
     p.add_argument("--output-dir", required=True, type=Path)
     p.set_defaults(run=candidate_convert)
     p = candidate_sub.add_parser("run", help="one cell: run the candidate (the family's own "
@@ -384,7 +407,8 @@ def _candidate_command(sub) -> None:
                    help="the family's options of the config, a JSON object")
     p.add_argument("--output-dir", required=True, type=Path, action="append",
                    help="the case's dump, after its --audio|--prompt")
-    p.add_argument("--weight-type", required=True, type=_weight_type(WEIGHT_TYPES))
+    p.add_argument("--weight-type", required=True, type=_weight_type((*WEIGHT_TYPES, *MIXES)),
+                   help="a weight type, a recipe's <type>+<name>, or a mix (q4_K_M)")
     _add_recipe(p)
     p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
     p.add_argument("--threads", type=int, default=1)
