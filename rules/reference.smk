@@ -42,6 +42,32 @@ checkpoint reference_dump:
         " && audioparity digest {params.dumps} 2>> {log}"
 
 
+# The storage-matched reference of a third-party port's quantized cells: every case computed as
+# ggml's CPU backend computes with the weights the port's own model file stores (its conversion's
+# storage file: its bytes under the checkpoint's names), so a choice of its quantizer is judged
+# apart from its arithmetic (docs/quantization.md). Kept by the file's digest: a candidate that
+# stores the same bytes restores them, and a rebuilt port that writes the same file computes
+# nothing.
+rule reference_storage:
+    input:
+        unpack(JOBS.storage_reference_inputs),
+    output:
+        directory(paths.REFERENCE_STORAGE),
+    params:
+        command=COMMANDS.storage_reference_command,
+    conda:
+        "../envs/audioparity.yaml"
+    log:
+        paths.log("reference_storage", "{family}/{model}/{candidate}/{weight_type}"),
+    benchmark:
+        paths.benchmark("reference_storage", "{family}/{model}/{candidate}/{weight_type}")
+    threads: 1
+    resources:
+        mem_mb=memory_mb("reference"),
+    shell:
+        "{params.command} 2> {log}"
+
+
 # The reference's replay of a candidate that has no teacher-forced stages (a third-party port):
 # the reference runs each block on the candidate's own input to it, so a fault in one block
 # shows as one spike of `layer_i_replayed` (docs/candidates.md, "Replay").

@@ -19,7 +19,7 @@ from audioparity.errors import AudioparityError
 from audioparity.families import family, registered, stage_key
 from audioparity.family import Family, FamilySpec, Option, Stage, implements
 from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, QUANTIZED, SIDES, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
 FAMILIES = list(registered().values())
@@ -126,8 +126,9 @@ def test_the_schema_enums_are_the_vocabulary():
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     definitions = schema["definitions"]
     assert definitions["backend"]["enum"] == list(BACKENDS)
-    plain, recipe = definitions["weight_types"]["items"]["anyOf"]
+    plain, mix, recipe = definitions["weight_types"]["items"]["anyOf"]
     assert plain["enum"] == list(WEIGHT_TYPES)
+    assert mix["enum"] == list(MIXES)
     assert recipe["pattern"] == f"^({'|'.join(EMULATED_TYPES)})\\+[A-Za-z0-9_-]+$"
     names = "|".join(["default", QUANTIZED, *WEIGHT_TYPES])
     assert definitions["gates"]["propertyNames"]["pattern"] == (

@@ -24,10 +24,28 @@ QUANTIZED = "quantized"
 #: ``q4_K+recipe`` (``audioparity precision``).
 RECIPE_SEPARATOR = "+"
 
-#: The row of a quantized cell that compares the bytes our port stored with the
-#: quantization-aware reference's (the same quantization of the checkpoint): it fails on a
-#: weight stored wrong, however little that weight moves the activations.
+#: A quantized cell is judged in three parts (docs/quantization.md). Its row ``storage``: the
+#: types the candidate's file stores each matmul weight in, against the weight type asked (a
+#: weight left unquantized where the type fits, or another type where a uniform type was asked,
+#: fails it; fallbacks are listed).
+STORAGE = "storage"
+
+#: Its row ``stored_weights``, the quantizer: the bytes the candidate stored, weight by weight,
+#: against ggml's own quantization of the checkpoint at the same type (the quantization-aware or
+#: storage-matched reference's): it fails on a weight stored wrong, however little that weight
+#: moves the activations, naming the weight and block. Its stages are the third part, the
+#: arithmetic: against a reference computing with the candidate's own stored weights.
 STORED_WEIGHTS = "stored_weights"
+
+#: The rows of a quantized cell that judge its weights rather than a stage.
+STORAGE_ROWS = (STORAGE, STORED_WEIGHTS)
+
+#: Mixes people ship, by the type most of their matmul weights take: a tool's own choice of
+#: type tensor by tensor (llama.cpp's ``Q4_K_M``, transcribe.cpp's presets). Cells of a mix are
+#: judged against the storage-matched reference of the file the tool wrote; its other types are
+#: listed in the storage verdict, not failed.
+MIXES = {"q5_K_M": "q5_K", "q5_K_S": "q5_K", "q4_K_M": "q4_K", "q4_K_S": "q4_K",
+         "q3_K_L": "q3_K", "q3_K_M": "q3_K", "q3_K_S": "q3_K"}
 
 #: Storage types every ggml op reads as floats: those of a KV cache or a convolution kernel.
 FLOAT_STORAGE_TYPES = ("f32", "f16")

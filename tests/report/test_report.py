@@ -68,7 +68,7 @@ def test_summary_columns_and_row_order(tmp_path: Path):
         "argmax", "top1", "kl", "token_match", "first_divergence", "logit_gap", "wer",
         "wer_known", "ref_wer_known", "cost_nmse", "cost_cosine", "cost_token_match", "cost_kl",
         "cost_wer", "bits_per_weight", "fallbacks", "fallback_tensors", "gate", "reason",
-        "passes_against", "seconds", "first_bad_op", "culprit",
+        "closer_to", "seconds", "first_bad_op", "culprit",
     ]
     order = [(r["model"], r["candidate"], r["backend"], r["weight_type"], r["stage"])
              for r in read_csv(output)]

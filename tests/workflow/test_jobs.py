@@ -148,15 +148,31 @@ def test_a_job_asks_memory_for_its_model_and_one_that_cannot_fit_is_refused(comm
     assert jobs.memory_mb("reference", reference, str(parakeet_model), None) > 1500
 
 
-def test_a_finished_run_prints_its_statuses_and_the_culprits(tmp_path):
+def test_a_finished_run_prints_its_statuses_and_every_cause_with_its_cells(tmp_path):
+    """Every cause, across every comparison, with how many cells it covers: a cell of two
+    culprits counts under each (never as their pair); seven cells share one cause, all
+    listed; a comparison with the CPU has its own."""
     summary = tmp_path / "summary.csv"
     assert outcome(summary, tmp_path / "index.html") == []
-    row = {"family": "f", "model": "m", "case": "c", "candidate": "a", "backend": "cpu",
-           "weight_type": "f32", "culprit": "layer_1"}
-    pd.DataFrame([{**row, "against": "reference", "status": "pass"},
-                  {**row, "against": "reference", "status": "fail"},
-                  {**row, "against": "cpu", "status": "pass"}]).to_csv(summary, index=False)
+    row = {"family": "f", "model": "m", "candidate": "a", "backend": "cpu", "weight_type": "f32",
+           "reason": "r"}
+    storage = "storage (fail): asked q8_0; 4 f16"
+    rows = [{**row, "case": "c", "stage": "x", "against": "reference", "status": "pass",
+             "culprit": ""},
+            {**row, "case": "c", "stage": "layer_1", "against": "reference", "status": "fail",
+             "culprit": f"{storage} || layer_1 (fail): nmse 2 > 1"},
+            {**row, "case": "c", "stage": "storage", "against": "reference", "status": "fail",
+             "culprit": f"{storage} || layer_1 (fail): nmse 2 > 1"},
+            *({**row, "case": f"k{i}", "stage": "storage", "against": "reference",
+               "status": "fail", "culprit": storage} for i in range(7)),
+            {**row, "case": "c", "stage": "y", "against": "cpu", "status": "fail",
+             "culprit": "y (fail): max_rel 3 > 1", "backend": "vulkan"}]
+    pd.DataFrame(rows).to_csv(summary, index=False)
     assert outcome(summary, Path("index.html")) == [
-        f"audioparity: 1 pass, 1 fail; against cpu: 1 pass; report: "
+        f"audioparity: 9 fail, 1 pass; against cpu: 1 fail; report: "
         f"{Path('index.html').resolve()}",
-        "audioparity: culprit of f/m/c/a/cpu/f32: layer_1"]
+        "audioparity: against reference: 2 cause(s) in 8 cell(s)",
+        f"audioparity:   8 cell(s): {storage} [m/a/cpu/f32 (c, k0, k1, k2, k3, k4, k5, k6)]",
+        "audioparity:   1 cell(s): layer_1 (fail): nmse > 1 [m/a/cpu/f32 (c)]",
+        "audioparity: against cpu: 1 cause(s) in 1 cell(s)",
+        "audioparity:   1 cell(s): y (fail): max_rel > 1 [m/a/vulkan/f32 (c)]"]

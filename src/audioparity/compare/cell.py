@@ -53,7 +53,14 @@ from audioparity.families import (
     stage_key,
     stage_kind,
 )
-from audioparity.vocabulary import STORED_WEIGHTS, VIEWS
+from audioparity.vocabulary import (
+    BLOCK_TYPES,
+    MIXES,
+    RECIPE_SEPARATOR,
+    STORAGE,
+    STORED_WEIGHTS,
+    VIEWS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +89,16 @@ COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match", "cost_kl", "cost
 #: weight type (rows no multiple of the type's block), ``fallback_tensors`` their lines
 #: (``<tensor> [shape]: q4_K -> q5_0``) joined by ``"; "``. The same on every row of a cell.
 STORAGE_COLUMNS = ("bits_per_weight", "fallbacks", "fallback_tensors")
-#: ``passes_against``: for a stage that fails against the primary reference, the other
-#: references (config ``references``) it passes against under the same gate, ``"; "``-joined
-#: (docs/references.md); empty elsewhere.
+#: ``closer_to``: the other references (config ``references``) a float32 cell's stage is
+#: measurably closer to than to the primary (:func:`closer`), ``"; "``-joined, on every row
+#: compared where the cell has other references: the evidence a reference disagreement is
+#: excused by (docs/references.md); empty elsewhere.
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
 #: (:mod:`audioparity.report.culprit`).
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, *STORAGE_COLUMNS,
-           "gate", "reason", "passes_against", "seconds", "first_bad_op", "culprit")
+           "gate", "reason", "closer_to", "seconds", "first_bad_op", "culprit")
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -525,30 +533,58 @@ def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any]
                                    why and f"compared as: {why}"]))
 
 
-def _stored_weights_row(cell: Cell, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The row :data:`~audioparity.vocabulary.STORED_WEIGHTS` where both dumps record the
-    weights they computed with (our port against a quantization-aware reference): ``pass``
-    when every weight both store has the same bytes, else ``fail`` naming the first that
-    differs and its block (:func:`stored_weights_difference`); none elsewhere."""
-    if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
-        return []
-    hashes = [(dump.manifest.get("storage") or {}).get("hashes")
-              for dump in (cell.reference, cell.candidate)]
-    if not all(hashes):
-        return []
-    common = sum(name in hashes[1] for name in hashes[0])
-    differ = cell.weights_differ or (None if common else (
-        "no weight the reference stored is named as the candidate names its own: nothing "
-        "compared (a family's reference_prefix?)"))
+def _fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
+               rule: str, problem: str | None, reason: str) -> dict[str, Any]:
+    """A row no gate list judges (:data:`~audioparity.vocabulary.STORAGE_ROWS`): ``fail`` with
+    ``problem``, else ``pass`` with ``reason``; a declared expected failure applies as to any
+    stage."""
+    verdict = status(stage, gates, problems=(problem,) if problem else (), rule=rule)
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)
     values.update({key: value for key, value in labels.items() if key not in values})
     values.update(dict.fromkeys(COLUMNS[len(LABEL_COLUMNS) + 1:]))
-    values.update(stage=STORED_WEIGHTS, status="fail" if differ else "pass",
-                  gate="stored bytes: ggml's quantization of the checkpoint",
-                  reason=differ or f"{common} weights stored as the reference stores them",
-                  **_storage(cell))
-    return [{key: _json_value(value) for key, value in values.items()}]
+    values.update(stage=stage, status=verdict.status, gate=verdict.gate,
+                  reason=verdict.reason or reason, **_storage(cell))
+    return {key: _json_value(value) for key, value in values.items()}
+
+
+def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """The rows of a quantized cell that judge the weights it computed with, where both dumps
+    record them (docs/quantization.md): :data:`~audioparity.vocabulary.STORAGE` (the file's
+    types against the weight type asked: :func:`~audioparity.storage.storage_verdict`, the
+    reference naming the model's matmul weights) and
+    :data:`~audioparity.vocabulary.STORED_WEIGHTS` (the bytes against ggml's quantization of
+    the checkpoint, weight by weight: :func:`stored_weights_difference`). The stages are
+    the third part, the arithmetic."""
+    if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
+        return []
+    from audioparity.storage import storage_verdict
+
+    stores = [dump.manifest.get("storage") or {} for dump in (cell.reference, cell.candidate)]
+    rows = []
+    matmul, types = stores[0].get("matmul_weights"), stores[1].get("tensor_types")
+    weight_type = str(cell.candidate.manifest.get("weight_type") or labels.get("weight_type")
+                      or "")
+    base, _, recipe = weight_type.partition(RECIPE_SEPARATOR)
+    if matmul and types is not None and MIXES.get(base, base) in BLOCK_TYPES + ("f16", "bf16"):
+        honoured, line = storage_verdict(
+            MIXES.get(base, base), matmul, types, mix=base in MIXES,
+            overrides=cell.candidate.manifest.get("recipe") if recipe else None,
+            tool=str(cell.candidate.manifest.get("candidate_adapter") or "its quantizer"))
+        rows.append(_fixed_row(cell, labels, gates, STORAGE,
+                               "the weight type asked, as the file stores it",
+                               None if honoured else line, line))
+    hashes = [store.get("hashes") for store in stores]
+    if all(hashes):
+        common = sum(name in hashes[1] for name in hashes[0])
+        differ = cell.weights_differ or (None if common else (
+            "no weight the reference stored is named as the candidate names its own: nothing "
+            "compared (a family's reference_prefix, or its adapter's weight map?)"))
+        rows.append(_fixed_row(cell, labels, gates, STORED_WEIGHTS,
+                               "stored bytes: ggml's quantization of the checkpoint", differ,
+                               f"{common} weights stored as ggml's quantizer stores them"))
+    return rows
 
 
 def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
@@ -610,22 +646,41 @@ def _add_known_text(cell: Cell, row: Planned, measured: dict[str, Any]) -> None:
                                        _document(row.against, row.ref_stage), cell.known_text))
 
 
-def _passes_against(cell: Cell, row: Planned, gates: Mapping[str, Any]) -> str | None:
-    """The other references a stage that fails against the primary passes against, under the
-    same gate (``"; "``-joined), None where none does; only a stage measured against the
-    reference itself (not a teacher-forced form, fed the primary's input, nor a replayed one)."""
-    if row.against is not cell.reference or row.stage != row.ref_stage:
-        return None
-    passing = []
+#: How much closer a candidate's stage must be to another reference than to the primary to
+#: count as closer (:func:`closer`): a quarter of the NMSE, half the distance.
+CLOSER = 4.0
+
+
+def closer(to_other: Mapping[str, Any] | None, to_primary: Mapping[str, Any] | None,
+           kind: str) -> bool:
+    """Whether a stage is measurably closer to another reference than to the primary, from its
+    metrics against each: a tensor's (or logits') NMSE :data:`CLOSER` times smaller, finite
+    both; a document's token match higher. Never where either could not be measured (a frame
+    count or a shape that differs)."""
+    if to_other is None or to_primary is None:
+        return False
+    metric = "token_match" if kind == "document" else "nmse"
+    other, primary = to_other.get(metric), to_primary.get(metric)
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in (other, primary)):
+        return False
+    return other > primary if kind == "document" else other * CLOSER < primary
+
+
+def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> str | None:
+    """The other references a compared row is measurably closer to than to what it was
+    measured against (``measured``; :func:`closer`), ``"; "``-joined, None where none is: its
+    stage, an isolated form (our block on the primary's input) or a replayed one (the primary's
+    block on the candidate's input) each measured against the other reference's stage."""
+    found = []
     for name, other in cell.others.items():
-        if not other.has(row.ref_stage):
+        stage = reference_stage(cell.family, row.stage)
+        if row.kind is None or not other.has(stage):
             continue
-        measured, problems = compare_stage(other, cell.candidate, row.cand_stage, row.ref_stage,
-                                           row.kind, row.ref_kind)
-        if status(row.stage, gates, availability="ok", metrics=measured,
-                  problems=problems).status == "pass":
-            passing.append(name)
-    return "; ".join(passing) or None
+        against, problems = compare_stage(other, cell.candidate, row.cand_stage, stage,
+                                          row.kind, _stages(other, cell.family).get(stage))
+        if not problems and closer(against, measured, row.kind):
+            found.append(name)
+    return "; ".join(found) or None
 
 
 def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]
@@ -647,8 +702,8 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
     values.update(_cost(cell, row, measured))
     values.update(_storage(cell))
     values.update(gate=verdict.gate, reason=_reason(cell, row, verdict, measured),
-                  passes_against=(_passes_against(cell, row, gates)
-                                  if verdict.status == "fail" else None),
+                  closer_to=(_closer_to(cell, row, measured)
+                             if state == "ok" and not problems else None),
                   seconds=cell.seconds.get(row.stage), first_bad_op=None, culprit=None)
     return {key: _json_value(value) for key, value in values.items()}
 
@@ -716,9 +771,9 @@ def compare_cell(
         known_text: what was said in the case's audio: each document row with a ``text`` gets
             ``wer_known`` and ``ref_wer_known``
             (:func:`~audioparity.compare.documents.known_text_metrics`).
-        others: the other references' dumps of the case, by name: a stage that fails against
-            ``reference_dir`` is measured against each under the same gate, and names those it
-            passes against (``passes_against``).
+        others: the other references' dumps of the case, by name: every compared row is
+            measured against each too, and names those it is measurably closer to than to the
+            primary (``closer_to``).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
     the same candidate's dump on that backend and every stage, an isolated form too, is
@@ -732,8 +787,8 @@ def compare_cell(
     cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
                      others)
     gates = for_length(gates, case_length(cell.reference, gates))
-    rows = [*_stored_weights_row(cell, labels), *(_row(cell, row, gates, labels)
-                                                  for row in cell.plan)]
+    rows = [*_storage_rows(cell, labels, gates), *(_row(cell, row, gates, labels)
+                                                   for row in cell.plan)]
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
     log.info("compare %s vs %s: %s", cell.candidate_path, cell.reference.path, counts)

@@ -109,7 +109,14 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import BLOCK_TYPES, NOT_COMPARED, OUR_PORT, QUANTIZED, RECIPE_SEPARATOR
+from audioparity.vocabulary import (
+    BLOCK_TYPES,
+    MIXES,
+    NOT_COMPARED,
+    OUR_PORT,
+    QUANTIZED,
+    RECIPE_SEPARATOR,
+)
 
 #: Threshold key -> (metric it reads, comparison). ``std_ratio_tol`` and ``exact`` are special.
 _LIMITS = {
@@ -223,7 +230,8 @@ def resolve_gates(
         the quantization-aware references emulate the CPU's rounding, not another backend's),
         then for a block type ``quantized@<ggml backend>`` (every block type's), then the
         weight type's, then ``quantized``'s, then ``default``'s, each with ``from`` added; a
-        recipe's weight type (``q4_K+recipe``) takes its base type's lists; the matching
+        recipe's weight type (``q4_K+recipe``) and a mix (``q4_K_M``) take their base type's
+        lists; the matching
         expected failures as ``{"stage", "reason"}`` (and ``"strict": false`` where declared).
 
     Raises:
@@ -234,6 +242,7 @@ def resolve_gates(
         raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
     resolved = []
     base = weight_type.split(RECIPE_SEPARATOR)[0]
+    base = MIXES.get(base, base)
     lists = (base, QUANTIZED) if base in BLOCK_TYPES else (base,)
     for name in (*(f"{n}@{ggml_backend or backend}" for n in lists), *lists, "default"):
         entries = gates.get(name, [])
@@ -537,6 +546,7 @@ def status(
     availability: str = "ok",
     metrics: Mapping[str, Any] | None = None,
     problems: tuple[str, ...] = (),
+    rule: str | None = None,
 ) -> Verdict:
     """THE place a stage's status is computed.
 
@@ -552,6 +562,9 @@ def status(
             ``not_measured`` (``{metric: why}``) names the metrics left out because the
             candidate does not write their field (its ``omits``): their thresholds are not read.
         problems: reasons that fail the stage outright (shape, layout or kind mismatch).
+        rule: for a row that no gate list judges (``storage``, ``stored_weights``: a quantized
+            cell's file against what was asked, its bytes against ggml's quantizer), the text
+            of its fixed rule, the ``gate`` column; ``problems`` alone decide it.
 
     Returns:
         pass, fail, or xfail (fails while an expected failure is declared); a declared
@@ -569,10 +582,10 @@ def status(
         return Verdict(availability, matching[0] if matching else "", "; ".join(problems))
     if availability != "ok":
         raise AudioparityError(f"stage {stage!r}: unknown availability {availability!r}")
-    gate = gate_for(stage, gates)
-    text = gate_text(gate)
+    gate = {} if rule is not None else gate_for(stage, gates)
+    text = rule if rule is not None else gate_text(gate)
     metrics = metrics or {}
-    if problems:
+    if problems or rule is not None:
         failures = list(problems)
     else:
         missed = _threshold_failures(stage, gate, metrics)

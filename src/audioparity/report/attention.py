@@ -1,11 +1,15 @@
 """The report's "Needs attention": stages that fail, crashed or went missing, by their cause.
 
-A cause is the cell's culprit (:mod:`audioparity.report.culprit`, in summary.csv's ``culprit``)
-with its measured values left out (:func:`general`): every row of a cell that needs attention
-is listed under it, so a dump that crashed shows its message once, not on each stage it never
-computed, and cells that break at the same stage against the same bound (``pre_encode (fail):
-nmse > 5e-10``, at every quantized weight type) are one cause, not one per value measured. A
-row without a culprit (a summary written otherwise) has its status and reason as its cause.
+A cause is one of the cell's culprits (:mod:`audioparity.report.culprit`, in summary.csv's
+``culprit``, joined by ``||``) with its measured values left out (:func:`general`): a cell with
+two culprits is listed under each, never under the pair, so each cause is listed once with
+every cell it covers. The rows of a cell that need attention are listed under the culprit that
+names their stage (its own form's culprit for a block), and the others, which what is named
+upstream explains, under its first culprit in data-flow order: a dump that crashed shows its
+message once, not on each stage it never computed, and cells that break at the same stage
+against the same bound (``pre_encode (fail): nmse > 5e-10``, at every quantized weight type)
+are one cause, not one per value measured. A row without a culprit (a summary written
+otherwise) has its status and reason as its cause.
 Cells under one cause that differ only by their case, with the same stages, are one line: a
 port that crashes alike on every case is one cause and one line per weight type. Each line
 keeps its cells' own culprits, values included.
@@ -17,6 +21,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from audioparity.families import reference_stage
+from audioparity.report.culprit import SEPARATOR
 
 #: Statuses that need attention, the most severe first (a cause takes its rows' most severe).
 SEVERITY = ("crashed", "fail", "missing")
@@ -94,10 +101,15 @@ def general(text: str) -> str:
 
 
 def cause_of(row: Mapping[str, Any]) -> str:
-    """A row's cause: its cell's culprit, else ``<status>: <reason>`` (``<status>`` alone
-    without a reason)."""
+    """A row's cause: the one of its cell's culprits that names its stage, or the first
+    (module docstring); ``<status>: <reason>`` without a culprit (``<status>`` alone without a
+    reason)."""
     if row.get("culprit"):
-        return row["culprit"]
+        found = row["culprit"].split(SEPARATOR)
+        family = row.get("family")
+        base = reference_stage(family, row["stage"])
+        return next((c for c in found
+                     if reference_stage(family, c.partition(" (")[0]) == base), found[0])
     return f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"]
 
 

@@ -19,16 +19,18 @@ on its own: the prediction network's state under the joint and the decode) diffe
 explained by that part. Every culprit is named, not only the first.
 
 Where the sweep has more than one reference (docs/references.md), the rows of each other
-reference against the primary give the spread between references on each stage of a case. A
-culprit whose error against the primary lies within that spread is a reference disagreement,
-and is named as one: the references themselves part there by more than the gate, and the
-candidate is no farther from the primary than the other reference is plus the gate (by the
-triangle inequality: NMSE in square roots, max_abs and max_rel added), so it may be computing
-what the other reference computes; or, stronger, the candidate's stage passes against another
-reference under the same gate (``passes_against``, which the compare measures for a float32
-cell). A block's own form (isolated, replayed) is excused only by
-a spread that is the block's own: where the references agree on every stage before it. A fault
-on a stage where the references agree stays the port's.
+reference against the primary give the spread between references on each stage of a case, and
+a float32 cell's rows name the other references its stage is measurably closer to than to the
+primary (``closer_to``: a quarter of the NMSE, or more of a decode's tokens). A culprit is a
+reference disagreement only by that evidence: the other reference parts from the primary on
+that stage, the candidate is closer to it there, and on every stage feeding it where that
+reference parts from the primary the candidate is closer to it too (a difference the other
+reference inherits from upstream, which the candidate does not share, excuses nothing). A
+block's own form (isolated, replayed) is excused only where that reference agrees with the
+primary on every stage before it: its input is then the one the block took. A stage the
+candidate does not expose cannot be measured, and is said so. A fault on a stage where the
+references agree stays the port's, and so does one the candidate is not closer to another
+reference on.
 
 A case run again in one process compared with its fresh run (``against fresh``,
 :mod:`audioparity.reuse`) is a cell of its own, its culprits named the same way: the first
@@ -38,7 +40,6 @@ stage that reads what a previous case left behind.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -56,11 +57,10 @@ CELL = ("family", "model", "case", "candidate", "backend", "weight_type", "again
 #: The ``backend`` label of a reference's comparison with the primary
 #: (:data:`audioparity.workflow.plan.REFERENCE_BACKEND`).
 REFERENCE_BACKEND = "torch"
-#: The distances the spread between references can explain: how each adds up along a
-#: triangle (NMSE and 1 - cosine are squared norms: their square roots add).
-_DISTANCES = {"nmse": "sqrt", "max_abs": "add", "max_rel": "add", "cosine": "sqrt"}
-#: A bound of the ``gate`` column (:func:`audioparity.compare.gates.gate_text`).
-_BOUND = re.compile(r"\b([a-z0-9_]+)(<=|>=)([-+0-9.e]+|inf)")
+
+#: The rows of the other references against the primary that part from it, by (family, model,
+#: case, stage) (:func:`spreads`).
+Spread = dict[tuple, list[Mapping[str, Any]]]
 
 
 def _number(value: Any) -> float | None:
@@ -70,14 +70,6 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(number) else number
-
-
-def _distance(metric: str, value: float) -> float:
-    """A metric as a distance that grows with the error (``cosine`` as ``1 - cosine``)."""
-    return 1.0 - value if metric == "cosine" else value
-
-
-Spread = dict[tuple, list[Mapping[str, Any]]]
 
 
 def spreads(rows: Iterable[Mapping[str, Any]]) -> Spread:
@@ -93,77 +85,64 @@ def spreads(rows: Iterable[Mapping[str, Any]]) -> Spread:
     return found
 
 
-def _accumulated(other: Mapping[str, Any], spread: Spread) -> bool:
-    """Whether reference ``other`` already parts from the primary before the stage of its
-    spread row ``other`` on that case: its spread there then holds what accumulated before it,
-    not only what the block computes differently, and cannot excuse a block's own (isolated
-    or replayed) error."""
-    where = (other["family"], other["model"], other["case"])
-    start = stage_key(other["family"], other["stage"])
-    return any(key[:3] == where and stage_key(other["family"], key[3]) < start
-               and any(r["candidate"] == other["candidate"] for r in rows)
-               for key, rows in spread.items())
+def _names(value: Any) -> list[str]:
+    """The names of a ``closer_to`` cell (``"; "``-joined), none where it is empty."""
+    return [n for n in value.split("; ") if n] if isinstance(value, str) else []
 
 
-def disagreement(row: Mapping[str, Any], spread: Spread) -> str:
-    """Why a candidate's failing ``row`` (against the primary) is a reference disagreement
-    (module docstring), or ``""``: every gate bound it misses is one the triangle explains,
-    and it lies within the bound for some reference that fails there; for a block's own
-    (isolated or replayed) form, only where the references agree on every stage before it."""
-    base = reference_stage(row["family"], row["stage"])
-    others = [other for other in spread.get((row["family"], row["model"], row["case"], base), [])
-              if row["stage"] == base or not _accumulated(other, spread)]
-    bounds = {m: (op, float(limit)) for m, op, limit in _BOUND.findall(row.get("gate") or "")}
-    missed = {m: value for m, (op, limit) in bounds.items()
-              if (value := _number(row.get(m))) is not None
-              and not (value <= limit if op == "<=" else value >= limit)}
-    if not missed or row["status"] != "fail" or not set(missed) <= set(_DISTANCES):
-        return ""
-    missed = {m: _distance(m, value) for m, value in missed.items()}
-    for other in others:
-        within = True
-        for metric, value in missed.items():
-            apart = _number(other.get(metric))
-            if apart is None:
-                within = False
-                break
-            apart, gate = _distance(metric, apart), _distance(metric, bounds[metric][1])
-            if _DISTANCES[metric] == "sqrt":
-                limit = (math.sqrt(max(apart, 0.0)) + math.sqrt(max(gate, 0.0))) ** 2
-            else:
-                limit = apart + gate
-            within = within and value <= limit
-        if within:
-            metrics = [m for m in _DISTANCES if m in missed]
-            return f"reference disagreement: {_parted(other, metrics)}"
+def _upstream(stage: str, flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+              ) -> list[str]:
+    """Every stage that feeds ``stage`` through its inputs, nearest first."""
+    found: list[str] = []
+    todo = list(flow.get(stage, ((), ()))[0])
+    while todo:
+        name = todo.pop(0)
+        if name not in found:
+            found.append(name)
+            todo.extend(flow.get(name, ((), ()))[0])
+    return found
+
+
+def disagreement(pick: Mapping[str, Any], by_stage: Mapping[str, Mapping[str, Any]],
+                 flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]],
+                 spread: Spread) -> str:
+    """Why a candidate's failing row ``pick`` (against the primary) is a reference disagreement
+    (module docstring), or ``""``: a reference it is closer to (``closer_to``) that parts from
+    the primary there, to which it is closer on every measured stage feeding it where that
+    reference parts too; for a block's own form, one that agrees with the primary before it.
+    ``by_stage`` holds the cell's rows by stage, ``flow`` its data flow."""
+    family, base = pick["family"], reference_stage(pick["family"], pick["stage"])
+    where = (family, pick["model"], pick["case"])
+
+    def parts(name: str, stage: str) -> list[Mapping[str, Any]]:
+        return [r for r in spread.get((*where, stage), []) if r["candidate"] == name]
+
+    for name in _names(pick.get("closer_to")) if pick["status"] == "fail" else []:
+        here = parts(name, base)
+        shared = [u for u in _upstream(base, flow) if parts(name, u)]
+        if not here or (shared and pick["stage"] != base):
+            continue
+        measured = [u for u in shared if u in by_stage
+                    and by_stage[u]["status"] not in ("unavailable", "missing", "crashed")]
+        if any(name not in _names(by_stage[u].get("closer_to")) for u in measured):
+            continue
+        upstream = (f" and on {', '.join(measured)}, where it parts too" if measured else "")
+        unseen = [u for u in shared if u not in measured]
+        blind = (f" ({', '.join(unseen)}, where it parts too, not exposed)" if unseen else "")
+        return (f"reference disagreement: closer to {name} than to {here[0]['against']} here"
+                f"{upstream}{blind}; {_parted(here[0], ('nmse', 'token_match'))}")
     return ""
 
 
 def _parted(other: Mapping[str, Any], metrics: Sequence[str]) -> str:
     """How another reference's spread row parts from the primary: ``metrics``' figures, and
     its declared cause."""
-    figures = ", ".join(f"{m} {_number(other.get(m)):.{6 if m == 'cosine' else 3}g}"
-                        for m in metrics if _number(other.get(m)) is not None)
+    figures = ", ".join(f"{m} {_number(other.get(m)):.3g}" for m in metrics
+                        if _number(other.get(m)) is not None)
     declared = f"; {other['reason']}" if other["status"] == "xfail" and other.get(
         "reason") else ""
     return f"{other['candidate']} parts from {other['against']} here" + (
         f" by {figures}" if figures else "") + declared
-
-
-def agreement(group: Sequence[Mapping[str, Any]], spread: Spread) -> str:
-    """Why a stage that fails against the primary is a reference disagreement because the
-    candidate passes against another reference there under the same gate (the rows'
-    ``passes_against``), or ``""``."""
-    for row in group:
-        names = row.get("passes_against") or ""
-        if row["status"] != "fail" or not isinstance(names, str) or not names:
-            continue
-        key = (row["family"], row["model"], row["case"], row["stage"])
-        parted = [other for other in spread.get(key, []) if other["candidate"] in
-                  names.split("; ")]
-        how = f"; {_parted(parted[0], ('nmse', 'token_match'))}" if parted else ""
-        return f"reference disagreement: {row['stage']} passes against {names}{how}"
-    return ""
 
 
 #: What joins a cell's culprits in the ``culprit`` column.
@@ -252,7 +231,7 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
         else:
             continue
         if rows[0]["against"] == "reference":
-            why = agreement(group, spread or {}) or disagreement(pick, spread or {}) or why
+            why = disagreement(pick, by_stage, flow, spread or {}) or why
         found.append((depth[stage], stage_key(family, pick["stage"]), _text(pick, why)))
     return SEPARATOR.join(text for *_, text in sorted(found))
 

@@ -124,6 +124,22 @@ class Commands:
                        *(arg for t in plan.emulated if plan.recipe_file(w.model, t)
                          for arg in ("--recipe", f"{t}={plan.recipe_file(w.model, t)}"))])
 
+    def storage_reference_command(self, w: Any, output: Any, input: Any, threads: int) -> str:
+        """``audioparity reference <family> --storage <weight type>=<file>`` of {candidate}'s
+        cells at {weight_type} on {model}: every case, computed with the weights its model
+        file stores, kept in a cache by the file's digest."""
+        plan = self.jobs.plan(w)
+        return quoted(["audioparity", "reference", plan.spec.command, "--model",
+                       self.jobs.model_path(w),
+                       *(arg for name, path in plan.cases.items()
+                         for arg in (plan.spec.input_flag, path, "--output-dir",
+                                     f"{output[0]}/{name}")),
+                       "--storage", f"{w.weight_type}={self.jobs.storage_file(w)}",
+                       "--threads", str(threads), "--cache-dir",
+                       paths.REFERENCE_STORAGE_CACHE.format(family=w.family, model=w.model),
+                       "--code-digest", self.jobs.code.digest_of(input.code),
+                       *plan.option_values("reference")])
+
     def other_reference_command(self, w: Any, output: Any, threads: int) -> str:
         """``audioparity reference`` of reference {reference} on {model}: every case, float32,
         its implementation, with its environment's interpreter where it names one; a model it
@@ -314,8 +330,11 @@ class Commands:
         return f"--known-text {shlex.quote(text)}" if text is not None else ""
 
     def emulate_flag(self, w: Any) -> str:
-        """``--emulate TYPE`` for the replay of a quantized cell."""
+        """``--emulate TYPE`` for the replay of a quantized cell, ``--storage TYPE=FILE`` for
+        one whose reference is storage-matched."""
         emulated = self.jobs.emulated(w)
+        if emulated and self.jobs.storage_matched(w):
+            return quoted(["--storage", f"{emulated}={self.jobs.storage_file(w)}"])
         return quoted(["--emulate", emulated, *self.recipe_flag(w)]) if emulated else ""
 
     def sweep_cells(self, w: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from audioparity.environments import RECORD, check_built
 from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
+from audioparity.vocabulary import MIXES
 from audioparity.workflow import paths
 from audioparity.workflow.code import Code
 from audioparity.workflow.plan import (
@@ -102,10 +103,34 @@ class Jobs:
         """The file naming what the reference job of {family}/{model} dumps."""
         return paths.REFERENCE_PLAN.format(family=w.family, model=w.model)
 
+    def storage_matched(self, w: Any) -> bool:
+        """Whether the cell's reference is storage-matched (rule reference_storage): a
+        quantized cell of a third-party port that converts the model into a file of its own
+        (:meth:`~audioparity.candidates.Adapter.model_files`), judged with the weights it
+        stores; our port's quantized cells are judged with ``<case>@<weight type>``, the same
+        arithmetic on the bytes ggml's quantizer writes (docs/quantization.md)."""
+        if not self.emulated(w):
+            return False
+        adapter = self.candidate(w).adapter
+        return (not adapter.family_port and adapter.converts
+                and adapter.overrides("model_files") and w.weight_type in adapter.weight_types)
+
+    def storage_file(self, w: Any) -> str:
+        """The storage file the candidate's conversion of {model} at {weight_type} left."""
+        from audioparity.candidates.model_file import STORAGE_FILE
+
+        return os.path.join(paths.fill(paths.CANDIDATE_MODEL, w), STORAGE_FILE)
+
     def reference_case(self, w: Any) -> str:
-        """The reference dump a cell reads and is compared with: the float32 one, or for a
-        quantized weight type its quantization-aware one, ``<case>@<weight type>``."""
-        return paths.reference_dump(w.family, w.model, w.case, self.emulated(w))
+        """The reference dump a cell reads and is compared with: the float32 one, for a
+        quantized weight type its quantization-aware one, ``<case>@<weight type>``, or its
+        storage-matched one (:meth:`storage_matched`); a mix's cell of a candidate that makes
+        none (unavailable) the float32 one."""
+        if self.storage_matched(w):
+            return os.path.join(paths.fill(paths.REFERENCE_STORAGE, w), w.case)
+        emulated = self.emulated(w)  # a mix's cell of a candidate that makes none: float32's
+        return paths.reference_dump(w.family, w.model, w.case,
+                                    emulated if emulated not in MIXES else None)
 
     @staticmethod
     def f32_reference_case(w: Any) -> str:
@@ -119,6 +144,8 @@ class Jobs:
         reruns a dependent only where the dump it reads changed (docs/design.md, "Reruns").
         Without the digest (another sweep's reference job, which dumped other cases: its plan
         is newer, so it reruns first), the directory alone."""
+        if self.storage_matched(w):
+            return {"reference": paths.fill(paths.REFERENCE_STORAGE, w)}
         digest = paths.digest(self.reference_case(w))
         if not os.path.exists(digest):
             return {"reference": self.reference_dir(w)}
@@ -145,6 +172,13 @@ class Jobs:
             return None
         packages = self.sweep.config["environments"][reference.environment]["packages"]
         return check_built(reference.environment, packages)
+
+    def storage_reference_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of the storage-matched reference of a candidate's cells at {weight_type}: the
+        model, the cases' plan, the reference side's code, and the candidate's conversion."""
+        return {"model": self.model_input(w), "plan": self.reference_plan(w),
+                "code": self.side_code("reference")(w),
+                "converted": paths.fill(paths.CANDIDATE_MODEL, w)}
 
     def other_reference_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of reference {reference}'s job on {model}: the model, the cases' plan, the
@@ -201,7 +235,7 @@ class Jobs:
     def weights_file(self, w: Any) -> str | None:
         """The GGUF file of {model}'s weights at {weight_type} that the family's own port maps
         (rule ggml_weights), or None for another candidate or a family that converts none."""
-        if not self.plan(w).weights(w.candidate):
+        if not self.plan(w).weights(w.candidate, w.weight_type):
             return None
         return paths.fill(paths.WEIGHTS, w)
 

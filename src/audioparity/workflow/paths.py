@@ -34,6 +34,13 @@ INPUT_DIGESTS = f"{RESULTS}/cache/inputs.json"
 REFERENCE_CACHE = f"{RESULTS}/cache/reference/{{family}}/{{model}}"
 #: A candidate's own model files, per weight type (rule candidate_model).
 CANDIDATE_MODEL = f"{RESULTS}/candidates/{{family}}/{{model}}/{{candidate}}/{{weight_type}}"
+#: The storage-matched reference of a third-party port's quantized cells (rule
+#: reference_storage): one dump per case, computed with the weights its model file stores.
+REFERENCE_STORAGE = (f"{RESULTS}/reference_storage/{{family}}/{{model}}/{{candidate}}/"
+                     "{weight_type}")
+#: Where the storage-matched reference keeps each dump, a folder per storage file's digest:
+#: cells of another candidate that stores the same bytes restore them.
+REFERENCE_STORAGE_CACHE = f"{RESULTS}/cache/reference_storage/{{family}}/{{model}}"
 #: The model's weights converted once per weight type for our port (rule ggml_weights).
 WEIGHTS = f"{RESULTS}/weights/{{family}}/{{model}}/{{candidate}}/{{weight_type}}.gguf"
 #: A precision recipe of a model, searched for on the sweep's cases (rule precision); the

@@ -22,7 +22,7 @@ from audioparity.errors import AudioparityError
 from audioparity.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.precision import check_targets
 from audioparity.storage import EMULATED_TYPES, read_recipe
-from audioparity.vocabulary import BACKENDS, FRESH, RECIPE_SEPARATOR, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
@@ -163,9 +163,9 @@ class FamilyPlan:
     @property
     def emulated(self) -> list[str]:
         """The weight types of the sweep that get a quantization-aware reference (recipes'
-        too): the reference job dumps each case again as ggml's CPU backend computes with
-        them."""
-        return [t for t in self.section["weight_types"] if emulated(t)]
+        too; not a mix, whose cells are judged only against the file a tool wrote): the
+        reference job dumps each case again as ggml's CPU backend computes with them."""
+        return [t for t in self.section["weight_types"] if emulated(t) and t not in MIXES]
 
     def recipe_file(self, model: str, weight_type: str) -> str | None:
         """The file of the recipe weight type ``<type>+<name>`` of ``model`` names: the
@@ -184,16 +184,18 @@ class FamilyPlan:
         runs several cases in one process."""
         return self.section["reuse"] and self.candidates[candidate].adapter.several_cases
 
-    def weights(self, candidate: str) -> bool:
-        """Whether the candidate maps the model's weights converted once (rule ggml_weights):
-        the family's own port, where the family converts them."""
-        return self.candidates[candidate].adapter.family_port and self.spec.converts_weights
+    def weights(self, candidate: str, weight_type: str) -> bool:
+        """Whether the candidate's cells of ``weight_type`` map the model's weights converted
+        once (rule ggml_weights): the family's own port, where the family converts them, at a
+        weight type it makes (a mix is a tool's own)."""
+        return (self.candidates[candidate].adapter.family_port and self.spec.converts_weights
+                and weight_type not in MIXES)
 
 
 def emulated(weight_type: str) -> bool:
-    """Whether cells of ``weight_type`` (a recipe's ``<type>+<name>`` too) are compared with a
-    quantization-aware reference."""
-    return weight_type.partition(RECIPE_SEPARATOR)[0] in EMULATED_TYPES
+    """Whether cells of ``weight_type`` (a recipe's ``<type>+<name>`` too, and a mix) are
+    compared with a quantization-aware reference."""
+    return weight_type.partition(RECIPE_SEPARATOR)[0] in EMULATED_TYPES or weight_type in MIXES
 
 
 def _check_recipes(plan: FamilyPlan) -> None:
@@ -456,7 +458,8 @@ class Sweep:
         """Every cell of the sweep, from the config alone: family x candidate x model x
         backend x weight type x case, against the reference, for a backend other than the
         baseline (where the family sweeps it) against the baseline, and for a candidate that
-        :meth:`~FamilyPlan.reuses` against its fresh run; then each reference besides the
+        :meth:`~FamilyPlan.reuses` against its fresh run (not at a mix, which it makes none
+        of); then each reference besides the
         primary against the primary, model x case."""
         for name, plan in self.families.items():
             for reference in plan.others:
@@ -474,7 +477,7 @@ class Sweep:
                                 yield cell
                                 if backend != BASELINE_BACKEND and baseline:
                                     yield cell._replace(against=BASELINE_BACKEND)
-                                if plan.reuses(candidate):
+                                if plan.reuses(candidate) and weight_type not in MIXES:
                                     yield cell._replace(against=FRESH)
 
     def result(self, cell: Cell) -> str:
@@ -503,8 +506,9 @@ class Sweep:
         return [paths.WEIGHTS.format(family=name, model=model, candidate=candidate,
                                      weight_type=weight_type)
                 for name, plan in self.families.items()
-                for candidate, entry in plan.candidates.items() if plan.weights(candidate)
-                for model in entry.models for weight_type in entry.weight_types]
+                for candidate, entry in plan.candidates.items()
+                for model in entry.models for weight_type in entry.weight_types
+                if plan.weights(candidate, weight_type)]
 
     def reference_plan(self, family: str, digest: Callable[[str], str]) -> str:
         """What each reference job of ``family`` dumps, as the text of its plan file
@@ -539,7 +543,7 @@ class Sweep:
             "candidate": alternatives(c for plan in plans for c in plan.candidates),
             "reference": alternatives(r.name for plan in plans for r in plan.others),
             "backend": alternatives(b for plan in plans for b in plan.backends),
-            "weight_type": alternatives([*WEIGHT_TYPES, *(
+            "weight_type": alternatives([*WEIGHT_TYPES, *MIXES, *(
                 t for plan in plans for t in plan.section["weight_types"])]),
             "name": NAME,
         }
