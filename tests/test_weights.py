@@ -66,3 +66,30 @@ def test_weights_converted_from_another_model_are_refused(moss_model, tmp_path):
                        r"another model than .*model; convert it again"):
         dump(moss, model, prompt, tmp_path / "changed", reference, weights_file=weights)
     assert not (tmp_path / "changed").exists()
+
+
+@pytest.mark.parametrize("name", [n for n, f in registered().items() if f.spec.converts_weights])
+@pytest.mark.parametrize("weight_type", ["q4_1", "q4_K"])
+def test_our_weights_file_as_storage_is_the_quantization_aware_reference(
+        name, weight_type, fixture_model, clip_wav, tmp_path):
+    """Our port's converted weights given as a candidate's storage file: the storage-matched
+    reference computes what the quantization-aware reference of the weight type computes, bit
+    for bit (every tensor, document and stored hash; q4_1 with its block minimums' term): the
+    two references are one arithmetic for our port."""
+    from audioparity.storage import FileStorage
+
+    known = family(name)
+    model = fixture_model(name)
+    case = clip_wav if known.spec.input == "audio" else MOSS_PROMPTS[0]
+    options = defaults(known, "reference")
+    save_weights(known, model, tmp_path / "w.gguf", weight_type=weight_type,
+                 options=defaults(known, "weights"))
+    dump_reference(known, model, [(case, tmp_path / "ref")], options=options,
+                   emulate=[weight_type])
+    dump_reference(known, model, [(case, tmp_path / "matched")], options=options,
+                   storage=FileStorage.read(tmp_path / "w.gguf", weight_type))
+    emulated, matched = Dump(tmp_path / f"ref@{weight_type}"), Dump(tmp_path / "matched")
+    assert emulated.manifest["storage"] == matched.manifest["storage"]
+    differences = dump_differences(emulated.path, matched.path)
+    assert all(d.startswith("manifest.json: 'emulates' differs") for d in differences), \
+        differences

@@ -139,6 +139,9 @@ class Port:
             configure step), for ``make ports`` after ``make setup-vulkan``; empty: none.
         vulkan_patch: a patch (``-p1``, in ``candidates/patches/``) the Vulkan build applies to
             the unpacked tree first, kept outside the snapshot.
+        patches: patches (``-p1``; a path, or a name in ``candidates/patches/``) every build
+            of it applies to the unpacked tree first, part of the tree's key (a test's port
+            with a fault planted in its source).
         download: a source package on the package index (``name==version``) fetched into the
             cache (``pip download --no-binary :all:``) when the ports folder has no
             ``archive``; ``download_sha256`` is the file's digest, checked.
@@ -161,6 +164,7 @@ class Port:
     archive: str = ""
     vulkan: tuple[str, ...] = ()
     vulkan_patch: str | None = None
+    patches: tuple[str, ...] = ()
     download: str | None = None
     download_sha256: str | None = None
     drivers: tuple[str, ...] = ()

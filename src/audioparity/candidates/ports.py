@@ -22,7 +22,8 @@ from audioparity.shared_cache import building, replace_link
 
 log = logging.getLogger("audioparity")
 
-#: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`).
+#: Patches a port's build applies to its unpacked tree (:attr:`Port.vulkan_patch`,
+#: :attr:`Port.patches`).
 PATCHES = Path(__file__).resolve().parent / "patches"
 #: Our drivers of ports' public APIs, built into their trees (:attr:`Port.drivers`).
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -63,21 +64,23 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
                                 adapter.name), sha256, folder, into)
                      for package, sha256, folder, into in adapter.port.assets]
         commands = json.dumps([adapter.port.commands, adapter.port.vendors]).encode()
+        patches = [PATCHES / patch for patch in adapter.port.patches]  # an absolute one stays
         stem = "-".join([archive.name.removesuffix('.tar.gz'), digest[:12],
                          hashlib.sha256(commands).hexdigest()[:8],
                          *(sha256_of(driver)[:8] for driver in drivers),
-                         *(other_digest[:8] for _, other_digest, _, _ in vendored)])
-        variants = [(adapter.name, stem, (), None)]
+                         *(other_digest[:8] for _, other_digest, _, _ in vendored),
+                         *(sha256_of(patch)[:8] for patch in patches)])
+        variants = [(adapter.name, stem, (), patches)]
         if vulkan and adapter.port.vulkan:
             patch = PATCHES / adapter.port.vulkan_patch if adapter.port.vulkan_patch else None
             key = sha256_of(patch)[:8] if patch else "plain"
             variants.append((f"{adapter.name}-vulkan", f"{stem}-vulkan-{key}",
-                             adapter.port.vulkan, patch))
-        for name, tree, extra, patch in variants:
+                             adapter.port.vulkan, [*patches, *([patch] if patch else [])]))
+        for name, tree, extra, tree_patches in variants:
             tree_root = Path(cache) / tree
             with building(tree_root):
                 if not (tree_root / BUILT).is_file():
-                    _build(adapter, archive, tree_root, jobs, extra, patch,
+                    _build(adapter, archive, tree_root, jobs, extra, tree_patches,
                            [(other, folder, into) for other, _, folder, into in vendored])
             link = Path(cache) / name
             replace_link(link, tree_root.name)
@@ -156,10 +159,10 @@ def _download(package: str, pattern: str, sha256: str | None, cache: Path, name:
 
 
 def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
-           configure: tuple[str, ...] = (), patch: Path | None = None,
+           configure: tuple[str, ...] = (), patches: Sequence[Path] = (),
            vendored: Sequence[tuple[Path, str, str]] = ()) -> None:
     """Unpack ``archive`` into ``tree_root``, each ``(archive, folder, destination)`` of
-    ``vendored`` (:attr:`Port.vendors`, :attr:`Port.assets`) into it, apply ``patch``, and run
+    ``vendored`` (:attr:`Port.vendors`, :attr:`Port.assets`) into it, apply ``patches``, and run
     the port's commands, ``configure`` appended to the first; a Vulkan build (``configure``
     given) leaves :data:`VULKAN_MARK` in the tree. Run under the tree's lock.
 
@@ -179,9 +182,9 @@ def _build(adapter: Adapter, archive: Path, tree_root: Path, jobs: int,
     top.rmdir()
     for other, folder, into in vendored:
         _unpack_folder(other, folder, tree_root / into)
-    if patch is not None:
+    for patch in patches:
         run_tool(["patch", "-p1", "--quiet", "-i", str(patch)], {}, f"patch {adapter.name}",
-                  cwd=tree_root, echo=False)
+                 cwd=tree_root, echo=False)
     if adapter.port.drivers:
         (tree_root / "drivers").mkdir()
         for name in adapter.port.drivers:
