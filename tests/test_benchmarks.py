@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 import shlex
 import subprocess
@@ -275,6 +276,27 @@ def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
     assert {"reference_dump", "ggml_dump"} <= set(added["jobs"]), added
     assert added["reference"] == ["1 of 2 case(s) restored"], added
     assert "| parakeet_tdt | 1 | 1 |" in stdout and "one case added" in stdout
+
+
+@pytest.mark.slow
+def test_ports_storage_tiny(tmp_path: Path) -> None:
+    """``ports_storage.py --tiny``: llama.cpp's q8_0 cell of the MOSS fixture judged before
+    (against our storage policy's reference) and after (its storage-matched reference), with its
+    storage and quantizer rows."""
+    if not (REPO / ".ports/llama_cpp").is_dir():
+        if os.environ.get("AUDIOPARITY_REQUIRE_PORTS"):
+            pytest.fail("no built llama.cpp: make ports")
+        pytest.skip("no built llama.cpp: make ports")
+    out = tmp_path / "out"
+    stdout = bench("ports_storage.py", "--tiny", "--work", tmp_path / "work", "--out", out,
+                   timeout=1200)
+    ((cell, entry),) = json.loads((out / "ports_storage.json").read_text()).items()
+    assert cell == "moss_voicegen/tiny/llama.cpp/cpu/q8_0/en-instruction"
+    assert entry["before"] == [] and entry["after"] == []
+    assert entry["storage"].startswith("pass: asked q8_0: 16 of 24 matmul weights as asked")
+    assert entry["stored_weights"].startswith("pass: ")
+    assert float(entry["bits_per_weight"]) > 8.5
+    assert f"{cell}: before 0 failing (-); after 0 (-)" in stdout
 
 
 def test_gpu_script_calls() -> None:

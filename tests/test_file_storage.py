@@ -21,6 +21,7 @@ from audioparity.storage import (
     quantize,
     read_stored,
     storage_or_fallback,
+    storage_verdict,
     stored,
     write_stored,
 )
@@ -194,3 +195,26 @@ def test_the_storage_file_round_trips_every_type(tmp_path) -> None:
     with pytest.raises(AudioparityError, match="its bytes are not its shape's"):
         write_stored(tmp_path / "x.gguf", [StoredTensor("x", (2, 32), "q8_0",
                                                         np.zeros(10, np.uint8))])
+
+
+def test_the_storage_verdict_names_each_choice_and_fails_the_ones_not_asked():
+    """Rows of 48 cannot hold q4_K: a fallback, listed. Rows of 256 can: f16 there is a weight
+    left unquantized (fails), q8_0 a choice of the tool (fails a uniform type, listed for a
+    mix); f32 where f16 was asked is another type, not "unquantized"; a weight the file lacks is
+    listed."""
+    matmul = {"a": [4, 256], "b": [4, 48], "c": [4, 256], "d": [4, 256], "e": [4, 256]}
+    stored = {"a": "q4_K", "b": "q8_0", "c": "f16", "d": "q8_0"}
+    honoured, line = storage_verdict("q4_K", matmul, stored, tool="my.cpp")
+    assert not honoured
+    assert line == ("asked q4_K: 1 of 5 matmul weights as asked; fallbacks, rows q4_K cannot "
+                    "hold: 1 q8_0 (b); unquantized where q4_K fits: 1 f16 (c); my.cpp chose "
+                    "another type where q4_K fits: 1 q8_0 (d); not in its file (the reference "
+                    "computes them float32): 1 (e)")
+    del stored["c"]
+    matmul.pop("c")
+    honoured, line = storage_verdict("q4_K", matmul, stored, mix=True)
+    assert honoured and "its mix where q4_K fits: 1 q8_0 (d)" in line
+    honoured, line = storage_verdict("f16", {"a": [4, 256]}, {"a": "f32"}, tool="my.cpp")
+    assert not honoured and line.endswith("my.cpp chose another type where f16 fits: 1 f32 (a)")
+    assert storage_verdict("q8_0", {"a": [4, 256]}, {"a": "q8_0"}) == (
+        True, "asked q8_0: 1 of 1 matmul weights as asked")

@@ -507,10 +507,11 @@ def storage_verdict(asked: str, matmul: Mapping[str, Sequence[int]], stored: Map
     Each matmul weight (``matmul``: name -> ``[rows, row length]``, the reference's) is asked
     for ``asked`` (a recipe's ``overrides`` first) and stored as ``stored`` says (name ->
     type, the candidate's record). Where the asked type's blocks cannot hold its rows, any
-    type is a fallback (listed). Where they can, a float type is a weight left unquantized, and
-    fails the verdict; another block type fails it too, unless the cell's weight type is a
-    ``mix`` (a tool's own per-tensor choice, as llama.cpp's ``Q4_K_M``), where it is listed. A
-    weight the file lacks is listed (the reference computes it float32).
+    type is a fallback (listed). Where they can, a float type for a block type asked is a
+    weight left unquantized, and fails the verdict; any other type fails it too, unless the
+    cell's weight type is a ``mix`` (a tool's own per-tensor choice, as llama.cpp's
+    ``Q4_K_M``), where it is listed. A weight the file lacks is listed (the reference computes
+    it float32).
 
     Returns:
         ``(honoured, line)``: ``asked q4_K: 31 of 38 matmul weights q4_K; unquantized where
@@ -528,7 +529,7 @@ def storage_verdict(asked: str, matmul: Mapping[str, Sequence[int]], stored: Map
             kind = "not in its file (the reference computes them float32)"
         elif not storage_supported(want, (row,)):
             kind = f"fallbacks, rows {want} cannot hold"
-        elif have in FLOAT_TYPES:
+        elif have in FLOAT_TYPES and want not in FLOAT_TYPES:
             kind = f"unquantized where {want} fits"
         else:
             kind = f"{'its mix' if mix else tool + ' chose another type'} where {want} fits"
