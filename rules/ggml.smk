@@ -10,12 +10,15 @@ rule candidate_model:
         model=JOBS.model_input,
         port=JOBS.port_files,
         code=JOBS.convert_code,
+        # a recipe weight type's: written in the port's quantizer's syntax
+        recipe=JOBS.recipe_file_or_none,
     output:
         directory(paths.CANDIDATE_MODEL),
     params:
         adapter=COMMANDS.adapter,
         options=COMMANDS.candidate_options,
         model=JOBS.model_path,
+        recipe=COMMANDS.recipe_option,
     conda:
         "../envs/audioparity.yaml"
     log:
@@ -25,7 +28,7 @@ rule candidate_model:
         mem_mb=memory_mb("convert"),
     shell:
         "audioparity candidate convert --adapter {params.adapter:q} --options {params.options}"
-        " --model {params.model:q} --weight-type {wildcards.weight_type}"
+        " --model {params.model:q} --weight-type {wildcards.weight_type} {params.recipe}"
         " --output-dir {output:q} 2> {log}"
 
 

@@ -423,6 +423,36 @@ def test_llama_quantize_takes_a_recipes_tensor_types(llama, moss_model, tmp_path
     assert record["types"] == {"f32": 9, "q4_0": 14, "q8_0": 2} and record["fallbacks"] == []
 
 
+def test_a_recipe_is_written_in_llama_quantizes_syntax_and_its_file_honours_it(
+        llama, moss_model, tmp_path):
+    """A precision recipe (checkpoint names) becomes llama-quantize's --tensor-type of each
+    overridden weight's GGUF name, matched whole; its file stores those weights as the recipe
+    says (a codebook embedding, which llama.cpp does not hold, asks nothing of it), and the
+    storage verdict with the recipe's overrides holds. transcribe.cpp's quantizer takes
+    presets only: its recipe cells say so."""
+    from audioparity.storage import Recipe, read_stored, storage_verdict
+
+    adapter, _, _ = llama
+    recipe = Recipe("recipe", "q4_0", {"language_model.layers.1.mlp.down_proj.weight": "q8_0",
+                                       "lm_heads.0.weight": "q8_0", "emb_ext.0.weight": "q8_0"})
+    options = adapter.check_options({"root": str(PORTS / adapter.name)}, "options")
+    assert adapter.recipe_options(recipe, options)["tensor_types"] == {
+        r"^blk\.1\.ffn_down\.weight$": "q8_0", r"^output\.weight$": "q8_0"}
+    running.convert(adapter.name, moss_model, recipe, tmp_path / "r", options)
+    stored = {name: t.type for name, t in read_stored(
+        tmp_path / "r/audioparity-storage.gguf").items()}
+    assert stored["language_model.layers.1.mlp.down_proj.weight"] == "q8_0"
+    assert stored["language_model.layers.0.mlp.down_proj.weight"] == "q4_0"
+    assert stored["lm_heads.0.weight"] == "q8_0"
+    matmul = {name: [1, 64] for name, kind in stored.items() if kind != "f32"}
+    honoured, line = storage_verdict("q4_0", matmul, stored, overrides=recipe.overrides)
+    assert honoured, line
+    transcribe = load_adapter("transcribe_cpp")
+    _, _, why = running.port_cell(transcribe, TRANSCRIBE, recipe)
+    assert why == ("transcribe.cpp's quantizer takes no type per tensor: it cannot write the "
+                   "recipe q4_0+recipe")
+
+
 @pytest.mark.slow
 def test_whisper_cpps_k_quants_of_whisper_tiny_en_are_refused_by_its_own_loader(
         tmp_path, tiny_en_wheel, clip_wav):

@@ -105,6 +105,14 @@ class WeightName:
         if (LAYER in self.source) != (LAYER in self.checkpoint):
             raise ValueError(f"WeightName {self.source}: {LAYER} on one side only")
 
+    def port_name(self, weight: str) -> str | None:
+        """The port's name of checkpoint weight ``weight`` where this map names it, else
+        None."""
+        matched, layer = match_name(self.checkpoint, weight)
+        if not matched:
+            return None
+        return concrete(self.source, None if layer is None else layer - self.offset)
+
     def checkpoint_tensor(self, tensor: StoredTensor) -> StoredTensor | None:
         """``tensor`` of the port's file as this checkpoint weight, its rows in the
         checkpoint's order (bytes moved whole rows at a time: ggml stores each row on its
@@ -422,6 +430,20 @@ class Adapter:
         that is no weight of the checkpoint is named so by the reference that reads it)."""
         return next((found for entry in self.weights
                      if (found := entry.checkpoint_tensor(tensor)) is not None), tensor)
+
+    def port_name(self, weight: str) -> str:
+        """The name its model file gives checkpoint weight ``weight`` (:attr:`weights` read
+        backwards; its own name where no entry names it)."""
+        return next((name for entry in self.weights
+                     if (name := entry.port_name(weight)) is not None), weight)
+
+    def recipe_options(self, recipe: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Its options under which its quantizer writes ``recipe`` (a
+        :class:`~audioparity.storage.Recipe`: every matmul weight at its base type but those
+        its overrides name) in its own syntax, its conversion and cells then run at the base
+        type with them; None (the default) where its quantizer has no per-tensor types: its
+        cells of a recipe are ``unavailable``, saying so."""
+        return None
 
     def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
                        ) -> str | None:

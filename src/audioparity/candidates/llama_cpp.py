@@ -164,6 +164,15 @@ class LlamaCpp(Adapter):
                              quantized[weight_type]])
         return commands
 
+    def recipe_options(self, recipe: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A recipe as ``tensor_types``: each override a ``--tensor-type`` of its GGUF name
+        (its weight map read backwards), matched whole, before the entry's own patterns; an
+        override of a weight its file does not hold (the codebook embeddings and audio heads,
+        which stay on the host) none."""
+        mapped = {f"^{re.escape(name)}$": kind for weight, kind in recipe.overrides.items()
+                  if (name := self.port_name(weight)) != weight}
+        return {**options, "tensor_types": {**mapped, **(options.get("tensor_types") or {})}}
+
     def model_files(self, model: Path, options: Mapping[str, Any], weight_type: str
                     ) -> list[Path]:
         """The GGUF its run reads."""

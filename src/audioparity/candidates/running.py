@@ -60,27 +60,50 @@ def run_tool(argv: Sequence[str], env: Mapping[str, str], what: str,
     return result.stdout, result.stderr
 
 
-def convert(adapter_name: str, model: Path, weight_type: str, output_dir: Path,
-            options: dict[str, Any]) -> None:
-    """The candidate's own model files for ``model`` at ``weight_type``, written by its
-    adapter's :meth:`~Adapter.convert` commands into ``output_dir`` (atomically: the commands
-    write into a new empty folder beside it, renamed when they all succeed), and beside them
-    the model file its run reads as the checkpoint's weights
-    (:func:`~audioparity.candidates.model_file.write_storage`), which its quantized cells'
-    reference computes with.
+def port_cell(adapter: Adapter, options: dict[str, Any], weight_type: str | Recipe
+              ) -> tuple[str, dict[str, Any], str | None]:
+    """The weight type and options a third-party port converts and runs a cell of
+    ``weight_type`` with: a recipe's base type and the options under which its quantizer
+    writes the recipe (:meth:`Adapter.recipe_options`); and why it cannot, or None.
 
     Raises:
-        AudioparityError: an unknown adapter, one that converts nothing, or a command that
-            fails.
+        AudioparityError: options the recipe makes that the adapter refuses.
+    """
+    if not isinstance(weight_type, Recipe):
+        return weight_type, options, None
+    found = adapter.recipe_options(weight_type, options)
+    if found is None:
+        return weight_type.base, options, (
+            f"{adapter.title}'s quantizer takes no type per tensor: it cannot write the recipe "
+            f"{weight_type.weight_type}")
+    return weight_type.base, adapter.check_options(
+        found, f"adapter {adapter.name!r} options for {weight_type.weight_type}"), None
+
+
+def convert(adapter_name: str, model: Path, weight_type: str | Recipe, output_dir: Path,
+            options: dict[str, Any]) -> None:
+    """The candidate's own model files for ``model`` at ``weight_type`` (a recipe: in its
+    quantizer's syntax, :func:`port_cell`), written by its adapter's :meth:`~Adapter.convert`
+    commands into ``output_dir`` (atomically: the commands write into a new empty folder
+    beside it, renamed when they all succeed), and beside them the model files its run reads
+    as the checkpoint's weights (:func:`~audioparity.candidates.model_file.write_storage`),
+    which its quantized cells' reference computes with.
+
+    Raises:
+        AudioparityError: an unknown adapter, one that converts nothing, a recipe its quantizer
+            cannot write, or a command that fails.
     """
     adapter = load_adapter(adapter_name)
     if not adapter.converts:
         raise AudioparityError(f"adapter {adapter.name!r} converts no model")
     options = adapter.check_options(options, f"adapter {adapter.name!r} options")
+    kind, options, why = port_cell(adapter, options, weight_type)
+    if why:
+        raise AudioparityError(why)
     with built_directory(output_dir) as work:
-        for argv in adapter.convert(Path(model), weight_type, work, options=options):
-            run_tool(argv, {}, f"convert {model} for {adapter.name} ({weight_type})")
-        write_storage(adapter, work, options, weight_type)
+        for argv in adapter.convert(Path(model), kind, work, options=options):
+            run_tool(argv, {}, f"convert {model} for {adapter.name} ({type_name(weight_type)})")
+        write_storage(adapter, work, options, kind)
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,8 @@ class Cell:
     weight_type: str
     backend: str
     threads: int
+    #: The recipe the cell runs (its weight type the recipe's base), None for a plain type.
+    recipe: Recipe | None = None
 
     def commands(self, output: Path, reference: Path | None) -> list[Command]:
         """The adapter's commands for this cell, writing into ``output``."""
@@ -154,12 +179,15 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     if adapter.reads_reference and reference_dir is None:
         raise AudioparityError(f"{adapter.title} reads the reference dump of the case: give "
                                "--reference-dir")
-    weight_type = type_name(weight_type)  # a tool runs a recipe only through its own flags
-    cell = Cell(adapter, family(family_name), adapter.check_options(
-        options, f"adapter {adapter.name!r} options"), section, Path(model), Path(case),
-        Path(output_dir), None if reference_dir is None else Path(reference_dir), weight_type,
-        backend, threads)
-    if adapter.output == "dump":
+    options = adapter.check_options(options, f"adapter {adapter.name!r} options")
+    # a tool runs a recipe only through its own quantizer's syntax, at the recipe's base type
+    kind, options, why = port_cell(adapter, options, weight_type)
+    cell = Cell(adapter, family(family_name), options, section, Path(model), Path(case),
+                Path(output_dir), None if reference_dir is None else Path(reference_dir), kind,
+                backend, threads, weight_type if isinstance(weight_type, Recipe) else None)
+    if why:
+        _unavailable(cell, why)
+    elif adapter.output == "dump":
         _run_dump_tool(cell)
     else:
         _run_tool_cell(cell)
@@ -222,9 +250,11 @@ def _unavailable(cell: Cell, why: str) -> None:
 
 
 def _fields(cell: Cell) -> dict[str, Any]:
+    recipe = ({"weight_type": cell.recipe.weight_type, "recipe": dict(cell.recipe.overrides)}
+              if cell.recipe else {})
     return {"family": cell.family.spec.name, "candidate_adapter": cell.adapter.name,
             "backend": cell.backend, "weight_type": cell.weight_type, "threads": cell.threads,
-            "candidate_options": cell.options}
+            "candidate_options": cell.options, **recipe}
 
 
 def _run_dump_tool(cell: Cell) -> None:

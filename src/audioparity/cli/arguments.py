@@ -384,9 +384,10 @@ def _candidate_command(sub) -> None:
     p.add_argument("--adapter", required=True, help=ADAPTER_HELP)
     p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
     p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--weight-type", required=True,
-                   type=_value("weight type", choices=(*WEIGHT_TYPES, *MIXES)),
-                   help="a weight type, or a mix its quantizer makes (q4_K_M)")
+    p.add_argument("--weight-type", required=True, type=_weight_type((*WEIGHT_TYPES, *MIXES)),
+                   help="a weight type, a mix its quantizer makes (q4_K_M), or a recipe's "
+                   "<type>+<name> (its --recipe), in its quantizer's syntax")
+    _add_recipe(p)
     p.add_argument("--output-dir", required=True, type=Path)
     p.set_defaults(run=candidate_convert)
     p = candidate_sub.add_parser("run", help="one cell: run the candidate (the family's own "

@@ -315,7 +315,7 @@ def repro(args: argparse.Namespace) -> None:
 def candidate_convert(args: argparse.Namespace) -> None:
     from audioparity.candidates.running import convert
 
-    convert(args.adapter, args.model, args.weight_type, args.output_dir,
+    convert(args.adapter, args.model, _weight_type(args, args.weight_type), args.output_dir,
             _json_object(args.options, "--options"))
 
 

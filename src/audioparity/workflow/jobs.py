@@ -17,7 +17,7 @@ from typing import Any
 
 from audioparity.environments import RECORD, check_built
 from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
-from audioparity.vocabulary import MIXES
+from audioparity.vocabulary import MIXES, RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.code import Code
 from audioparity.workflow.plan import (
@@ -112,8 +112,8 @@ class Jobs:
         if not self.emulated(w):
             return False
         adapter = self.candidate(w).adapter
-        return (not adapter.family_port and adapter.converts
-                and adapter.overrides("model_files") and w.weight_type in adapter.weight_types)
+        return (not adapter.family_port and adapter.overrides("model_files")
+                and self.converted_model(w) is not None)
 
     def storage_file(self, w: Any) -> str:
         """The storage file the candidate's conversion of {model} at {weight_type} left."""
@@ -226,9 +226,11 @@ class Jobs:
     def converted_model(self, w: Any) -> str | None:
         """The candidate's own model files for {model} at {weight_type} (rule
         candidate_model), or None when its adapter converts nothing or does not run that
-        weight type."""
+        weight type (a recipe's: its base type, where its quantizer writes recipes)."""
         adapter = self.candidate(w).adapter
-        if not adapter.converts or w.weight_type not in adapter.weight_types:
+        base, _, recipe = w.weight_type.partition(RECIPE_SEPARATOR)
+        if (not adapter.converts or base not in adapter.weight_types
+                or (recipe and not adapter.overrides("recipe_options"))):
             return None
         return paths.fill(paths.CANDIDATE_MODEL, w)
 
