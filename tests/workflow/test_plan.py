@@ -199,7 +199,8 @@ def test_defaults_are_filled_in_and_a_candidate_of_our_port_takes_the_familys_op
     assert plan.candidates["t"].models == ["tiny"]
     assert plan.fixtures == {"tiny": "results/fixtures/parakeet_tdt/tiny"}
     assert plan.emulated == ["q8_0"]
-    assert plan.weights("audioparity") and not plan.weights("t")
+    assert plan.weights("audioparity", "q8_0") and not plan.weights("t", "q8_0")
+    assert not plan.weights("audioparity", "q4_K_M")  # a tool's mix: our port makes none
 
 
 def test_the_cells_cover_the_sweep_and_another_backend_is_also_compared_with_the_cpu():

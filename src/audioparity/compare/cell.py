@@ -90,9 +90,9 @@ COST_COLUMNS = ("cost_nmse", "cost_cosine", "cost_token_match", "cost_kl", "cost
 #: (``<tensor> [shape]: q4_K -> q5_0``) joined by ``"; "``. The same on every row of a cell.
 STORAGE_COLUMNS = ("bits_per_weight", "fallbacks", "fallback_tensors")
 #: ``closer_to``: the other references (config ``references``) a float32 cell's stage is
-#: measurably closer to than to the primary (:func:`closer`), ``"; "``-joined, on every row
-#: compared where the cell has other references: the evidence a reference disagreement is
-#: excused by (docs/references.md); empty elsewhere.
+#: measurably closer to than to the primary (:func:`closer`), the closest first, ``"; "``
+#: joined, on every row compared where the cell has other references: the evidence a reference
+#: disagreement is excused by (docs/references.md); empty elsewhere.
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
 #: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
@@ -668,19 +668,20 @@ def closer(to_other: Mapping[str, Any] | None, to_primary: Mapping[str, Any] | N
 
 def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> str | None:
     """The other references a compared row is measurably closer to than to what it was
-    measured against (``measured``; :func:`closer`), ``"; "``-joined, None where none is: its
-    stage, an isolated form (our block on the primary's input) or a replayed one (the primary's
-    block on the candidate's input) each measured against the other reference's stage."""
-    found = []
+    measured against (``measured``; :func:`closer`), the closest first, ``"; "``-joined, None
+    where none is: its stage, an isolated form (our block on the primary's input) or a
+    replayed one (the primary's block on the candidate's input) each measured against the
+    other reference's stage."""
+    stage, found = reference_stage(cell.family, row.stage), []
     for name, other in cell.others.items():
-        stage = reference_stage(cell.family, row.stage)
         if row.kind is None or not other.has(stage):
             continue
         against, problems = compare_stage(other, cell.candidate, row.cand_stage, stage,
                                           row.kind, _stages(other, cell.family).get(stage))
         if not problems and closer(against, measured, row.kind):
-            found.append(name)
-    return "; ".join(found) or None
+            found.append((-against["token_match"] if row.kind == "document"
+                          else against["nmse"], name))
+    return "; ".join(name for _, name in sorted(found)) or None
 
 
 def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]

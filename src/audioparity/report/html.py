@@ -301,7 +301,11 @@ def _attention(frame: pd.DataFrame) -> str:
                      "block itself), and the bounds it misses, the values measured left out; "
                      "under it, each cell (model · cases · candidate · backend · weight type) "
                      "and its stages that need attention. Hover a line for its own values and "
-                     "each stage's reason.</p>")
+                     "each stage's reason. A quantized cell is judged in three parts: "
+                     "<code>storage</code>, the types its file stores against the weight type "
+                     "asked; <code>stored_weights</code>, its quantizer's bytes against "
+                     "ggml's; its stages, its arithmetic, against a reference computing with "
+                     "its own stored weights.</p>")
         parts.extend(_cause(cause) for cause in found)
     else:
         parts.append('<p class="note">Nothing failed, crashed or went missing.</p>')
