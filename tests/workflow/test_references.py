@@ -267,3 +267,25 @@ def test_a_planted_port_bug_where_the_references_agree_is_the_ports(jfk_sweep):
     finally:
         source.write_text(original)
     assert found["audioparity"].startswith("layer_1_isolated (fail, its own error)"), found
+
+
+@pytest.mark.slow
+def test_a_planted_fault_where_another_reference_inherits_a_difference_is_the_ports(jfk_sweep):
+    """A fault of the class the spread once excused: our port's end-to-end encoder zeroes the
+    last frame of layer 0's input (a padding mask one frame short). On jfk NeMo 2.4.1 parts from
+    NeMo 3.0.0 at layer 0 too, but it inherits that from its own mel and pre_encode, which our
+    port does not share (its pre_encode is NeMo 3.0.0's): the fault is the port's, end to end
+    only, not a reference disagreement."""
+    source = jfk_sweep / "src/audioparity/models/parakeet_tdt/encoder.py"
+    original = source.read_text()
+    old = '        x = self._scaled(taps["pre_encode"])\n'
+    assert original.count(old) == 1
+    source.write_text(original.replace(old, old + "        x = x.copy()\n        x[-1] = 0\n"))
+    try:
+        run_to_completion(jfk_sweep)
+        found = culprits_of(jfk_sweep)
+    finally:
+        source.write_text(original)
+    assert found["audioparity"].startswith(
+        "layer_0 (fail, end to end only: its inputs pass and layer_0_isolated passes)"), found
+    assert "reference disagreement" not in found["audioparity"], found
