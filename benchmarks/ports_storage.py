@@ -24,7 +24,7 @@ prompt, llama.cpp at q8_0.
 
 Usage::
 
-    python benchmarks/ports_storage.py --work /tmp/ports-storage --out benchmarks/results
+    python benchmarks/ports_storage.py --work results/ports-storage --out benchmarks/results
     python benchmarks/ports_storage.py --tiny --work W --out DIR
 """
 
