@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import RECIPE_SEPARATOR, STORAGE_TYPES
+from audioparity.vocabulary import (
+    FLOAT_STORAGE_TYPES,
+    FLOAT_TYPES,
+    RECIPE_SEPARATOR,
+    STORAGE_TYPES,
+)
 
 #: Values per block of each storage type (ggml ``ggml_blck_size``): a block type's rows (the
 #: last numpy axis, ggml ``ne[0]``) are a multiple of it.
@@ -473,29 +478,26 @@ class FileStorage:
 
         return cls(Path(path), read_stored(Path(path)), sha256_of(Path(path)), weight_type)
 
-    def rows(self, name: str, shape: tuple[int, ...], first: int, count: int,
-             notes: list[str]) -> tuple[str, np.ndarray] | None:
-        """``(type, bytes)`` of rows ``first`` to ``first + count`` of weight ``name``, whose
-        checkpoint tensor has numpy ``shape``; None (with a note) where the file has no such
-        weight, or holds it in another number of rows or another row length."""
+    def held(self, name: str, shape: tuple[int, ...], notes: list[str]) -> StoredTensor | None:
+        """The file's tensor of weight ``name``, whose checkpoint tensor has numpy ``shape``;
+        None, with a note, where the file has no such weight, or holds it in another number of
+        rows or another row length (:func:`matrix_shape`)."""
         tensor = self.tensors.get(name)
         if tensor is None:
-            if first == 0:
-                notes.append(f"{name}: not in the candidate's file {self.path.name}; computed "
-                             "float32")
-            return None
-        if matrix_shape(tensor.shape) != matrix_shape(shape):
-            if first == 0:
-                notes.append(f"{name}: the candidate's file holds it as {list(tensor.shape)}, "
-                             f"not as the checkpoint's {list(shape)} (rows of "
-                             f"{matrix_shape(shape)[1]}); computed float32")
-            return None
-        row = stored_bytes(tensor.type, (1, matrix_shape(shape)[1]))
-        return tensor.type, tensor.data[first * row:(first + count) * row]
+            notes.append(f"{name}: not in the candidate's file {self.path.name}; computed "
+                         "float32")
+        elif matrix_shape(tensor.shape) != matrix_shape(shape):
+            notes.append(f"{name}: the candidate's file holds it as {list(tensor.shape)}, not as "
+                         f"the checkpoint's {list(shape)} (rows of {matrix_shape(shape)[1]}); "
+                         "computed float32")
+            tensor = None
+        return tensor
 
 
-#: Storage types that keep a weight's values unquantized.
-FLOAT_TYPES = ("f32", "f16", "bf16")
+def rows_of(tensor: StoredTensor, first: int, count: int) -> np.ndarray:
+    """The bytes of rows ``first`` to ``first + count`` of a stored tensor."""
+    row = stored_bytes(tensor.type, (1, matrix_shape(tensor.shape)[1]))
+    return tensor.data[first * row:(first + count) * row]
 
 
 def storage_verdict(asked: str, matmul: Mapping[str, Sequence[int]], stored: Mapping[str, str],
@@ -607,8 +609,8 @@ def emulating(model: Any, weight_type: str | Recipe | FileStorage, keep: Collect
     ``to_float``, in the file's type (no fallback is chosen: the file's is what the candidate
     computes with), and its input is rounded for that type; one the file lacks stays float32,
     noted. Any other parameter the file holds narrower than f32 (an f16 convolution kernel or
-    bias) is its bytes too, and a convolution whose kernel the file holds as f16 or bf16 has its
-    input rounded to that type, as ggml's ``im2col`` in the kernel's type and the matmul after
+    bias) is its bytes too, and a convolution whose kernel the file holds as f16 has its input
+    rounded to f16, as ggml's ``im2col`` in the kernel's type and the matmul after
     it compute (``ggml_conv_1d``, ``ggml_conv_2d``). The hashes it records are of ggml's own
     quantization of the checkpoint at each weight's type: what the candidate's bytes are
     measured against (``stored_weights``).
@@ -694,11 +696,11 @@ class _Emulation:
         if shape is None:
             shape = tuple(param.shape[:2])
             self.stored.matmul[name] = list(shape)
-        file = self.policy if isinstance(self.policy, FileStorage) else None
-        if file is not None:
-            found = file.rows(name, tuple(param.shape), 0, 0, self.notes)
-            storage = found[0] if found else None
+        if isinstance(self.policy, FileStorage):  # the file's type: what the port computes with
+            held = self.policy.held(name, tuple(param.shape), self.notes)
+            storage = held.type if held is not None else None
         else:
+            held = None
             storage = storage_or_fallback(name, self.policy.storage(name), shape, self.notes)
         self.types[id(param)] = storage
         if storage is None:
@@ -709,16 +711,15 @@ class _Emulation:
         for first in range(0, shape[0], _ROWS_AT_ONCE):  # rows are stored independently
             rows = matrix[first:first + _ROWS_AT_ONCE]
             quantized = quantize(rows, storage)  # ggml's quantization of the checkpoint
-            raw = (file.rows(name, tuple(param.shape), first, len(rows), self.notes)[1]
-                   if file is not None else quantized)
+            raw = rows_of(held, first, len(rows)) if held is not None else quantized
             hashes.append(block_hashes(quantized, storage, rows.shape))
             with np.errstate(over="ignore", invalid="ignore"):
                 values = dequantize(raw, storage, rows.shape)
-                if file is not None:
+                if held is not None:
                     moved += float(np.sum((values.astype(np.float64) - rows) ** 2))
                     total += float(np.sum(rows.astype(np.float64) ** 2))
             rows[...] = values
-        if file is not None and not moved <= _UNLIKE * max(total, 1e-30):
+        if held is not None and not moved <= _UNLIKE * max(total, 1e-30):
             self.notes.append(f"{name}: the candidate's values are not the checkpoint's "
                               f"(NMSE {moved / max(total, 1e-30):.3g} as {storage}): another "
                               "layout than its adapter maps, or its quantizer's fault")
@@ -794,11 +795,10 @@ class _Emulation:
                     continue
                 conv = isinstance(module, torch.nn.Conv1d | torch.nn.Conv2d) \
                     and param_name == "weight"
-                if conv and found.type not in ("f16", "bf16"):
+                if conv and found.type not in FLOAT_STORAGE_TYPES:
                     raise AudioparityError(f"{full}: the candidate's file stores this "
-                                           f"convolution kernel as {found.type}; a kernel in a "
-                                           "block type is not emulated (ggml's im2col takes "
-                                           "f16 or f32)")
+                                           f"convolution kernel as {found.type}; ggml's im2col "
+                                           f"takes {' or '.join(FLOAT_STORAGE_TYPES)} only")
                 storage = self.store(full, param, matrix_shape(param.shape))
                 if conv and storage is not None:
                     self.round_input(module, storage, channels_last=False)

@@ -12,8 +12,11 @@ BACKENDS = ("cpu", "cuda", "vulkan")
 STORAGE_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_1", "q5_0", "q5_K", "q4_1", "q4_0",
                  "q4_K", "iq4_nl", "mxfp4", "q3_K", "q2_K")
 
+#: Storage types that keep a weight's values unquantized: the floats.
+FLOAT_TYPES = ("f32", "f16", "bf16")
+
 #: Storage types made of blocks of quantized values with their scales: all but the floats.
-BLOCK_TYPES = tuple(t for t in STORAGE_TYPES if t not in ("f32", "f16", "bf16"))
+BLOCK_TYPES = tuple(t for t in STORAGE_TYPES if t not in FLOAT_TYPES)
 
 #: The gate list every block type takes after its own (config ``gates: quantized:``): a
 #: quantized cell is compared with its quantization-aware reference, and what parts them is the

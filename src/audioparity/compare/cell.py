@@ -54,7 +54,6 @@ from audioparity.families import (
     stage_kind,
 )
 from audioparity.vocabulary import (
-    BLOCK_TYPES,
     MIXES,
     RECIPE_SEPARATOR,
     STORAGE,
@@ -559,7 +558,7 @@ def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any
     the third part, the arithmetic."""
     if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
         return []
-    from audioparity.storage import storage_verdict
+    from audioparity.storage import EMULATED_TYPES, storage_verdict
 
     stores = [dump.manifest.get("storage") or {} for dump in (cell.reference, cell.candidate)]
     rows = []
@@ -567,7 +566,7 @@ def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any
     weight_type = str(cell.candidate.manifest.get("weight_type") or labels.get("weight_type")
                       or "")
     base, _, recipe = weight_type.partition(RECIPE_SEPARATOR)
-    if matmul and types is not None and MIXES.get(base, base) in BLOCK_TYPES + ("f16", "bf16"):
+    if matmul and types is not None and MIXES.get(base, base) in EMULATED_TYPES:
         honoured, line = storage_verdict(
             MIXES.get(base, base), matmul, types, mix=base in MIXES,
             overrides=cell.candidate.manifest.get("recipe") if recipe else None,
