@@ -2,8 +2,10 @@
 behind ``audioparity precision``, after Polygraphy's ``debug precision`` (rank, then bisect).
 
 Every trial runs the quantization-aware reference (:func:`~audioparity.storage.emulating`):
-what ggml's CPU backend computes with those storage types, without a port. The recipe found is
-then verified by our ggml port itself.
+what ggml's CPU backend computes with those storage types, without a port; the search never
+runs a port's code. By hand, the recipe found is then verified by our ggml port itself
+(:func:`verify`); in a sweep, every cell of the recipe's weight type verifies it on its own
+dump (:func:`~audioparity.compare.targets.recipe_row`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import Dump
-from audioparity.compare.cell import compare_stage
-from audioparity.compare.gates import check_resolved, status
+from audioparity.compare.targets import target_gates, target_rows, unmet
 from audioparity.errors import AudioparityError
 from audioparity.family import Family
 from audioparity.storage import (
@@ -184,11 +185,9 @@ class Search:
                                    f"({BITS_PER_WEIGHT[weight_type]:g})")
         self.family, self.model = family, Path(model)
         self.weight_type, self.wide = weight_type, wide
+        target_gates(targets)
         self.options = side_options(family, "reference", options)
         self.config, self.cases = open_cases(family, self.model, list(cases), self.options)
-        self.gates = {"gates": [{**t, "from": "target"} for t in targets],
-                      "expected_failures": []}
-        check_resolved(self.gates)
         self.targets = [dict(t) for t in targets]
         self.workdir = Path(workdir)
         self.trials: list[Trial] = []
@@ -236,26 +235,9 @@ class Search:
         return found
 
     def measure(self, reference: Dump, candidate: Dump, case: str) -> list[dict[str, Any]]:
-        """The target stages of ``candidate`` against ``reference`` (dumps of ``case``): one
-        row each, with the stage's status under the targets."""
-        from audioparity.compare.cell import _stages
-
-        kinds = _stages(reference, self.family.spec.name)
-        rows = []
-        for target in self.targets:
-            for stage in sorted(s for s in kinds if _matches(target["stage"], s)):
-                if any(r["stage"] == stage for r in rows):
-                    continue
-                metrics, problems = compare_stage(reference, candidate, stage, stage,
-                                                  kinds[stage], kinds[stage])
-                verdict = status(stage, self.gates, metrics=metrics, problems=problems)
-                rows.append({"case": case,
-                             "stage": stage, "status": verdict[0], "gate": verdict[1],
-                             "reason": verdict[2], **_summary(metrics)})
-        if not rows:
-            raise AudioparityError(f"precision: no stage of the dump matches the targets "
-                                   f"({', '.join(t['stage'] for t in self.targets)})")
-        return rows
+        """The target stages of ``candidate`` against ``reference`` (dumps of ``case``)
+        (:func:`~audioparity.compare.targets.target_rows`)."""
+        return target_rows(reference, candidate, self.targets, self.family.spec.name, case)
 
 
 def check_targets(spec: Any, targets: Sequence[Mapping[str, Any]]) -> None:
@@ -288,43 +270,26 @@ def _matches(pattern: str, name: str) -> bool:
     return fnmatchcase(name, pattern)
 
 
-def _summary(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The metrics a recipe's trial records (JSON-safe numbers)."""
-    keep = ("nmse", "max_rel", "cosine", "kl", "top1", "token_match", "wer", "exact")
-    out = {}
-    for key in keep:
-        value = (metrics or {}).get(key)
-        if isinstance(value, float | int | bool | np.floating):
-            out[key] = value if isinstance(value, bool) else float(value)
-    return out
-
-
 def bisect(search: Search, ranked: Sequence[str], prune_limit: int = PRUNE_LIMIT
            ) -> tuple[tuple[str, ...], dict[str, Trial]]:
     """The fewest weights, taken from the front of ``ranked`` (most sensitive first), that make
     every target pass when kept wide: the uniform weight type first (no weight wide), then all of
     them, then bisection over how many (assuming more wide weights never hurt), then each
     promoted weight (least sensitive first, up to ``prune_limit`` of them) demoted again where
-    the targets still pass without it.
+    the targets still pass without it. Where the targets fail even with every matmul weight
+    kept wide (the wide type itself, or something other than the weights, misses them), that
+    is the answer: every weight wide, its trial failing.
 
     Returns:
         The weights kept wide, and the trials ``uniform``, ``wide`` (every weight) and
-        ``recipe``.
-
-    Raises:
-        AudioparityError: the targets fail even with every matmul weight kept wide (the wide
-            type itself, or something other than the weights, misses them).
+        ``recipe`` (whose ``passed`` says whether the targets are met).
     """
     uniform = search.trial(())
     if uniform.passed:
         return (), {"uniform": uniform, "wide": uniform, "recipe": uniform}
     everything = search.trial(tuple(ranked))
     if not everything.passed:
-        failed = next(r for r in everything.rows if r["status"] != "pass")
-        raise AudioparityError(
-            f"precision: the targets fail with all {len(ranked)} matmul weights kept "
-            f"{search.wide}: {failed['stage']} of {failed['case']}: {failed['reason']} (a wider "
-            "--wide type, or looser targets)")
+        return tuple(ranked), {"uniform": uniform, "wide": everything, "recipe": everything}
     low, high, best = 0, len(ranked), everything
     while high - low > 1:
         middle = (low + high) // 2
@@ -355,23 +320,25 @@ def _workdir(path: Path | None):
 
 def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_type: str,
                 wide: str, targets: Sequence[Mapping[str, Any]], options: Mapping[str, Any],
-                ggml_options: Mapping[str, Any], name: str = "recipe", threads: int = 1,
-                workdir: Path | None = None) -> dict[str, Any]:
+                ggml_options: Mapping[str, Any] | None = None, name: str = "recipe",
+                threads: int = 1, workdir: Path | None = None) -> dict[str, Any]:
     """The recipe document of ``audioparity precision``: which matmul weights of ``model`` to
     keep ``wide`` so that, with every other at ``weight_type``, the targets pass on ``cases``;
-    found on the quantization-aware reference (:func:`sensitivities`, then :func:`bisect`) and
-    verified by our ggml port on the CPU (its dump of each case with the recipe, the targets
-    judged against the float32 reference).
+    found on the quantization-aware reference (:func:`sensitivities`, then :func:`bisect`).
+    Targets that no recipe meets are a result, not an error: every matmul weight is then kept
+    wide, and ``search.met`` is false with the targets missed. With ``ggml_options`` the recipe
+    is also verified by our ggml port on the CPU (:func:`verify`) and its bits per weight as
+    our port stores it are given; a sweep verifies it in every cell of its weight type instead.
 
     Returns:
         ``{"name", "family", "model", "base", "wide", "overrides", "targets", "cases",
-        "bits_per_weight": {uniform, recipe, wide}, "trials": {uniform, recipe, wide} (rows),
-        "verified": {"passed", "rows"}, "sensitivity", "search": {"trials", "seconds"},
-        "forms"}``; ``base`` and ``overrides`` are what :func:`~audioparity.storage.read_recipe`
-        reads.
+        "trials": {uniform, recipe, wide} (rows), "search": {"met", "unmet", "trials",
+        "seconds"}, "sensitivity", "forms"}``, with ``ggml_options`` also ``"verified":
+        {"passed", "rows"}`` and ``"bits_per_weight": {uniform, recipe, wide}``; ``base`` and
+        ``overrides`` are what :func:`~audioparity.storage.read_recipe` reads.
 
     Raises:
-        AudioparityError: bad inputs, or targets no recipe meets (:func:`bisect`).
+        AudioparityError: bad inputs (a weight type, wide type, target, model or case).
     """
     from audioparity.threads import torch_threads
 
@@ -383,18 +350,25 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
         chosen, trials = bisect(search, ranked)
         seconds = time.perf_counter() - start
         recipe = search.recipe(chosen, name)
-        verified = verify(search, recipe, ggml_options, folder, threads)
-    bits = {label: bits_per_weight(family, Path(model), search.config, r, ggml_options)
+        checked = ({} if ggml_options is None else
+                   {"verified": verify(search, recipe, ggml_options, folder, threads)})
+    if ggml_options is not None:
+        checked["bits_per_weight"] = {
+            label: bits_per_weight(family, Path(model), search.config, r, ggml_options)
             for label, r in (("uniform", weight_type), ("recipe", recipe),
                              ("wide", search.recipe(ranked)))}
+    best = trials["recipe"]
+    missed = None if best.passed else (f"with all {len(ranked)} matmul weights kept {wide}, "
+                                       f"{unmet(best.rows)}")
     return {
         "name": name, "family": family.spec.name, "model": str(model), "base": weight_type,
         "wide": wide, "overrides": dict(recipe.overrides), "targets": search.targets,
-        "cases": [str(c) for c in cases], "bits_per_weight": bits,
+        "cases": [str(c) for c in cases],
         "trials": {label: {"wide": len(t.wide), "passed": t.passed, "rows": t.rows}
                    for label, t in trials.items()},
-        "verified": verified,
-        "search": {"trials": len(search.trials), "seconds": round(seconds, 1)},
+        "search": {"met": best.passed, "unmet": missed, "trials": len(search.trials),
+                   "seconds": round(seconds, 1)},
+        **checked,
         "sensitivity": sensitivity,
         "forms": forms(recipe),
     }
@@ -403,7 +377,8 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
 def verify(search: Search, recipe: Recipe, ggml_options: Mapping[str, Any], folder: Path,
            threads: int) -> dict[str, Any]:
     """Our ggml port on the CPU with ``recipe`` (:func:`~audioparity.driver.dump_ggml`), each
-    case's targets judged against the float32 reference: ``{"passed", "rows"}``."""
+    case's targets judged against the float32 reference: ``{"passed", "rows"}`` (by hand; a
+    sweep judges every cell of the recipe's weight type the same way, its row ``recipe``)."""
     from audioparity.driver import dump_ggml
 
     rows = []

@@ -313,31 +313,44 @@ def type_name(weight_type: str | Recipe | FileStorage) -> str:
     return weight_type if isinstance(weight_type, str) else weight_type.weight_type
 
 
+def read_recipe_document(path: Path) -> dict[str, Any]:
+    """The recipe document in the JSON file ``path`` (written by ``audioparity precision``, or
+    a user's with at least ``{"base": type, "overrides": {weight: type}}``).
+
+    Raises:
+        AudioparityError: an unreadable file, a missing ``base`` or ``overrides``, or an
+            override that is no storage type.
+    """
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+        base, overrides = data["base"], dict(data["overrides"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AudioparityError(f"recipe {path}: unreadable ({err}); expected the JSON that "
+                               "audioparity precision writes") from None
+    wrong = {w: t for w, t in overrides.items() if t not in STORAGE_TYPES}
+    if not isinstance(base, str) or wrong:
+        weight, type_ = next(iter(wrong.items()), ("base", base))
+        raise AudioparityError(f"recipe {path}: {weight} asks for {type_!r}; valid: "
+                               f"{', '.join(STORAGE_TYPES)}")
+    return data
+
+
 def read_recipe(path: Path, weight_type: str) -> Recipe:
-    """The recipe of ``weight_type`` (``<base>+<name>``) in the JSON file ``path`` (written by
-    ``audioparity precision``: ``{"base": ..., "overrides": {weight: type}, ...}``).
+    """The recipe of ``weight_type`` (``<base>+<name>``) in the JSON file ``path``
+    (:func:`read_recipe_document`).
 
     Raises:
         AudioparityError: an unreadable file, a base that is not the weight type's, or an
             override that is no storage type.
     """
-    import json
-
     base, _, name = weight_type.partition(RECIPE_SEPARATOR)
-    try:
-        data = json.loads(Path(path).read_text())
-        recipe = Recipe(name, data["base"], dict(data["overrides"]))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise AudioparityError(f"recipe {path}: unreadable ({err}); expected the JSON that "
-                               "audioparity precision writes") from None
+    data = read_recipe_document(path)
+    recipe = Recipe(name, data["base"], dict(data["overrides"]))
     if not name or recipe.base != base:
         raise AudioparityError(f"recipe {path}: its base is {recipe.base}, so its weight type is "
                                f"{recipe.base}{RECIPE_SEPARATOR}<name>, not {weight_type}")
-    wrong = {w: t for w, t in recipe.overrides.items() if t not in STORAGE_TYPES}
-    if wrong:
-        weight, type_ = next(iter(wrong.items()))
-        raise AudioparityError(f"recipe {path}: {weight} asks for {type_!r}; valid: "
-                               f"{', '.join(STORAGE_TYPES)}")
     return recipe
 
 

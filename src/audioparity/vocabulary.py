@@ -43,6 +43,12 @@ STORED_WEIGHTS = "stored_weights"
 #: The rows of a quantized cell that judge its weights rather than a stage.
 STORAGE_ROWS = (STORAGE, STORED_WEIGHTS)
 
+#: The row ``recipe`` of a cell of a precision recipe's weight type (``q4_0+recipe``): the
+#: recipe's targets judged on the cell's own dump against the float32 reference, so the recipe
+#: is verified on every case, candidate and backend it runs on; it fails too where the search
+#: found no recipe that meets them (docs/quantization.md).
+RECIPE_ROW = "recipe"
+
 #: Mixes people ship, by the type most of their matmul weights take: a tool's own choice of
 #: type tensor by tensor (llama.cpp's ``Q4_K_M``, transcribe.cpp's presets). Cells of a mix are
 #: judged against the storage-matched reference of the file the tool wrote; its other types are

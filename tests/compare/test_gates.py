@@ -638,6 +638,44 @@ def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_again
                for c in ("cost_nmse", "cost_cosine", "cost_token_match"))
 
 
+RECIPE = {"base": "q4_0", "wide": "q8_0", "overrides": {"encoder.layers.0.w.weight": "q8_0"},
+          "targets": [{"stage": "decode", "wer_max": 0.0}], "search": {"met": True}}
+
+
+def test_a_recipe_cell_verifies_its_targets_on_its_own_dump_against_float32(
+        reference_dir: Path, tmp_path: Path):
+    """The row `recipe`: the recipe's targets on the candidate's dump against the float32
+    reference. A candidate that computes what its quantization-aware reference computes
+    passes every stage, and the recipe's row still fails where that decode is not float32's,
+    naming the stage, the case and the value; a search that met no targets fails every cell's
+    row, saying so."""
+    moved = {**DECODE, "ids": [5, 9, 8, 2], "text": "a b d"}
+    emulated = write_dump(tmp_path / "emulated", tmp_path, REFERENCE, {"decode": moved})
+    candidate = write_dump(tmp_path / "cand", tmp_path, REFERENCE, {"decode": moved})
+    labels = {**LABELS, "weight_type": "q4_0+recipe"}
+
+    def rows(reference, cand, recipe):
+        output = tmp_path / "cell.json"
+        compare_cell(reference, cand, gates_for(), labels, output, cost_dir=reference_dir,
+                     recipe=recipe)
+        return {row["stage"]: row for row in json.loads(output.read_text())}
+
+    missed = rows(emulated, candidate, RECIPE)
+    assert missed["decode"]["status"] == "pass"
+    assert missed["recipe"]["status"] == "fail"
+    assert missed["recipe"]["reason"].startswith("not verified: decode of clip: wer 0.33")
+    assert missed["recipe"]["gate"] == "the recipe's targets, against the float32 reference"
+    met = rows(reference_dir, reference_dir, RECIPE)["recipe"]
+    assert met["status"] == "pass" and met["reason"].startswith("1 weight(s) kept q8_0")
+    unmet = {**RECIPE, "search": {"met": False, "unmet": "with all 9 matmul weights kept q8_0, "
+                                  "decode of clip: wer 0.1 > 0"}}
+    failed = rows(reference_dir, reference_dir, unmet)["recipe"]
+    assert failed["status"] == "fail" and failed["reason"] == (
+        "no recipe meets its targets: with all 9 matmul weights kept q8_0, decode of clip: "
+        "wer 0.1 > 0")
+    assert "recipe" not in rows(reference_dir, reference_dir, {**RECIPE, "targets": []})
+
+
 def test_a_threshold_on_a_field_the_candidate_omits_is_not_read_and_any_other_is_an_error():
     gates = {"gates": [{"stage": "prompt", "exact": True, "wer_max": 0.0, "from": "default"}],
              "expected_failures": []}

@@ -243,3 +243,18 @@ def test_a_declared_difference_that_no_longer_holds_is_no_spread():
     stale = spread_row("pre_encode", nmse=1e-14,
                        reason="declared expected failure passed (stale declaration: why)")
     assert spreads([stale]) == {}
+
+
+def test_a_recipe_that_misses_its_targets_is_named_only_where_nothing_else_explains_it():
+    """The row `recipe` judges the cell's own stages against float32: a fault upstream (the
+    prediction network's state) explains a missed target and is named instead; where every
+    stage passes, the recipe itself misses its targets, and it is named."""
+    missed = "not verified: decode of clip: wer 0.2 > 0"
+    faulty = [row("enc_out"), row("lstm_state_0", "fail", "nmse 1e-2 > 1e-12"),
+              row("joint_logits", "fail"), row("decode", "fail", "wer 0.2 > 0"),
+              row("recipe", "fail", missed)]
+    assert culprit(faulty) == "lstm_state_0 (fail): nmse 1e-2 > 1e-12"
+    clean = [row("enc_out"), row("lstm_state_0"), row("joint_logits"), row("decode"),
+             row("recipe", "fail", missed)]
+    assert culprit(clean) == f"recipe (fail): {missed}"
+    assert culprit([*clean[:-1], row("recipe")]) == ""

@@ -272,6 +272,9 @@ def _precision_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads of torch and of the port")
     p.add_argument("--work-dir", type=Path, help="keep the trials' dumps here (default: a "
                    "temporary folder, removed)")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="search only: do not run our ggml port on the cases with the recipe "
+                   "(a sweep verifies it in every cell of its weight type)")
     _add_options(p, spec, "reference")
     _add_options(p, spec, "ggml", skip=spec.options_for("reference"))
     p.set_defaults(spec=spec, run=precision)
@@ -326,6 +329,10 @@ def _compare_command(sub) -> None:
                    help="another reference's dump of the case: every stage is also measured "
                    "against it, and names it where it is closer to it than to --reference "
                    "(closer_to); repeatable")
+    p.add_argument("--recipe", type=Path, metavar="FILE",
+                   help="a cell of a precision recipe's weight type: the recipe (`audioparity "
+                   "precision` writes it), whose targets the row `recipe` judges on the "
+                   "candidate against --cost-reference")
     p.add_argument("--output", required=True, type=Path, help="cell result (.json)")
     p.set_defaults(run=compare)
 
@@ -342,7 +349,9 @@ def _report_command(sub) -> None:
     p.add_argument("--output", required=True, type=Path)
     p.set_defaults(run=report_html)
     p = report_sub.add_parser("check", help="exit 1 when a cell fails, crashed or went missing "
-                              "against the reference without a declaration; print culprits")
+                              "against the reference without a declaration, printing culprits; "
+                              "exit 2 when the summary is stale (the workflow's last run did not "
+                              "finish, or a cell is newer)")
     p.add_argument("summary", type=Path, help="summary.csv")
     p.set_defaults(run=report_check)
 

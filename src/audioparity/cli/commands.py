@@ -166,17 +166,21 @@ def precision(args: argparse.Namespace) -> None:
         raise AudioparityError(f"--targets {args.targets}: expected a list of gate entries")
     document = find_recipe(_family(args), args.model, args.inputs, weight_type=args.weight_type,
                            wide=args.wide, targets=targets, options=_options(args, "reference"),
-                           ggml_options=_options(args, "ggml"), name=args.name,
-                           threads=args.threads, workdir=args.work_dir)
+                           ggml_options=_options(args, "ggml") if args.verify else None,
+                           name=args.name, threads=args.threads, workdir=args.work_dir)
     write_recipe(document, args.output)
-    bits = document["bits_per_weight"]
-    print(f"{args.output}: {len(document['overrides'])} weight(s) kept {args.wide}; "
-          f"{bits['recipe']:.3f} bits per weight ({args.weight_type} uniform "
-          f"{bits['uniform']:.3f}, every matmul weight {args.wide} {bits['wide']:.3f}); "
-          f"verified by the ggml port: {'pass' if document['verified']['passed'] else 'FAIL'}; "
-          f"{document['search']['trials']} trials in {document['search']['seconds']:.0f} s")
-    if not document["verified"]["passed"]:
-        raise SystemExit(1)
+    search = document["search"]
+    found = (f"{len(document['overrides'])} weight(s) kept {args.wide}" if search["met"] else
+             f"targets NOT met: {search['unmet']}")
+    bits = document.get("bits_per_weight")
+    if bits:
+        found += (f"; {bits['recipe']:.3f} bits per weight ({args.weight_type} uniform "
+                  f"{bits['uniform']:.3f}, every matmul weight {args.wide} {bits['wide']:.3f})")
+    if "verified" in document:
+        verified = "pass" if document["verified"]["passed"] else "FAIL"
+        found += f"; verified by the ggml port: {verified}"
+    print(f"{args.output}: {found}; {search['trials']} trials in {search['seconds']:.0f} s",
+          file=sys.stderr)
 
 
 def fixture(args: argparse.Namespace) -> None:
@@ -405,9 +409,14 @@ def compare(args: argparse.Namespace) -> None:
     from audioparity.compare import compare_cell
 
     others = _pairs(args.other_reference, "--other-reference", "NAME=DIR")
+    recipe = None
+    if args.recipe is not None:
+        from audioparity.storage import read_recipe_document
+
+        recipe = read_recipe_document(args.recipe)
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
                  args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
-                 known_text=args.known_text, others=others)
+                 known_text=args.known_text, others=others, recipe=recipe)
 
 
 def report_summary(args: argparse.Namespace) -> None:

@@ -745,6 +745,7 @@ def compare_cell(
     cost_dir: str | os.PathLike | None = None,
     known_text: str | None = None,
     others: Mapping[str, str | os.PathLike] | None = None,
+    recipe: Mapping[str, Any] | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -774,6 +775,10 @@ def compare_cell(
         others: the other references' dumps of the case, by name: every compared row is
             measured against each too, and names those it is measurably closer to than to the
             primary (``closer_to``).
+        recipe: for a cell of a precision recipe's weight type, the recipe's document: its
+            targets judged on the candidate against ``cost_dir``, the row
+            :data:`~audioparity.vocabulary.RECIPE_ROW`
+            (:func:`~audioparity.compare.targets.recipe_row`).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
     the same candidate's dump on that backend and every stage, an isolated form too, is
@@ -789,6 +794,10 @@ def compare_cell(
     gates = for_length(gates, case_length(cell.reference, gates))
     rows = [*_storage_rows(cell, labels, gates), *(_row(cell, row, gates, labels)
                                                    for row in cell.plan)]
+    if recipe is not None:
+        from audioparity.compare.targets import recipe_row  # it builds on this module
+
+        rows.extend(recipe_row(cell, labels, gates, recipe))
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
     log.info("compare %s vs %s: %s", cell.candidate_path, cell.reference.path, counts)

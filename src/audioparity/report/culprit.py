@@ -11,7 +11,11 @@ pass has culprits, named in data-flow order (each family's stages declare their 
   passes, only the end-to-end path differs (a mask or a table only that path builds); where it
   has none, it says so;
 - a stage that crashed (the one the dump died in); the stages ``missing`` after it are what the
-  crash left uncomputed (the isolated forms a crashed port owed included), never culprits.
+  crash left uncomputed (the isolated forms a crashed port owed included), never culprits;
+- a precision recipe's row (:data:`~audioparity.vocabulary.RECIPE_ROW`: its targets missed on
+  the cell's dump against the float32 reference) where every other row of the cell passes: the
+  recipe itself, not the port, misses them; it is computed from every stage of the cell, so
+  any other that differs is named instead.
 
 A stage that fails with an input that differs (fails, declared or not) accumulated what is
 named upstream, and is not named; a stage whose part (a piece of its own computation checked
@@ -46,7 +50,7 @@ from typing import Any
 from audioparity import families
 from audioparity.compare.gates import STALE
 from audioparity.families import reference_stage, stage_key
-from audioparity.vocabulary import FRESH
+from audioparity.vocabulary import FRESH, RECIPE_ROW
 
 #: Statuses that make a cell need attention (a declared ``xfail`` does not).
 FAILING = ("fail", "crashed", "missing")
@@ -199,6 +203,8 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
     for row in rows:
         groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
     flow = families.flow(family, list({**by_stage, **groups}))
+    if RECIPE_ROW in flow:  # the recipe's targets are measured on the cell's own stages
+        flow[RECIPE_ROW] = (tuple(n for n in by_stage if n != RECIPE_ROW), ())
     depth = _depths(flow)
     found = []
     for stage, group in groups.items():
@@ -215,7 +221,8 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
         elif failing(stage) and not differs(inputs):
             pick = by_stage[stage]
             passing = [row["stage"] for row in forms if row["status"] == "pass"]
-            if pick["status"] != "fail" or any(by_stage[n]["status"] != "pass" for n in inputs):
+            if (pick["status"] != "fail" or stage == RECIPE_ROW
+                    or any(by_stage[n]["status"] != "pass" for n in inputs)):
                 why = ""  # an input unavailable (not exposed) cannot tell
             elif passing:
                 why = (f"end to end only: its inputs pass and {passing[0]} passes"
