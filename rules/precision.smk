@@ -1,17 +1,17 @@
 # Precision recipes (docs/quantization.md). A weight type <type>+<name> whose recipe the family's
-# `recipes:` entry searches for (wide, targets) gets one per model: which matmul weights must
-# stay wider than <type> for the targets to hold on the sweep's cases against the float32
-# reference (`audioparity precision`: each weight's sensitivity on its own matmul, then
-# bisection, on the quantization-aware reference; verified by our port). The reference job and
-# every cell of that weight type read the recipe; a recipe given as a file skips this rule.
+# `recipes:` entry searches for (wide, targets, calibration) gets one per model: which matmul
+# weights must stay wider than <type> for the targets to hold against the float32 reference on
+# the recipe's calibration cases (`audioparity precision --no-verify`: each weight's
+# sensitivity on its own matmul, then bisection, on the quantization-aware reference). It runs
+# no port's code, so a port edit never reruns it nor the reference dumps that read the recipe.
+# Targets no recipe meets are a result: the file says so, and so does every cell of the weight
+# type, whose row `recipe` also verifies the recipe on its own dump (every case, candidate and
+# backend). A recipe given as a file skips this rule.
 
 
 rule precision:
     input:
-        model=JOBS.model_input,
-        # names the sweep's cases, the recipe's measure
-        plan=JOBS.reference_plan,
-        code=JOBS.precision_code,
+        unpack(JOBS.precision_inputs),
     output:
         paths.PRECISION,
     params:
@@ -26,4 +26,4 @@ rule precision:
     resources:
         mem_mb=memory_mb("reference"),
     shell:
-        "{params.command} 2> {log}"
+        "{params.command} > {log} 2>&1"

@@ -126,6 +126,18 @@ def test_a_familys_reference_side_runs_no_ggml_and_its_ggml_side_does(code, name
     assert f"{package}fixture.py" not in own["reference"] | own["ggml"]
 
 
+@pytest.mark.parametrize("name", sorted(registered()))
+def test_a_precision_search_runs_the_reference_side_and_no_port(code, name):
+    """A port edit never reruns a recipe search, nor so the reference dumps that read it: the
+    search's files are its own and the reference side's, none of the family's port."""
+    family = registered()[name]
+    search = set(code.precision(family))
+    assert set(code.side(family, "reference")) <= search
+    assert "src/audioparity/precision.py" in search
+    port = set(code.side(family, "ggml")) - set(code.side(family, "reference"))
+    assert port and not port & search, sorted(port & search)
+
+
 def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code):
     family = registered()["parakeet_tdt"]
     ours = code.candidate_run(family, load_adapter("audioparity"), "audioparity")

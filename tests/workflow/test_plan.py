@@ -134,6 +134,10 @@ REFUSED = [
      "parakeet_tdt"),
     (bad(weight_types=["q4_0+mine"], recipes={"mine": {"file": "resources/README.md"}}),
      "recipe resources/README.md: unreadable"),
+    (bad(weight_types=["q4_0+r"], recipes={"r": {"targets": [{"stage": "decode"}],
+                                                 "calibration": ["clip", "nope"]}}),
+     "config parakeet_tdt.recipes 'r': calibration case 'nope' is not a case of the sweep "
+     "(clip)"),
 ]
 
 
@@ -153,6 +157,21 @@ def test_a_recipe_weight_type_is_emulated_and_names_its_file(tmp_path):
     assert family.recipe_file("tiny", "q4_K+mine") == str(mine)
     assert family.recipe_file("tiny", "q4_0") is None
     assert re.fullmatch(plan.constraints()["weight_type"], "q4_0+recipe")
+
+
+def test_a_recipe_is_searched_on_its_calibration_cases_only():
+    """The search runs on a bounded subset (default the sweep's first three cases, or the
+    entry's count or names), so it does not grow with the sweep; every case verifies it."""
+    cases = [{"name": f"c{i}", "path": CLIP} for i in range(10)]
+    targets = [{"stage": "decode", "wer_max": 0.0}]
+    recipes = {"recipe": {"targets": targets}, "two": {"targets": targets, "calibration": 2},
+               "named": {"targets": targets, "calibration": ["c7", "c3"]}}
+    family = sweep(config(cases=cases, recipes=recipes,
+                          weight_types=["q4_0+recipe", "q4_0+two", "q4_0+named"])
+                   ).families["parakeet_tdt"]
+    assert list(family.calibration_cases("q4_0+recipe")) == ["c0", "c1", "c2"]
+    assert list(family.calibration_cases("q4_0+two")) == ["c0", "c1"]
+    assert list(family.calibration_cases("q4_0+named")) == ["c7", "c3"]
 
 
 @pytest.mark.parametrize(("value", "message"), REFUSED)

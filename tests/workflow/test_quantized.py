@@ -50,7 +50,11 @@ def test_the_default_quantized_types_end_to_end(tmp_path):
 
     recipe = json.loads((workdir / "results/precision/parakeet_tdt/espeak/q4_0+recipe.json")
                         .read_text())
-    assert recipe["verified"]["passed"] and recipe["overrides"]
+    assert recipe["search"]["met"] and recipe["overrides"] and "verified" not in recipe
+    # every cell of the recipe's type verifies it on its own dump, against float32
+    verified = rows[(rows["weight_type"] == "q4_0+recipe") & (rows["stage"] == "recipe")]
+    assert set(verified["case"]) == {"clip", "heldout"}
+    assert set(verified["status"]) == {"pass"}, verified["reason"]
     decode = rows[(rows["family"] == "parakeet_tdt") & (rows["stage"] == "decode")
                   & (rows["against"] == "reference")]
     cost = {(r.weight_type, r.case): float(r.cost_wer) for r in decode.itertuples()
@@ -59,3 +63,13 @@ def test_the_default_quantized_types_end_to_end(tmp_path):
     assert cost[("q4_0+recipe", "clip")] == cost[("q4_0+recipe", "heldout")] == 0
     bits = {r.weight_type: float(r.bits_per_weight) for r in decode.itertuples()}
     assert bits["q4_0"] < bits["q4_0+recipe"] < bits["q8_0"]
+
+    # a port edit reruns the port's dumps and the compares, never the recipe's search nor a
+    # reference dump (the search runs no port; the references read the recipe it wrote)
+    before = wd.planned_jobs(workdir)
+    assert before == {}, before
+    with wd.edited(workdir / "src/audioparity/models/parakeet_tdt/decoder.py"):
+        after = wd.planned_jobs(workdir)
+    assert after.get("ggml_dump") and after.get("compare_cell"), after
+    assert not {"precision", "reference_dump", "reference_other", "reference_replay",
+                "reference_storage"} & set(after), after

@@ -144,15 +144,17 @@ def _storage(args: argparse.Namespace):
     return FileStorage.read(path, weight_type)
 
 
-def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, str]]:
-    """``{"recipes": {weight type: sha256 of its file}}`` for a dump cache's key, or ``{}``: a
-    changed recipe computes its emulated dumps again."""
-    import hashlib
+def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """``{"recipes": {weight type: {base, overrides}}}`` for a dump cache's key, or ``{}``: the
+    recipe's content, never its file's other fields (the search's trials, timings), so a
+    recipe found again the same restores its emulated dumps and a changed one computes them."""
+    from audioparity.storage import read_recipe
 
     recipes = _recipes(args)
     if not recipes:
         return {}
-    return {"recipes": {name: hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"recipes": {name: {"base": (recipe := read_recipe(path, name)).base,
+                               "overrides": dict(sorted(recipe.overrides.items()))}
                         for name, path in sorted(recipes.items())}}
 
 

@@ -135,9 +135,9 @@ class Code:
 
     def precision(self, family: Family) -> list[str]:
         """A precision search's files (rule precision): the search, which runs the family's
-        reference side for its trials and its ggml side to verify the recipe."""
-        return self.files(["audioparity.precision"], [*self.side_entries(family, "reference"),
-                                                      *self.side_entries(family, "ggml")])
+        reference side for its trials and never a port's (a sweep verifies the recipe in its
+        cells: :meth:`compare`)."""
+        return self.files(["audioparity.precision"], self.side_entries(family, "reference"))
 
     def report(self, module: str, families: Iterable[Family]) -> list[str]:
         """A report step's files (``audioparity.report.summary``) and every swept family's

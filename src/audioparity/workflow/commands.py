@@ -179,24 +179,21 @@ class Commands:
                        "--code-digest", self.jobs.code.digest_of(input.code)])
 
     def precision_command(self, w: Any, output: Any, threads: int) -> str:
-        """``audioparity precision <family>`` for the recipe of weight type {weight_type}
-        (``<type>+<name>``) of {model}, on the sweep's cases, with the recipe entry's wide type
-        and targets and the reference's options."""
+        """``audioparity precision <family> --no-verify`` for the recipe of weight type
+        {weight_type} (``<type>+<name>``) of {model}, on its calibration cases, with the recipe
+        entry's wide type and targets and the reference's options: the search alone, which
+        runs no port (every cell of the weight type verifies the recipe)."""
         plan = self.jobs.plan(w)
         base, _, name = w.weight_type.partition(RECIPE_SEPARATOR)
         entry = plan.section["recipes"][name]
-        options = plan.section["options"]
         return quoted(["audioparity", "precision", plan.spec.command, "--model",
                        self.jobs.model_path(w),
-                       *(arg for path in plan.cases.values()
+                       *(arg for path in plan.calibration_cases(w.weight_type).values()
                          for arg in (plan.spec.input_flag, path)),
                        "--weight-type", base, "--wide", entry.get("wide", "q8_0"),
                        "--targets", as_json(entry["targets"]), "--name", name,
-                       "--output", output[0], "--threads", str(threads),
-                       *plan.option_values("reference"),
-                       *(arg for option in plan.spec.options_for("ggml")
-                         if option not in plan.spec.options_for("reference")
-                         for arg in option.argv(options[option.name]))])
+                       "--output", output[0], "--threads", str(threads), "--no-verify",
+                       *plan.option_values("reference")])
 
     # -- a candidate's dump, a drill-down -----------------------------------------------------
 
@@ -315,9 +312,12 @@ class Commands:
         return f"--replay {shlex.quote(input.replay)}" if "replay" in input.keys() else ""
 
     def cost_flag(self, w: Any) -> str:
-        """``--cost-reference DIR`` (the float32 reference) for a quantized cell."""
-        return (f"--cost-reference {shlex.quote(self.jobs.f32_reference_case(w))}"
-                if self.jobs.emulated(w) else "")
+        """``--cost-reference DIR`` (the float32 reference) for a quantized cell, and
+        ``--recipe FILE`` for a recipe's (its targets judged against it)."""
+        recipe = self.jobs.recipe_file(w)
+        return quoted([*(("--cost-reference", self.jobs.f32_reference_case(w))
+                         if self.jobs.emulated(w) else ()),
+                       *(("--recipe", recipe) if recipe else ())])
 
     def other_reference_flags(self, w: Any) -> str:
         """``--other-reference NAME=DUMP`` for each other reference of a float32 cell."""

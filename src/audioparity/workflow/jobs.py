@@ -272,6 +272,13 @@ class Jobs:
                                lambda: self.code.candidate_convert(entry.adapter,
                                                                    entry.adapter_name))
 
+    def precision_inputs(self, w: Any) -> dict[str, Any]:
+        """Inputs of the recipe search of {weight_type} on {model} (rule precision): the
+        model, its calibration cases' files, the search's code; never a port's code, nor the
+        sweep's other cases."""
+        cases = list(self.plan(w).calibration_cases(w.weight_type).values())
+        return {"model": self.model_input(w), "cases": cases, "code": self.precision_code(w)}
+
     def precision_code(self, w: Any) -> str:
         """The code input of a precision search of {family} (rule precision)."""
         family = self.plan(w).family
@@ -330,8 +337,10 @@ class Jobs:
     def compare_inputs(self, w: Any) -> dict[str, Any]:
         """Inputs of a compare, but the reference: the candidate's dump, its replay (when it
         replays), the code, the other references' jobs (:meth:`other_references`); for a
-        quantized cell, the float32 reference's digest (its cost)."""
-        inputs = {"candidate": self.candidate_dump(w), "code": self.compare_code(w)}
+        quantized cell, the float32 reference's digest (its cost); for a recipe's, the recipe
+        (its targets, the row ``recipe``)."""
+        inputs = {"candidate": self.candidate_dump(w), "code": self.compare_code(w),
+                  **self.recipe_inputs(w)}
         others = [os.path.dirname(path) for path in self.other_references(w).values()]
         if others:
             inputs["others"] = others

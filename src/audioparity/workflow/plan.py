@@ -178,6 +178,17 @@ class FamilyPlan:
         return entry.get("file") or paths.PRECISION.format(
             family=self.spec.name, model=model, weight_type=weight_type)
 
+    def calibration_cases(self, weight_type: str) -> dict[str, str]:
+        """The cases (name -> file) the recipe of ``<type>+<name>`` is searched on (rule
+        precision): the recipe entry's ``calibration`` (case names, or how many of the
+        sweep's first cases; default :data:`CALIBRATION_CASES`). Every case of the sweep
+        verifies it (its cells' row ``recipe``), so the search stays bounded as the sweep
+        grows."""
+        entry = self.section["recipes"][weight_type.partition(RECIPE_SEPARATOR)[2]]
+        chosen = entry.get("calibration", CALIBRATION_CASES)
+        names = list(self.cases)[:chosen] if isinstance(chosen, int) else chosen
+        return {name: self.cases[name] for name in names}
+
     def reuses(self, candidate: str) -> bool:
         """Whether the candidate's cases are also run again in one process and compared with
         their fresh runs (rule compare_fresh): the section's ``reuse`` is on and its adapter
@@ -198,11 +209,18 @@ def emulated(weight_type: str) -> bool:
     return weight_type.partition(RECIPE_SEPARATOR)[0] in EMULATED_TYPES or weight_type in MIXES
 
 
+#: How many of the sweep's first cases a recipe is searched on where its entry does not say
+#: (``calibration``).
+CALIBRATION_CASES = 3
+
+
 def _check_recipes(plan: FamilyPlan) -> None:
-    """Every recipe weight type names a recipe of the section, whose file exists.
+    """Every recipe weight type names a recipe of the section, whose file exists, and a
+    searched recipe's calibration names cases of the sweep.
 
     Raises:
-        AudioparityError: the first weight type without its recipe, or a missing file.
+        AudioparityError: the first weight type without its recipe, a missing file, bad
+            targets, or a calibration case the sweep lacks.
     """
     family, recipes = plan.spec.name, plan.section.get("recipes", {})
     for weight_type in plan.section["weight_types"]:
@@ -219,6 +237,13 @@ def _check_recipes(plan: FamilyPlan) -> None:
                 check_targets(plan.spec, entry["targets"])
             except AudioparityError as err:
                 raise AudioparityError(f"config {family}.recipes {name!r}: {err}") from None
+        calibration = entry.get("calibration")
+        unknown = ([case for case in calibration if case not in plan.cases]
+                   if isinstance(calibration, list) else [])
+        if unknown:
+            raise AudioparityError(f"config {family}.recipes {name!r}: calibration case "
+                                   f"{unknown[0]!r} is not a case of the sweep "
+                                   f"({', '.join(plan.cases)})")
     for weight_type in plan.section["weight_types"]:
         base, _, name = weight_type.partition(RECIPE_SEPARATOR)
         if name and "file" in recipes[name]:
