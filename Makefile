@@ -105,8 +105,10 @@ environments: setup
 	$(BIN)/audioparity environments --cache $(ENVIRONMENTS_CACHE) config/config.yaml \
 		config/examples/*.yaml
 
-# Exit 1 when a cell of the last sweep fails, crashed or went missing against the reference
-# without a declared expected failure, printing each such cell's culprit (for a user's CI).
+# Fails when a cell of the last sweep fails, crashed or went missing against the reference
+# without a declared expected failure, printing each such cell's culprit (for a user's CI), and
+# when the summary is stale: the last run did not finish, or a cell is newer (one line). The
+# command exits 1 and 2 for these; make itself exits 2 for either.
 check: setup
 	$(BIN)/audioparity report check results/report/summary.csv
 

@@ -15,7 +15,7 @@ from snakemake.utils import validate
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
 from audioparity.workflow import paths, start
-from audioparity.workflow.outcome import outcome
+from audioparity.workflow.outcome import outcome, record_run
 from audioparity.workflow.plan import (
     BASELINE_BACKEND,
     REFERENCE_BACKEND,

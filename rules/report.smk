@@ -1,8 +1,20 @@
 # summary.csv from every cell, then the self-contained HTML report from summary.csv alone.
 
 
+# The run's state beside the summary (results/report/run.json): `audioparity report check`
+# refuses a summary that no run finished. A run that stops on an error sets the report it did
+# not rewrite aside (stale-summary.csv, stale-index.html).
+onstart:
+    record_run(paths.SUMMARY, "running", log)
+
+
 onsuccess:
+    record_run(paths.SUMMARY, "finished", log)
     print_outcome(paths.SUMMARY, paths.HTML)
+
+
+onerror:
+    record_run(paths.SUMMARY, "failed", log)
 
 
 # The sweep's cells as the config names them, rewritten when they change: the summary's cells

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,8 +105,43 @@ def test_run_killed_during_a_dump_resumes_to_identical_artifacts(tmp_path):
     partial = list((workdir / "results").glob("ggml/**/*.partial"))
     assert partial and not any(Path(str(p).removesuffix(".partial")).exists() for p in partial)
 
+    # the summary a killed run left behind is refused, in one line
+    code, line = check(workdir)
+    assert code == 2 and line.startswith("audioparity check: the last run did not finish: "
+                                         "started "), line
+
     run_to_completion(workdir)
     assert not list((workdir / "results").rglob("*.partial"))
     assert npy_bytes(workdir) == npy_bytes(reference)
     assert pd.read_csv(workdir / "results/report/summary.csv").drop(columns="seconds").equals(
         pd.read_csv(reference / "results/report/summary.csv").drop(columns="seconds"))
+    assert check(workdir)[0] == 0
+
+
+def check(workdir: Path) -> tuple[int, str]:
+    """`audioparity report check` of the workdir's summary: its exit code and last line."""
+    done = subprocess.run([sys.executable, "-m", "audioparity.cli", "report", "check",
+                           "results/report/summary.csv"], cwd=workdir, capture_output=True,
+                          text=True, env=environment(workdir))
+    return done.returncode, (done.stdout + done.stderr).strip().splitlines()[-1]
+
+
+def test_a_run_that_stops_on_an_error_leaves_no_summary_that_reads_as_current(tmp_path):
+    """A reference that raises (an error of the workflow, not a port's fault) stops the run:
+    the summary and report of the run before are set aside as stale-*, and the check exits 2
+    in one line."""
+    workdir = make_workdir(tmp_path / "run", parakeet_config(weight_types=["f32"]))
+    run_to_completion(workdir)
+    assert check(workdir)[0] == 0
+    reference = workdir / "src/audioparity/models/parakeet_tdt/reference.py"
+    reference.write_text(reference.read_text() + "\nraise RuntimeError('planted')\n")
+    failed = subprocess.run(snakemake_command(workdir, "--cores", "2"),
+                            env=environment(workdir), capture_output=True, text=True)
+    assert failed.returncode != 0
+    report = workdir / "results/report"
+    assert not (report / "summary.csv").exists() and not (report / "index.html").exists()
+    assert (report / "stale-summary.csv").exists() and (report / "stale-index.html").exists()
+    code, line = check(workdir)
+    assert code == 2 and line.startswith(
+        "audioparity check: the last run did not finish: it stopped on an error at "), line
+    assert line.endswith("results/report/summary.csv is set aside as stale-summary.csv"), line

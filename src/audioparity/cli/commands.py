@@ -430,7 +430,12 @@ def report_summary(args: argparse.Namespace) -> None:
 def report_check(args: argparse.Namespace) -> int:
     from audioparity.report.culprit import check
     from audioparity.report.summary import read_summary
+    from audioparity.workflow.outcome import stale
 
+    why = stale(args.summary)
+    if why is not None:
+        print(f"audioparity check: {why}", file=sys.stderr)
+        return 2
     code, lines = check(read_summary(args.summary).to_dict("records"))
     print("\n".join(lines))
     return code

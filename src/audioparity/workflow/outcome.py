@@ -1,11 +1,71 @@
-"""What a finished run prints: the stages per status, where the report is, and every cause
-that needs attention, with how many cells it covers, across every comparison (with the
-reference, another backend, a fresh run, another reference)."""
+"""What a run leaves beside its report: its state (:func:`record_run`: running, finished,
+failed), so a summary no run finished is never read as current (:func:`stale`); and what a
+finished run prints: the stages per status, where the report is, and every cause that needs
+attention, with how many cells it covers, across every comparison (with the reference,
+another backend, a fresh run, another reference)."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
+
+from audioparity.artifacts import write_text_atomic
+
+#: The last run's state, beside the summary: ``{"state", "started", "ended", "log"}``.
+RUN_FILE = "run.json"
+#: What a run that stopped on an error renames the report it did not rewrite to.
+STALE_PREFIX = "stale-"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def record_run(summary: str | Path, state: str, log: str | None = None) -> None:
+    """Record the state of the run that writes ``summary``: ``running`` when it starts (its
+    start time), then ``finished`` or ``failed`` (its end time, Snakemake's log), in
+    :data:`RUN_FILE` beside it; a ``failed`` run also renames the summary and the report
+    beside it (``index.html``) to ``stale-<name>``: they describe an earlier run."""
+    folder = Path(summary).parent
+    path = folder / RUN_FILE
+    started = _now()
+    if state != "running" and path.exists():
+        started = json.loads(path.read_text()).get("started", started)
+    document = {"state": state, "started": started,
+                "ended": None if state == "running" else _now(), "log": log}
+    write_text_atomic(path, json.dumps(document, indent=1) + "\n")
+    if state == "failed":
+        for name in (Path(summary).name, "index.html"):
+            if (folder / name).exists():
+                os.replace(folder / name, folder / f"{STALE_PREFIX}{name}")
+
+
+def stale(summary: str | Path, inputs: list[str | Path] = ()) -> str | None:
+    """Why ``summary`` does not describe the workflow's last run, in one line, or None: that
+    run did not finish (still running, killed, or stopped on an error: :data:`RUN_FILE`
+    beside it), or one of ``inputs`` (the cell files it is merged from) is newer than it. A
+    summary with no run beside it (written by hand) is judged by ``inputs`` alone."""
+    summary = Path(summary)
+    run = summary.parent / RUN_FILE
+    if run.exists():
+        state = json.loads(run.read_text())
+        log = f"; its log: {state['log']}" if state.get("log") else ""
+        if state["state"] == "running":
+            return (f"the last run did not finish: started {state['started']}, it is still "
+                    f"running or was killed{log}")
+        if state["state"] == "failed":
+            return (f"the last run did not finish: it stopped on an error at {state['ended']}"
+                    f"{log}; {summary} is set aside as {STALE_PREFIX}{summary.name}")
+    if not summary.exists():
+        return f"no summary at {summary}: run the workflow (make run)"
+    written = summary.stat().st_mtime
+    newer = next((str(p) for p in inputs if Path(p).exists()
+                  and Path(p).stat().st_mtime > written), None)
+    if newer is not None:
+        return f"{summary} is older than its input {newer}: run the workflow again"
+    return None
 
 
 def outcome(summary: str | Path, report: str | Path) -> list[str]:
