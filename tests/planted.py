@@ -46,13 +46,34 @@ def planted_dump(root: Path, name: str, patches: list[Patch], model: Path, case:
     Raises:
         AssertionError: a patch's text is not in its file exactly once, or the dump fails.
     """
+    return _dump(root, name, patches, model, case, reference, weight_type, guarded=False)
+
+
+def planted_crash(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
+                  reference: Path) -> tuple[Dump, dict[str, dict]]:
+    """The f32 dump of ``case`` by :func:`planted_source`'s copy, whose patches make it fail,
+    run inside ``audioparity guard`` as the workflow runs a cell (a process that raises or
+    dies gives a ``crashed`` dump of what it finished), and its rows against ``reference``
+    (:func:`planted_rows`' gates).
+
+    Raises:
+        AssertionError: a patch's text is not there exactly once, or the guard fails.
+    """
+    dump = _dump(root, name, patches, model, case, reference, "f32", guarded=True)
+    return dump, cell_rows(reference, dump.path, root / "cell.json", name)
+
+
+def _dump(root: Path, name: str, patches: list[Patch], model: Path, case: Path,
+          reference: Path | None, weight_type: str, guarded: bool) -> Dump:
     spec = family(name).spec
     src = planted_source(root, name, patches)
     output = root / "dump"
     reference_args = ["--reference-dir", str(reference)] if spec.ggml_reads_reference else []
+    guard = ([sys.executable, "-m", "audioparity.cli", "guard", "--output-dir", str(output),
+              "--"] if guarded else [])
     result = subprocess.run(
-        [sys.executable, "-m", "audioparity.cli", "ggml", spec.command, "--model", str(model),
-         spec.input_flag, str(case), *reference_args, "--output-dir", str(output),
+        [*guard, sys.executable, "-m", "audioparity.cli", "ggml", spec.command, "--model",
+         str(model), spec.input_flag, str(case), *reference_args, "--output-dir", str(output),
          "--weight-type", weight_type, "--threads", "1"],
         env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, timeout=300,
     )

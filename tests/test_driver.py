@@ -55,15 +55,41 @@ def write(tmp_path: Path, outputs, heads=("a",)) -> Dump:
 
 
 def test_stages_are_laid_out_from_the_contract_and_phases_timed(tmp_path):
-    dump = write(tmp_path, [Phase("encoder"), ("enc_out", T_D), ("layer_0", T_D),
-                            ("layer_0_isolated", T_D), Note("a note"), Fields({"n_layers": 1}),
-                            Phase("decoding"), ("logits", T_D), ("decode", {"ids": [1]}),
-                            ("decode_margins", np.ones(1, np.float32))])
+    dump = write(tmp_path, [Phase("enc_out"), ("enc_out", T_D), ("layer_0", T_D),
+                            Phase("layer_0_isolated"), ("layer_0_isolated", T_D), Note("a note"),
+                            Fields({"n_layers": 1}), Phase("logits"), ("logits", T_D),
+                            ("decode", {"ids": [1]}), ("decode_margins", np.ones(1, np.float32))])
     assert dump.layout("enc_out") == "[T, D]" and dump.layout("layer_0_isolated") == "[T, D]"
     assert dump.layout("logits") == "[T, V]" and dump.layout("decode_margins") == "[positions]"
     assert dump.json("decode") == {"ids": [1]}
-    assert set(dump.manifest["seconds"]) == {"encoder", "decoding"}
+    assert set(dump.manifest["seconds"]) == {"enc_out", "layer_0_isolated", "logits"}
     assert dump.manifest["notes"] == ["a note"] and dump.manifest["n_layers"] == 1
+
+
+def test_a_phase_is_a_stage_of_the_contract(tmp_path):
+    """A phase names the stage a crash in its work is charged to: a name the contract lacks
+    (a group's, ``encoder``) would be charged to no row."""
+    with pytest.raises(AudioparityError, match=re.escape(
+            "family toy: the dump named phase 'encoder', which is no stage of its contract")):
+        write(tmp_path, [Phase("encoder"), ("enc_out", T_D)])
+    assert not (tmp_path / "dump").exists() and not (tmp_path / "dump.partial").exists()
+
+
+def test_a_fault_keeps_the_stages_written_and_names_the_phase_it_was_in(tmp_path):
+    """An exception (not a refused input) in a phase's work: the partial dump keeps the stages
+    written before, its manifest naming that phase's stage as running (what the guard makes
+    the crashed dump's ``crashed_in``)."""
+    def outputs():
+        yield Phase("enc_out")
+        yield "enc_out", T_D
+        yield Phase("layer_0_isolated")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        write(tmp_path, outputs())
+    partial = Dump(tmp_path / "dump.partial")
+    assert partial.tensor_names == ["enc_out"] and partial.manifest["running"] == "layer_0_isolated"
+    assert set(partial.manifest["seconds"]) == {"enc_out"}
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,9 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
             ``drilldown.json`` says so.
         cell_output: where to write the cell's rows again, each failing row with its
             ``first_bad_op``.
-        phases: only the graphs computed in these dump stages (``seconds`` keys of the dump:
-            ``encoder``, ``layers_isolated``, ...); default every graph.
+        phases: only the graphs computed in the phases of these dump stages, shell patterns
+            (:class:`~audioparity.family.Phase`: ``pre_encode``, ``layer_*_isolated``, ...);
+            default every graph.
 
     Returns:
         What ``drilldown.json`` holds: ``status`` (``drilled``, ``not needed``, or ``not
@@ -133,7 +135,8 @@ def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir
 
 
 def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Path, Path]]:
-    """The saved graphs of both dumps, paired in compute order (only ``phases``' if given)."""
+    """The saved graphs of both dumps, paired in compute order (only those computed in a
+    phase that one of ``phases``, shell patterns, matches, if given)."""
     def listed(folder: Path) -> list[Path]:
         if not folder.is_dir():
             return []
@@ -148,7 +151,8 @@ def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Pa
         from audioparity.ggml.graphs import GRAPH
 
         pairs = [pair for pair in pairs
-                 if json.loads((pair[1] / GRAPH).read_text()).get("phase") in phases]
+                 if any(fnmatchcase(json.loads((pair[1] / GRAPH).read_text()).get("phase") or "",
+                                    pattern) for pattern in phases)]
         if not pairs:
             raise AudioparityError(f"{target}: no graph computed in {', '.join(phases)}")
     return pairs

@@ -103,12 +103,20 @@ def _declared(family: Family, heads: Sequence[str], name: str, value: Any) -> st
 def write_outputs(writer: DumpWriter, family: Family, heads: Sequence[str],
                   outputs: Outputs) -> None:
     """Write what a family's dump method yields into ``writer``: stages (checked and laid out
-    by the contract, :func:`_declared`), phases timed into ``seconds``, notes, fields, and the
-    stages it skipped, with why (manifest ``skipped``: a replayed form without its input, a
-    stage a reference implementation cannot dump)."""
+    by the contract, :func:`_declared`), phases (each a stage of the contract, timed into
+    ``seconds`` and named running: where a crash is charged), notes, fields, and the stages
+    it skipped, with why (manifest ``skipped``: a replayed form without its input, a stage a
+    reference implementation cannot dump).
+
+    Raises:
+        AudioparityError: a stage or a phase the contract does not declare (:func:`_declared`).
+    """
     with ExitStack() as phase:
         for item in outputs:
             if isinstance(item, Phase):
+                if family.spec.locate(item.name) is None:
+                    raise AudioparityError(f"family {family.spec.name}: the dump named phase "
+                                           f"{item.name!r}, which is no stage of its contract")
                 phase.close()
                 phase.enter_context(writer.timed(item.name))
             elif isinstance(item, Note):

@@ -433,9 +433,13 @@ class Case:
 
 @dataclass(frozen=True)
 class Phase:
-    """Yielded by a family's dump before the work of one phase (``encoder``): the driver
-    times it into the manifest's ``seconds`` and names it as running (a crash's stage, a
-    drill-down's graphs)."""
+    """Yielded by a family's dump before the work that computes a stage: ``name`` is that
+    stage (or form: ``layer_3_isolated``), the first in pipeline order of those the work
+    computes when one pass computes several (one graph: ``conv_out`` for an encoder's taps).
+    The driver checks the contract declares it, times the work until the next phase into the
+    manifest's ``seconds[name]`` (the summary's ``seconds`` of that stage) and names it as
+    running: the stage a crash meanwhile is charged to, the stage a drill-down's graphs are
+    labelled with (:meth:`~audioparity.artifacts.DumpWriter.timed`)."""
 
     name: str
 

@@ -242,7 +242,8 @@ def test_a_failing_port_build_says_which_step_and_its_last_lines(tmp_path):
 def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dump(tmp_path,
                                                                                  clip_wav):
     """A stand-in transcribe-cli that dumps the mel and pre_encode, then dies: those stages
-    are kept (and compared), the dump is crashed with the tool's exit."""
+    are kept (and compared), the dump is crashed with the tool's exit, and the stages it never
+    writes are recorded as such, not those it died before writing."""
     root = tmp_path / "port"
     (root / "build/bin").mkdir(parents=True)
     cli = root / "build/bin/transcribe-cli"
@@ -265,6 +266,9 @@ def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dum
     assert manifest["status"] == "crashed"
     assert "exit code 3" in manifest["message"] and "GGML_ASSERT" in manifest["message"]
     assert sorted(manifest["tensors"]) == ["mel_features", "pre_encode"]
+    # what it died before writing is not taken as unexposed: the crash is pos_emb's
+    assert "pos_emb" not in manifest["not_exposed"] and "decode" not in manifest["not_exposed"]
+    assert "decode_logits" in manifest["not_exposed"]  # it maps no file onto it
 
 
 #: transcribe-cli's stdout with ``--timestamps token``, as it prints it.

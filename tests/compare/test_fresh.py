@@ -93,3 +93,22 @@ def test_a_run_that_died_is_crashed_where_it_died_and_never_run_is_missing(tmp_p
     assert "SIGABRT" in rows[1]["reason"]
     never = fresh_rows(fresh, tmp_path / "never", LABELS, died="signal SIGSEGV (11): x")
     assert {r["status"] for r in never} == {"missing"}
+
+
+@pytest.mark.parametrize("running", ["prompt", None])
+def test_a_run_that_died_is_crashed_in_the_stage_it_was_computing(tmp_path, running):
+    """A run again that died before writing a stage: the stage its manifest names as running
+    is crashed, whatever the order of the fresh dump's stages (tensors first); one that names
+    none is charged to the first stage it lacks in pipeline order, prompt too."""
+    fresh = dump(tmp_path / "fresh", HIDDEN)
+    partial = dump(tmp_path / "partial", HIDDEN.copy())
+    manifest = json.loads((partial / "manifest.json").read_text())
+    manifest.update(tensors={}, documents={}, running=running)
+    (partial / "manifest.json").write_text(json.dumps(manifest))
+    partial.rename(tmp_path / "died.partial")
+    rows = fresh_rows(fresh, tmp_path / "died", LABELS, died="exit code 1: RuntimeError: boom")
+    assert [(r["stage"], r["status"]) for r in rows] == [("probe_hidden", "missing"),
+                                                          ("prompt", "crashed")]
+    assert rows[1]["reason"] == "the run again died here: exit code 1: RuntimeError: boom"
+    assert rows[0]["reason"] == ("not computed: the run again died in prompt (exit code 1: "
+                                 "RuntimeError: boom)")

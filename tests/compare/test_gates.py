@@ -406,6 +406,23 @@ def test_a_crashed_candidate_keeps_what_it_finished(reference_dir, tmp_path):
     assert all(r["status"] in ("pass", "crashed", "missing") for r in rows.values())
 
 
+def test_a_crashed_tool_is_charged_at_the_first_stage_it_exposes(reference_dir, tmp_path):
+    """A third-party tool that died after the mel names no stage it was computing: the crash
+    is charged to the first stage it lacks in pipeline order of those it writes, not to one it
+    never exposes (recorded as it died), which stays ``unavailable``."""
+    mel = {"mel_features": REFERENCE["mel_features"]}
+    candidate_dir = write_dump(tmp_path / "cand", tmp_path, mel, {},
+                               status=("crashed", "port failed (exit code 3): GGML_ASSERT"),
+                               not_exposed={"layer_{i}": "it does not expose it"})
+    rows = run_cell(reference_dir, candidate_dir, tmp_path)
+    assert {stage: row["status"] for stage, row in rows.items()} == {
+        "mel_features": "pass", "layer_0": "unavailable", "layer_1": "unavailable",
+        "joint_logits": "crashed", "decode": "missing"}
+    assert rows["joint_logits"]["reason"] == "port failed (exit code 3): GGML_ASSERT"
+    assert rows["decode"]["reason"] == ("not computed: the dump crashed in joint_logits (port "
+                                        "failed (exit code 3): GGML_ASSERT)")
+
+
 def test_a_crashed_port_against_another_backend_lists_each_isolated_form_once(tmp_path):
     """Against the CPU's dump of the same port (which holds the isolated forms as stages of
     its own), the forms a crashed port owed are its baseline's rows, not added again."""

@@ -77,7 +77,7 @@ def test_a_vulkan_only_fault_fails_only_vulkan_and_the_drill_down_names_its_op(t
     drilled = json.loads((folder / "drilldown.json").read_text())
     bad = drilled["first_bad"]
     assert (bad["op"], bad["type"], bad["verdict"], bad["phase"], bad["feeds"]) == (
-        "CPY", "f16", "only in vulkan", "encoder", "layer_1")
+        "CPY", "f16", "only in vulkan", "layer_1", "layer_1")
     repro = folder / "repro"
     assert (repro / "vulkan" / "graph.json").is_file() and (repro / "cpu" / "leafs.gguf").is_file()
     assert list((repro / "vulkan" / "inputs").glob("*.npy"))

@@ -28,16 +28,18 @@ def read_tool_output(writer: DumpWriter, adapter: Adapter, spec: FamilySpec, raw
                      model: Path, options: Mapping[str, Any], *, crash: str | None,
                      commands: int) -> None:
     """The tool's files in ``raw`` (``f32json``, ``npy``) as the contract's stages, then, unless
-    it died (``crash``: why; the dump is then ``crashed``, keeping what it wrote), the document
-    it printed (:attr:`Adapter.printed`, :meth:`Adapter.parse` of ``raw/stdout.txt`` and
-    ``raw/stderr.txt``) and the stages it does not expose; and its run's wall time on its last
-    stage (:func:`wall_time`)."""
+    it died (``crash``: why; the dump is then ``crashed``, keeping what it wrote, and the
+    stages it never writes are recorded as not exposed, so the compare charges the crash to
+    the first it would have written), the document it printed (:attr:`Adapter.printed`,
+    :meth:`Adapter.parse` of ``raw/stdout.txt`` and ``raw/stderr.txt``) and the stages it does
+    not expose; and its run's wall time on its last stage (:func:`wall_time`)."""
     if adapter.output in ("f32json", "npy"):
         files, unreadable = (f32json.read_readable(raw) if adapter.output == "f32json"
                              else npy_folder(raw))
         import_files(writer, adapter, spec, files, unreadable)
     if crash:
         writer.set_status("crashed", crash)
+        not_exposed(writer, adapter, spec, crashed=True)
         log.warning("%s: %s; kept the %d tensor(s) it wrote", adapter.name, crash,
                     len(writer.manifest["tensors"]))
     else:
@@ -66,13 +68,18 @@ def wall_time(writer: DumpWriter, spec: FamilySpec, commands: int) -> None:
                 "tool is not timed stage by stage")
 
 
-def not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec) -> None:
+def not_exposed(writer: DumpWriter, adapter: Adapter, spec: FamilySpec,
+                crashed: bool = False) -> None:
     """Record, under the manifest's ``not_exposed``, each stage of the contract the candidate
     wrote nothing for, with why (:meth:`Adapter.unavailable`, else "does not expose it"): the
     compare reports those stages ``unavailable``, not ``missing``. The stages of a head
     (:attr:`Stage.head`) the candidate wrote nothing of are another kind of model's, not
-    unexposed ones (unless it wrote no head's stage at all)."""
-    written = [*writer.manifest["tensors"], *writer.manifest["documents"]]
+    unexposed ones (unless it wrote no head's stage at all). For a tool that died
+    (``crashed``), only the stages none of its files or printed document maps onto: those it
+    never writes, not those it died before writing."""
+    maps = (*adapter.tensors, *([adapter.printed] if adapter.printed else ())) if crashed else ()
+    written = [*writer.manifest["tensors"], *writer.manifest["documents"],
+               *(m.concrete(0) for m in maps)]
     stages = [found.stage for found in map(spec.locate, written) if found]
     found = {stage.name for stage in stages}
     heads = {stage.head for stage in stages if stage.head}

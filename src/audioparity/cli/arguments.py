@@ -228,8 +228,9 @@ def _drilldown_command(sub, spec: FamilySpec) -> None:
                    "(audioparity compare): drill only if a stage fails there")
     p.add_argument("--cell-output", type=Path,
                    help="the cell's rows again, the failing ones with first_bad_op")
-    p.add_argument("--phase", action="append", default=[], help="only the graphs of this dump "
-                   "stage (encoder, layers_isolated, ...); repeatable")
+    p.add_argument("--phase", action="append", default=[], help="only the graphs computed in "
+                   "the phase of this dump stage, a shell pattern (pre_encode, "
+                   "'layer_*_isolated', ...); repeatable")
     p.set_defaults(run=drilldown)
 
 

@@ -408,19 +408,29 @@ def _crashed_port(candidate: Dump) -> bool:
     return candidate.status == "crashed" and candidate.manifest.get("producer") == "ggml"
 
 
+def crashed_stage(family: str | None, lacking: Sequence[str], running: str | None
+                  ) -> str | None:
+    """The stage a dump that died was computing, of the stages it lacks: ``running`` (the
+    stage its :class:`~audioparity.artifacts.DumpWriter` named as running, a family's
+    :class:`~audioparity.family.Phase`) when it lacks it, else the first it lacks in pipeline
+    order (a dump that names none: a third-party tool's); None when it lacks none. The
+    crashed cell's rows (:data:`RULES`) and a run again that died
+    (:func:`~audioparity.compare.fresh.fresh_rows`) both charge the crash to it."""
+    if running in lacking:
+        return running
+    return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
+
+
 def _crashed_stage(cell: Cell) -> str | None:
-    """The row stage a crashed dump died in: the stage its manifest says it was timing
-    (``crashed_in``) when that is a stage it lacks, else the first stage it lacks in pipeline
-    order; None for a dump that did not crash."""
+    """The row stage a crashed dump died in (:func:`crashed_stage` of its manifest's
+    ``crashed_in``, of the stages it lacks and does not say it never exposes); None for a
+    dump that did not crash."""
     candidate, family = cell.candidate, cell.family
     if candidate is None or candidate.status != "crashed":
         return None
     lacking = [row.stage for row in cell.plan
                if row.kind is None and not not_exposed(candidate, family, row.stage)]
-    running = candidate.manifest.get(CRASHED_IN)
-    if running in lacking:
-        return running
-    return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
+    return crashed_stage(family, lacking, candidate.manifest.get(CRASHED_IN))
 
 
 class Rule(NamedTuple):
@@ -450,7 +460,8 @@ def _not_replayed(cell: Cell, row: Planned) -> str:
 
 
 #: The rows that are not compared, tried in order: a crashed dump keeps the stages it finished;
-#: the one it died in is crashed, the ones after it were never computed.
+#: the one it died in is crashed, the others it lacks were never computed, but for those it
+#: never exposes (a third-party tool's, recorded as it died).
 RULES = (
     Rule(lambda cell, row: cell.candidate is None, "missing",
          lambda cell, row: f"no candidate dump at {cell.candidate_path}"),
@@ -458,13 +469,13 @@ RULES = (
          lambda cell, row: cell.message),
     Rule(lambda cell, row: _crashed(cell, row) and row.stage == cell.crashed_in, "crashed",
          lambda cell, row: cell.message),
-    Rule(_crashed, "missing",
-         lambda cell, row: "not computed: the dump crashed in "
-                           f"{cell.candidate.manifest.get(CRASHED_IN) or cell.crashed_in} "
-                           f"({cell.message})"),
     Rule(lambda cell, row: _lacks(cell, row) and not_exposed(cell.candidate, cell.family,
                                                              row.stage),
          "unavailable", lambda cell, row: not_exposed(cell.candidate, cell.family, row.stage)),
+    Rule(_crashed, "missing",
+         lambda cell, row: "not computed: the dump crashed in "
+                           f"{cell.crashed_in or cell.candidate.manifest.get(CRASHED_IN)} "
+                           f"({cell.message})"),
     Rule(lambda cell, row: _lacks(cell, row) and _unreadable(cell, row), "missing",
          lambda cell, row: f"the candidate's file is unreadable: {_unreadable(cell, row)}"),
     Rule(_lacks, "missing",

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import RUNNING, Dump
-from audioparity.compare.cell import COLUMNS, MARGINS
+from audioparity.compare.cell import COLUMNS, MARGINS, crashed_stage
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import FRESH
 
@@ -104,7 +104,8 @@ def _compare(reused: Dump, fresh: Dump, stage: str, bound: float) -> tuple[dict[
 
 def _partial(run: Path) -> tuple[Dump | None, str | None]:
     """What a run that did not finish left: the dump of its finished stages (its
-    ``.partial`` folder; None when it never started) and the phase it was in."""
+    ``.partial`` folder; None when it never started) and the stage it was computing (its
+    phase, :class:`~audioparity.family.Phase`)."""
     partial = run.with_name(run.name + ".partial")
     try:
         dump = Dump(partial)
@@ -120,8 +121,9 @@ def fresh_rows(fresh_dir: str | os.PathLike, run_dir: str | os.PathLike,
     stage of the fresh dump: ``pass`` where the run again holds it identical (or within its
     bound, :func:`bound_for`), ``fail`` saying how it differs; where the run did not finish
     (the process running the cases died: ``died`` says how), its finished stages compared,
-    ``crashed`` for the first stage it lacks, ``missing`` for those after it (every stage
-    ``missing`` for a run the process never started).
+    ``crashed`` for the stage it was computing (:func:`~audioparity.compare.cell.
+    crashed_stage`), ``missing`` for the others it lacks (every stage ``missing`` for a run
+    the process never started).
 
     Args:
         fresh_dir: the cell's own dump of the case (``ok``).
@@ -136,8 +138,11 @@ def fresh_rows(fresh_dir: str | os.PathLike, run_dir: str | os.PathLike,
     fresh, run = Dump(fresh_dir), Path(run_dir)
     finished = run.is_dir()
     reused, phase = (Dump(run), None) if finished else _partial(run)
-    rows, crashed = [], False
-    for stage in _stages(fresh):
+    stages = _stages(fresh)
+    died_in = None if finished or reused is None else crashed_stage(
+        labels.get("family"), [stage for stage in stages if not reused.has(stage)], phase)
+    rows = []
+    for stage in stages:
         entry = bound_for(stage, bounds)
         bound = float(entry["max_abs"]) if entry else 0.0
         metrics: dict[str, Any] = {}
@@ -146,12 +151,11 @@ def fresh_rows(fresh_dir: str | os.PathLike, run_dir: str | os.PathLike,
             status = "fail" if why else "pass"
         elif finished:
             status, why = "fail", "the run again holds no such stage"
-        elif reused is not None and not crashed:
-            status, crashed = "crashed", True
-            why = f"the run again died here (in {phase or 'its first phase'}): {died}"
+        elif stage == died_in:
+            status, why = "crashed", f"the run again died here: {died}"
         else:
             status = "missing"
-            why = (f"not computed: the run again died in an earlier stage ({died})"
+            why = (f"not computed: the run again died in {died_in} ({died})"
                    if reused is not None else f"not run: the process died before ({died})")
         row = dict.fromkeys(COLUMNS)
         row.update({key: value for key, value in labels.items() if key in row})

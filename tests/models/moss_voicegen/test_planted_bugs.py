@@ -10,7 +10,7 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.compare.metrics import first_divergence, max_rel
 from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
-from tests.planted import Patch, failing, planted_dump, planted_rows
+from tests.planted import Patch, failing, planted_crash, planted_dump, planted_rows
 
 #: Planted bugs, all in backbone.py.
 BUGS: dict[str, list[Patch]] = {bug: [("backbone.py", old, new)] for bug, (old, new) in {
@@ -75,3 +75,35 @@ def test_a_wrong_norm_epsilon_fails_the_final_hidden_states_on_nmse(
     assert {got[stage] for stage in ("input_embeddings", "layer_0", "layer_1")} == {"pass"}
     assert bug["last_hidden"]["max_rel"] < F32_GATE / 2
     assert bug["last_hidden"]["nmse"] > 10 * clean["last_hidden"]["nmse"]
+
+
+#: An exception in the teacher-forced phase: the port raises once it has prefilled the
+#: reference's prompt rows, before the first step along its path.
+TEACHER_FORCED_CRASH: list[Patch] = [(
+    "stages.py", "    full = prefill(prompt_rows)\n",
+    "    full = prefill(prompt_rows)\n    raise RuntimeError('boom')  # planted\n",
+)]
+
+
+def test_a_crash_in_the_teacher_forced_steps_keeps_what_was_computed_and_names_its_stage(
+        tmp_path: Path, moss_model: Path, moss_references: dict[str, Dump]) -> None:
+    """The port raises along the reference's path (the phase of generation_text_logits), after
+    the prompt, the prefill and its own generation: the guard keeps those, each compared and
+    passing; generation_text_logits is crashed with the exception's last line, and
+    generation_audio_logits and step_last_hidden, never computed, are missing (not charged to
+    the first stage the dump lacks in pipeline order, step_last_hidden)."""
+    reference = moss_references[PROMPT.stem].path
+    dump, rows = planted_crash(tmp_path, "moss_voicegen", TEACHER_FORCED_CRASH, moss_model,
+                               PROMPT, reference)
+    assert dump.status == "crashed" and dump.manifest["crashed_in"] == "generation_text_logits"
+    kept = {"prompt", "input_embeddings", "layer_0", "layer_1", "last_hidden", "probe_hidden",
+            "text_logits", "audio_logits", "generation"}
+    assert {*dump.tensor_names, *dump.manifest["documents"]} == kept | {"generation_margins"}
+    status = {stage: row["status"] for stage, row in rows.items()}
+    assert {stage for stage, got in status.items() if got == "pass"} == kept
+    assert status["generation_text_logits"] == "crashed"
+    assert rows["generation_text_logits"]["reason"] == "exit code 1: RuntimeError: boom"
+    assert status["generation_audio_logits"] == status["step_last_hidden"] == "missing"
+    assert rows["step_last_hidden"]["reason"] == ("not computed: the dump crashed in "
+                                                  "generation_text_logits (exit code 1: "
+                                                  "RuntimeError: boom)")

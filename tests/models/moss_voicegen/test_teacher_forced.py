@@ -65,7 +65,7 @@ def test_teacher_forcing_prefills_the_given_prompt_and_feeds_every_row_but_the_l
         return heads(float(row[0]))
 
     outputs = list(teacher_forced_outputs(prompt, rows, prefill, step))
-    assert outputs[0] == Phase("teacher_forced")
+    assert outputs[0] == Phase("generation_text_logits")
     assert fed == [("prefill", prompt.tolist()), ("step", rows[0]), ("step", rows[1])]
     dumped = dict(outputs[1:])
     assert sorted(dumped) == sorted(PATH_STAGES)

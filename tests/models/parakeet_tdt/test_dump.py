@@ -53,7 +53,10 @@ def test_dump_lists_every_contract_tensor(parakeet_model, clip_wav, parakeet_ref
     for document in ("decode", "decoder_replay"):
         assert set(dump.json(document)) == {"ids", "frames", "durations", "text"}
     assert dump.json("decoder_replay") == reference.json("decode")
-    assert set(manifest["seconds"]) >= {"load", "mel", "encoder", "layers_isolated",
+    # a phase per stage it computes apart: each layer end to end and alone
+    assert set(manifest["seconds"]) == {"load", "mel_features", "pos_emb", "pre_encode",
+                                        *(f"layer_{i}{form}" for i in range(n_layers)
+                                          for form in ("", "_isolated")),
                                         "joint_logits", "decoder_replay", "decode",
                                         "decode_logits"}
     assert manifest["decisions"] == reference.manifest["decisions"]

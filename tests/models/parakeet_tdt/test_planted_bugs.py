@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from audioparity.artifacts import Dump
-from tests.planted import Patch, failing, planted_rows, planted_statuses
+from tests.planted import (
+    Patch,
+    failing,
+    planted_crash,
+    planted_rows,
+    planted_statuses,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -137,36 +143,38 @@ def test_a_decoder_that_aborts_keeps_every_encoder_stage(parakeet_model, clip_wa
     guard keeps every stage the dump finished, so the encoder stages, its isolated layers
     included, still pass; joint_logits is crashed, and the decoder stages after it, none of which
     ran, are missing, counted as such."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from audioparity.compare import compare_cell
-    from tests import config_gates
-    from tests.planted import planted_source
-
-    source = planted_source(tmp_path / "planted", "parakeet_tdt", [(
+    _, rows = planted_crash(tmp_path, "parakeet_tdt", [(
         "greedy.py", "    g, state = predict(blank_id, None)\n",
-        "    g, state = predict(blank_id, None)\n    __import__('os').abort()  # planted\n")])
-    output = tmp_path / "dump"
-    result = subprocess.run(
-        [sys.executable, "-m", "audioparity.cli", "guard", "--output-dir", str(output), "--",
-         sys.executable, "-m", "audioparity.cli", "ggml", "parakeet-tdt", "--model",
-         str(parakeet_model), "--audio", str(clip_wav), "--reference-dir",
-         str(parakeet_reference), "--output-dir", str(output), "--weight-type", "f32"],
-        env={**os.environ, "PYTHONPATH": str(source)}, capture_output=True, text=True,
-        timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    cell = tmp_path / "cell.json"
-    compare_cell(parakeet_reference, output, config_gates("parakeet_tdt", "f32"),
-                 {"family": "parakeet_tdt"}, cell)
-    status = {row["stage"]: row["status"] for row in json.loads(cell.read_text())}
+        "    g, state = predict(blank_id, None)\n    __import__('os').abort()  # planted\n")],
+        parakeet_model, clip_wav, parakeet_reference)
+    status = {stage: row["status"] for stage, row in rows.items()}
     assert status.pop("joint_logits") == "crashed"
+    assert rows["joint_logits"]["reason"].startswith("signal SIGABRT (6): ")
     assert {status.pop(stage) for stage in ("lstm_state_0", "decoder_replay", "decode",
                                             "decode_logits")} == {"missing"}
     assert set(status.values()) == {"pass"}, status
     assert {"mel_features", "pre_encode", "enc_out", "layer_2", "layer_0_isolated"} <= set(status)
+
+
+def test_a_layer_that_raises_is_charged_to_that_layer(parakeet_model, clip_wav,
+                                                      parakeet_reference, tmp_path):
+    """Each end-to-end layer is a phase of its own: an exception in layer 1's keeps the
+    stages before it (passing), charges the crash to layer_1 with the exception's last line,
+    and leaves the rest missing, the isolated forms the port owed included."""
+    dump, rows = planted_crash(tmp_path, "parakeet_tdt", [(
+        "encoder.py", "            x = self.layer(i, x, pos_emb)\n",
+        "            if i == 1:\n                raise RuntimeError('boom')  # planted\n"
+        "            x = self.layer(i, x, pos_emb)\n")],
+        parakeet_model, clip_wav, parakeet_reference)
+    assert dump.manifest["crashed_in"] == "layer_1"
+    assert set(dump.tensor_names) == {"mel_features", "pre_encode", "pos_emb", "layer_0"}
+    status = {stage: row["status"] for stage, row in rows.items()}
+    assert {stage for stage, got in status.items() if got == "pass"} == set(dump.tensor_names)
+    assert (status["layer_1"], rows["layer_1"]["reason"]) == (
+        "crashed", "exit code 1: RuntimeError: boom")
+    assert {status[stage] for stage in status if stage not in dump.tensor_names
+            and stage != "layer_1"} == {"missing"}
+    assert {"layer_0_isolated", "enc_out", "decode"} <= set(status)
 
 
 def test_a_wrong_q8_0_block_scale_fails_its_layer_against_the_emulated_reference(

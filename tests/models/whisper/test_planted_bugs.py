@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.planted import Patch, failing, planted_statuses
+from tests.planted import Patch, failing, planted_crash, planted_statuses
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +145,31 @@ def test_a_key_bias_is_invisible_to_softmax(statuses):
     softmax cancels it (that is why ``WhisperAttention`` has none). The harness cannot see it,
     and need not: the outputs are the same to float32 rounding."""
     assert failing(statuses["key_bias"]) == set()
+
+
+#: An exception in the teacher-forced phase: the decoder raises once it has run the prompt.
+TEACHER_FORCED_CRASH: list[Patch] = [(
+    "decoder.py", "        steps = [self.forward(list(tokens[:prefill]), 0)]\n",
+    "        steps = [self.forward(list(tokens[:prefill]), 0)]\n"
+    "        raise RuntimeError('boom')  # planted\n",
+)]
+
+
+def test_a_crash_in_the_teacher_forced_decoder_keeps_the_encoder_and_names_its_stage(
+        whisper_model, clip_wav, whisper_reference, tmp_path):
+    """The port raises in the teacher-forced decoder (the phase of decoder_layer_0, which
+    computes every decoder layer and the logits): the guard keeps every encoder stage, each
+    compared and passing; decoder_layer_0 is crashed with the exception's last line, and the
+    decoder stages the dump never reached are missing."""
+    dump, rows = planted_crash(tmp_path, "whisper", TEACHER_FORCED_CRASH, whisper_model,
+                               clip_wav, whisper_reference)
+    assert dump.status == "crashed" and dump.manifest["crashed_in"] == "decoder_layer_0"
+    assert set(dump.tensor_names) == ENCODER
+    status = {stage: row["status"] for stage, row in rows.items()}
+    assert {stage for stage, got in status.items() if got == "pass"} == ENCODER
+    assert status.pop("decoder_layer_0") == "crashed"
+    assert rows["decoder_layer_0"]["reason"] == "exit code 1: RuntimeError: boom"
+    assert {stage: status[stage] for stage in ALL_STAGES - ENCODER - {"decoder_layer_0"}} == (
+        dict.fromkeys(ALL_STAGES - ENCODER - {"decoder_layer_0"}, "missing"))
+    assert "the dump crashed in decoder_layer_0 (exit code 1: RuntimeError: boom)" in (
+        rows["decode"]["reason"])

@@ -1,18 +1,20 @@
-"""The ggml port's stages of one case (:meth:`MossVoicegen.ggml`), each phase timed by the
-driver: the same names and layouts as the reference dump (:mod:`.reference`), computed by the
-ggml backbone (:mod:`.backbone`) on the rows of our own text processor (:mod:`.text_processor`):
+"""The ggml port's stages of one case (:meth:`MossVoicegen.ggml`), each phase (named by the
+first stage it computes) timed by the driver: the same names and layouts as the reference dump
+(:mod:`.reference`), computed by the ggml backbone (:mod:`.backbone`) on the rows of our own
+text processor (:mod:`.text_processor`):
 
 - ``prompt``: document ``prompt`` ``{"text", "rows"}`` from our text processor;
-- ``prefill``: one prefill of all ``S`` rows -> ``input_embeddings``, ``last_hidden`` ``[H]``,
-  ``probe_hidden`` ``[3, H]`` (rows ``[0, 1, S//2]``), ``layer_{i}`` ``[S, H]``,
-  ``text_logits`` ``[vocab_size]``, ``audio_logits`` ``[n_vq, audio_vocab_size+1]``;
+- ``input_embeddings`` (the prefill): one prefill of all ``S`` rows -> ``input_embeddings``,
+  ``last_hidden`` ``[H]``, ``probe_hidden`` ``[3, H]`` (rows ``[0, 1, S//2]``), ``layer_{i}``
+  ``[S, H]``, ``text_logits`` ``[vocab_size]``, ``audio_logits``
+  ``[n_vq, audio_vocab_size+1]``;
 - ``generation``: greedy rows after the full prefill, document ``generation`` and
   ``generation_margins`` (:mod:`.stages`);
-- ``teacher_forced``: the reference's prompt rows prefilled, then its generated rows fed one
-  cached step at a time -> ``generation_text_logits`` ``[rows, vocab_size]``,
-  ``generation_audio_logits`` ``[rows, n_vq, audio_vocab_size+1]`` (:mod:`.stages`), the
-  reference's path read from its dump (:func:`reference_path`);
-- ``step``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step ->
+- ``generation_text_logits`` (teacher-forced): the reference's prompt rows prefilled, then its
+  generated rows fed one cached step at a time -> ``generation_text_logits``
+  ``[rows, vocab_size]``, ``generation_audio_logits`` ``[rows, n_vq, audio_vocab_size+1]``
+  (:mod:`.stages`), the reference's path read from its dump (:func:`reference_path`);
+- ``step_last_hidden``: prefill of rows ``0..S-2``, then row ``S-1`` as one cached step ->
   ``step_last_hidden`` ``[H]``.
 
 A note says whether every codebook's pad row is zero, read back from the uploaded weights.
@@ -103,7 +105,7 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump, gene
         raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
     net = Backbone(runtime, weights, config, kv_cache_type=kv_cache_type,
                    max_context=max(n_rows + generate_rows, len(path_prompt) + len(path_rows)))
-    yield Phase("prefill")
+    yield Phase("input_embeddings")
     full = net.prefill(encoded.rows)
     yield from prefill_outputs(full)
 
@@ -111,10 +113,11 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump, gene
         result = net.step(row)
         return result.text_logits, result.audio_logits
 
+    yield Phase("generation")
     document, _ = yield from generation_outputs(config, encoded.rows, full, step,
                                                 generate_rows)
     yield from teacher_forced_outputs(path_prompt, path_rows, net.prefill, step)
-    yield Phase("step")
+    yield Phase("step_last_hidden")
     net.prefill(encoded.rows[:-1])
     last = net.step(encoded.rows[-1])
     yield "step_last_hidden", last.hidden[-1]

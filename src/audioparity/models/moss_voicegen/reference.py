@@ -265,11 +265,11 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
     if n_rows < 3:
         raise AudioparityError(f"{case.path}: {n_rows} prompt rows; need at least 3")
     with torch.inference_mode():
-        yield Phase("prefill")
+        yield Phase("input_embeddings")
         full, full_cache = run(net, rows)
         yield from prefill_outputs(full)
 
-        yield Phase("step")
+        yield Phase("step_last_hidden")
         _, head_cache = run(net, rows[:, :-1])
         last, _ = run(net, rows[:, -1:], head_cache)
         yield "step_last_hidden", last.hidden[-1]
@@ -281,6 +281,7 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
             result, cache = run(net, torch.tensor([[row]], dtype=torch.long), cache)
             return result.text_logits, result.audio_logits
 
+        yield Phase("generation_text_logits")  # its loop computes the path stages
         document, heads = yield from generation_outputs(config, encoded.rows, full, step,
                                                         generate_rows)
         yield from path_outputs(heads)

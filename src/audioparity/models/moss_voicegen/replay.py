@@ -63,7 +63,8 @@ def layer_inputs(candidate: Dump, n_layers: int, shape: tuple[int, int]
 def replayed(net, case: Case, candidate: Dump) -> Outputs:
     """The reference's decoder layers on a candidate's own inputs (module notes), with the loaded
     ``net``: ``layer_{i}_replayed`` ``[S, H]`` of each layer the candidate gives an input for,
-    :class:`~audioparity.family.Skipped` with why for the others (phase ``prefill``).
+    :class:`~audioparity.family.Skipped` with why for the others (one forward: phase
+    ``layer_0_replayed``).
 
     Args:
         net: the loaded ``MossTTSDelayModel`` (computing as the cell's weight type, for a
@@ -75,7 +76,7 @@ def replayed(net, case: Case, candidate: Dump) -> Outputs:
 
     config = case.config
     with torch.inference_mode():
-        yield Phase("prefill")
+        yield Phase("layer_0_replayed")
         rows = reference_prompt(case.model, config, case.data).rows
         inputs, skipped, notes = layer_inputs(candidate, config.n_layers,
                                               (len(rows), config.hidden_size))

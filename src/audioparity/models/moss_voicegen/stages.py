@@ -93,9 +93,10 @@ def path_outputs(heads: list[Heads]) -> Iterator[tuple[str, np.ndarray]]:
 def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full: Forward,
                        step: Callable[[list[int]], Heads], generate_rows: int
                        ) -> Generator[Any, None, tuple[dict, list[Heads]]]:
-    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`, phase
-    ``generation``), yielded as document ``generation`` and its margins
-    ``generation_margins`` ``[rows, 1+n_vq]`` (module docstring) by both sides.
+    """Greedy generation after the full prefill (:func:`.delay_pattern.greedy_generate`),
+    yielded as document ``generation`` and its margins ``generation_margins``
+    ``[rows, 1+n_vq]`` (module docstring) by both sides, each naming its phase first (the
+    reference's loop computes its path stages too).
 
     Args:
         config: the checkpoint config.
@@ -108,7 +109,6 @@ def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full
         The ``generation`` document and the heads that decided each of its rows (the value of
         ``yield from``; the reference's path, :func:`path_outputs`).
     """
-    yield Phase("generation")
     heads = [(full.text_logits, full.audio_logits)]
 
     def recorded(row: list[int]) -> Heads:
@@ -124,8 +124,8 @@ def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full
 def teacher_forced_outputs(prompt_rows: np.ndarray, generated_rows: list[list[int]],
                            prefill: Callable[[np.ndarray], Forward],
                            step: Callable[[list[int]], Heads]) -> Outputs:
-    """The path stages (:func:`path_outputs`, phase ``teacher_forced``) along another side's
-    generation: a prefill of its ``prompt_rows`` ``[S, 1+n_vq]``, then each of its
+    """The path stages (:func:`path_outputs`, phase ``generation_text_logits``) along another
+    side's generation: a prefill of its ``prompt_rows`` ``[S, 1+n_vq]``, then each of its
     ``generated_rows`` but the last fed as one cached step, whatever this side would have
     chosen there.
 
@@ -133,7 +133,7 @@ def teacher_forced_outputs(prompt_rows: np.ndarray, generated_rows: list[list[in
         prefill: empties this side's KV cache and runs the rows from position 0.
         step: feeds one row through this side's KV cache and returns its heads.
     """
-    yield Phase("teacher_forced")
+    yield Phase("generation_text_logits")
     full = prefill(prompt_rows)
     heads = [(full.text_logits, full.audio_logits)]
     heads += [step(row) for row in generated_rows[:-1]]

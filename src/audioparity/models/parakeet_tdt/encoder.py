@@ -470,23 +470,49 @@ class Encoder:
         Raises:
             AudioparityError: mel is not ``[T, feat_in]`` or too short for one output frame.
         """
-        cfg = self.cfg
-        mel = np.asarray(mel, dtype=np.float32)
-        if mel.ndim != 2 or mel.shape[1] != cfg.feat_in:
-            raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
-                                   f"[T, {cfg.feat_in}]")
+        mel = self._mel(mel)
         if pos_emb is None:
             pos_emb = self.positions(mel.shape[0])
-        with self.runtime.graph() as g:
-            g.output("pre_encode", conv_subsampling(g.ctx, self.weights, cfg,
-                                                    g.input("mel_features", mel)), ndim=2)
-            taps = g.compute()
-        x = self._scaled(taps["pre_encode"])
-        for i in range(cfg.n_layers):
-            x = taps[f"layer_{i}"] = self.layer(i, x, pos_emb)
+        taps = {"pre_encode": self.pre_encode(mel)}
+        for i, x in enumerate(self.layers(taps["pre_encode"], pos_emb)):
+            taps[f"layer_{i}"] = x
         taps["pos_emb"] = pos_emb
-        taps["enc_out"] = x.copy()
+        taps["enc_out"] = taps[f"layer_{self.cfg.n_layers - 1}"].copy()
         return taps
+
+    def _mel(self, mel: np.ndarray) -> np.ndarray:
+        """``mel`` as float32, checked ``[T, feat_in]``.
+
+        Raises:
+            AudioparityError: it is not.
+        """
+        mel = np.asarray(mel, dtype=np.float32)
+        if mel.ndim != 2 or mel.shape[1] != self.cfg.feat_in:
+            raise AudioparityError(f"mel_features has shape {list(mel.shape)}; expected "
+                                   f"[T, {self.cfg.feat_in}]")
+        return mel
+
+    def pre_encode(self, mel: np.ndarray) -> np.ndarray:
+        """The subsampling of :meth:`forward` alone, in one graph: ``pre_encode`` ``[T', D]``
+        float32 of ``mel`` ``[T, n_mels]``.
+
+        Raises:
+            AudioparityError: mel is not ``[T, feat_in]``.
+        """
+        mel = self._mel(mel)
+        with self.runtime.graph() as g:
+            g.output("pre_encode", conv_subsampling(g.ctx, self.weights, self.cfg,
+                                                    g.input("mel_features", mel)), ndim=2)
+            return g.compute()["pre_encode"]
+
+    def layers(self, pre_encode: np.ndarray, pos_emb: np.ndarray) -> Iterator[np.ndarray]:
+        """The layers of :meth:`forward` end to end, each in its own graph (:meth:`layer`) on
+        the one before's output, layer 0 on ``pre_encode`` times ``xscale``: each layer's
+        ``[T', D]`` float32 output as it is computed (a dump names each layer's phase)."""
+        x = self._scaled(pre_encode)
+        for i in range(self.cfg.n_layers):
+            x = self.layer(i, x, pos_emb)
+            yield x
 
     def _scaled(self, pre_encode: np.ndarray) -> np.ndarray:
         """Layer 0's input: ``pre_encode`` times ``xscale`` in float32, as NeMo's ``pos_enc``

@@ -1,11 +1,12 @@
-"""The ggml port's stages of one case (:meth:`ParakeetTdt.ggml`), each phase timed by the
-driver:
+"""The ggml port's stages of one case (:meth:`ParakeetTdt.ggml`), each phase (named by the
+first stage it computes) timed by the driver:
 
-- ``mel``: :func:`.frontend.mel_features` (the checkpoint's filterbank and window when it has
-  them) -> ``mel_features [T, n_mels]``;
-- ``encoder``: the end-to-end encoder on that mel -> ``pre_encode``, ``pos_emb``, ``layer_{i}``,
-  ``enc_out``;
-- ``layers_isolated``: every layer alone on the reference's input of that layer (reference
+- ``mel_features``: :func:`.frontend.mel_features` (the checkpoint's filterbank and window when
+  it has them) -> ``mel_features [T, n_mels]``;
+- ``pos_emb``, ``pre_encode``, ``layer_{i}``: the end-to-end encoder on that mel, the
+  positional table, the subsampling and each layer in turn -> ``pre_encode``, ``pos_emb``,
+  ``layer_{i}``, ``enc_out`` (the last layer's);
+- ``layer_{i}_isolated``: each layer alone on the reference's input of that layer (reference
   ``pre_encode`` for layer 0, reference ``layer_{i-1}`` after, reference ``pos_emb``) ->
   ``layer_{i}_isolated``;
 - ``joint_logits``: the ggml joint along the reference greedy path (reference ``enc_out`` and
@@ -17,7 +18,7 @@ driver:
 - ``decode_logits``: the ggml prediction network and joint along the reference greedy path on
   the ggml ``enc_out`` (the whole pipeline's decode teacher-forced: each step fed the
   reference's choice, so a flip at a near tie costs one row, not the rest) -> ``decode_logits``;
-- a CTC model's (and the hybrid's) ``ctc_decoder_replay`` and ``ctc_decode``: the ggml CTC
+- a CTC model's (and the hybrid's) ``ctc_logits_isolated`` and ``ctc_logits``: the ggml CTC
   decoder and greedy CTC on the reference ``enc_out`` -> ``ctc_logits_isolated``,
   ``ctc_decoder_replay.json``, and on the ggml ``enc_out`` -> ``ctc_logits``, ``ctc_decode.json``.
 
@@ -71,7 +72,7 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
                                "max_symbols": config.max_symbols}})
     yield Note("mel filterbank and window: "
                + ("the checkpoint's" if FB in weights.buffers else "built (librosa, hann)"))
-    yield Phase("mel")
+    yield Phase("mel_features")
     mel = mel_features(case.data.samples, config.preprocessor,
                        filterbank=weights.buffers.get(FB), window=weights.buffers.get(WINDOW))
     yield "mel_features", mel
@@ -88,31 +89,36 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
 
 
 def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: str) -> Outputs:
-    """``encoder`` (every tap of :meth:`Encoder.forward`) and ``layers_isolated``; returns
-    (as the generator's value) the port's ``enc_out [T', D]``."""
+    """The encoder's stages end to end (the taps of :meth:`Encoder.forward`, a phase each: the
+    positional table, the subsampling, each layer) and each layer isolated; returns (as the
+    generator's value) the port's ``enc_out [T', D]``."""
     config = encoder.cfg
     yield Phase("pos_emb")
     pos_emb = encoder.positions(mel.shape[0])
-    yield Phase("encoder")
-    taps = encoder.forward(mel, pos_emb)
-    yield "pre_encode", taps["pre_encode"]
-    yield "pos_emb", taps["pos_emb"]
+    yield Phase("pre_encode")
+    pre_encode = encoder.pre_encode(mel)
+    yield "pre_encode", pre_encode
+    yield "pos_emb", pos_emb
+    layers = encoder.layers(pre_encode, pos_emb)
     for i in range(config.n_layers):
-        yield f"layer_{i}", taps[f"layer_{i}"]
-    yield "enc_out", taps["enc_out"]
-    position_note = config.position_table_note(taps["enc_out"].shape[0])
+        yield Phase(f"layer_{i}")
+        enc_out = next(layers)
+        yield f"layer_{i}", enc_out
+    yield "enc_out", enc_out
+    position_note = config.position_table_note(enc_out.shape[0])
     if position_note:
         yield Note(position_note)
         log.info("%s: %s", label, position_note)
-    log.info("%s: encoder (%d layers, T'=%d)", label, config.n_layers, taps["enc_out"].shape[0])
+    log.info("%s: encoder (%d layers, T'=%d)", label, config.n_layers, enc_out.shape[0])
 
-    yield Phase("layers_isolated")
     # layers_isolated scales pre_encode by xscale itself, as NeMo's pos_enc does
     inputs = [reference.tensor("pre_encode")] + [reference.tensor(f"layer_{i - 1}")
                                                  for i in range(1, config.n_layers)]
-    for i, output in enumerate(encoder.layers_isolated(inputs, reference.tensor("pos_emb"))):
-        yield f"layer_{i}_isolated", output
-    return taps["enc_out"]
+    isolated = encoder.layers_isolated(inputs, reference.tensor("pos_emb"))
+    for i in range(config.n_layers):
+        yield Phase(f"layer_{i}_isolated")
+        yield f"layer_{i}_isolated", next(isolated)
+    return enc_out
 
 
 def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
@@ -156,11 +162,11 @@ def ctc_stages(runtime: Runtime, weights: Weights, reference: Dump, config: Para
     """The CTC decoder's stages: ``ctc_logits`` and ``ctc_decode`` of our ``enc_out``, and
     their isolated forms on the reference's: ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
     decoder = CtcDecoder(runtime, weights, config)
-    yield Phase("ctc_decoder_replay")
+    yield Phase("ctc_logits_isolated")
     isolated, replay = decoder.greedy(reference.tensor("enc_out"))
     yield "ctc_logits_isolated", isolated
     yield "ctc_decoder_replay", ctc_document(replay, tokenizer)
-    yield Phase("ctc_decode")
+    yield Phase("ctc_logits")
     log_probs, path = decoder.greedy(enc_out)
     yield "ctc_logits", log_probs
     yield "ctc_decode", ctc_document(path, tokenizer)

@@ -573,18 +573,18 @@ def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: i
 
 
 def stages(asr_model: Any, case: Case) -> Outputs:
-    """The reference's stages of one case, each phase timed by the driver: ``preprocessor``
-    (``mel_features [T, n_mels]``), ``encoder`` (``pre_encode``, ``pos_emb``, ``layer_{i}``,
-    ``enc_out``: :func:`encoder`), then a transducer's ``decoding``
-    (:func:`transducer_stages`) and a CTC decoder's ``ctc_decoding``
+    """The reference's stages of one case, each phase (named by the first stage it computes)
+    timed by the driver: the preprocessor (``mel_features [T, n_mels]``), the encoder
+    (``pre_encode``, ``pos_emb``, ``layer_{i}``, ``enc_out``: :func:`encoder`), then a
+    transducer's decoding (:func:`transducer_stages`) and a CTC decoder's
     (:func:`ctc_stages`)."""
     config, sound = case.config, case.data
     log.info("reference parakeet-tdt: %s (%.2f s of audio)", case.path, sound.seconds)
-    yield Phase("preprocessor")
+    yield Phase("mel_features")
     features, length = preprocessor(asr_model, sound.samples)
     yield "mel_features", features[0, :, : int(length[0])].T.float().numpy()
 
-    yield Phase("encoder")
+    yield Phase("pre_encode")
     chunks: list[tuple[int, int]] = []
     taps = encoder(asr_model, features, length, chunks)
     position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
@@ -606,7 +606,7 @@ def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     ``joint_logits``, ``lstm_state_0``, ``decode`` and its margins, ``decode_logits`` (the
     joint rows again: on its own ``enc_out`` the decode teacher-forced along its own path is
     its decode), and the manifest's ``decoding`` settings."""
-    yield Phase("decoding")
+    yield Phase("joint_logits")
     decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(asr_model, enc_out)
     yield Fields({"decoding": settings})
     yield "joint_logits", joint_logits
@@ -624,7 +624,7 @@ def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
 def ctc_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     """The CTC decoder's stages of a reference dump (:func:`greedy_ctc_decoding`):
     ``ctc_logits``, ``ctc_decode`` and its margins, and the manifest's ``ctc_decoding``."""
-    yield Phase("ctc_decoding")
+    yield Phase("ctc_logits")
     ctc_decode, ctc_logits, margins = greedy_ctc_decoding(asr_model, enc_out)
     yield Fields({"ctc_decoding": {"strategy": STRATEGY}})
     yield "ctc_logits", ctc_logits

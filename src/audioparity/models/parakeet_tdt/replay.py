@@ -141,13 +141,13 @@ def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
 
 
 def stages(asr_model: Any, case: Case, candidate: Dump) -> Outputs:
-    """The replayed forms of one case (module notes), each phase timed by the driver:
-    ``encoder`` (``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``), then
-    ``decoding`` (``decode_replayed``, ``{ids, frames, durations, text}``, with its
+    """The replayed forms of one case (module notes), each phase timed by the driver: the
+    encoder's (``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``, one run), then
+    the decoding's (``decode_replayed``, ``{ids, frames, durations, text}``, with its
     ``decode_replayed_margins``); each form not replayed is :class:`Skipped` with why (the
     candidate lacks its input, or has it in another shape; a CTC model has no transducer
     decode)."""
-    yield Phase("encoder")
+    yield Phase("pre_encode_replayed")
     features, length = preprocessor(asr_model, case.data.samples)
     replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
     yield from replayed.items()
@@ -156,7 +156,7 @@ def stages(asr_model: Any, case: Case, candidate: Dump) -> Outputs:
     if not case.config.transducer:
         yield Skipped("decode_replayed", "a CTC model: no transducer decode to replay")
     elif candidate.has("enc_out"):
-        yield Phase("decoding")
+        yield Phase("decode_replayed")
         decode, *_, margins = greedy_tdt_decoding(asr_model, candidate.tensor("enc_out"))
         yield "decode_replayed", decode
         yield "decode_replayed_margins", margins

@@ -470,15 +470,15 @@ def ctc_stages(loaded: TransformersParakeet, input_features: Any, attention_mask
 
 
 def stages(loaded: TransformersParakeet, case: Case) -> Outputs:
-    """The reference's stages of one case under transformers: ``preprocessor``
-    (``mel_features [T, n_mels]``, the valid frames of :func:`features`), then the transducer's
-    ``generate`` (:func:`transducer_stages`, the encoder's stages from that run) and a CTC
-    decoder's ``ctc_generate`` (:func:`ctc_stages`; the encoder's stages from it for a CTC
-    model)."""
+    """The reference's stages of one case under transformers, each phase named by the first
+    stage it computes: the feature extractor's (``mel_features [T, n_mels]``, the valid frames
+    of :func:`features`), then the transducer's ``generate()`` (:func:`transducer_stages`, the
+    encoder's stages from that run) and a CTC decoder's (:func:`ctc_stages`; the encoder's
+    stages from it for a CTC model)."""
     config, sound = loaded.config, case.data
     log.info("reference parakeet-tdt (transformers): %s (%.2f s of audio)", case.path,
              sound.seconds)
-    yield Phase("preprocessor")
+    yield Phase("mel_features")
     input_features, attention_mask = features(loaded, sound.samples)
     n_mel = int(attention_mask.sum())
     yield "mel_features", input_features[0, :n_mel].float().numpy()
@@ -490,9 +490,9 @@ def stages(loaded: TransformersParakeet, case: Case) -> Outputs:
                "generate(); decode texts by the model's own tokenizer pieces")
     mask = attention_mask if masked else None
     if loaded.transducer is not None:
-        yield Phase("generate")
+        yield Phase("pre_encode")
         yield from transducer_stages(loaded, input_features, mask, n_frames)
     if loaded.ctc is not None:
-        yield Phase("ctc_generate")
+        yield Phase("ctc_logits" if loaded.transducer is not None else "pre_encode")
         yield from ctc_stages(loaded, input_features, mask, n_frames,
                               tap_encoder=loaded.transducer is None)

@@ -429,11 +429,11 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
     """openai-whisper's stages of one case (module docstring), each phase timed by the driver;
     the decoder's as :class:`~audioparity.family.Skipped` when it cannot compute them."""
     config = case.config
-    yield Phase("mel")
+    yield Phase("mel_features")
     features = mel_features(case.data.samples, config.feature_extractor.feature_size)
     yield "mel_features", features.T
     yield Note(loaded.filters_note)
-    yield Phase("encoder")
+    yield Phase("conv_out")
     taps = encoder(loaded.model.encoder, features)
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus positional_embedding it equals the "
@@ -462,7 +462,7 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
         yield Note(f"decode: openai-whisper suppresses {added} beyond the generation config's "
                    f"suppress_tokens, {begin} beyond its begin_suppress_tokens, and not "
                    f"{missing} of them")
-    yield Phase("decoder")
+    yield Phase("decoder_layer_0")  # along its decode
     yield from teacher_forced(loaded.model.decoder, taps["enc_out"], prompt + decode.ids).items()
     log.info("reference whisper (openai-whisper): %s: %d tokens (%s)", case.path,
              len(decode.ids), decode.stopped)

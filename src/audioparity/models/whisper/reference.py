@@ -204,10 +204,10 @@ def teacher_forced(loaded: Loaded, enc_out: np.ndarray, tokens: list[int]
 def stages(loaded: Loaded, case: Case) -> Outputs:
     """The reference's stages of one case (module docstring), each phase timed by the driver."""
     config = case.config
-    yield Phase("mel")
+    yield Phase("mel_features")
     features = mel_features(loaded.extractor, case.data)
     yield "mel_features", features.T
-    yield Phase("encoder")
+    yield Phase("conv_out")
     taps = encoder(loaded.model.model.encoder, features)
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals the "
@@ -219,7 +219,7 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
                      "text": loaded.tokenizer.decode(decode.ids, skip_special_tokens=True)}
     yield "decode_margins", decode.margins
     yield Fields({"decoder_prompt": prompt, "decode_stopped": decode.stopped})
-    yield Phase("decoder")
+    yield Phase("decoder_layer_0")  # along its decode
     yield from teacher_forced(loaded, taps["enc_out"], prompt + decode.ids).items()
     log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, T'=%d, "
              "%d tokens (%s)", case.path, case.data.seconds, list(features.shape),

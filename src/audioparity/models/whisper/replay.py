@@ -17,7 +17,7 @@ from audioparity.family import Case, Outputs, Phase, Skipped
 
 
 def stages(loaded, case: Case, candidate: Dump) -> Outputs:
-    """The replayed forms of one case (module notes), phase ``encoder``: ``layer_{i}_replayed``
+    """The replayed forms of one case (module notes), a phase each: ``layer_{i}_replayed``
     ``[T', D]``; each layer whose input the candidate lacks, or has in another shape than
     ``[T', D]``, is :class:`Skipped` with why."""
     import torch
@@ -25,7 +25,6 @@ def stages(loaded, case: Case, candidate: Dump) -> Outputs:
     config = case.config
     encoder = loaded.model.model.encoder
     shape = (config.n_frames, config.encoder.d_model)
-    yield Phase("encoder")
     for index, layer in enumerate(encoder.layers):
         source = "conv_out" if index == 0 else f"layer_{index - 1}"
         name = f"layer_{index}_replayed"
@@ -37,6 +36,7 @@ def stages(loaded, case: Case, candidate: Dump) -> Outputs:
             yield Skipped(name, f"the candidate's {source} is {list(given.shape)}; the layer's "
                                 f"input is {list(shape)}")
             continue
+        yield Phase(name)
         with torch.inference_mode():
             x = torch.from_numpy(np.ascontiguousarray(given))[None]
             if index == 0:
