@@ -138,6 +138,8 @@ REFUSED = [
                                                  "calibration": ["clip", "nope"]}}),
      "config parakeet_tdt.recipes 'r': calibration case 'nope' is not a case of the sweep "
      "(clip)"),
+    (bad(weight_types=["q8_0+r"], recipes={"r": {"targets": [{"stage": "decode"}]}}),
+     "config parakeet_tdt.recipes 'r': wide q8_0 is no wider than q8_0 (weight type q8_0+r)"),
 ]
 
 

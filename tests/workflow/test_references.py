@@ -278,7 +278,7 @@ def test_a_planted_fault_where_another_reference_inherits_a_difference_is_the_po
     only, not a reference disagreement."""
     source = jfk_sweep / "src/audioparity/models/parakeet_tdt/encoder.py"
     original = source.read_text()
-    old = '        x = self._scaled(taps["pre_encode"])\n'
+    old = '        x = self._scaled(pre_encode)\n'
     assert original.count(old) == 1
     source.write_text(original.replace(old, old + "        x = x.copy()\n        x[-1] = 0\n"))
     try:

@@ -20,7 +20,7 @@ from audioparity.family import WEIGHTS
 from audioparity.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.jobs import Jobs
-from audioparity.workflow.plan import BASELINE_BACKEND, REFERENCE_WEIGHT_TYPE
+from audioparity.workflow.plan import BASELINE_BACKEND, REFERENCE_WEIGHT_TYPE, WIDE
 
 
 def quoted(values: Iterable[Any]) -> str:
@@ -190,7 +190,7 @@ class Commands:
                        self.jobs.model_path(w),
                        *(arg for path in plan.calibration_cases(w.weight_type).values()
                          for arg in (plan.spec.input_flag, path)),
-                       "--weight-type", base, "--wide", entry.get("wide", "q8_0"),
+                       "--weight-type", base, "--wide", entry.get("wide", WIDE),
                        "--targets", as_json(entry["targets"]), "--name", name,
                        "--output", output[0], "--threads", str(threads), "--no-verify",
                        *plan.option_values("reference")])

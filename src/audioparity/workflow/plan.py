@@ -21,7 +21,7 @@ from audioparity.environments import check_built
 from audioparity.errors import AudioparityError
 from audioparity.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.precision import check_targets
-from audioparity.storage import EMULATED_TYPES, read_recipe
+from audioparity.storage import BITS_PER_WEIGHT, EMULATED_TYPES, read_recipe
 from audioparity.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
@@ -212,6 +212,8 @@ def emulated(weight_type: str) -> bool:
 #: How many of the sweep's first cases a recipe is searched on where its entry does not say
 #: (``calibration``).
 CALIBRATION_CASES = 3
+#: The type a recipe's entry keeps its weights in where it does not say (``wide``).
+WIDE = "q8_0"
 
 
 def _check_recipes(plan: FamilyPlan) -> None:
@@ -248,6 +250,10 @@ def _check_recipes(plan: FamilyPlan) -> None:
         base, _, name = weight_type.partition(RECIPE_SEPARATOR)
         if name and "file" in recipes[name]:
             read_recipe(Path(recipes[name]["file"]), weight_type)
+        elif name and BITS_PER_WEIGHT[wide := recipes[name].get("wide", WIDE)] <= (
+                BITS_PER_WEIGHT[base]):
+            raise AudioparityError(f"config {family}.recipes {name!r}: wide {wide} is no wider "
+                                   f"than {base} (weight type {weight_type})")
 
 
 def _check_families(config: dict, known: Mapping[str, Family]) -> dict[str, Family]:
