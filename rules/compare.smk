@@ -1,6 +1,7 @@
 # One comparison per cell (family, model, candidate, backend, weight type, case), gated by the
-# config; with the reference's replay of the candidate where it replays, and a float32 cell's
-# failing stages also measured against each other reference (passes_against).
+# config; with the reference's replay of the candidate where it replays, a float32 cell's
+# stages also measured against each other reference (closer_to), a quantized cell's cost
+# against the float32 reference, and a recipe's targets on the cell (its row `recipe`).
 
 
 rule compare_cell:
