@@ -93,6 +93,32 @@ def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def write_cell_list(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> int:
+    """Write the cell files' list for ``audioparity report summary --cells-from`` (rule
+    report_cells): one path a line, each once, in the order given (atomic write); how many.
+    A sweep's cells are too many for one command line (100,000 on a cluster)."""
+    listed = list(dict.fromkeys(map(str, cells)))
+    bad = [p for p in listed if not p or "\n" in p]
+    if bad:
+        raise AudioparityError(f"{output}: a cell file's path is empty or holds a line break: "
+                               f"{bad[0]!r}")
+    write_text_atomic(Path(output), "".join(f"{p}\n" for p in listed))
+    return len(listed)
+
+
+def read_cell_list(path: str | os.PathLike) -> list[Path]:
+    """The cell files a list of :func:`write_cell_list` names (blank lines skipped).
+
+    Raises:
+        AudioparityError: the list is unreadable.
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise AudioparityError(f"{path}: unreadable list of cell files ({err})") from err
+    return [Path(line) for line in text.splitlines() if line.strip()]
+
+
 def write_summary(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> None:
     """Merge cell files into ``summary.csv`` (columns :data:`COLUMNS`, sorted by :func:`row_key`),
     each row with its cell's ``culprit`` (:func:`audioparity.report.culprit.culprit`). A folder
