@@ -66,13 +66,14 @@ def stage_key(family_name: str, stage: str) -> tuple:
     return (0, natural_key(base), form)
 
 
-def flow(family_name: str, names: list[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
-    """:meth:`FamilySpec.flow` of a family's stage names; for a family not registered here,
-    the pipeline read as a chain: each stage's input is the stage before it in
-    :func:`stage_key` order, a form has none."""
+def flow(family_name: str, names: list[str], reference: bool = False
+         ) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """:meth:`FamilySpec.flow` of a family's stage names (``reference``: in a reference's own
+    pipeline); for a family not registered here, the pipeline read as a chain: each stage's
+    input is the stage before it in :func:`stage_key` order, a form has none."""
     known = registered().get(family_name)
     if known is not None:
-        return known.spec.flow(names)
+        return known.spec.flow(names, reference)
     bases = sorted({_form_of(name)[0] for name in names},
                    key=lambda name: stage_key(family_name, name))
     before = dict(zip(bases[1:], bases[:-1], strict=True))

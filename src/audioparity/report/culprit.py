@@ -32,6 +32,13 @@ candidate does not expose cannot be measured, and is said so. A fault on a stage
 references agree stays the port's, and so does one the candidate is not closer to another
 reference on.
 
+The rows of another reference against the primary are a cell too, its culprits named the
+same way along that reference's own data flow (:attr:`audioparity.family.Stage.reference_inputs`):
+a stage the candidate computes on the primary's values, such as Parakeet's joint along the
+primary's greedy path, is computed by that reference from its own, so a joint on another path
+(another frame count) is what its encoder's difference upstream explains, not a culprit of
+its own.
+
 A case run again in one process compared with its fresh run (``against fresh``,
 :mod:`audioparity.reuse`) is a cell of its own, its culprits named the same way: the first
 stage that reads what a previous case left behind.
@@ -198,7 +205,9 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
-    flow = families.flow(family, list({**by_stage, **groups}))
+    # another reference against the primary: its own pipeline's data flow
+    flow = families.flow(family, list({**by_stage, **groups}),
+                         reference=rows[0]["backend"] == REFERENCE_BACKEND)
     depth = _depths(flow)
     found = []
     for stage, group in groups.items():
