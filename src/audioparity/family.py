@@ -5,6 +5,7 @@ through writing one; :mod:`audioparity.driver` runs every family's code the same
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -416,6 +417,7 @@ class FamilySpec:
         return found_flow
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(text: str) -> tuple:
     """Sort key that orders digit runs numerically: ``layer_2`` < ``layer_10``."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))

@@ -46,6 +46,7 @@ stage that reads what a previous case left behind.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -176,6 +177,15 @@ def _depths(flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> dict
     return depth
 
 
+@functools.lru_cache(maxsize=1024)
+def _flow(family: str, names: tuple[str, ...], reference: bool
+          ) -> tuple[dict[str, tuple[tuple[str, ...], tuple[str, ...]]], dict[str, int]]:
+    """:func:`audioparity.families.flow` of a cell's stage names and their :func:`_depths`,
+    once for every cell of a sweep with the same stages (read only)."""
+    flow = families.flow(family, list(names), reference=reference)
+    return flow, _depths(flow)
+
+
 def _text(pick: Mapping[str, Any], why: str) -> str:
     detail = f"{pick['status']}, {why}" if why else pick["status"]
     return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
@@ -206,9 +216,8 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
     for row in rows:
         groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
     # another reference against the primary: its own pipeline's data flow
-    flow = families.flow(family, list({**by_stage, **groups}),
-                         reference=rows[0]["backend"] == REFERENCE_BACKEND)
-    depth = _depths(flow)
+    flow, depth = _flow(family, tuple({**by_stage, **groups}),
+                        rows[0]["backend"] == REFERENCE_BACKEND)
     found = []
     for stage, group in groups.items():
         forms = [row for row in group if row["stage"] != stage]
