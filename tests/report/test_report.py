@@ -15,7 +15,12 @@ from audioparity.cli import main
 from audioparity.compare import COLUMNS
 from audioparity.errors import AudioparityError
 from audioparity.report.html import write_html
-from audioparity.report.summary import read_cell_list, write_cell_list, write_summary
+from audioparity.report.summary import (
+    read_cell_list,
+    shown_cases,
+    write_cell_list,
+    write_summary,
+)
 
 
 def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",
@@ -141,6 +146,20 @@ def test_summary_reads_its_cells_from_a_list_file(tmp_path: Path, capsys):
     assert "no cell files" in capsys.readouterr().err
     with pytest.raises(AudioparityError, match="line break"):
         write_cell_list(["a\nb.json"], listed)
+
+
+def test_the_cases_a_capped_section_shows_put_those_needing_attention_first():
+    """The matrix and the plots show a few cases of a model (a sweep of a thousand cases would
+    make a page no browser opens): a failing case before the passing ones, each in order."""
+    import pandas as pd
+
+    cases = [("m", "c0", "pass"), ("m", "c1", "pass"), ("m", "c2", "fail"),
+             ("n", "c0", "pass"), ("m", "c3", "missing"), ("m", "c1", "pass")]
+    frame = pd.DataFrame([{"family": "parakeet_tdt", "model": m, "case": c, "status": s}
+                          for m, c, s in cases])
+    shown, left = shown_cases(frame, 2)
+    assert shown.tolist() == [False, False, True, True, True, False] and left == 2
+    assert shown_cases(frame, 5)[0].all() and shown_cases(frame, 5)[1] == 0
 
 
 def synthetic_summary(path: Path) -> Path:
