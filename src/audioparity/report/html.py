@@ -8,7 +8,11 @@ against the CPU backend, stage by stage, with the first bad op of each cell that
 (its drill-down); each case run again in one process against its fresh run; per-layer error
 curves (where drift starts, and whether it is accumulated or local); key stages by weight type;
 the full table. CSS and the filters' script are inline and
-plots are PNGs embedded as base64, so the file can be mailed or archived as it is.
+plots are PNGs embedded as base64, so the file can be mailed or archived as it is. A sweep of
+many cases keeps the page one a browser opens: a matrix shows at most :data:`SHOWN_CASES` cases
+of a model and the per-case plots :data:`~audioparity.report.plots.DRAWN_CASES` (those with a
+stage that needs attention first), a table of rows its first :data:`SHOWN_ROWS`; each says what
+it leaves out, and summary.csv holds every row.
 
 The filters: checkboxes per candidate, backend and weight type hide the matrix columns and the
 rows of the other tables (every element carrying ``data-candidate``, ``data-backend`` or

@@ -171,8 +171,8 @@ DRAWN_CASES = 8
 
 
 def _drawn(frame: pd.DataFrame) -> tuple[pd.Series, str]:
-    """Which rows of ``frame`` belong to a case drawn (:data:`DRAWN_CASES`), and the note
-    saying how many are not ("" when none is)."""
+    """Which rows of ``frame`` (the comparisons with the reference) belong to a case drawn
+    (:data:`DRAWN_CASES`), and the note saying how many are not ("" when none is)."""
     chosen, left = shown_cases(frame, DRAWN_CASES)
     note = (f'<p class="note">{left} case{"s" if left != 1 else ""} not drawn: at most '
             f"{DRAWN_CASES} of each model, those with a stage that needs attention first "
@@ -186,9 +186,8 @@ def layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     squares, replayed: triangles) thin with hollow ones. At most :data:`DRAWN_CASES` cases of
     a model (:func:`_drawn`)."""
     images = []
-    layers = _layers(frame)
-    chosen, left_out = _drawn(layers)
-    for (family, model, case, backend), rows in layers[chosen].groupby(
+    chosen, left_out = _drawn(frame)
+    for (family, model, case, backend), rows in _layers(frame[chosen]).groupby(
         ["family", "model", "case", "backend"], sort=False
     ):
         candidates = ordered(list(rows["candidate"].unique()), (OUR_PORT,))
@@ -218,13 +217,13 @@ def by_weight_type(frame: pd.DataFrame) -> str:
     """Per (family, model, case): NMSE of each non-layer tensor stage against the float32
     reference across weight types (the cost of each weight type). At most
     :data:`DRAWN_CASES` cases of a model (:func:`_drawn`)."""
+    chosen, left_out = _drawn(frame)
+    frame = frame[chosen]
     layered = [per_layer(family, stage) is not None
                for family, stage in zip(frame["family"], frame["stage"], strict=True)]
     stages = frame[~pd.Series(layered, index=frame.index, dtype=bool) & (frame["nmse"] != "")]
-    chosen, left_out = _drawn(stages)
     images = []
-    for (family, model, case), rows in stages[chosen].groupby(["family", "model", "case"],
-                                                              sort=False):
+    for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
         records = rows_of(rows)
         backends = ordered(list(rows["backend"].unique()), BACKENDS)
         # a full sweep's 16 weight types need the room of their tick labels

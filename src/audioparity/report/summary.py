@@ -28,7 +28,7 @@ from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS, REFERENCE
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
-from audioparity.report.culprit import CELL, culprits
+from audioparity.report.culprit import CELL, FAILING, culprits
 from audioparity.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
 
 KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
@@ -209,19 +209,15 @@ def in_summary_order(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-#: Statuses that put a case first where the report shows some cases only (:func:`shown_cases`).
-ATTENTION = ("fail", "crashed", "missing")
-
-
 def shown_cases(frame: pd.DataFrame, limit: int) -> tuple[pd.Series, int]:
     """Which rows of ``frame`` belong to a case the report shows where it shows at most
     ``limit`` cases of each family and model (a sweep of a thousand cases would otherwise draw
     thousands of figures, and make a page no browser opens): the cases with a stage that
-    needs attention (:data:`ATTENTION`) first, then the others, each in summary order; and how
-    many cases are left out."""
+    needs attention (:data:`~audioparity.report.culprit.FAILING`) first, then the others, each
+    in summary order; and how many cases are left out."""
     keys = list(zip(frame["family"], frame["model"], frame["case"], strict=True))
     failing = {key for key, status in zip(keys, frame["status"], strict=True)
-               if status in ATTENTION}
+               if status in FAILING}
     by_model: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for key in dict.fromkeys(keys):
         by_model.setdefault(key[:2], []).append(key)
