@@ -14,6 +14,7 @@ from snakemake.utils import validate
 
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
+from audioparity.report.summary import write_cell_list
 from audioparity.workflow import paths, start
 from audioparity.workflow.outcome import outcome, record_run
 from audioparity.workflow.plan import (
@@ -147,12 +148,24 @@ def _after_references():
                 _REFERENCES_DONE.add((family, model))
 
 
+def cell_files():
+    """Every cell's result (SWEEP.result; a folder holding several once), in the sweep's
+    order."""
+    return list(dict.fromkeys(SWEEP.result(cell) for cell in SWEEP.cells()))
+
+
 @_named_once
 def all_cells(wildcards):
-    """Every cell's result (SWEEP.result; a folder holding several once), once every
-    reference job is done."""
+    """Every cell's result (cell_files), once every reference job is done."""
     _after_references()
-    return list(dict.fromkeys(SWEEP.result(cell) for cell in SWEEP.cells()))
+    return cell_files()
+
+
+def write_cell_files(output, log):
+    """Rule report_cells: the list of every cell's result, one a line (the summary reads it:
+    a sweep's are too many for a command line), and how many in the log."""
+    count = write_cell_list(cell_files(), output)
+    Path(log).write_text(f"{count} cell files listed in {output}\n")
 
 
 @_named_once

@@ -17,22 +17,23 @@ onerror:
     record_run(paths.SUMMARY, "failed", log)
 
 
-# The sweep's cells as the config names them, rewritten when they change: the summary's cells
-# are known only after the reference checkpoints, so without this input a summary left by
-# another config (the default sweep, then the ports one) would pass for up to date.
+# The list of the sweep's cell files as the config names them, one a line, rewritten when
+# the cells change (params: their digest): the summary's cells are known only after the
+# reference checkpoints, so without this input a summary left by another config (the default
+# sweep, then the ports one) would pass for up to date. Written from Python, in Snakemake's
+# process (a localrule): a sweep's cells are too many for a command line.
 rule report_cells:
     output:
-        paths.REPORT_CELLS,
+        cells=paths.REPORT_CELLS,
     params:
-        cells=COMMANDS.sweep_cells,
-    conda:
-        "../envs/audioparity.yaml"
+        digest=COMMANDS.sweep_cells,
     log:
         "logs/report_cells/cells.log",
-    shell:
-        "printf '%s\\n' {params.cells:q} > {output:q} 2> {log}"
+    run:
+        write_cell_files(output.cells, log[0])
 
 
+# The cells are read from the list (--cells-from), each still an input of the job.
 rule report_summary:
     input:
         plan=paths.REPORT_CELLS,
@@ -51,7 +52,7 @@ rule report_summary:
     benchmark:
         paths.benchmark("report_summary", "summary")
     shell:
-        "audioparity report summary {input.cells:q} --output {output:q} 2> {log}"
+        "audioparity report summary --cells-from {input.plan:q} --output {output:q} 2> {log}"
 
 
 rule report_html:

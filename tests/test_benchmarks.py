@@ -278,6 +278,23 @@ def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
     assert "| parakeet_tdt | 1 | 1 |" in stdout and "one case added" in stdout
 
 
+def test_report_scale_tiny(tmp_path: Path) -> None:
+    """``report_scale.py --tiny``: the summary and the page of 100 synthetic cells, each
+    command's wall time, peak memory and output size, and the table BENCHMARKS.md shows."""
+    from tests.report.sweep import scaled_cells
+
+    out = tmp_path / "out"
+    stdout = bench("report_scale.py", "--tiny", "--work", tmp_path / "work", "--out", out)
+    (sweep,) = json.loads((out / "report_scale.json").read_text())["sweeps"]
+    assert (sweep["cells"], sweep["cases"]) == (100, 2)
+    assert sweep["rows"] == sum(map(len, scaled_cells(100)))
+    for step in ("summary", "html"):
+        assert sweep[step]["seconds"] > 0 and sweep[step]["peak_rss_mib"] > 0, sweep
+        assert sweep[step]["mib"] > 0, sweep
+    assert "All rows (" in (tmp_path / "work" / "100" / "index.html").read_text()
+    assert f"| 100 | 2 | {sweep['rows']:,} | " in stdout
+
+
 @pytest.mark.slow
 def test_ports_storage_tiny(tmp_path: Path) -> None:
     """``ports_storage.py --tiny``: llama.cpp's q8_0 cell of the MOSS fixture judged before

@@ -78,7 +78,7 @@ def test_every_stage_is_fed_by_stages_of_its_own_contract(known: Family):
              for pattern in (stage.name, stage.isolated, stage.replayed) if pattern
              for name in [pattern.replace("{i}", str(layer))]]
     flow = spec.flow(names)
-    for name, (inputs, parts) in flow.items():
+    for name, (inputs, parts) in [*flow.items(), *spec.flow(names, reference=True).items()]:
         assert set(inputs) | set(parts) <= set(names), (name, inputs, parts)
     assert flow["layer_0"][0] and flow["layer_2"][0][0] == "layer_1"
     assert any(inputs == ("layer_2",) for inputs, _ in flow.values())  # layer_{last}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from audioparity.errors import AudioparityError
-from audioparity.family import FORMS, Family, natural_key
+from audioparity.family import FORMS, Family, Located, natural_key
 
 
 @functools.cache
@@ -50,11 +50,15 @@ def _form_of(stage: str) -> tuple[str, int]:
     return stage, 0
 
 
-def _located(family_name: str | None, stage: str):
+@functools.cache
+def locate(family_name: str | None, stage: str) -> Located | None:
+    """:meth:`FamilySpec.locate` of a family's stage, once for each name (the report reads it
+    for every row of a summary); None for a stage or family not registered here."""
     known = registered().get(family_name or "")
     return known.spec.locate(stage) if known is not None else None
 
 
+@functools.cache
 def stage_key(family_name: str, stage: str) -> tuple:
     """:meth:`FamilySpec.stage_key` of a family's stage; for a family not registered here,
     natural order with layer numbers numeric and ``<stage>_isolated``, ``<stage>_replayed``
@@ -66,19 +70,21 @@ def stage_key(family_name: str, stage: str) -> tuple:
     return (0, natural_key(base), form)
 
 
-def flow(family_name: str, names: list[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
-    """:meth:`FamilySpec.flow` of a family's stage names; for a family not registered here,
-    the pipeline read as a chain: each stage's input is the stage before it in
-    :func:`stage_key` order, a form has none."""
+def flow(family_name: str, names: list[str], reference: bool = False
+         ) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """:meth:`FamilySpec.flow` of a family's stage names (``reference``: in a reference's own
+    pipeline); for a family not registered here, the pipeline read as a chain: each stage's
+    input is the stage before it in :func:`stage_key` order, a form has none."""
     known = registered().get(family_name)
     if known is not None:
-        return known.spec.flow(names)
+        return known.spec.flow(names, reference)
     bases = sorted({_form_of(name)[0] for name in names},
                    key=lambda name: stage_key(family_name, name))
     before = dict(zip(bases[1:], bases[:-1], strict=True))
     return {name: ((before[name],) if name in before else (), ()) for name in names}
 
 
+@functools.cache
 def reference_stage(family_name: str | None, stage: str) -> str:
     """:meth:`FamilySpec.reference_stage` of a family's stage; for a family not registered
     here, ``<stage>_isolated`` and ``<stage>_replayed`` belong to ``<stage>``, any other name
@@ -92,14 +98,14 @@ def reference_stage(family_name: str | None, stage: str) -> str:
 def stage_kind(family_name: str | None, stage: str) -> str | None:
     """The kind of a family's stage (``tensor``, ``logits``, ``document``), None for a stage or
     family not registered here."""
-    found = _located(family_name, stage)
+    found = locate(family_name, stage)
     return found.stage.kind if found is not None else None
 
 
 def on_reference_path(family_name: str | None, stage: str) -> bool:
     """Whether a family's stage follows the reference's own decisions
     (:attr:`Stage.reference_path`); False for a stage or family not registered here."""
-    found = _located(family_name, stage)
+    found = locate(family_name, stage)
     return found is not None and found.stage.reference_path
 
 
@@ -107,7 +113,7 @@ def form_of(family_name: str | None, stage: str, form: str) -> str | None:
     """The ``isolated`` or ``replayed`` form of a family's stage (``layer_3`` ->
     ``layer_3_isolated``, ``decode`` -> ``decoder_replay``), None when the stage has none, is
     itself a form, or the family is not registered here."""
-    found = _located(family_name, stage)
+    found = locate(family_name, stage)
     if found is None or found.form:
         return None
     return found.form_name(form)

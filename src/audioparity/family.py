@@ -5,6 +5,7 @@ through writing one; :mod:`audioparity.driver` runs every family's code the same
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -96,6 +97,12 @@ class Stage:
         parts: the stages that check a piece of its own computation on the reference's inputs
             (the prediction network's state for a transducer decode): a failing part explains
             the stage and its forms.
+        reference_inputs: its inputs in a reference's own pipeline, where they are not
+            ``inputs`` (None: they are): a stage the candidate computes on the reference's
+            values (Parakeet's joint along the reference's greedy path, on the reference's
+            ``enc_out``) is computed by another reference from its own (``("enc_out",)``), so
+            that reference's comparison with the primary names what differs upstream, not
+            the joint it feeds.
     """
 
     name: str
@@ -109,6 +116,7 @@ class Stage:
     margins: str = ""
     inputs: tuple[str, ...] = ()
     parts: tuple[str, ...] = ()
+    reference_inputs: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STAGE_KINDS:
@@ -367,11 +375,14 @@ class FamilySpec:
         layer = found.layer if found.layer is not None else -1
         return (found.index, (layer,), FORMS.index(found.form))
 
-    def flow(self, names: Iterable[str]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    def flow(self, names: Iterable[str], reference: bool = False
+             ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """``{name: (inputs, parts)}`` of concrete stage names (:attr:`Stage.inputs`,
         :attr:`Stage.parts`), the layer placeholders resolved against the layers ``names``
         holds (``layer_{last}``: the highest ``layer_N``); a form (``layer_3_isolated``) has
-        no inputs and its stage's parts. Names the contract lacks have neither."""
+        no inputs and its stage's parts. Names the contract lacks have neither. With
+        ``reference``, the data flow of a reference's own pipeline
+        (:attr:`Stage.reference_inputs`)."""
         names = list(names)
         last: dict[str, int] = {}
         for name in names:
@@ -396,13 +407,17 @@ class FamilySpec:
             if found is None:
                 found_flow[name] = ((), ())
                 continue
+            declared = found.stage.inputs
+            if reference and found.stage.reference_inputs is not None:
+                declared = found.stage.reference_inputs
             inputs = () if found.form else tuple(
-                dict.fromkeys(n for p in found.stage.inputs if (n := resolve(p, found.layer))))
+                dict.fromkeys(n for p in declared if (n := resolve(p, found.layer))))
             parts = tuple(n for p in found.stage.parts if (n := resolve(p, found.layer)))
             found_flow[name] = (inputs, parts)
         return found_flow
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(text: str) -> tuple:
     """Sort key that orders digit runs numerically: ``layer_2`` < ``layer_10``."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))

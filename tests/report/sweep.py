@@ -12,11 +12,17 @@ What it holds, for the tests to check against:
 - ``port_b`` crashed in ``layer_0`` at q2_K in both cases (:data:`CRASH`): the stages after it
   are missing, with the same reason.
 - ``transcribe_cpp``'s decode fails at q3_K (its culprit the decode itself).
+
+:func:`scaled_cells` grows it by its cases, to the size of a cluster's sweep (tests/report/
+test_scale.py, benchmarks/report_scale.py), with two other references against the primary.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from audioparity.compare import COLUMNS
@@ -104,3 +110,70 @@ def write_sweep(path: Path) -> Path:
         writer.writeheader()
         writer.writerows(sweep_rows())
     return path
+
+
+#: The other references of the scaled sweep (:func:`scaled_cells`), against the primary
+#: ``nemo``: ``transformers`` parts from it at layer 1 on every third case (a difference
+#: declared, ``xfail``, its consequences failing after it).
+OTHER_REFERENCES = ("transformers", "nemo-2.4.1")
+#: Their stages: the candidates' less the isolated forms, which a reference has none of.
+REFERENCE_STAGES = tuple(s for s in STAGES if not s.endswith("_isolated"))
+#: The cells of one case of the scaled sweep: every candidate and weight type on the CPU, our
+#: port on Vulkan at two against the reference and against the CPU, the other references.
+CELLS_PER_CASE = len(CANDIDATES) * len(WEIGHT_TYPES) + 2 * 2 + len(OTHER_REFERENCES)
+
+
+def _reference_row(reference: str, case: str, stage: str, parted: bool) -> dict:
+    row = _row("audioparity", "cpu", "f32", case, stage)
+    row.update(candidate=reference, backend="torch", against="nemo", bits_per_weight="",
+               fallbacks="", gate=f"default/{stage}: nmse<=1e-08")
+    if parted and STAGES.index(stage) >= STAGES.index("layer_1"):
+        declared = stage == "layer_1"
+        row.update(status="xfail" if declared else "fail", nmse=3e-4,
+                   reason=("expected (a planted difference): " if declared else "")
+                   + "nmse 0.0003 > 1e-08")
+    return row
+
+
+def scaled_cells(count: int) -> Iterator[list[dict]]:
+    """The rows of ``count`` cells of the synthetic sweep grown by its cases (``clip0``,
+    ``clip1``, ...; :data:`CELLS_PER_CASE` cells each): per case the cells of
+    :func:`sweep_rows` and the :data:`OTHER_REFERENCES` against the primary, as the compare
+    writes them (a metric that does not apply is None, no culprit yet)."""
+    made = 0
+    for index in itertools.count():
+        case = f"clip{index}"
+        cells = [[_row(c, "cpu", w, case, s) for s in STAGES]
+                 for c in CANDIDATES for w in WEIGHT_TYPES]
+        cells += [[_row("audioparity", "vulkan", w, case, s, against) for s in STAGES]
+                  for against in ("reference", "cpu") for w in ("f32", "q8_0")]
+        cells += [[_reference_row(r, case, s, r == "transformers" and index % 3 == 0)
+                   for s in REFERENCE_STAGES] for r in OTHER_REFERENCES]
+        for cell in cells:
+            if made == count:
+                return
+            made += 1
+            yield [{k: None if v == "" and k not in TEXT_COLUMNS else v
+                    for k, v in row.items()} for row in cell]
+
+
+#: The columns a cell row holds as text, empty or not.
+TEXT_COLUMNS = ("gate", "reason")
+
+
+def write_cells(folder: Path, count: int) -> Path:
+    """:func:`scaled_cells` as ``count`` cell files under ``folder`` (one per cell, as the
+    workflow lays them out, a folder per case) and the list of them, one path a line
+    (``cells.txt``, for ``audioparity report summary --cells-from``): the list's path."""
+    listed = folder / "cells.txt"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(listed, "w") as handle:
+        for rows in scaled_cells(count):
+            first = rows[0]
+            path = folder / first["case"] / "_".join(
+                first[k] for k in ("candidate", "backend", "weight_type", "against"))
+            path = path.with_suffix(".json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rows))
+            handle.write(f"{path}\n")
+    return listed

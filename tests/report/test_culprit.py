@@ -258,3 +258,38 @@ def test_a_recipe_that_misses_its_targets_is_named_only_where_nothing_else_expla
              row("recipe", "fail", missed)]
     assert culprit(clean) == f"recipe (fail): {missed}"
     assert culprit([*clean[:-1], row("recipe")]) == ""
+
+
+def test_a_reference_s_culprits_follow_its_own_data_flow():
+    """A planted converter fault in another reference (transformers' layer 1 conv norm weight
+    and bias swapped): its layer_1 parts from the primary, and so does everything after it,
+    its joint rows on another greedy path (another frame count) among them. A reference's joint
+    is computed from its own enc_out (a candidate's, teacher-forced, from the primary's): the
+    fault upstream is the one culprit, not a joint_logits listed before it."""
+    def ref(stage: str, status: str = "pass", reason: str = "") -> dict:
+        return row(stage, status, reason, candidate="transformers", backend="torch",
+                   against="nemo")
+
+    frames = "frames: 16 (candidate) != 14 (reference)"
+    rows = [ref("mel_features"), ref("pre_encode"), ref("pos_emb"), ref("layer_0"),
+            ref("layer_1", "fail", "nmse 0.41 > 2e-09"), ref("enc_out", "fail", "nmse 0.39"),
+            ref("joint_logits", "fail", frames), ref("lstm_state_0"),
+            ref("decode", "fail", "wer 0.5 > 0.0"), ref("decode_logits", "fail", frames)]
+    layer = ("layer_1 (fail, its inputs pass; no isolated form to tell its own error): "
+             "nmse 0.41 > 2e-09")
+    assert culprit(rows) == layer
+    code, lines = check(rows)
+    assert code == 0 and lines[:-1] == [
+        f"parakeet_tdt/tiny/clip/transformers/torch/f32 against nemo (not failing the check): "
+        f"{layer}"]
+    # with the encoders agreeing, the joint is the reference's own difference; the decode
+    # that follows it is not named apart
+    rows = [r if r["stage"] not in ("layer_1", "enc_out") else ref(r["stage"]) for r in rows]
+    assert culprit(rows) == ("joint_logits (fail, its inputs pass; no isolated form to tell "
+                             f"its own error): {frames}")
+    # a candidate's joint, computed from the primary's enc_out, is its own still
+    cell = [row("layer_1", "fail", "nmse 1e-3"), row("layer_1_isolated", "fail", "nmse 1e-3"),
+            row("enc_out", "fail"), row("joint_logits", "fail", "nmse 1e-6"),
+            row("lstm_state_0")]
+    assert sorted(culprit(cell).split(SEPARATOR)) == [
+        "joint_logits (fail): nmse 1e-6", "layer_1_isolated (fail, its own error): nmse 1e-3"]

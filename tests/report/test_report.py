@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from audioparity.cli import main
 from audioparity.compare import COLUMNS
 from audioparity.errors import AudioparityError
 from audioparity.report.html import write_html
-from audioparity.report.summary import write_summary
+from audioparity.report.summary import (
+    read_cell_list,
+    shown_cases,
+    write_cell_list,
+    write_summary,
+)
 
 
 def row(stage: str, backend: str = "cpu", weight_type: str = "f32", model: str = "tiny",
@@ -115,6 +121,45 @@ def test_summary_rejects_duplicates_and_unlabelled_rows(tmp_path: Path):
     lacking = write_cell(tmp_path / "d.json", [{k: v for k, v in row("x").items() if k != "gate"}])
     with pytest.raises(AudioparityError, match=r"d\.json: row 0 lacks column\(s\) gate"):
         write_summary([lacking], tmp_path / "summary.csv")
+
+
+def test_summary_reads_its_cells_from_a_list_file(tmp_path: Path, capsys):
+    """`report summary --cells-from LIST` (rule report_cells writes the list): one path a line,
+    a folder standing for its cells, besides any named on the command line."""
+    cells = tmp_path / "cells"
+    (cells / "fresh").mkdir(parents=True)
+    first = write_cell(cells / "a b.json", [row("enc_out")])
+    fresh = [write_cell(cells / "fresh" / f"{case}.json",
+                        [row("enc_out", case=case, against="fresh")]) for case in ("x", "y")]
+    named = write_cell(cells / "q8_0.json", [row("enc_out", weight_type="q8_0")])
+    listed = tmp_path / "cells.txt"
+    assert write_cell_list([first, cells / "fresh", first], listed) == 2
+    assert listed.read_text() == f"{first}\n{cells / 'fresh'}\n"
+    assert read_cell_list(listed) == [first, cells / "fresh"]
+    output = tmp_path / "summary.csv"
+    assert main(["report", "summary", str(named), "--cells-from", str(listed),
+                 "--output", str(output)]) == 0
+    write_summary([named, first, *fresh], tmp_path / "direct.csv")
+    assert output.read_text() == (tmp_path / "direct.csv").read_text()
+    assert len(read_csv(output)) == 4
+    assert main(["report", "summary", "--output", str(output)]) == 1
+    assert "no cell files" in capsys.readouterr().err
+    with pytest.raises(AudioparityError, match="line break"):
+        write_cell_list(["a\nb.json"], listed)
+
+
+def test_the_cases_a_capped_section_shows_put_those_needing_attention_first():
+    """The matrix and the plots show a few cases of a model (a sweep of a thousand cases would
+    make a page no browser opens): a failing case before the passing ones, each in order."""
+    import pandas as pd
+
+    cases = [("m", "c0", "pass"), ("m", "c1", "pass"), ("m", "c2", "fail"),
+             ("n", "c0", "pass"), ("m", "c3", "missing"), ("m", "c1", "pass")]
+    frame = pd.DataFrame([{"family": "parakeet_tdt", "model": m, "case": c, "status": s}
+                          for m, c, s in cases])
+    shown, left = shown_cases(frame, 2)
+    assert shown.tolist() == [False, False, True, True, True, False] and left == 2
+    assert shown_cases(frame, 5)[0].all() and shown_cases(frame, 5)[1] == 0
 
 
 def synthetic_summary(path: Path) -> Path:

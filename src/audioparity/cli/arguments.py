@@ -342,7 +342,10 @@ def _report_command(sub) -> None:
     report = sub.add_parser("report", help="summary table and HTML report")
     report_sub = report.add_subparsers(dest="what", required=True)
     p = report_sub.add_parser("summary", help="merge cell results into summary.csv")
-    p.add_argument("cells", nargs="+", type=Path, help="cell .json files from `compare`")
+    p.add_argument("cells", nargs="*", type=Path, help="cell .json files from `compare`")
+    p.add_argument("--cells-from", type=Path, metavar="FILE",
+                   help="a file naming more cell files (or folders of them), one path a line: "
+                        "a sweep's are too many for one command line")
     p.add_argument("--output", required=True, type=Path)
     p.set_defaults(run=report_summary)
     p = report_sub.add_parser("html", help="self-contained index.html from summary.csv")

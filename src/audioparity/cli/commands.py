@@ -422,9 +422,13 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def report_summary(args: argparse.Namespace) -> None:
-    from audioparity.report.summary import write_summary
+    from audioparity.report.summary import read_cell_list, write_summary
 
-    write_summary(args.cells, args.output)
+    if not args.cells and args.cells_from is None:
+        raise AudioparityError("report summary: no cell files (name them, or a list of them "
+                               "with --cells-from)")
+    listed = read_cell_list(args.cells_from) if args.cells_from is not None else []
+    write_summary([*args.cells, *listed], args.output)
 
 
 def report_check(args: argparse.Namespace) -> int:

@@ -36,6 +36,13 @@ candidate does not expose cannot be measured, and is said so. A fault on a stage
 references agree stays the port's, and so does one the candidate is not closer to another
 reference on.
 
+The rows of another reference against the primary are a cell too, its culprits named the
+same way along that reference's own data flow (:attr:`audioparity.family.Stage.reference_inputs`):
+a stage the candidate computes on the primary's values, such as Parakeet's joint along the
+primary's greedy path, is computed by that reference from its own, so a joint on another path
+(another frame count) is what its encoder's difference upstream explains, not a culprit of
+its own.
+
 A case run again in one process compared with its fresh run (``against fresh``,
 :mod:`audioparity.reuse`) is a cell of its own, its culprits named the same way: the first
 stage that reads what a previous case left behind.
@@ -43,6 +50,7 @@ stage that reads what a previous case left behind.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -173,6 +181,17 @@ def _depths(flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> dict
     return depth
 
 
+@functools.lru_cache(maxsize=1024)
+def _flow(family: str, names: tuple[str, ...], reference: bool
+          ) -> tuple[dict[str, tuple[tuple[str, ...], tuple[str, ...]]], dict[str, int]]:
+    """:func:`audioparity.families.flow` of a cell's stage names and their :func:`_depths`,
+    once for every cell of a sweep with the same stages (read only)."""
+    flow = families.flow(family, list(names), reference=reference)
+    if RECIPE_ROW in flow:  # the recipe's targets are measured on the cell's own stages
+        flow[RECIPE_ROW] = (tuple(n for n in names if n != RECIPE_ROW), ())
+    return flow, _depths(flow)
+
+
 def _text(pick: Mapping[str, Any], why: str) -> str:
     detail = f"{pick['status']}, {why}" if why else pick["status"]
     return f"{pick['stage']} ({detail}): {pick['reason']}" if pick["reason"] else (
@@ -202,10 +221,9 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
-    flow = families.flow(family, list({**by_stage, **groups}))
-    if RECIPE_ROW in flow:  # the recipe's targets are measured on the cell's own stages
-        flow[RECIPE_ROW] = (tuple(n for n in by_stage if n != RECIPE_ROW), ())
-    depth = _depths(flow)
+    # another reference against the primary: its own pipeline's data flow
+    flow, depth = _flow(family, tuple({**by_stage, **groups}),
+                        rows[0]["backend"] == REFERENCE_BACKEND)
     found = []
     for stage, group in groups.items():
         forms = [row for row in group if row["stage"] != stage]

@@ -8,7 +8,11 @@ against the CPU backend, stage by stage, with the first bad op of each cell that
 (its drill-down); each case run again in one process against its fresh run; per-layer error
 curves (where drift starts, and whether it is accumulated or local); key stages by weight type;
 the full table. CSS and the filters' script are inline and
-plots are PNGs embedded as base64, so the file can be mailed or archived as it is.
+plots are PNGs embedded as base64, so the file can be mailed or archived as it is. A sweep of
+many cases keeps the page one a browser opens: a matrix shows at most :data:`SHOWN_CASES` cases
+of a model and the per-case plots :data:`~audioparity.report.plots.DRAWN_CASES` (those with a
+stage that needs attention first), a table of rows its first :data:`SHOWN_ROWS`; each says what
+it leaves out, and summary.csv holds every row.
 
 The filters: checkboxes per candidate, backend and weight type hide the matrix columns and the
 rows of the other tables (every element carrying ``data-candidate``, ``data-backend`` or
@@ -39,7 +43,13 @@ from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
-from audioparity.report.summary import ordered, read_summary, row_key
+from audioparity.report.summary import (
+    in_summary_order,
+    ordered,
+    read_summary,
+    rows_of,
+    shown_cases,
+)
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
 from audioparity.vocabulary import (
     BACKENDS,
@@ -240,12 +250,24 @@ def _filter_attrs(labels: Mapping[str, str] | pd.Series) -> str:
                    for key in FILTERS if key in labels and labels[key] != "")
 
 
-def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
-    """An HTML table of ``frame``'s ``columns``: status coloured, numbers shortened; each row
-    carries its candidate, backend and weight type for the filters."""
+#: The most cases of a model a status matrix shows, and the most rows a table of rows does: a
+#: sweep of a thousand cases would make a page of hundreds of MB, which no browser opens
+#: (summary.csv holds them all).
+SHOWN_CASES, SHOWN_ROWS = 20, 5000
+
+
+def _row_table(rows: pd.DataFrame | Sequence[Mapping[str, str]], columns: Sequence[str],
+               css: str) -> str:
+    """An HTML table of the ``columns`` of ``rows`` (a table, or its rows as dicts): status
+    coloured, numbers shortened; each row carries its candidate, backend and weight type for
+    the filters. The first :data:`SHOWN_ROWS` rows, a note saying how many are left out."""
     head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
     body = []
-    for _, row in frame.iterrows():
+    total = len(rows)
+    rows = rows.iloc[:SHOWN_ROWS] if isinstance(rows, pd.DataFrame) else rows[:SHOWN_ROWS]
+    left = (f'<p class="note">The first {SHOWN_ROWS} of {total} rows; summary.csv holds every '
+            "one.</p>") if total > SHOWN_ROWS else ""
+    for row in rows_of(rows) if isinstance(rows, pd.DataFrame) else rows:
         cells = []
         for c in columns:
             if c == "status":
@@ -258,7 +280,7 @@ def _row_table(frame: pd.DataFrame, columns: Sequence[str], css: str) -> str:
         body.append(f"<tr{_filter_attrs(row)}>{''.join(cells)}</tr>")
     return (
         f'<table class="{css}"><thead><tr>{head}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table>'
+        f'<tbody>{"".join(body)}</tbody></table>{left}'
     )
 
 
@@ -289,7 +311,7 @@ def _cause(cause: Cause) -> str:
 def _attention(frame: pd.DataFrame) -> str:
     """The stages that fail, crashed or went missing, under their cause
     (:func:`audioparity.report.attention.causes`), then the declared expected failures."""
-    found = causes(frame.to_dict("records"))
+    found = causes(rows_of(frame[frame["status"].isin(ATTENTION)]))
     declared = frame[frame["status"] == "xfail"]
     parts = []
     if found:
@@ -369,20 +391,26 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
             "backend does at that type); the small line under it (f32 ...) is the weight "
             "type's cost: the same stage against the float32 reference.") -> str:
     """One status matrix per family: rows (model, case) groups of stages, columns candidate x
-    backend x weight type."""
+    backend x weight type; at most :data:`SHOWN_CASES` cases of a model
+    (:func:`~audioparity.report.summary.shown_cases`)."""
     parts = [
         '<p class="note legend">'
         + "".join(f'<span class="{_status_class(s)}">{s}</span>' for s in STATUSES)
         + f"<br>{_esc(note)}</p>"
     ]
-    for family, rows in frame.groupby("family", sort=False):
+    shown, left = shown_cases(frame, SHOWN_CASES)
+    if left:
+        parts.append(f'<p class="note">{left} case{"s" if left != 1 else ""} not shown: at '
+                     f"most {SHOWN_CASES} of each model, those with a stage that needs "
+                     "attention first (summary.csv holds every case).</p>")
+    for family, rows in frame[shown].groupby("family", sort=False):
+        labels = list(dict.fromkeys(zip(rows["candidate"], rows["backend"],
+                                        rows["weight_type"], strict=True)))
         columns = [
             (c, b, w)
-            for c in ordered(list(rows["candidate"].unique()), (OUR_PORT,))
-            for b in ordered(list(rows.loc[rows["candidate"] == c, "backend"].unique()),
-                              BACKENDS)
-            for w in ordered(list(rows.loc[(rows["candidate"] == c) & (rows["backend"] == b),
-                                            "weight_type"].unique()), WEIGHT_TYPES)
+            for c in ordered([c for c, _, _ in labels], (OUR_PORT,))
+            for b in ordered([b for c2, b, _ in labels if c2 == c], BACKENDS)
+            for w in ordered([w for c2, b2, w in labels if (c2, b2) == (c, b)], WEIGHT_TYPES)
         ]
         # a heavier rule opens each candidate's and each backend's block of columns
         edge = [" edge" if i == 0 or columns[i - 1][:2] != column[:2] else ""
@@ -395,7 +423,7 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
                 f"{_esc(model)} · {_esc(case)}</th></tr>"
             )
             cells = {(r["stage"], r["candidate"], r["backend"], r["weight_type"]): r
-                     for _, r in group.iterrows()}
+                     for r in rows_of(group)}
             for stage in sorted(set(group["stage"]), key=lambda s: stage_key(family, s)):
                 tds = []
                 for i, column in enumerate(columns):
@@ -441,7 +469,7 @@ def _backends(frame: pd.DataFrame) -> str:
     rows = []
     for _, group in failing.groupby(["family", "model", "case", "candidate", "backend",
                                      "weight_type", "against"], sort=False):
-        first = min((r for _, r in group.iterrows()),
+        first = min(rows_of(group),
                     key=lambda r: stage_key(r["family"], r["stage"]))
         rows.append(first)
     if rows:
@@ -452,7 +480,7 @@ def _backends(frame: pd.DataFrame) -> str:
                      "own tolerance for it (test-backend-ops), or, where none is, the first "
                      "that did not compute in float32. Its folder holds drilldown.json and a "
                      "repro/ to rerun that graph alone.</p>")
-        parts.append(_row_table(pd.DataFrame(rows), _DRILLED, "full"))
+        parts.append(_row_table(rows, _DRILLED, "full"))
     return "".join(parts)
 
 
@@ -743,13 +771,16 @@ def _anchor(title: str) -> str:
 
 def build_html(frame: pd.DataFrame, source: str) -> str:
     """The whole report page for a summary table (strings, columns :data:`COLUMNS`)."""
-    frame = frame.iloc[sorted(range(len(frame)), key=lambda i: row_key(frame.iloc[i]))]
+    frame = in_summary_order(frame)
     between_references = frame[frame["backend"] == REFERENCE_BACKEND]
     against_fresh = frame[frame["against"] == FRESH]
     against_backend = frame[~frame["against"].isin([REFERENCE, FRESH])
                             & (frame["backend"] != REFERENCE_BACKEND)]
     frame = frame[frame["against"] == REFERENCE]
-    every = pd.concat([frame, against_backend, against_fresh, between_references])
+    # the table of every row shows the first SHOWN_ROWS, in this order
+    every = (frame, against_backend, against_fresh, between_references)
+    total = sum(map(len, every))
+    shown = pd.concat([part.iloc[:SHOWN_ROWS] for part in every]).iloc[:SHOWN_ROWS]
     colours = weight_type_colours(list(frame["weight_type"].unique()))
     # models and cases are named per family (two families may both have a "tiny")
     counts = {c: len(frame[["family", c]].drop_duplicates()) if c in ("model", "case")
@@ -766,9 +797,11 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         ("Fresh against reused", _fresh(against_fresh)),
         ("Per-layer error", layer_curves(frame, colours)),
         ("Key stages by weight type", by_weight_type(frame)),
-        (f"All rows ({len(every)})",
+        (f"All rows ({total})",
          '<p class="note">Every column of summary.csv but fallback_tensors (each weight '
-         "type's in the “Weight types” tables).</p>" + _row_table(every, _ALL_ROWS, "full")),
+         "type's in the “Weight types” tables)"
+         + (f"; the first {SHOWN_ROWS} rows, summary.csv holds every one"
+            if total > SHOWN_ROWS else "") + ".</p>" + _row_table(shown, _ALL_ROWS, "full")),
     ]
     body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
                    for title, content in sections)
@@ -779,7 +812,7 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
         "<h1>audioparity: ggml port vs reference</h1>"
         f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
         f"{_headline(frame, against_backend, against_fresh)}"
-        f"{_filters(pd.concat([frame, against_backend, against_fresh]))}"
+        f"{_filters(pd.concat([part[list(FILTERS)] for part in every[:3]]))}"
         f"{body}<script>{SCRIPT}</script></body></html>\n"
     )
 

@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from audioparity.families import registered, stage_key
+from audioparity.families import locate, stage_key
 from audioparity.family import FORMS
-from audioparity.report.summary import ordered
+from audioparity.report.summary import ordered, rows_of, shown_cases
 from audioparity.report.weight_types import Measured, Sweep, pareto_front
 from audioparity.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 
@@ -89,8 +89,7 @@ def per_layer(family: str, stage: str) -> tuple[int, str] | None:
     holds the layer placeholder (``layer_3_isolated`` -> ``(3, "isolated")``); None for any
     other stage, and for every stage of a family this install does not know (a summary from
     elsewhere: its rows show in the other sections only)."""
-    known = registered().get(family)
-    found = known.spec.locate(stage) if known is not None else None
+    found = locate(family, stage)
     if found is None or found.layer is None:
         return None
     return found.layer, found.form
@@ -100,25 +99,29 @@ def _layers(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of per-layer stages that have a cosine, with their ``layer`` and ``form``."""
     found = [per_layer(family, stage) for family, stage in zip(frame["family"], frame["stage"],
                                                                strict=True)]
-    layers = frame.assign(layer=[f[0] if f else None for f in found],
-                          form=[f[1] if f else "" for f in found])
-    return layers[layers["layer"].notna() & (layers["cosine"] != "")]
+    keep = [f is not None and cosine != "" for f, cosine in zip(found, frame["cosine"],
+                                                                strict=True)]
+    kept = [f for f, k in zip(found, keep, strict=True) if k]
+    return frame[keep].assign(layer=[f[0] for f in kept], form=[f[1] for f in kept])
 
 
 def _layer_panel(ax, rows: pd.DataFrame, title: str, value: Callable[[pd.Series], float],
                  colours: dict[str, str], styles: dict[str, object]) -> None:
     """One panel of the per-layer plot: ``value`` per layer, a curve per (candidate, weight
     type, form)."""
-    floor = _floor([value(r) for _, r in rows.iterrows()])
-    for (candidate, weight_type, form), part in rows.groupby(
-            ["candidate", "weight_type", "form"], sort=False):
-        part = part.sort_values("layer")
+    records = rows_of(rows)
+    floor = _floor([value(r) for r in records])
+    curves: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for r in records:
+        curves.setdefault((r["candidate"], r["weight_type"], r["form"]), []).append(r)
+    for (candidate, weight_type, form), part in curves.items():
+        part = sorted(part, key=lambda r: r["layer"])
         local = form != ""
         # native is drawn thin and on top: it often equals the type the checkpoint stores
         # (f32 or bf16), which would otherwise hide it
         width = (0.8 if weight_type == "native" else 1.4) * (0.6 if local else 1.0)
         _log_series(
-            ax, list(part["layer"].astype(int)), [value(r) for _, r in part.iterrows()],
+            ax, [int(r["layer"]) for r in part], [value(r) for r in part],
             floor, color=colours[weight_type], linestyle=styles[candidate],
             marker=FORM_MARKERS[form], markersize=3 if local else 3.5,
             markerfacecolor="white" if local else colours[weight_type],
@@ -160,12 +163,31 @@ _LAYER_NOTE = (
 )
 
 
+#: The most cases of a model drawn in each kind of per-case plot (the per-layer error, the key
+#: stages by weight type): a figure costs about half a second and tens of KB of the page, and
+#: a sweep of a thousand cases would draw thousands (:func:`~audioparity.report.summary.
+#: shown_cases`: those with a stage that needs attention first).
+DRAWN_CASES = 8
+
+
+def _drawn(frame: pd.DataFrame) -> tuple[pd.Series, str]:
+    """Which rows of ``frame`` (the comparisons with the reference) belong to a case drawn
+    (:data:`DRAWN_CASES`), and the note saying how many are not ("" when none is)."""
+    chosen, left = shown_cases(frame, DRAWN_CASES)
+    note = (f'<p class="note">{left} case{"s" if left != 1 else ""} not drawn: at most '
+            f"{DRAWN_CASES} of each model, those with a stage that needs attention first "
+            "(summary.csv holds every case).</p>") if left else ""
+    return chosen, note
+
+
 def layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
     """Per (family, model, case, backend): error per layer; a colour per weight type, a line
     style per candidate; end to end thick with filled markers, the local forms (isolated:
-    squares, replayed: triangles) thin with hollow ones."""
+    squares, replayed: triangles) thin with hollow ones. At most :data:`DRAWN_CASES` cases of
+    a model (:func:`_drawn`)."""
     images = []
-    for (family, model, case, backend), rows in _layers(frame).groupby(
+    chosen, left_out = _drawn(frame)
+    for (family, model, case, backend), rows in _layers(frame[chosen]).groupby(
         ["family", "model", "case", "backend"], sort=False
     ):
         candidates = ordered(list(rows["candidate"].unique()), (OUR_PORT,))
@@ -183,7 +205,7 @@ def layer_curves(frame: pd.DataFrame, colours: dict[str, str]) -> str:
                       f'{_png(figure, f"per-layer error, {model} {case} {backend}")}</div>')
     if not images:
         return '<p class="note">No per-layer stages in this summary.</p>'
-    return _LAYER_NOTE + "".join(images)
+    return _LAYER_NOTE + left_out + "".join(images)
 
 
 def _f32_nmse(row: pd.Series) -> float:
@@ -193,27 +215,34 @@ def _f32_nmse(row: pd.Series) -> float:
 
 def by_weight_type(frame: pd.DataFrame) -> str:
     """Per (family, model, case): NMSE of each non-layer tensor stage against the float32
-    reference across weight types (the cost of each weight type)."""
+    reference across weight types (the cost of each weight type). At most
+    :data:`DRAWN_CASES` cases of a model (:func:`_drawn`)."""
+    chosen, left_out = _drawn(frame)
+    frame = frame[chosen]
     layered = [per_layer(family, stage) is not None
                for family, stage in zip(frame["family"], frame["stage"], strict=True)]
     stages = frame[~pd.Series(layered, index=frame.index, dtype=bool) & (frame["nmse"] != "")]
     images = []
     for (family, model, case), rows in stages.groupby(["family", "model", "case"], sort=False):
+        records = rows_of(rows)
         backends = ordered(list(rows["backend"].unique()), BACKENDS)
         # a full sweep's 16 weight types need the room of their tick labels
         width = max(3.6, 0.3 * rows["weight_type"].nunique())
         figure = Figure(figsize=(width * len(backends) + 2.2, 3.3), layout="constrained")
         axes = figure.subplots(1, len(backends), squeeze=False)[0]
         names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
-        floor = _floor([_f32_nmse(r) for _, r in rows.iterrows()])
+        floor = _floor([_f32_nmse(r) for r in records])
         candidates = ordered(list(rows["candidate"].unique()), (OUR_PORT,))
         styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}
+        series: dict[tuple[str, str, str], dict[str, float]] = {}
+        for r in records:
+            series.setdefault((r["backend"], r["stage"], r["candidate"]), {})[
+                r["weight_type"]] = _f32_nmse(r)
         for ax, backend in zip(axes, backends, strict=True):
-            part = rows[rows["backend"] == backend]
-            types = ordered(list(part["weight_type"].unique()), WEIGHT_TYPES)
+            types = ordered([w for w, b in zip(rows["weight_type"], rows["backend"],
+                                               strict=True) if b == backend], WEIGHT_TYPES)
             for (i, stage), candidate in itertools.product(enumerate(names), candidates):
-                values = {r["weight_type"]: _f32_nmse(r) for _, r in part[
-                    (part["stage"] == stage) & (part["candidate"] == candidate)].iterrows()}
+                values = series.get((backend, stage, candidate), {})
                 xs = [x for x, w in enumerate(types) if w in values]
                 _log_series(ax, xs, [values[types[x]] for x in xs], floor,
                             color=PALETTE[i % len(PALETTE)], marker="o", markersize=4,
@@ -234,7 +263,7 @@ def by_weight_type(frame: pd.DataFrame) -> str:
         images.append(_png(figure, f"key stages by weight type, {model} {case}"))
     if not images:
         return '<p class="note">No tensor stages besides layers in this summary.</p>'
-    return "".join(images)
+    return left_out + "".join(images)
 
 
 #: Colours of the Pareto plots: the points on the front, the others, the front's staircase.

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from audioparity.compare.cell import COST_COLUMNS, FALLBACK_SEPARATOR
-from audioparity.families import on_reference_path, reference_stage, registered, stage_key
-from audioparity.report.summary import ordered
+from audioparity.families import locate, on_reference_path, reference_stage, stage_key
+from audioparity.report.summary import ordered, rows_of
 from audioparity.vocabulary import OUR_PORT, WEIGHT_TYPES
 
 
@@ -119,8 +119,7 @@ def _float(text: str) -> float | None:
 def _kind(family: str, stage: str, rows: pd.DataFrame) -> str:
     """A stage's kind: its family's spec's, else read from its rows' metrics (``kl`` on some
     row: logits; ``token_match``: a document; else a tensor)."""
-    known = registered().get(family)
-    found = known.spec.locate(stage) if known is not None else None
+    found = locate(family, stage)
     if found is not None:
         return found.stage.kind
     if ((rows["kl"] != "") | (rows["cost_kl"] != "")).any():
@@ -133,8 +132,7 @@ def _kind(family: str, stage: str, rows: pd.DataFrame) -> str:
 def _trunk(family: str, stage: str) -> bool:
     """Whether a stage belongs to every model of its family (no ``head``), True for a stage
     of a family this install does not know."""
-    known = registered().get(family)
-    found = known.spec.locate(stage) if known is not None else None
+    found = locate(family, stage)
     return found is None or found.stage.head is None
 
 
@@ -143,10 +141,10 @@ def costed_cells(frame: pd.DataFrame) -> set[tuple]:
     some row: those compared with a quantization-aware reference."""
     has = (frame[list(COST_COLUMNS)] != "").any(axis=1)
     keys = ["family", "model", "case", "candidate", "backend", "weight_type"]
-    return set(frame.loc[has, keys].itertuples(index=False, name=None))
+    return set(frame.loc[has, keys].drop_duplicates().itertuples(index=False, name=None))
 
 
-def cost_value(row: pd.Series, metric: str, costed: bool) -> float | None:
+def cost_value(row: Mapping[str, str], metric: str, costed: bool) -> float | None:
     """A row's ``metric`` against the float32 reference: its ``cost_<metric>`` in a costed cell
     (:func:`costed_cells`), its own ``metric`` in another; ``token_match`` as 1 − it; None
     where it has none."""
@@ -163,23 +161,29 @@ def _mean(values: Sequence[float | None], cases: int) -> float | None:
     return math.fsum(values) / len(values)
 
 
+#: The columns a cost is read from (:func:`_measure`).
+READ = ("model", "case", "candidate", "backend", "weight_type",
+        *(m for cost in COSTS for m in cost.metrics),
+        *(f"cost_{m}" for cost in COSTS for m in cost.metrics))
+
+
 def _measure(cost: Cost, family: str, rows: pd.DataFrame, cases: list[str],
              costed: set[tuple]) -> Measured | None:
     """``cost`` of one sweep's rows, per weight type: the last eligible stage of its kind with
     a value of one of its metrics (module docstring), read in the first of them that stage
     has (a decode's WER, a generation's token match beside a prompt's WER); None where no
     stage has one."""
-    def is_costed(row: pd.Series) -> bool:
+    def is_costed(row: Mapping[str, str]) -> bool:
         return (family, row["model"], row["case"], row["candidate"], row["backend"],
                 row["weight_type"]) in costed
 
-    eligible = {stage: part for stage, part in rows.groupby("stage", sort=False)
+    eligible = {stage: rows_of(part, READ) for stage, part in rows.groupby("stage", sort=False)
                 if reference_stage(family, stage) == stage
                 and not on_reference_path(family, stage)
                 and _kind(family, stage, part) == cost.kind}
     valued = {}  # stage -> the first of the cost's metrics it has a value of
     for stage, part in eligible.items():
-        ranks = [rank for rank, metric in enumerate(cost.metrics) for _, r in part.iterrows()
+        ranks = [rank for rank, metric in enumerate(cost.metrics) for r in part
                  if cost_value(r, metric, is_costed(r)) is not None]
         if ranks:
             valued[stage] = min(ranks)
@@ -188,8 +192,11 @@ def _measure(cost: Cost, family: str, rows: pd.DataFrame, cases: list[str],
     stage = max(valued, key=lambda s: (_trunk(family, s), stage_key(family, s)))
     metric = cost.metrics[valued[stage]]
     measured = Measured(cost, stage, metric)
-    for weight_type, part in eligible[stage].groupby("weight_type", sort=False):
-        per_case = {r["case"]: cost_value(r, metric, is_costed(r)) for _, r in part.iterrows()}
+    per_type: dict[str, dict[str, float | None]] = {}
+    for r in eligible[stage]:
+        per_type.setdefault(r["weight_type"], {})[r["case"]] = cost_value(r, metric,
+                                                                           is_costed(r))
+    for weight_type, per_case in per_type.items():
         measured.values[weight_type] = _mean([per_case.get(c) for c in cases], len(cases))
     return measured
 
@@ -210,9 +217,9 @@ def sweeps(frame: pd.DataFrame) -> list[Sweep]:
     costed = costed_cells(frame)
     found = []
     for (family, model), rows in frame.groupby(["family", "model"], sort=False):
-        for candidate in ordered(list(rows["candidate"].unique()), (OUR_PORT,)):
-            mine = rows[rows["candidate"] == candidate]
-            for backend, part in mine.groupby("backend", sort=False):
+        by_candidate = dict(list(rows.groupby("candidate", sort=False)))
+        for candidate in ordered(list(by_candidate), (OUR_PORT,)):
+            for backend, part in by_candidate[candidate].groupby("backend", sort=False):
                 found.append(_sweep(family, model, candidate, backend, part, costed))
     return found
 
@@ -223,8 +230,9 @@ def _sweep(family: str, model: str, candidate: str, backend: str, rows: pd.DataF
     types = ordered(list(rows["weight_type"].unique()), WEIGHT_TYPES)
     sweep = Sweep({"family": family, "model": model, "candidate": candidate,
                    "backend": backend}, cases, types, {}, {}, {}, {}, [])
+    by_type = dict(list(rows.groupby("weight_type", sort=False)))
     for weight_type in types:
-        part = rows[rows["weight_type"] == weight_type]
+        part = by_type[weight_type]
         bits, count, lines = _storage(part)
         sweep.bits[weight_type], sweep.fallbacks[weight_type] = bits, count
         sweep.fallback_lines[weight_type] = lines

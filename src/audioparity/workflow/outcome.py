@@ -42,11 +42,14 @@ def record_run(summary: str | Path, state: str, log: str | None = None) -> None:
                 os.replace(folder / name, folder / f"{STALE_PREFIX}{name}")
 
 
-def stale(summary: str | Path, inputs: list[str | Path] = ()) -> str | None:
+def stale(summary: str | Path) -> str | None:
     """Why ``summary`` does not describe the workflow's last run, in one line, or None: that
     run did not finish (still running, killed, or stopped on an error: :data:`RUN_FILE`
-    beside it), or one of ``inputs`` (the cell files it is merged from) is newer than it. A
-    summary with no run beside it (written by hand) is judged by ``inputs`` alone."""
+    beside it), or a cell file it is merged from (the list beside it, rule report_cells') is
+    missing or newer than it. A summary with neither beside it (written by hand) is current."""
+    from audioparity.report.summary import read_cell_list
+    from audioparity.workflow.paths import REPORT_CELLS
+
     summary = Path(summary)
     run = summary.parent / RUN_FILE
     if run.exists():
@@ -60,11 +63,15 @@ def stale(summary: str | Path, inputs: list[str | Path] = ()) -> str | None:
                     f"{log}; {summary} is set aside as {STALE_PREFIX}{summary.name}")
     if not summary.exists():
         return f"no summary at {summary}: run the workflow (make run)"
+    listed = summary.parent / Path(REPORT_CELLS).name
+    root = summary.resolve().parents[len(Path(REPORT_CELLS).parts) - 1]  # the run's folder
     written = summary.stat().st_mtime
-    newer = next((str(p) for p in inputs if Path(p).exists()
-                  and Path(p).stat().st_mtime > written), None)
-    if newer is not None:
-        return f"{summary} is older than its input {newer}: run the workflow again"
+    for cell in read_cell_list(listed) if listed.exists() else ():
+        cell = root / cell
+        if not cell.exists():
+            return f"{summary}'s cell {cell} is gone: run the workflow again"
+        if cell.stat().st_mtime > written:
+            return f"{summary} is older than its cell {cell}: run the workflow again"
     return None
 
 

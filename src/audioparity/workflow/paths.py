@@ -68,8 +68,8 @@ DRILLDOWN_FOLDER = f"{RESULTS}/drilldown/{CELL}"
 CODE = f"{RESULTS}/code/{{name}}.sha256"
 #: What each source file imports, by the digest of its content (parsed once, not every run).
 IMPORTS = f"{RESULTS}/code/imports.json"
-#: The report: the sweep's cells, the summary and the HTML page.
-REPORT_CELLS = f"{RESULTS}/report/cells.json"
+#: The report: the list of the sweep's cell files (one a line), the summary and the HTML page.
+REPORT_CELLS = f"{RESULTS}/report/cells.txt"
 SUMMARY = f"{RESULTS}/report/summary.csv"
 HTML = f"{RESULTS}/report/index.html"
 
