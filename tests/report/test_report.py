@@ -97,6 +97,27 @@ def test_summary_columns_and_row_order(tmp_path: Path):
     assert not list(output.parent.glob(".*tmp"))
 
 
+def test_the_page_reads_rows_in_the_summarys_order_whatever_stages_the_families_have():
+    """in_summary_order ranks each column's values apart; a stage outside a family's contract
+    (a quantized cell's `storage`, a recipe's `recipe`) keys past that family's stages, and is
+    never compared with another family's stage (the order of row_key, row by row)."""
+    import pandas as pd
+
+    from audioparity.report.summary import in_summary_order, row_key
+
+    rows = [{**dict.fromkeys(COLUMNS, ""), "family": family, "model": "m", "case": "c",
+             "candidate": "audioparity", "backend": "cpu", "weight_type": "f32",
+             "against": "reference", "stage": stage, "status": "pass"}
+            for family, stages in (
+                ("whisper", ["decode", "layer_11", "storage", "mel_features", "enc_out"]),
+                ("parakeet_tdt", ["recipe", "decode", "storage", "mel_features"]),
+                ("moss_voicegen", ["generation", "recipe", "prompt"]))
+            for stage in stages]
+    ordered = in_summary_order(pd.DataFrame(rows, dtype=str))
+    assert list(zip(ordered["family"], ordered["stage"], strict=True)) == [
+        (row["family"], row["stage"]) for row in sorted(rows, key=row_key)]
+
+
 def test_summary_values_keep_full_precision_and_mark_non_finite(tmp_path: Path):
     cell = write_cell(tmp_path / "c.json", [
         row("enc_out", status="fail", cosine="nan", nmse=1.2345678901234567e-09, non_finite=3,

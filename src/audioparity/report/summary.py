@@ -203,8 +203,10 @@ def in_summary_order(frame: pd.DataFrame) -> pd.DataFrame:
         columns.append(ranks(list(uniques), key)[codes])
     families, stages = (pd.factorize(frame[c]) for c in ("family", "stage"))
     pairs, inverse = np.unique(np.stack([families[0], stages[0]]), axis=1, return_inverse=True)
+    # a stage's key is read within its family (two families' keys need not compare)
     columns.append(ranks([(families[1][f], stages[1][s]) for f, s in pairs.T],
-                         lambda pair: stage_key(*pair))[inverse.reshape(-1)])
+                         lambda pair: (natural_key(pair[0]), stage_key(*pair)))
+                   [inverse.reshape(-1)])
     order = np.lexsort(columns[::-1]) if len(frame) else np.arange(0)
     return frame.iloc[order].reset_index(drop=True)
 
