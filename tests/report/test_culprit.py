@@ -258,6 +258,10 @@ def test_a_recipe_that_misses_its_targets_is_named_only_where_nothing_else_expla
              row("recipe", "fail", missed)]
     assert culprit(clean) == f"recipe (fail): {missed}"
     assert culprit([*clean[:-1], row("recipe")]) == ""
+    # a failure declared elsewhere in the cell does not excuse the missed target
+    declared = [row("enc_out", "xfail", "declared"), *clean[1:]]
+    assert culprit(declared) == f"recipe (fail): {missed}"
+    assert check(declared)[0] == 1
 
 
 def test_a_reference_s_culprits_follow_its_own_data_flow():

@@ -545,9 +545,9 @@ def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any]
 
 def _fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
                rule: str, problem: str | None, reason: str) -> dict[str, Any]:
-    """A row no gate list judges (:data:`~audioparity.vocabulary.STORAGE_ROWS`): ``fail`` with
-    ``problem``, else ``pass`` with ``reason``; a declared expected failure applies as to any
-    stage."""
+    """A row no gate list judges (:data:`~audioparity.vocabulary.STORAGE_ROWS`,
+    :data:`~audioparity.vocabulary.RECIPE_ROW`): ``fail`` with ``problem``, else ``pass`` with
+    ``reason``; a declared expected failure applies as to any stage."""
     verdict = status(stage, gates, problems=(problem,) if problem else (), rule=rule)
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)

@@ -115,7 +115,8 @@ def recipe_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any],
         missed = unmet(rows)
         problem = f"not verified: {missed}" if missed else None
     else:
-        problem = f"no recipe meets its targets: {search.get('unmet')}"
+        problem = ("its search met no recipe on its calibration cases"
+                   + (f": {search['unmet']}" if search.get("unmet") else ""))
     names = ", ".join(t["stage"] for t in targets)
     return [_fixed_row(cell, labels, gates, RECIPE_ROW,
                        "the recipe's targets, against the float32 reference", problem,

@@ -13,9 +13,10 @@ pass has culprits, named in data-flow order (each family's stages declare their 
 - a stage that crashed (the one the dump died in); the stages ``missing`` after it are what the
   crash left uncomputed (the isolated forms a crashed port owed included), never culprits;
 - a precision recipe's row (:data:`~audioparity.vocabulary.RECIPE_ROW`: its targets missed on
-  the cell's dump against the float32 reference) where every other row of the cell passes: the
-  recipe itself, not the port, misses them; it is computed from every stage of the cell, so
-  any other that differs is named instead.
+  the cell's dump against the float32 reference) where no other row of the cell needs
+  attention: the recipe itself, not the port, misses them; it is computed from every stage of
+  the cell, so any other that fails, crashed or went missing is named instead (a declared
+  failure does not excuse it: declare one for ``recipe`` itself).
 
 A stage that fails with an input that differs (fails, declared or not) accumulated what is
 named upstream, and is not named; a stage whose part (a piece of its own computation checked
@@ -228,6 +229,10 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
     for stage, group in groups.items():
         forms = [row for row in group if row["stage"] != stage]
         inputs, parts = ([n for n in names if n in by_stage] for names in flow[stage])
+        # what explains a stage: an input that differs; for the recipe's row, one that needs
+        # attention (a declared failure elsewhere in the cell does not excuse a missed target)
+        explained = ([n for n in inputs if failing(n)] if stage == RECIPE_ROW
+                     else differs(inputs))
         crashed = [row for row in group if row["status"] == "crashed"]
         own = [row for row in forms if failing(row["stage"]) and row["status"] != "missing"]
         if crashed:
@@ -236,7 +241,7 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
             continue  # a piece of it, checked on its own, is named there
         elif own:
             pick, why = own[0], "its own error"
-        elif failing(stage) and not differs(inputs):
+        elif failing(stage) and not explained:
             pick = by_stage[stage]
             passing = [row["stage"] for row in forms if row["status"] == "pass"]
             if (pick["status"] != "fail" or stage == RECIPE_ROW
