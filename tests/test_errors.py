@@ -261,6 +261,25 @@ def truncated_npy(cwd: Path, fx: Fixtures) -> None:
 
 
 GATES = "'{\"gates\": [{\"stage\": \"*\", \"from\": \"default\", \"cosine_min\": 0.99}]}'"
+CHECK = "audioparity report check results/report/summary.csv"
+
+
+def finished_run(cwd: Path, state: str, newer_cell: bool = False) -> None:
+    """A run's report folder as the workflow leaves it: its summary, the list of its one cell,
+    the run state ``state``; with ``newer_cell``, the cell written after the summary."""
+    from audioparity.compare.cell import COLUMNS
+
+    cell = cwd / "results/compare/cell.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text("[]\n")
+    report = cwd / "results/report"
+    report.mkdir(parents=True)
+    (report / "cells.txt").write_text("results/compare/cell.json\n")
+    (report / "summary.csv").write_text(",".join(COLUMNS) + "\n")
+    (report / "run.json").write_text(state)
+    os.utime(cell, (2_000_000, 2_000_000) if newer_cell else (1_000_000, 1_000_000))
+    os.utime(report / "summary.csv", (1_500_000, 1_500_000))
+
 COMPARE = (f"audioparity compare --reference ref_small --candidate cand --gates {GATES} "
            "--output out")
 
@@ -398,6 +417,14 @@ CASES = (
          manifest_not_json),
     Case("repro_without_graph", "dumps", "`audioparity repro` of a folder holding no saved graph",
          ("audioparity repro ref --backend vulkan",)),
+    # a summary the workflow's last run does not vouch for: exit 2, never read as a result
+    Case("summary_run_state_unreadable", "dumps",
+         "summary whose run state (`results/report/run.json`) is cut short", (CHECK,),
+         lambda cwd, fx: finished_run(cwd, '{"state": "fin'), exit_code=2),
+    Case("summary_older_than_a_cell", "dumps", "summary older than one of its cells (a run "
+         "that rewrote a cell and stopped before the summary)", (CHECK,),
+         lambda cwd, fx: finished_run(cwd, '{"state": "finished"}', newer_cell=True),
+         exit_code=2),
 )
 
 ACCEPTED = (

@@ -138,6 +138,10 @@ REFUSED = [
                                                  "calibration": ["clip", "nope"]}}),
      "config parakeet_tdt.recipes 'r': calibration case 'nope' is not a case of the sweep "
      "(clip)"),
+    (bad(weight_types=["q4_0+mine"], recipes={"mine": {"file": str(
+        REPO / "tests/standins/recipe-bad-targets.json")}}),
+     "recipe " + str(REPO / "tests/standins/recipe-bad-targets.json") + ": precision: target "
+     "stage 'nope' matches no stage of parakeet_tdt"),
     (bad(weight_types=["q8_0+r"], recipes={"r": {"targets": [{"stage": "decode"}]}}),
      "config parakeet_tdt.recipes 'r': wide q8_0 is no wider than q8_0 (weight type q8_0+r)"),
 ]

@@ -107,7 +107,7 @@ def test_run_killed_during_a_dump_resumes_to_identical_artifacts(tmp_path):
 
     # the summary a killed run left behind is refused, in one line
     code, line = check(workdir)
-    assert code == 2 and line.startswith("audioparity check: the last run did not finish: "
+    assert code == 2 and line.startswith("audioparity: error: the last run did not finish: "
                                          "started "), line
 
     run_to_completion(workdir)
@@ -143,5 +143,5 @@ def test_a_run_that_stops_on_an_error_leaves_no_summary_that_reads_as_current(tm
     assert (report / "stale-summary.csv").exists() and (report / "stale-index.html").exists()
     code, line = check(workdir)
     assert code == 2 and line.startswith(
-        "audioparity check: the last run did not finish: it stopped on an error at "), line
+        "audioparity: error: the last run did not finish: it stopped on an error at "), line
     assert line.endswith("results/report/summary.csv is set aside as stale-summary.csv"), line

@@ -275,7 +275,9 @@ def _precision_command(sub, spec: FamilySpec) -> None:
                    "temporary folder, removed)")
     p.add_argument("--no-verify", dest="verify", action="store_false",
                    help="search only: do not run our ggml port on the cases with the recipe "
-                   "(a sweep verifies it in every cell of its weight type)")
+                   "(a sweep verifies it in every cell of its weight type). The recipe is "
+                   "written and the exit status is 0 whatever was found: targets not met "
+                   "(search.met) or not verified (verified.passed) are results")
     _add_options(p, spec, "reference")
     _add_options(p, spec, "ggml", skip=spec.options_for("reference"))
     p.set_defaults(spec=spec, run=precision)
@@ -354,8 +356,10 @@ def _report_command(sub) -> None:
     p.set_defaults(run=report_html)
     p = report_sub.add_parser("check", help="exit 1 when a cell fails, crashed or went missing "
                               "against the reference without a declaration, printing culprits; "
-                              "exit 2 when the summary is stale (the workflow's last run did not "
-                              "finish, or a cell is newer)")
+                              "exit 2, in one line, when the summary cannot be trusted: the "
+                              "workflow's last run did not finish (results/report/run.json), a "
+                              "cell of results/report/cells.txt is newer or gone, or it cannot "
+                              "be read or holds no cells")
     p.add_argument("summary", type=Path, help="summary.csv")
     p.set_defaults(run=report_check)
 

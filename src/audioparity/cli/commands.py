@@ -436,11 +436,17 @@ def report_check(args: argparse.Namespace) -> int:
     from audioparity.report.summary import read_summary
     from audioparity.workflow.outcome import stale
 
-    why = stale(args.summary)
+    try:
+        why = stale(args.summary)
+        rows = None if why else read_summary(args.summary).to_dict("records")
+    except AudioparityError as err:  # a summary or list that cannot be read: not a result
+        why = str(err)
+    if why is None and not rows:
+        why = f"{args.summary} has no cells"
     if why is not None:
-        print(f"audioparity check: {why}", file=sys.stderr)
+        print(f"audioparity: error: {why}", file=sys.stderr)
         return 2
-    code, lines = check(read_summary(args.summary).to_dict("records"))
+    code, lines = check(rows)
     print("\n".join(lines))
     return code
 

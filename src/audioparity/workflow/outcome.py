@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from audioparity.artifacts import write_text_atomic
+from audioparity.errors import AudioparityError
 
 #: The last run's state, beside the summary: ``{"state", "started", "ended", "log"}``.
 RUN_FILE = "run.json"
@@ -23,16 +24,43 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+#: The states a run records (:func:`record_run`).
+RUN_STATES = ("running", "finished", "failed")
+
+
+def _read_run(path: Path) -> dict:
+    """The run state in ``path`` (:data:`RUN_FILE`), ``{}`` where there is none.
+
+    Raises:
+        AudioparityError: it is unreadable, or names no state of :data:`RUN_STATES`.
+    """
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text())
+        if state["state"] not in RUN_STATES:
+            raise ValueError(f"state {state['state']!r}")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AudioparityError(f"{path}: unreadable run state ({err}); expected "
+                               f"{{\"state\": {' | '.join(RUN_STATES)}, ...}}") from None
+    return state
+
+
 def record_run(summary: str | Path, state: str, log: str | None = None) -> None:
     """Record the state of the run that writes ``summary``: ``running`` when it starts (its
     start time), then ``finished`` or ``failed`` (its end time, Snakemake's log), in
-    :data:`RUN_FILE` beside it; a ``failed`` run also renames the summary and the report
-    beside it (``index.html``) to ``stale-<name>``: they describe an earlier run."""
+    :data:`RUN_FILE` beside it (an unreadable one is replaced); a ``failed`` run also renames
+    the summary and the report beside it (``index.html``) to ``stale-<name>``: they describe
+    an earlier run. A run whose scheduler itself raised calls no hook: it stays ``running``,
+    which :func:`stale` reads as a run that did not finish."""
     folder = Path(summary).parent
     path = folder / RUN_FILE
     started = _now()
-    if state != "running" and path.exists():
-        started = json.loads(path.read_text()).get("started", started)
+    if state != "running":
+        try:
+            started = _read_run(path).get("started", started)
+        except AudioparityError:
+            pass  # the start is unknown; the state written now is what counts
     document = {"state": state, "started": started,
                 "ended": None if state == "running" else _now(), "log": log}
     write_text_atomic(path, json.dumps(document, indent=1) + "\n")
@@ -45,32 +73,39 @@ def record_run(summary: str | Path, state: str, log: str | None = None) -> None:
 def stale(summary: str | Path) -> str | None:
     """Why ``summary`` does not describe the workflow's last run, in one line, or None: that
     run did not finish (still running, killed, or stopped on an error: :data:`RUN_FILE`
-    beside it), or a cell file it is merged from (the list beside it, rule report_cells') is
-    missing or newer than it. A summary with neither beside it (written by hand) is current."""
+    beside it; unreadable), or a cell file it is merged from is missing or newer than it (the
+    list beside it that rule report_cells writes, its paths relative to the run's folder, the
+    one holding ``results/``). A summary with neither beside it (written by hand) is
+    current."""
     from audioparity.report.summary import read_cell_list
     from audioparity.workflow.paths import REPORT_CELLS
 
-    summary = Path(summary)
-    run = summary.parent / RUN_FILE
-    if run.exists():
-        state = json.loads(run.read_text())
-        log = f"; its log: {state['log']}" if state.get("log") else ""
-        if state["state"] == "running":
-            return (f"the last run did not finish: started {state['started']}, it is still "
-                    f"running or was killed{log}")
-        if state["state"] == "failed":
-            return (f"the last run did not finish: it stopped on an error at {state['ended']}"
-                    f"{log}; {summary} is set aside as {STALE_PREFIX}{summary.name}")
+    summary, path = Path(summary), Path(summary).absolute()  # shown as given; resolved here
+    try:
+        state = _read_run(summary.parent / RUN_FILE)
+    except AudioparityError as err:
+        return str(err)
+    log = f"; its log: {state['log']}" if state.get("log") else ""
+    if state.get("state") == "running":
+        return (f"the last run did not finish: started {state.get('started')}, it is still "
+                f"running or was killed{log}")
+    if state.get("state") == "failed":
+        return (f"the last run did not finish: it stopped on an error at {state.get('ended')}"
+                f"{log}; {summary} is set aside as {STALE_PREFIX}{summary.name}")
     if not summary.exists():
         return f"no summary at {summary}: run the workflow (make run)"
     listed = summary.parent / Path(REPORT_CELLS).name
-    root = summary.resolve().parents[len(Path(REPORT_CELLS).parts) - 1]  # the run's folder
+    if not listed.exists():
+        return None
+    depth = len(Path(REPORT_CELLS).parts) - 1  # results/report/ under the run's folder
+    if len(path.parents) <= depth:
+        return f"{listed}: not in a run's results/report/ folder, so its cells cannot be found"
+    root = path.parents[depth]
     written = summary.stat().st_mtime
-    for cell in read_cell_list(listed) if listed.exists() else ():
-        cell = root / cell
-        if not cell.exists():
+    for cell in read_cell_list(listed):
+        if not (root / cell).exists():
             return f"{summary}'s cell {cell} is gone: run the workflow again"
-        if cell.stat().st_mtime > written:
+        if (root / cell).stat().st_mtime > written:
             return f"{summary} is older than its cell {cell}: run the workflow again"
     return None
 

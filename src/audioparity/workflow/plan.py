@@ -17,11 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from audioparity.compare.targets import target_gates
 from audioparity.environments import check_built
 from audioparity.errors import AudioparityError
 from audioparity.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.precision import check_targets
-from audioparity.storage import BITS_PER_WEIGHT, EMULATED_TYPES, read_recipe
+from audioparity.storage import (
+    BITS_PER_WEIGHT,
+    EMULATED_TYPES,
+    read_recipe,
+    read_recipe_document,
+)
 from audioparity.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
@@ -250,6 +256,14 @@ def _check_recipes(plan: FamilyPlan) -> None:
         base, _, name = weight_type.partition(RECIPE_SEPARATOR)
         if name and "file" in recipes[name]:
             read_recipe(Path(recipes[name]["file"]), weight_type)
+            targets = read_recipe_document(Path(recipes[name]["file"])).get("targets")
+            if targets is not None:  # a recipe's own targets: its cells judge them
+                targets = targets if isinstance(targets, list) else [targets]
+                try:
+                    check_targets(plan.spec, targets)
+                    target_gates(targets)
+                except AudioparityError as err:
+                    raise AudioparityError(f"recipe {recipes[name]['file']}: {err}") from None
         elif name and BITS_PER_WEIGHT[wide := recipes[name].get("wide", WIDE)] <= (
                 BITS_PER_WEIGHT[base]):
             raise AudioparityError(f"config {family}.recipes {name!r}: wide {wide} is no wider "
