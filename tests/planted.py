@@ -104,3 +104,12 @@ def planted_statuses(root: Path, name: str, patches: list[Patch], model: Path, c
 def failing(statuses: dict[str, str]) -> set[str]:
     """The stages that did not pass."""
     return {stage for stage, status in statuses.items() if status != "pass"}
+
+
+def clean_and_planted(tmp_path_factory, name: str, fault: str, patches: list[Patch],
+                      model: Path, case: Path, reference: Path) -> dict[str, dict[str, str]]:
+    """``{"clean": {stage: status}, fault: {stage: status}}``: :func:`planted_statuses` of
+    family ``name``'s port as it is and with ``patches``, each in a folder of its own."""
+    return {run: planted_statuses(tmp_path_factory.mktemp(run), name, applied, model, case,
+                                  reference)
+            for run, applied in (("clean", []), (fault, patches))}

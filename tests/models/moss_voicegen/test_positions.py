@@ -19,7 +19,7 @@ import pytest
 from audioparity.artifacts import Dump
 from tests import RESOURCES
 from tests.models.moss_voicegen import FAMILY, options
-from tests.planted import Patch, failing, planted_statuses
+from tests.planted import Patch, clean_and_planted, failing
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +57,8 @@ def long_case(moss_model, tmp_path_factory):
 def statuses(moss_model, long_case, tmp_path_factory):
     """{run: {stage: status}} of the clean port and the planted one, under the f32 gates."""
     prompt, reference = long_case
-    return {name: planted_statuses(tmp_path_factory.mktemp(name), "moss_voicegen", patches,
-                                   moss_model, prompt, reference)
-            for name, patches in (("clean", []), ("far_rope_clamped", FAR_ROPE_CLAMPED))}
+    return clean_and_planted(tmp_path_factory, "moss_voicegen", "far_rope_clamped",
+                             FAR_ROPE_CLAMPED, moss_model, prompt, reference)
 
 
 def test_the_case_reaches_the_long_positions(long_case):

@@ -15,7 +15,7 @@ import pytest
 import soundfile
 
 from audioparity.artifacts import Dump
-from tests.planted import Patch, failing, planted_statuses
+from tests.planted import Patch, clean_and_planted, failing
 
 pytestmark = pytest.mark.slow
 
@@ -62,9 +62,8 @@ def long_case(parakeet_model, clip_wav, tmp_path_factory):
 def statuses(parakeet_model, long_case, tmp_path_factory):
     """{run: {stage: status}} of the clean port and the planted one, under the f32 gates."""
     audio, reference = long_case
-    return {name: planted_statuses(tmp_path_factory.mktemp(name), "parakeet_tdt", patches,
-                                   parakeet_model, audio, reference)
-            for name, patches in (("clean", []), ("far_rows_f16", FAR_ROWS_F16))}
+    return clean_and_planted(tmp_path_factory, "parakeet_tdt", "far_rows_f16", FAR_ROWS_F16,
+                             parakeet_model, audio, reference)
 
 
 def encoder(statuses: dict[str, str]) -> dict[str, str]:
