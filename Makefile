@@ -16,12 +16,17 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 # ggml-vulkan lists a CPU driver (Mesa's lavapipe) only when this names it; 0 is the device the
 # workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
 export GGML_VK_VISIBLE_DEVICES ?= 0
+# The ggml builds, by GGML_BACKEND: the CMake arguments and the patch each adds (cpu: none).
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
-VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
-VULKAN_PATCH := setup/patches/ggml-python-vulkan-headers.patch
+GGML_BACKEND ?= cpu
 CUDA_ARCHITECTURES ?= native
+GGML_ARGS_vulkan := -DGGML_VULKAN=ON
+GGML_ARGS_cuda = -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)
+GGML_PATCH_vulkan := setup/patches/ggml-python-vulkan-headers.patch
+GGML_PATCH_cuda := setup/patches/ggml-python-cuda.patch
+VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
 
-.PHONY: setup run test lint clean ports environments setup-vulkan setup-cuda check
+.PHONY: setup run test lint clean ports environments setup-vulkan setup-cuda check ggml-python
 
 setup: $(STAMP)
 
@@ -34,7 +39,7 @@ $(STAMP): pyproject.toml Makefile setup/ggml-python.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	setup/ggml-python.sh $(BIN)/python "$(GGML_CMAKE_ARGS)"
+	$(MAKE) --no-print-directory ggml-python GGML_BACKEND=cpu
 	$(BIN)/python -m pip install --quiet -e ".[reference,workflow,dev]"
 	rm -f $(VULKAN_STAMP) $(CUDA_STAMP)
 	touch $@
@@ -43,9 +48,9 @@ $(STAMP): pyproject.toml Makefile setup/ggml-python.sh
 # then ggml-python with -DGGML_VULKAN=ON. Debian 12's Vulkan headers (1.3.239) lack
 # VK_EXT_layer_settings, which ggml-vulkan names; the patch guards that one use.
 setup-vulkan: $(VULKAN_STAMP)
-$(VULKAN_STAMP): $(STAMP) $(VULKAN_PATCH) setup/ggml-python.sh setup/apt.sh
+$(VULKAN_STAMP): $(STAMP) $(GGML_PATCH_vulkan) setup/ggml-python.sh setup/apt.sh
 	setup/apt.sh $(VULKAN_PACKAGES)
-	setup/ggml-python.sh $(BIN)/python "$(GGML_CMAKE_ARGS) -DGGML_VULKAN=ON" $(VULKAN_PATCH)
+	$(MAKE) --no-print-directory ggml-python GGML_BACKEND=vulkan
 	$(BIN)/audioparity doctor --backend vulkan >/dev/null
 	rm -f $(CUDA_STAMP)
 	touch $@
@@ -53,13 +58,19 @@ $(VULKAN_STAMP): $(STAMP) $(VULKAN_PATCH) setup/ggml-python.sh setup/apt.sh
 # CUDA: nvcc must be on PATH (a CUDA toolkit); CUDA_ARCHITECTURES=native builds for the GPUs
 # of this machine (90 for an H100/H200 without one attached).
 setup-cuda: $(CUDA_STAMP)
-$(CUDA_STAMP): $(STAMP) setup/ggml-python.sh
+$(CUDA_STAMP): $(STAMP) $(GGML_PATCH_cuda) setup/ggml-python.sh
 	@command -v nvcc >/dev/null || { echo "setup-cuda: no nvcc on PATH (install a CUDA toolkit)" >&2; exit 1; }
-	setup/ggml-python.sh $(BIN)/python \
-		"$(GGML_CMAKE_ARGS) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)"
+	$(MAKE) --no-print-directory ggml-python GGML_BACKEND=cuda
 	$(BIN)/audioparity doctor --backend cuda >/dev/null
 	rm -f $(VULKAN_STAMP)
 	touch $@
+
+# ggml-python with GGML_BACKEND (cpu, vulkan, cuda) into VENV, and nothing else: what setup,
+# setup-vulkan and setup-cuda build, and what a bundle's host builds offline (docs/bundles.md).
+ggml-python:
+	$(if $(filter $(GGML_BACKEND),cpu vulkan cuda),,$(error GGML_BACKEND=$(GGML_BACKEND): expected cpu, vulkan or cuda))
+	setup/ggml-python.sh $(BIN)/python "$(strip $(GGML_CMAKE_ARGS) $(GGML_ARGS_$(GGML_BACKEND)))" \
+		$(GGML_PATCH_$(GGML_BACKEND))
 
 # A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock (.snakemake/locks/) and
 # incomplete markers: unlock when a lock is there, and rerun what was incomplete. Do not start
