@@ -8,7 +8,10 @@
 # a folder renamed into place once the wheel is in it, so a wheel seen there is complete.
 # The source package comes from setup/ggml-python-source.sh (kept in the cache, or
 # AUDIOPARITY_GGML_SOURCE); with PIP_NO_INDEX set (offline) pip builds without build isolation,
-# so ggml-python's build requirements (scikit-build-core) must be in the venv already.
+# so ggml-python's build requirements (scikit-build-core) must be in the venv already. Before
+# compiling (minutes), setup/bindings.py checks that the patched source defines every function
+# ggml-python binds for the backends the CMake arguments enable (a missing one fails
+# `import ggml`); after installing, that the installed libraries export them.
 #   usage: setup/ggml-python.sh PYTHON "CMAKE_ARGS" [PATCH]
 set -euo pipefail
 python=$1
@@ -42,6 +45,7 @@ if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
         exit 1
     fi
     if [ -n "$patch_file" ]; then patch --quiet -p1 -d "$source" < "$patch_file"; fi
+    "$python" "$here/bindings.py" source "$source" --cmake-args "$cmake_args"
     isolation=()
     if [ -n "${PIP_NO_INDEX:-}" ]; then
         if ! "$python" -c "import scikit_build_core" 2>/dev/null; then
@@ -60,3 +64,4 @@ if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
 fi
 exec 9>&-
 "$python" -m pip install --quiet --force-reinstall --no-deps "$wheels"/*.whl
+"$python" "$here/bindings.py" built
