@@ -12,13 +12,17 @@ VULKAN_STAMP := $(VENV)/.audioparity-vulkan
 CUDA_STAMP := $(VENV)/.audioparity-cuda
 export PATH := $(abspath $(BIN)):$(PATH)
 export GGML_NO_BACKTRACE := 1
-export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# ggml-python's compile (CMake, under pip: setup/ggml-python.sh) runs on every core of the
+# machine; CORES stays what a run, the tests and the ports' builds (--jobs) take.
+CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+export CMAKE_BUILD_PARALLEL_LEVEL := $(CMAKE_BUILD_PARALLEL_LEVEL)
 # ggml-vulkan lists a CPU driver (Mesa's lavapipe) only when this names it; 0 is the device the
 # workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
 export GGML_VK_VISIBLE_DEVICES ?= 0
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
 VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
 VULKAN_PATCH := setup/patches/ggml-python-vulkan-headers.patch
+CUDA_PATCH := setup/patches/ggml-python-cuda.patch
 CUDA_ARCHITECTURES ?= native
 
 .PHONY: setup run test lint clean ports environments setup-vulkan setup-cuda check
@@ -51,12 +55,15 @@ $(VULKAN_STAMP): $(STAMP) $(VULKAN_PATCH) setup/ggml-python.sh setup/apt.sh
 	touch $@
 
 # CUDA: nvcc must be on PATH (a CUDA toolkit); CUDA_ARCHITECTURES=native builds for the GPUs
-# of this machine (90 for an H100/H200 without one attached).
+# of this machine (90 for an H100/H200 without one attached). ggml-python 0.0.45 binds a CUDA
+# function (ggml_backend_cuda_allreduce_tensor) that no source defines, which fails
+# `import ggml`: the patch drops it, and adds GGML_CUDA_DISABLE_TF32 (f32 products without TF32).
 setup-cuda: $(CUDA_STAMP)
-$(CUDA_STAMP): $(STAMP) setup/ggml-python.sh
+$(CUDA_STAMP): $(STAMP) $(CUDA_PATCH) setup/ggml-python.sh
 	@command -v nvcc >/dev/null || { echo "setup-cuda: no nvcc on PATH (install a CUDA toolkit)" >&2; exit 1; }
 	setup/ggml-python.sh $(BIN)/python \
-		"$(GGML_CMAKE_ARGS) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)"
+		"$(GGML_CMAKE_ARGS) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)" \
+		$(CUDA_PATCH)
 	$(BIN)/audioparity doctor --backend cuda >/dev/null
 	rm -f $(VULKAN_STAMP)
 	touch $@
@@ -113,7 +120,7 @@ check: setup
 	$(BIN)/audioparity report check results/report/summary.csv
 
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests setup
 	$(BIN)/snakemake --lint
 
 clean:
