@@ -38,9 +38,8 @@ if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
     trap 'rm -rf "$work" "$partial"' EXIT
     echo "setup: building ggml-python $version with $cmake_args${patch_file:+ and $patch_file} (minutes)" >&2
     source_package=$("$here/ggml-python-source.sh" "$python" "$version")
-    tar xzf "$source_package" -C "$work"
     source=$work/ggml_python-$version
-    if [ ! -d "$source" ]; then
+    if ! tar xzf "$source_package" -C "$work" 2>/dev/null || [ ! -d "$source" ]; then
         echo "setup: $source_package is not the source package of ggml-python $version" >&2
         exit 1
     fi
