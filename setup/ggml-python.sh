@@ -44,7 +44,7 @@ if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
         exit 1
     fi
     if [ -n "$patch_file" ]; then patch --quiet -p1 -d "$source" < "$patch_file"; fi
-    "$python" "$here/bindings.py" source "$source" --cmake-args "$cmake_args"
+    "$python" "$here/bindings.py" source "$source" --cmake-args="$cmake_args"
     isolation=()
     if [ -n "${PIP_NO_INDEX:-}" ]; then
         if ! "$python" -c "import scikit_build_core" 2>/dev/null; then

@@ -136,6 +136,9 @@ def test_command_line(unpatched: Path, patched: Path) -> None:
     assert len(failed.stderr.splitlines()) == 1
     passed = run_check("source", str(patched), "--cmake-args", cmake_args)
     assert (passed.returncode, passed.stderr) == (0, "")
+    # one argument alone starts with '-': setup/ggml-python.sh passes it as --cmake-args=...
+    alone = run_check("source", str(unpatched), "--cmake-args=-DGGML_CUDA=ON")
+    assert alone.returncode == 1 and ALLREDUCE in alone.stderr
     assert run_check("built").returncode == 0
     bad = run_check("source", str(patched), "--backend", "nosuch")
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
