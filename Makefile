@@ -12,7 +12,10 @@ VULKAN_STAMP := $(VENV)/.audioparity-vulkan
 CUDA_STAMP := $(VENV)/.audioparity-cuda
 export PATH := $(abspath $(BIN)):$(PATH)
 export GGML_NO_BACKTRACE := 1
-export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# ggml-python's compile (CMake, under pip: setup/ggml-python.sh) runs on every core of the
+# machine; CORES stays what a run, the tests and the ports' builds (--jobs) take.
+CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+export CMAKE_BUILD_PARALLEL_LEVEL := $(CMAKE_BUILD_PARALLEL_LEVEL)
 # ggml-vulkan lists a CPU driver (Mesa's lavapipe) only when this names it; 0 is the device the
 # workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
 export GGML_VK_VISIBLE_DEVICES ?= 0
@@ -56,7 +59,9 @@ $(VULKAN_STAMP): $(STAMP) $(GGML_PATCH_vulkan) setup/ggml-python.sh setup/apt.sh
 	touch $@
 
 # CUDA: nvcc must be on PATH (a CUDA toolkit); CUDA_ARCHITECTURES=native builds for the GPUs
-# of this machine (90 for an H100/H200 without one attached).
+# of this machine (90 for an H100/H200 without one attached). ggml-python 0.0.45 binds a CUDA
+# function (ggml_backend_cuda_allreduce_tensor) that no source defines, which fails
+# `import ggml`: the patch drops it, and adds GGML_CUDA_DISABLE_TF32 (f32 products without TF32).
 setup-cuda: $(CUDA_STAMP)
 $(CUDA_STAMP): $(STAMP) $(GGML_PATCH_cuda) setup/ggml-python.sh
 	@command -v nvcc >/dev/null || { echo "setup-cuda: no nvcc on PATH (install a CUDA toolkit)" >&2; exit 1; }
@@ -124,7 +129,7 @@ check: setup
 	$(BIN)/audioparity report check results/report/summary.csv
 
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests setup
 	$(BIN)/snakemake --lint
 
 clean:
