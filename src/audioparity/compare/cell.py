@@ -341,6 +341,9 @@ class Cell:
     known_text: str | None = None
     #: The other references' dumps of the case, by name (a float32 cell's).
     others: Mapping[str, Dump] = field(default_factory=dict)
+    #: What ``reference`` is: ``reference``, or the backend it was computed on (the cell's
+    #: ``against`` label).
+    against: str = "reference"
 
     @cached_property
     def weights_differ(self) -> str | None:
@@ -454,6 +457,23 @@ def _unreadable(cell: Cell, row: Planned) -> str | None:
     return cell.candidate.manifest.get("unreadable", {}).get(row.stage)
 
 
+def lacking_dump(side: str, dump: Dump) -> str:
+    """Why a stage is not compared because the dump of ``side`` (``reference``, or the
+    backend a cell is compared with: ``cpu``) did not finish: ``the cpu dump crashed in
+    layer_1 (exit code -6: ...)``, ``the cpu dump is unavailable (...)``. A drill-down tells
+    the side of a row not compared by it (:func:`lacked_by`)."""
+    where = dump.manifest.get(CRASHED_IN)
+    state = f"crashed in {where}" if dump.status == "crashed" and where else (
+        "crashed" if dump.status == "crashed" else f"is {dump.status}")
+    return f"the {side} dump {state} ({dump.manifest.get('message') or dump.status})"
+
+
+def lacked_by(reason: str, side: str) -> bool:
+    """Whether a row's ``reason`` says that the dump of ``side`` lacked its stage
+    (:func:`lacking_dump`), rather than the candidate's."""
+    return reason.startswith(f"the {side} dump ")
+
+
 def _not_replayed(cell: Cell, row: Planned) -> str:
     why = cell.replay.manifest.get("skipped", {}).get(row.stage)
     return f"not replayed: {why or f'not in the replay dump {cell.replay.path}'}"
@@ -482,6 +502,9 @@ RULES = (
          lambda cell, row: f"not in the candidate dump {cell.candidate_path}"),
     Rule(lambda cell, row: row.ref_stage is None and row.against is cell.replay, "missing",
          _not_replayed),
+    Rule(lambda cell, row: row.ref_stage is None and cell.reference.status != "ok", "missing",
+         lambda cell, row: f"{lacking_dump(cell.against, cell.reference)}: it has no "
+                           f"{cell.wanted(row.stage)!r}"),
     Rule(lambda cell, row: row.ref_stage is None, "missing",
          lambda cell, row: f"no reference stage {cell.wanted(row.stage)!r} in "
                            f"{cell.reference.path}"),
@@ -740,6 +763,7 @@ def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
         others={name: Dump(path) for name, path in (others or {}).items()},
+        against=labels.get("against", REFERENCE),
     )
     cell.plan = _plan(cell)
     cell.crashed_in = _crashed_stage(cell)
