@@ -101,3 +101,63 @@ def test_the_line_names_a_few_stages_and_counts_the_rest(tmp_path):
     assert not_compared_text(rows) == (
         f"vulkan: layer_1 crashed ({ABORT}); vulkan: layer_2, layer_3, layer_4 and 2 more "
         "missing (not computed)")
+
+
+def cuda_dump(tmp_path: Path, env: dict[str, str], backend: str = "cuda") -> Path:
+    """A dump as a drill-down's CUDA side leaves it (manifest ``backend``, ``backend_env``,
+    ``device_properties`` of an H200), its one saved graph the one of
+    :func:`tests.ggml.test_graphs.build`, computed on the CPU: a q8_0 matmul of 5 columns, then
+    an f32 one of ``[48, 32]`` by 5 columns."""
+    from tests.ggml.test_graphs import saved
+
+    path = tmp_path / backend
+    with DumpWriter(path, producer="ggml", fields={
+            "backend": backend, "backend_env": env,
+            "device_properties": {"name": "NVIDIA H200", "compute capability": "9.0"}}):
+        pass
+    saved(path, "graphs")
+    return path
+
+
+def first_not_float32(dump: Path, source_type: str) -> dict:
+    """The MUL_MAT node of the dump's graph whose weight is of ``source_type``, as a drill-down
+    names it: the first op not in float32 (an NMSE of TF32's order) of graph 0."""
+    from audioparity.ggml import Runtime
+    from audioparity.ggml.graphs import GRAPHS, drill_down
+
+    folder = dump / GRAPHS / "0"
+    with Runtime("cpu", threads=1) as rt:
+        nodes = drill_down(folder, folder, rt.backend, rt.backend, "cuda")["nodes"]
+    node = next(n for n in nodes if n["op"] == "MUL_MAT" and n["source_types"][0] == source_type)
+    return {**node, "nmse": 3e-7, "threshold": 5e-4, "graph": 0, "phase": "layer_0"}
+
+
+@pytest.mark.parametrize(("env", "weight", "expected"), [
+    # f32 [48, 32] by 5 columns on an H200: no mmvf (ne11 <= 3), no mmf (48 % 32): cuBLAS
+    ({}, "f32", "NMSE 3e-07: TF32 (cuBLAS in TF32 math mode; GGML_CUDA_DISABLE_TF32=1 "
+                "(cuda-strict) computes it in float32)"),
+    # the same under cuda-strict: float32, so nothing but 'not float32' to say
+    ({"GGML_CUDA_DISABLE_TF32": "1"}, "f32", "NMSE 3e-07: not float32 (ggml's tolerance 0.0005)"),
+    # a q8_0 weight takes mmvq, which has no TF32
+    ({}, "q8_0", "NMSE 3e-07: not float32 (ggml's tolerance 0.0005)"),
+])
+def test_a_cuda_matmul_in_tf32_is_named_as_the_cause(tmp_path, env, weight, expected):
+    from audioparity.drilldown import first_bad_text, kernel_cause
+
+    dump = cuda_dump(tmp_path, env)
+    node = first_not_float32(dump, weight)
+    node["cause"] = kernel_cause(dump, node)
+    line = first_bad_text({"first_bad": None, "first_not_float32": node})
+    assert line.startswith(f"MUL_MAT #{node['position']} (layer_0, feeds ")
+    assert line.endswith(f"): {expected}")
+    # above ggml's tolerance, the cause follows the verdict
+    bad = first_bad_text({"first_bad": {**node, "verdict": "above threshold", "nmse": 1e-3},
+                          "first_not_float32": None})
+    assert bad.endswith(": NMSE 0.001 > 0.0005" + (f": {node['cause']}" if node["cause"] else ""))
+
+
+def test_no_cuda_cause_is_named_on_another_backend(tmp_path):
+    from audioparity.drilldown import kernel_cause
+
+    dump = cuda_dump(tmp_path, {}, backend="vulkan")
+    assert kernel_cause(dump, first_not_float32(dump, "f32")) is None

@@ -170,12 +170,27 @@ def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir
                       for g in graphs if g.get("first_bad") or g.get("aborted")), None)
     first_f32 = next(({**g["first_not_float32"], "graph": g["graph"], "phase": g["phase"]}
                       for g in graphs if g.get("first_not_float32")), None)
+    for node in (first_bad, first_f32):
+        if node is not None and "nmse" in node:
+            node["cause"] = kernel_cause(dumps[backend], node)
     shown = first_bad or first_f32
     chosen = next((pair for pair in pairs if shown and pair[0].name == str(shown["graph"])),
                   pairs[0] if pairs else None)
     repro = _write_repro(out / REPRO, final / REPRO, chosen, against, backend) if chosen else None
     return {"graphs": graphs, "first_bad": first_bad, "first_not_float32": first_f32,
             "repro": repro}
+
+
+def kernel_cause(dump: Path, node: Mapping[str, Any]) -> str | None:
+    """Why a drill-down's ``node`` (``graph``, ``position``) differs, as the kernel the
+    backend of ``dump`` (a drill-down's dump, with its ``graphs/``) computed it with says:
+    TF32 on CUDA (:func:`audioparity.ggml.cuda.node_cause`); None where it says nothing."""
+    from audioparity.artifacts import Dump
+    from audioparity.ggml.cuda import node_cause
+    from audioparity.ggml.graphs import GRAPH, GRAPHS
+
+    description = json.loads((Path(dump) / GRAPHS / str(node["graph"]) / GRAPH).read_text())
+    return node_cause(description, int(node["position"]), Dump(dump).manifest)
 
 
 def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Path, Path]]:
@@ -263,21 +278,24 @@ def _write_repro(folder: Path, final: Path, pair: tuple[Path, Path], against: st
 def first_bad_text(result: Mapping[str, Any]) -> str:
     """One line naming a drill-down's first bad op (empty when it found none):
     ``MUL_MAT #57 (encoder, feeds layer_0): NMSE 3.1e-03 > 5e-04``, or, when every op is within
-    ggml's tolerance, the first that did not compute in float32."""
+    ggml's tolerance, the first that did not compute in float32; with the node's ``cause``
+    where the backend's kernel names one (:func:`kernel_cause`): ``MUL_MAT #6 (...): NMSE
+    3e-07: TF32 (cuBLAS in TF32 math mode; ...)``."""
     node = result.get("first_bad")
     if node is None and result.get("first_not_float32") is None:
         return ""
     if node is None:
         node = result["first_not_float32"]
-        verdict = (f"NMSE {_g(node['nmse'])}: not float32 (ggml's tolerance "
-                   f"{_g(node['threshold'])})")
+        verdict = f"NMSE {_g(node['nmse'])}: " + (node.get("cause") or (
+            f"not float32 (ggml's tolerance {_g(node['threshold'])})"))
     elif node["verdict"] == "aborted":
         return f"the drill-down of graph {node['graph']} ({node['phase']}) stopped: {node['why']}"
     elif node["verdict"] == "leaf differs":
         return (f"weight {node['name']} ({node['phase']}) differs between the two graphs"
                 + (f": NMSE {_g(node['nmse'])}" if node.get("nmse") is not None else ""))
     elif "nmse" in node:
-        verdict = f"NMSE {_g(node['nmse'])} > {_g(node['threshold'])}"
+        verdict = f"NMSE {_g(node['nmse'])} > {_g(node['threshold'])}" + (
+            f": {node['cause']}" if node.get("cause") else "")
     else:
         verdict = node["verdict"]
     if node["verdict"] == "not finite in the baseline":

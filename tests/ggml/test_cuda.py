@@ -110,3 +110,16 @@ def test_a_compute_capability_is_read_as_ggml_cuda_encodes_it():
     assert compute_capability({"name": "llvmpipe"}) is None
     with pytest.raises(ValueError, match="not an NVIDIA"):
         mul_mat_kernel(matmul(), 0x1000000 + 0x1100)  # an AMD device's
+
+
+def test_a_cuda_device_line_gives_its_compute_capability():
+    from audioparity.ggml.backends import parse_device_lines
+
+    # ggml-cuda.cu: GGML_LOG_INFO("  Device %d: %s, compute capability %d.%d, VMM: %s,
+    #     VRAM: %zu MiB\n", ...)
+    found = parse_device_lines("ggml_cuda_init: found 1 CUDA devices (Total VRAM: 143167 MiB):\n"
+                               "  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, "
+                               "VRAM: 143167 MiB\n")
+    assert found == {"CUDA0": {"name": "NVIDIA H200", "compute capability": "9.0", "VMM": "yes",
+                               "VRAM": "143167 MiB"}}
+    assert compute_capability(found["CUDA0"]) == H200

@@ -221,3 +221,20 @@ def compute_capability(properties: Mapping[str, str]) -> int | None:
     if not (major.isdigit() and minor.isdigit()):
         return None
     return 100 * int(major) + 10 * int(minor)
+
+
+def node_cause(description: Mapping, position: int, manifest: Mapping) -> str | None:
+    """Why the node at ``position`` of a saved graph (its ``graph.json``) differs from the CPU,
+    where ggml-cuda's kernel says: :func:`tf32_cause` of a MUL_MAT in a dump (its
+    ``manifest``) computed on the ``cuda`` backend, under that dump's ``backend_env`` and on
+    its device's recorded compute capability (``device_properties``); None for another op or
+    backend, or a dump that recorded no compute capability.
+    """
+    tensors, nodes = description["tensors"], description["nodes"]
+    if manifest.get("backend") != "cuda" or tensors[nodes[position]]["op_name"] != "MUL_MAT":
+        return None
+    cc = compute_capability(manifest.get("device_properties") or {})
+    if cc is None:
+        return None
+    return tf32_cause(MulMat.of_graph(description, position), cc,
+                      manifest.get("backend_env") or {})
