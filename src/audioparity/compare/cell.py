@@ -34,7 +34,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
+from audioparity.artifacts import (
+    CRASHED_IN,
+    OPS_ON_CPU,
+    Dump,
+    base_layout,
+    same_layout,
+    write_text_atomic,
+)
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics, known_text_metrics
 from audioparity.compare.gates import (
@@ -554,16 +561,28 @@ def _storage(cell: Cell) -> dict[str, Any]:
 
 def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any] | None) -> str:
     """The gate's reason, the logits rows whose top-1 differs (when the row does not pass),
-    the stored weights that differ from the reference's (when it fails) and the candidate's
-    convention for the stage."""
+    the stored weights that differ from the reference's (when it fails), the candidate's
+    convention for the stage and the ops its backend ran on the CPU in it
+    (:func:`ops_on_cpu`)."""
     parts = (measured or {}).get("top1_rows")
     part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {row.stage}"
             if parts and verdict.status != "pass" else "")
     weights = cell.weights_differ if verdict.status == "fail" else None
     why = (conventions(cell.candidate, row.cand_stage).get("why")
            if cell.candidate is not None else None)
+    on_cpu = ops_on_cpu(cell.candidate, row.cand_stage) if cell.candidate is not None else ""
     return "; ".join(filter(None, [verdict.reason, part, weights,
-                                   why and f"compared as: {why}"]))
+                                   why and f"compared as: {why}", on_cpu]))
+
+
+def ops_on_cpu(dump: Dump, stage: str) -> str:
+    """The ops of the graphs ``dump`` computed in ``stage`` that its backend does not support,
+    which ggml's scheduler ran on the CPU (manifest
+    :data:`~audioparity.artifacts.OPS_ON_CPU`), as a line: ``on the CPU, not cuda:
+    FLASH_ATTN_EXT (4 nodes)``; empty where there were none."""
+    ops = [f"{e['op']} ({e['count']} node{'s' if e['count'] != 1 else ''})"
+           for e in dump.manifest.get(OPS_ON_CPU, []) if e.get("phase") == stage]
+    return f"on the CPU, not {dump.manifest.get('backend')}: {', '.join(ops)}" if ops else ""
 
 
 def _fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
