@@ -37,6 +37,12 @@ MANIFEST = "manifest.json"
 RUNNING = "running"
 #: The key of a crashed dump's manifest naming the stage it died in (its ``running``).
 CRASHED_IN = "crashed_in"
+#: The key of the manifest of a dump on a backend other than the CPU listing the ops of its
+#: graphs the backend does not support, which ggml's scheduler ran on the CPU (ggml-cuda
+#: refuses a FLASH_ATTN_EXT whose mask has several slices): ``[{"phase": the stage running,
+#: "op": name, "count": nodes}]``, in the order first met
+#: (:func:`audioparity.ggml.runtime.record_ops_on_cpu`).
+OPS_ON_CPU = "ops_on_cpu"
 
 
 def _write_json(path: Path, obj: Any) -> None:

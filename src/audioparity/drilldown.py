@@ -32,6 +32,8 @@ DUMPS = "dumps"
 REPRO = "repro"
 #: Row statuses a drill-down looks into: a stage that was compared and disagrees.
 DRILLED = ("fail",)
+#: How many stages a line of :func:`not_compared_text` names before it counts the rest.
+NAMED_STAGES = 3
 
 
 def failing_stages(cell: Path) -> list[str]:
@@ -43,6 +45,40 @@ def failing_stages(cell: Path) -> list[str]:
     from audioparity.report.summary import read_cell
 
     return [row["stage"] for row in read_cell(cell) if row["status"] in DRILLED]
+
+
+def not_compared(cell: Path, backend: str, against: str) -> list[dict[str, str]]:
+    """The rows of a cell file (``backend``'s dump compared with ``against``'s) whose stage was
+    not compared (:data:`~audioparity.vocabulary.NOT_COMPARED`: a dump crashed, is
+    unavailable, or lacks the stage), each as ``{side, stage, status, reason}``: ``side`` is
+    ``against`` where that dump lacked the stage
+    (:func:`~audioparity.compare.cell.lacked_by`), else ``backend``.
+
+    Raises:
+        AudioparityError: an unreadable cell file.
+    """
+    from audioparity.compare.cell import lacked_by
+    from audioparity.report.summary import read_cell
+    from audioparity.vocabulary import NOT_COMPARED
+
+    return [{"side": against if lacked_by(str(row.get("reason") or ""), against) else backend,
+             "stage": row["stage"], "status": row["status"], "reason": row.get("reason") or ""}
+            for row in read_cell(cell) if row["status"] in NOT_COMPARED]
+
+
+def not_compared_text(rows: Sequence[Mapping[str, str]]) -> str:
+    """One line of :func:`not_compared`'s rows, those of one side, status and reason together:
+    ``vulkan: layer_1 crashed (exit code -6: ...); vulkan: layer_2, layer_3, layer_4 and 5
+    more missing (not computed: the dump crashed in layer_1 (...))``."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for row in rows:
+        groups.setdefault((row["side"], row["status"], row["reason"]), []).append(row["stage"])
+    parts = []
+    for (side, status, reason), stages in groups.items():
+        named = ", ".join(stages[:NAMED_STAGES])
+        more = f" and {len(stages) - NAMED_STAGES} more" if len(stages) > NAMED_STAGES else ""
+        parts.append(f"{side}: {named}{more} {status}" + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path | None,
@@ -60,7 +96,7 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
         output_dir: the drill-down folder (module docstring), written atomically.
         cell: the cell's comparison with ``against`` (``audioparity compare --label
             against=...``): without a failing stage (and no ``phases``) nothing is run and
-            ``drilldown.json`` says so.
+            ``drilldown.json`` says why: every stage agrees, or which were not compared.
         cell_output: where to write the cell's rows again, each failing row with its
             ``first_bad_op``.
         phases: only the graphs computed in the phases of these dump stages, shell patterns
@@ -68,20 +104,28 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
             default every graph.
 
     Returns:
-        What ``drilldown.json`` holds: ``status`` (``drilled``, ``not needed``, or ``not
-        drilled`` when ``backend`` is ``against``), the failing stages, per graph compared (up
-        to the first with a bad op) its phase, outputs, structure and every node's NMSE, and
-        the cell's ``first_bad`` and ``first_not_float32`` nodes.
+        What ``drilldown.json`` holds: ``status`` (``drilled``; ``not needed`` when every stage
+        was compared and agrees; ``not drilled`` when ``backend`` is ``against``, or when no
+        stage fails but some were not compared, ``reason`` naming them: a cell whose dump
+        crashed never agrees), the failing stages, the stages not compared
+        (:func:`not_compared`), per graph compared (up to the first with a bad op) its phase,
+        outputs, structure and every node's NMSE, and the cell's ``first_bad`` and
+        ``first_not_float32`` nodes.
 
     Raises:
         AudioparityError: an unreadable cell, a dump the port refuses, or graphs that cannot be
             paired (the two dumps computed different numbers of graphs in a phase asked for).
     """
     failing = failing_stages(cell) if cell is not None else []
+    missed = not_compared(cell, backend, against) if cell is not None else []
     result: dict[str, Any] = {"backend": backend, "against": against, "weight_type": weight_type,
-                              "failing_stages": failing}
+                              "failing_stages": failing, "not_compared": missed}
     with built_directory(output_dir) as out:
-        if cell is not None and not failing and not phases:
+        if cell is not None and not failing and missed and not phases:
+            result.update(status="not drilled",
+                          reason=f"no stage fails, but {len(missed)} were not compared with "
+                          f"{against}: {not_compared_text(missed)}")
+        elif cell is not None and not failing and not phases:
             result.update(status="not needed",
                           reason=f"every stage agrees with {against} within its gate")
         elif backend == against:
@@ -126,12 +170,27 @@ def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir
                       for g in graphs if g.get("first_bad") or g.get("aborted")), None)
     first_f32 = next(({**g["first_not_float32"], "graph": g["graph"], "phase": g["phase"]}
                       for g in graphs if g.get("first_not_float32")), None)
+    for node in (first_bad, first_f32):
+        if node is not None and "nmse" in node:
+            node["cause"] = kernel_cause(dumps[backend], node)
     shown = first_bad or first_f32
     chosen = next((pair for pair in pairs if shown and pair[0].name == str(shown["graph"])),
                   pairs[0] if pairs else None)
     repro = _write_repro(out / REPRO, final / REPRO, chosen, against, backend) if chosen else None
     return {"graphs": graphs, "first_bad": first_bad, "first_not_float32": first_f32,
             "repro": repro}
+
+
+def kernel_cause(dump: Path, node: Mapping[str, Any]) -> str | None:
+    """Why a drill-down's ``node`` (``graph``, ``position``) differs, as the kernel the
+    backend of ``dump`` (a drill-down's dump, with its ``graphs/``) computed it with says:
+    TF32 on CUDA (:func:`audioparity.ggml.cuda.node_cause`); None where it says nothing."""
+    from audioparity.artifacts import Dump
+    from audioparity.ggml.cuda import node_cause
+    from audioparity.ggml.graphs import GRAPH, GRAPHS
+
+    description = json.loads((Path(dump) / GRAPHS / str(node["graph"]) / GRAPH).read_text())
+    return node_cause(description, int(node["position"]), Dump(dump).manifest)
 
 
 def _pairs(baseline: Path, target: Path, phases: Sequence[str]) -> list[tuple[Path, Path]]:
@@ -219,21 +278,24 @@ def _write_repro(folder: Path, final: Path, pair: tuple[Path, Path], against: st
 def first_bad_text(result: Mapping[str, Any]) -> str:
     """One line naming a drill-down's first bad op (empty when it found none):
     ``MUL_MAT #57 (encoder, feeds layer_0): NMSE 3.1e-03 > 5e-04``, or, when every op is within
-    ggml's tolerance, the first that did not compute in float32."""
+    ggml's tolerance, the first that did not compute in float32; with the node's ``cause``
+    where the backend's kernel names one (:func:`kernel_cause`): ``MUL_MAT #6 (...): NMSE
+    3e-07: TF32 (cuBLAS in TF32 math mode; ...)``."""
     node = result.get("first_bad")
     if node is None and result.get("first_not_float32") is None:
         return ""
     if node is None:
         node = result["first_not_float32"]
-        verdict = (f"NMSE {_g(node['nmse'])}: not float32 (ggml's tolerance "
-                   f"{_g(node['threshold'])})")
+        verdict = f"NMSE {_g(node['nmse'])}: " + (node.get("cause") or (
+            f"not float32 (ggml's tolerance {_g(node['threshold'])})"))
     elif node["verdict"] == "aborted":
         return f"the drill-down of graph {node['graph']} ({node['phase']}) stopped: {node['why']}"
     elif node["verdict"] == "leaf differs":
         return (f"weight {node['name']} ({node['phase']}) differs between the two graphs"
                 + (f": NMSE {_g(node['nmse'])}" if node.get("nmse") is not None else ""))
     elif "nmse" in node:
-        verdict = f"NMSE {_g(node['nmse'])} > {_g(node['threshold'])}"
+        verdict = f"NMSE {_g(node['nmse'])} > {_g(node['threshold'])}" + (
+            f": {node['cause']}" if node.get("cause") else "")
     else:
         verdict = node["verdict"]
     if node["verdict"] == "not finite in the baseline":

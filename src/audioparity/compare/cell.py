@@ -34,7 +34,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from audioparity.artifacts import CRASHED_IN, Dump, base_layout, same_layout, write_text_atomic
+from audioparity.artifacts import (
+    CRASHED_IN,
+    OPS_ON_CPU,
+    Dump,
+    base_layout,
+    same_layout,
+    write_text_atomic,
+)
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics, known_text_metrics
 from audioparity.compare.gates import (
@@ -341,6 +348,9 @@ class Cell:
     known_text: str | None = None
     #: The other references' dumps of the case, by name (a float32 cell's).
     others: Mapping[str, Dump] = field(default_factory=dict)
+    #: What ``reference`` is: ``reference``, or the backend it was computed on (the cell's
+    #: ``against`` label).
+    against: str = "reference"
 
     @cached_property
     def weights_differ(self) -> str | None:
@@ -454,6 +464,23 @@ def _unreadable(cell: Cell, row: Planned) -> str | None:
     return cell.candidate.manifest.get("unreadable", {}).get(row.stage)
 
 
+def lacking_dump(side: str, dump: Dump) -> str:
+    """Why a stage is not compared because the dump of ``side`` (``reference``, or the
+    backend a cell is compared with: ``cpu``) did not finish: ``the cpu dump crashed in
+    layer_1 (exit code -6: ...)``, ``the cpu dump is unavailable (...)``. A drill-down tells
+    the side of a row not compared by it (:func:`lacked_by`)."""
+    where = dump.manifest.get(CRASHED_IN)
+    state = f"crashed in {where}" if dump.status == "crashed" and where else (
+        "crashed" if dump.status == "crashed" else f"is {dump.status}")
+    return f"the {side} dump {state} ({dump.manifest.get('message') or dump.status})"
+
+
+def lacked_by(reason: str, side: str) -> bool:
+    """Whether a row's ``reason`` says that the dump of ``side`` lacked its stage
+    (:func:`lacking_dump`), rather than the candidate's."""
+    return reason.startswith(f"the {side} dump ")
+
+
 def _not_replayed(cell: Cell, row: Planned) -> str:
     why = cell.replay.manifest.get("skipped", {}).get(row.stage)
     return f"not replayed: {why or f'not in the replay dump {cell.replay.path}'}"
@@ -482,6 +509,9 @@ RULES = (
          lambda cell, row: f"not in the candidate dump {cell.candidate_path}"),
     Rule(lambda cell, row: row.ref_stage is None and row.against is cell.replay, "missing",
          _not_replayed),
+    Rule(lambda cell, row: row.ref_stage is None and cell.reference.status != "ok", "missing",
+         lambda cell, row: f"{lacking_dump(cell.against, cell.reference)}: it has no "
+                           f"{cell.wanted(row.stage)!r}"),
     Rule(lambda cell, row: row.ref_stage is None, "missing",
          lambda cell, row: f"no reference stage {cell.wanted(row.stage)!r} in "
                            f"{cell.reference.path}"),
@@ -531,16 +561,28 @@ def _storage(cell: Cell) -> dict[str, Any]:
 
 def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any] | None) -> str:
     """The gate's reason, the logits rows whose top-1 differs (when the row does not pass),
-    the stored weights that differ from the reference's (when it fails) and the candidate's
-    convention for the stage."""
+    the stored weights that differ from the reference's (when it fails), the candidate's
+    convention for the stage and the ops its backend ran on the CPU in it
+    (:func:`ops_on_cpu`)."""
     parts = (measured or {}).get("top1_rows")
     part = (f"top-1 differs in row(s) {', '.join(map(str, parts))} of {row.stage}"
             if parts and verdict.status != "pass" else "")
     weights = cell.weights_differ if verdict.status == "fail" else None
     why = (conventions(cell.candidate, row.cand_stage).get("why")
            if cell.candidate is not None else None)
+    on_cpu = ops_on_cpu(cell.candidate, row.cand_stage) if cell.candidate is not None else ""
     return "; ".join(filter(None, [verdict.reason, part, weights,
-                                   why and f"compared as: {why}"]))
+                                   why and f"compared as: {why}", on_cpu]))
+
+
+def ops_on_cpu(dump: Dump, stage: str) -> str:
+    """The ops of the graphs ``dump`` computed in ``stage`` that its backend does not support,
+    which ggml's scheduler ran on the CPU (manifest
+    :data:`~audioparity.artifacts.OPS_ON_CPU`), as a line: ``on the CPU, not cuda:
+    FLASH_ATTN_EXT (4 nodes)``; empty where there were none."""
+    ops = [f"{e['op']} ({e['count']} node{'s' if e['count'] != 1 else ''})"
+           for e in dump.manifest.get(OPS_ON_CPU, []) if e.get("phase") == stage]
+    return f"on the CPU, not {dump.manifest.get('backend')}: {', '.join(ops)}" if ops else ""
 
 
 def _fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
@@ -740,6 +782,7 @@ def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
         others={name: Dump(path) for name, path in (others or {}).items()},
+        against=labels.get("against", REFERENCE),
     )
     cell.plan = _plan(cell)
     cell.crashed_in = _crashed_stage(cell)

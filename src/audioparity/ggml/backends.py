@@ -32,6 +32,9 @@ class BackendUnavailable(AudioparityError):
 #: A device line ggml-vulkan prints when it starts: ``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6,
 #: 256 bits) (llvmpipe) | uma: 0 | fp16: 1 | bf16: 0 | warp size: 8 | ...``.
 _VULKAN_DEVICE = re.compile(r"^ggml_vulkan: (\d+) = (.*) \(([^()]*)\) \| (.*)$")
+#: A device line ggml-cuda prints when it starts (ggml-cuda.cu, ``ggml_cuda_init``): ``Device
+#: 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143167 MiB``.
+_CUDA_DEVICE = re.compile(r"^Device (\d+): (.*), compute capability (\d+\.\d+), (.*)$")
 #: Environment variables of the ggml backends (GGML_VK_DISABLE_F16, GGML_CUDA_FORCE_MMQ, ...),
 #: recorded in every dump's manifest (``backend_env``): they change what a backend computes.
 _BACKEND_ENV = re.compile(r"^GGML_(VK|VULKAN|CUDA|SCHED)_")
@@ -40,10 +43,9 @@ _BACKEND_ENV = re.compile(r"^GGML_(VK|VULKAN|CUDA|SCHED)_")
 @functools.cache
 def device_properties() -> dict[str, dict[str, str]]:
     """What the backends report of their devices as ggml starts them, by ggml device name
-    (``Vulkan0``): for Vulkan, the name, the driver, and the features ggml-vulkan uses (``fp16``,
-    ``bf16``, ``warp size`` (the subgroup size), ``shared memory``, ``int dot``, ``matrix
-    cores``). ggml-vulkan prints them to stderr at its first use, so that first use happens
-    here with stderr read (and written back: the lines still reach a log)."""
+    (:func:`parse_device_lines`). The backends print them to stderr at their first use, so
+    that first use happens here with stderr read (and written back: the lines still reach a
+    log)."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -56,6 +58,15 @@ def device_properties() -> dict[str, dict[str, str]]:
         captured.seek(0)
         text = captured.read().decode(errors="replace")
     sys.stderr.write(text)
+    return parse_device_lines(text)
+
+
+def parse_device_lines(text: str) -> dict[str, dict[str, str]]:
+    """The devices ggml's backends describe in ``text`` (what they print as they start), by
+    ggml device name: ``Vulkan0``: the name, the driver, and the features ggml-vulkan uses
+    (``fp16``, ``bf16``, ``warp size`` (the subgroup size), ``shared memory``, ``int dot``,
+    ``matrix cores``); ``CUDA0``: the name, the ``compute capability`` (``9.0``; what
+    ggml-cuda picks its kernels by, :mod:`audioparity.ggml.cuda`), ``VMM``, ``VRAM``."""
     found = {}
     for line in text.splitlines():
         match = _VULKAN_DEVICE.match(line.strip())
@@ -64,6 +75,12 @@ def device_properties() -> dict[str, dict[str, str]]:
                           if ": " in part)
             found[f"Vulkan{match.group(1)}"] = {"name": match.group(2), "driver": match.group(3),
                                                 **fields}
+        match = _CUDA_DEVICE.match(line.strip())
+        if match:
+            fields = dict(part.split(": ", 1) for part in match.group(4).split(", ")
+                          if ": " in part)
+            found[f"CUDA{match.group(1)}"] = {"name": match.group(2),
+                                              "compute capability": match.group(3), **fields}
     return found
 
 

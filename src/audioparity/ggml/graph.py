@@ -28,6 +28,10 @@ from audioparity.memory import MEMORY_LIMIT
 if TYPE_CHECKING:
     from audioparity.ggml.runtime import Runtime
 
+#: Ops that compute nothing (ggml_op_is_empty): no backend runs them.
+_EMPTY_OPS = (ggml.GGML_OP_NONE, ggml.GGML_OP_RESHAPE, ggml.GGML_OP_VIEW, ggml.GGML_OP_PERMUTE,
+              ggml.GGML_OP_TRANSPOSE)
+
 _INPUT_TYPES = {
     np.dtype(np.float32): ggml.GGML_TYPE_F32,
     np.dtype(np.float16): ggml.GGML_TYPE_F16,
@@ -155,9 +159,13 @@ class Graph:
         rt = self._runtime
         if not self._outputs and not self._expanded:
             raise AudioparityError("graph has no outputs and no expanded nodes")
-        self._computed = True
+        first, self._computed = not self._computed, True
         if rt.capture is not None and not self._saved:  # as built: a backend may reorder
             self._save(rt.capture)
+        if rt.on_cpu is not None and first:  # once, as built (the scheduler rewires sources)
+            unsupported = self.unsupported_ops()
+            if unsupported:
+                rt.on_cpu(unsupported)
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
             self._as_built()
@@ -186,6 +194,22 @@ class Graph:
             ggml.ggml_backend_tensor_get(tensor, _ptr(out), 0, out.nbytes)
             results[name] = out
         return results
+
+    def unsupported_ops(self) -> dict[str, int]:
+        """The ops of this graph's nodes its runtime's backend does not support
+        (``ggml_backend_supports_op``), which the scheduler runs on the CPU: op name -> nodes;
+        empty on the CPU backend. Nodes that compute nothing (views) are not asked about."""
+        rt = self._runtime
+        if rt.backend_name == "cpu":
+            return {}
+        found: dict[str, int] = {}
+        for i in range(self.n_nodes):
+            node = ggml.ggml_graph_node(self._gf, i)
+            if node.contents.op not in _EMPTY_OPS and not ggml.ggml_backend_supports_op(
+                    rt.backend, node):
+                name = ggml.ggml_op_name(node.contents.op).decode()
+                found[name] = found.get(name, 0) + 1
+        return found
 
     def _check_memory(self, held: list[tuple[int, int | None]]) -> None:
         """Refuse the graph, before its first compute touches a page, when a backend's compute

@@ -16,12 +16,13 @@ import contextvars
 import ctypes
 import logging
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from audioparity.artifacts import OPS_ON_CPU
 from audioparity.errors import AudioparityError
 from audioparity.ggml.backends import (
     BackendUnavailable,
@@ -75,6 +76,10 @@ class Runtime:
         #: What each graph is handed to at its first compute (:func:`capturing_graphs`), or
         #: None.
         self.capture = None
+        #: Called once per graph at its first compute, on a backend other than the CPU, with
+        #: the ops of its nodes the backend does not support (op name -> nodes), which the
+        #: scheduler runs on the CPU; None: not checked.
+        self.on_cpu: Callable[[Mapping[str, int]], None] | None = None
         self._finalizer = weakref.finalize(self, _free_runtime, self._sched, list(handles))
 
     @property
@@ -123,7 +128,9 @@ class Runtime:
 
 def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Runtime | None:
     """The runtime a ggml dump computes on, what it is recorded in the dump's manifest
-    (``device_description`` and ``ggml_build``, :func:`build_info`).
+    (``device_description`` and ``ggml_build``, :func:`build_info`), and on a backend other
+    than the CPU the ops it runs on the CPU
+    (:data:`~audioparity.artifacts.OPS_ON_CPU`).
 
     Args:
         writer: the dump being written (an :class:`audioparity.artifacts.DumpWriter`).
@@ -150,7 +157,22 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
     capture = _CAPTURE.get()
     if capture is not None:
         runtime.capture = capture(writer)
+    if backend != "cpu":
+        runtime.on_cpu = lambda ops: record_ops_on_cpu(writer.manifest, writer.running, ops)
     return runtime
+
+
+
+def record_ops_on_cpu(manifest: dict, phase: str | None, ops: Mapping[str, int]) -> None:
+    """Add ``ops`` (op name -> nodes of one graph) computed in ``phase`` to ``manifest``'s
+    :data:`OPS_ON_CPU`, each op's count summed over the graphs of the phase."""
+    entries = manifest.setdefault(OPS_ON_CPU, [])
+    for op, count in ops.items():
+        entry = next((e for e in entries if (e["phase"], e["op"]) == (phase, op)), None)
+        if entry is None:
+            entries.append({"phase": phase, "op": op, "count": count})
+        else:
+            entry["count"] += count
 
 
 _CAPTURE = contextvars.ContextVar("audioparity_graph_capture", default=None)
