@@ -233,8 +233,8 @@ def resolve_gates(
 
     Args:
         section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and
-            the optional lists of :data:`EXPECTED_LISTS`; other keys are ignored, so a family's
-            whole config section can be passed.
+            the optional lists of :data:`EXPECTED_LISTS` and :data:`UNMEASURED_GATES`; other
+            keys are ignored, so a family's whole config section can be passed.
         model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
             kept when their patterns match it (fnmatch).
         against: what the cell is compared with: ``reference``, or a backend, whose
