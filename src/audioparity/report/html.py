@@ -217,14 +217,14 @@ def _unmeasured_lines(rows: pd.DataFrame, marks: Mapping[str, str | None]) -> st
     """A line per backend and mark under a family's matrix: the weight types of its cells that
     a gate list no device of that backend has measured judged, and why (``marks``: gate text
     -> mark)."""
-    found: dict[tuple[str, str], list[str]] = {}
+    found: dict[tuple[str, str], set[str]] = {}
     for backend, weight_type, gate in zip(rows["backend"], rows["weight_type"], rows["gate"],
                                           strict=True):
         if marks[gate]:
-            found.setdefault((backend, marks[gate]), []).append(weight_type)
+            found.setdefault((backend, marks[gate]), set()).add(weight_type)
     return "".join(
         f'<p class="note unmeasured"{_filter_attrs({"backend": backend})}><b>unmeasured</b> '
-        f"{_esc(backend)} \u00b7 {_esc(', '.join(ordered(types, WEIGHT_TYPES)))}: gates "
+        f"{_esc(backend)} \u00b7 {_esc(', '.join(ordered(list(types), WEIGHT_TYPES)))}: gates "
         f"{_esc(mark)}</p>"
         for (backend, mark), types in found.items())
 
