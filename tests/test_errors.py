@@ -478,6 +478,10 @@ SCHEMA_CASES = (
     SchemaCase("schema_unknown_key", "parakeet_tdt: {bakends: [cpu]}", "'bakends'"),
     SchemaCase("schema_backend_env", "parakeet_tdt: {backends: [cpu, {name: vk, backend: "
                "vulkan, env: {lower: '1'}}]}", "['env']"),
+    SchemaCase("schema_unmeasured_gates", "parakeet_tdt: {unmeasured_gates: {cuda: copied}}",
+               "['unmeasured_gates']"),
+    SchemaCase("config_unmeasured_gates",
+               "parakeet_tdt: {unmeasured_gates: {'q4_0@cuda': copied}}", "'q4_0@cuda'"),
     SchemaCase("config_backend_setting_named_as_another",
                "parakeet_tdt: {backends: [cpu, {name: vulkan, backend: cuda}]}",
                "the vulkan backend"),

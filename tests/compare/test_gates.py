@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,14 @@ import yaml
 
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
-from audioparity.compare.gates import LENGTH_SCALED, THRESHOLDS, for_length, gate_for
+from audioparity.compare.gates import (
+    LENGTH_SCALED,
+    THRESHOLDS,
+    check_resolved,
+    for_length,
+    gate_for,
+    unmeasured_mark,
+)
 from audioparity.errors import AudioparityError
 from audioparity.families import stage_key
 from tests import REPO
@@ -226,6 +234,60 @@ def test_expected_failure_needs_a_reason():
     section = {"gates": SECTION["gates"], "expected_failures": [{"stage": "enc_out"}]}
     with pytest.raises(AudioparityError, match=r"expected_failures\[0\].*'reason'"):
         resolve_gates(section, **CELL)
+
+
+#: A section whose CUDA list is a copy of its Vulkan list, marked so.
+COPIED = "copied from the Vulkan lists (lavapipe)"
+UNMEASURED_SECTION = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-12}],
+                                "q8_0": [{"stage": "*", "nmse_max": 1e-6}],
+                                "q8_0@vulkan": [{"stage": "*", "nmse_max": 1e-3}],
+                                "q8_0@cuda": [{"stage": "*", "nmse_max": 1e-3}]},
+                      "unmeasured_gates": {"*@cuda": COPIED}}
+
+
+@pytest.mark.parametrize(("backend", "ggml_backend", "weight_type", "gate"), [
+    ("cuda", "cuda", "q8_0", f"q8_0@cuda/*: nmse<=0.001 (unmeasured on cuda: {COPIED})"),
+    ("cuda-strict", "cuda", "q8_0", f"q8_0@cuda/*: nmse<=0.001 (unmeasured on cuda: {COPIED})"),
+    ("cuda-strict", "cuda", "f32", "default/*: nmse<=1e-12"),  # the CPU's float32 gates
+    ("vulkan", "vulkan", "q8_0", "q8_0@vulkan/*: nmse<=0.001"),
+    ("cpu", "cpu", "q8_0", "q8_0/*: nmse<=1e-06"),
+])
+def test_a_list_no_device_of_its_backend_measured_marks_the_gate_of_each_row_it_judges(
+        backend, ggml_backend, weight_type, gate):
+    """A setting takes its ggml backend's lists; the entries of an unmeasured one judge as
+    the Vulkan list's do, and their gate text says they are unmeasured, which the report
+    reads back."""
+    for against in ("reference", "cpu"):
+        gates = json.loads(json.dumps(resolve_gates(
+            UNMEASURED_SECTION, model="tiny", backend=backend, weight_type=weight_type,
+            against=against, ggml_backend=ggml_backend)))
+        check_resolved(gates)
+        verdict = status("enc_out", gates, metrics={"nmse": 1e-13})
+        assert verdict == ("pass", gate, "")
+        assert unmeasured_mark(verdict.gate) == (
+            f"unmeasured on cuda: {COPIED}" if ggml_backend == "cuda" and weight_type == "q8_0"
+            else None)
+        assert status("enc_out", gates, availability="unavailable").gate == gate
+
+
+@pytest.mark.parametrize(("named", "message"), [
+    ({"*@cdua": "why"}, r"'\*@cdua': name a backend's gate lists, <weight type>@<cpu\|cuda\|"),
+    ({"cuda": "why"}, "'cuda': name a backend's gate lists"),
+    ({"*@cuda": " "}, r"'\*@cuda': say why they are unmeasured, got ' '"),
+    ({"f16@cuda": "why"}, r"'f16@cuda': names no gate list of the section \(its backends' lists: "
+                          r"q8_0@vulkan, q8_0@cuda\)"),
+    (["*@cuda"], ": expected a mapping of gate list -> why"),
+])
+def test_a_malformed_unmeasured_gates_entry_is_named(named, message):
+    with pytest.raises(AudioparityError, match=f"^unmeasured_gates.*{message}"):
+        resolve_gates({**UNMEASURED_SECTION, "unmeasured_gates": named}, **CELL)
+
+
+def test_resolved_gates_with_an_unmeasured_mark_the_report_cannot_read_are_refused():
+    gates = {"gates": [{"stage": "*", "nmse_max": 1.0, "from": "q8_0@cuda",
+                        "unmeasured": "copied"}], "expected_failures": []}
+    with pytest.raises(AudioparityError, match=r"gates\[0\]: unmeasured must read"):
+        check_resolved(gates)
 
 
 # --- compare_cell on synthetic dumps ----------------------------------------------------------
@@ -721,6 +783,9 @@ def test_the_config_schema_takes_every_threshold_and_nothing_else():
     scaling = schema["definitions"]["family"]["properties"]["length_scaling"]
     assert set(scaling["properties"]["entries"]["additionalProperties"]["properties"]) == {
         "measured_at", *LENGTH_SCALED}
+    unmeasured = schema["definitions"]["family"]["properties"]["unmeasured_gates"]
+    assert re.fullmatch(unmeasured["propertyNames"]["pattern"], "*@cuda")
+    assert not re.fullmatch(unmeasured["propertyNames"]["pattern"], "*@cdua")
 
 
 #: A rule scaling the f32 bounds of two entries of SECTION by the case's mel frames.

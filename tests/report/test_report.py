@@ -289,6 +289,56 @@ def test_backends_against_the_cpu_have_their_own_matrix_and_first_bad_ops(tmp_pa
     assert "All 4 stages pass" in text  # the headline counts the reference comparisons
 
 
+def test_a_cell_judged_by_an_unmeasured_list_is_marked_in_the_summary_and_the_page(
+        tmp_path: Path):
+    """q8_0 on cuda takes q8_0@cuda, a copy of the Vulkan list the section marks unmeasured:
+    its rows (against the reference and the CPU) say so in their gate column, and the page
+    marks its cells and says why, once under the matrix; the cpu and vulkan cells, and the
+    cuda cell at f32 (the CPU's float32 gates), pass unmarked."""
+    from audioparity.compare.gates import resolve_gates, status
+
+    why = "copied from the Vulkan lists (lavapipe)"
+    section = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-12}],
+                         "q8_0": [{"stage": "*", "nmse_max": 1e-6}],
+                         "q8_0@vulkan": [{"stage": "*", "nmse_max": 1e-3}],
+                         "q8_0@cuda": [{"stage": "*", "nmse_max": 1e-3}]},
+               "unmeasured_gates": {"*@cuda": why}}
+    rows = []
+    for backend, weight_type, nmse in (("cpu", "q8_0", 2e-7), ("vulkan", "q8_0", 3e-4),
+                                       ("cuda", "q8_0", 4e-4), ("cuda", "f32", 5e-13)):
+        for against in ("reference", "cpu")[:1 + (backend != "cpu")]:
+            gates = resolve_gates(section, model="tiny", backend=backend,
+                                  weight_type=weight_type, against=against)
+            verdict = status("enc_out", gates, metrics={"nmse": nmse})
+            rows.append(row("enc_out", backend=backend, weight_type=weight_type,
+                            against=against, status=verdict.status, nmse=nmse,
+                            gate=verdict.gate))
+    write_summary([write_cell(tmp_path / "cell.json", rows)], tmp_path / "s.csv")
+    marked = {(r["backend"], r["weight_type"], r["against"]): r["gate"].endswith(
+        f" (unmeasured on cuda: {why})") for r in read_csv(tmp_path / "s.csv")}
+    assert marked == {("cpu", "q8_0", "reference"): False,
+                      ("vulkan", "q8_0", "reference"): False, ("vulkan", "q8_0", "cpu"): False,
+                      ("cuda", "q8_0", "reference"): True, ("cuda", "q8_0", "cpu"): True,
+                      ("cuda", "f32", "reference"): False, ("cuda", "f32", "cpu"): False}
+
+    write_html(tmp_path / "s.csv", tmp_path / "index.html")
+    text = (tmp_path / "index.html").read_text()
+    cells = re.findall(r'<td class="st-pass( unmeasured)?[^"]*" data-candidate="audioparity" '
+                       r'data-backend="(\w+)" data-weight-type="(\w+)"[^>]*>([^<]*)(.*?)</td>',
+                       text)
+    # the status matrix's cells, then those of the matrix against the CPU
+    assert [(backend, weight_type, bool(css), "unmeasured</small>" in rest)
+            for css, backend, weight_type, _, rest in cells] == [
+        ("cpu", "q8_0", False, False), ("cuda", "f32", False, False),
+        ("cuda", "q8_0", True, True), ("vulkan", "q8_0", False, False),
+        ("cuda", "f32", False, False), ("cuda", "q8_0", True, True),
+        ("vulkan", "q8_0", False, False)]
+    line = f"cuda · q8_0: gates unmeasured on cuda: {html.escape(why)}"
+    assert text.count(line) == 2 and "vulkan · q8_0" not in text  # one line per matrix
+    assert ("Of the 4 stages that pass, 1 passed on gates no device of their backend has "
+            "measured") in text
+
+
 def test_a_quantized_cell_shows_its_cost_and_the_tightest_bounds_it_would_pass(tmp_path: Path):
     cell = write_cell(tmp_path / "q8_0.json", [
         row("layer_0_isolated", weight_type="q8_0", nmse=2.5e-12, cosine=1 - 1.2e-12,

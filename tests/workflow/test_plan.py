@@ -98,6 +98,13 @@ REFUSED = [
     (bad(backends=["cpu", {"name": "vulkan", "backend": "cuda"}]),
      "config parakeet_tdt.backends 'vulkan': a setting of cuda cannot be named after the "
      "vulkan backend"),
+    (bad(unmeasured_gates={"q8_0@cuda": "copied"}),
+     "config parakeet_tdt.unmeasured_gates 'q8_0@cuda': names no gate list of the section (its "
+     "backends' lists: none)"),
+    (bad(gates={"default": [{"stage": "*", "cosine_min": 0.9}],
+                "q8_0@vulkan": [{"stage": "*", "cosine_min": 0.5}]},
+         unmeasured_gates={"*@vulkan": " "}),
+     "config parakeet_tdt.unmeasured_gates '*@vulkan': say why they are unmeasured, got ' '"),
     (bad(cases=[{"name": "a", "path": CLIP}] * 2),
      "config parakeet_tdt.cases: the name 'a' is used twice"),
     (bad(cases=[{"name": "a", "path": "no/such.wav"}]),

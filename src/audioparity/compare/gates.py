@@ -83,6 +83,18 @@ A case of ``T`` frames, ``T > measured_at``, takes each named threshold times
 ``(T / measured_at) ** exponent`` (rounded up to two significant digits; :func:`for_length`),
 and the gate column says so. Shorter cases take the bounds as written.
 
+Unmeasured gates (optional, per family section): the backends' lists (``<weight type>@<ggml
+backend>``) that no device of that backend has measured, each with why (copies of another
+backend's, say), by name or fnmatch pattern::
+
+    unmeasured_gates:
+      "*@cuda": copied from the Vulkan lists (lavapipe)
+
+Their entries judge as any other; each carries the mark ``unmeasured on cuda: <why>``, which the
+``gate`` column shows after the gate (:func:`gate_text`) and the report reads back from it
+(:func:`unmeasured_mark`): a stage that passes on such a gate does not read as one that passes
+on a measured one.
+
 Expected failure: ``stage`` and ``reason`` required; ``model``, ``backend``, ``weight_type``,
 ``candidate`` and ``case`` patterns default to ``"*"``. A matching stage that fails is
 ``xfail``; one that passes is ``fail`` ("declared expected failure passed (stale declaration:
@@ -98,18 +110,21 @@ workflow passes as ``audioparity compare --gates '<json>'``)::
      "expected_failures": [{"stage": "enc_out", "reason": "f16 overflow"}]}
 
 ``from`` names the list an entry came from (the weight type or ``default``) and shows in the
-``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``.
+``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``; an entry of an unmeasured list also has
+``unmeasured``, its mark.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import (
+    BACKENDS,
     BLOCK_TYPES,
     MIXES,
     NOT_COMPARED,
@@ -140,6 +155,11 @@ _PATTERNS = ("model", "backend", "weight_type", "candidate", "case")
 #: The thresholds a ``length_scaling`` rule may scale: bounds on float32 noise.
 LENGTH_SCALED = ("nmse_max", "median_row_nmse_max", "max_abs_max", "max_rel_max")
 LENGTH_SCALING = "length_scaling"
+#: The section's key naming the backend gate lists no device of their backend has measured
+#: (module docstring), and how an entry's mark begins: ``unmeasured on <ggml backend>: <why>``.
+UNMEASURED_GATES, UNMEASURED = "unmeasured_gates", "unmeasured on"
+#: The mark at the end of a gate's text (:func:`gate_text`), read back by :func:`unmeasured_mark`.
+_UNMEASURED_TEXT = re.compile(rf" \(({UNMEASURED} [^:]+: .+)\)$")
 
 
 class Verdict(NamedTuple):
@@ -213,8 +233,8 @@ def resolve_gates(
 
     Args:
         section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and
-            the optional lists of :data:`EXPECTED_LISTS`; other keys are ignored, so a family's
-            whole config section can be passed.
+            the optional lists of :data:`EXPECTED_LISTS` and :data:`UNMEASURED_GATES`; other
+            keys are ignored, so a family's whole config section can be passed.
         model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
             kept when their patterns match it (fnmatch).
         against: what the cell is compared with: ``reference``, or a backend, whose
@@ -227,11 +247,13 @@ def resolve_gates(
     Returns:
         ``{"gates": [...], "expected_failures": [...]}``: the entries of
         ``<weight type>@<ggml backend>`` (a backend's own list, where the section has one:
-        the quantization-aware references emulate the CPU's rounding, not another backend's),
+        the quantization-aware references emulate the CPU's rounding, not another backend's;
+        looked up by the ggml backend, so every setting of it takes the same lists),
         then for a block type ``quantized@<ggml backend>`` (every block type's), then the
         weight type's, then ``quantized``'s, then ``default``'s, each with ``from`` added; a
         recipe's weight type (``q4_K+recipe``) and a mix (``q4_K_M``) take their base type's
-        lists; the matching
+        lists; ``unmeasured`` added to the entries of a list the section's
+        ``unmeasured_gates`` names (:func:`unmeasured_lists`); the matching
         expected failures as ``{"stage", "reason"}`` (and ``"strict": false`` where declared).
 
     Raises:
@@ -240,6 +262,7 @@ def resolve_gates(
     gates = section.get("gates")
     if not isinstance(gates, Mapping) or not gates:
         raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
+    unmeasured = unmeasured_lists(section)
     resolved = []
     base = weight_type.split(RECIPE_SEPARATOR)[0]
     base = MIXES.get(base, base)
@@ -250,7 +273,8 @@ def resolve_gates(
             raise _entry_error(name, f"expected a list of entries, got {entries!r}")
         for i, entry in enumerate(entries):
             _check_gate(entry, f"{name}[{i}]", ())
-            resolved.append({**entry, "from": name})
+            resolved.append({**entry, "from": name,
+                             **({"unmeasured": unmeasured[name]} if name in unmeasured else {})})
     cell = {"model": model, "backend": backend, "weight_type": weight_type,
             "candidate": candidate, "case": case}
     chosen = []
@@ -270,6 +294,45 @@ def resolve_gates(
         _check_length_scaling(rule, [e["stage"] for e in gates.get("default", [])])
         result[LENGTH_SCALING] = dict(rule)
     return result
+
+
+def unmeasured_lists(section: Mapping[str, Any]) -> dict[str, str]:
+    """The gate lists of ``section`` its ``unmeasured_gates`` names (module docstring), each with
+    its mark, ``unmeasured on <ggml backend>: <why>``.
+
+    Raises:
+        AudioparityError: ``unmeasured_gates`` is not a mapping of a backend list's name or
+            pattern (``<weight type>@<ggml backend>``) to why, or a pattern names no list of the
+            section's ``gates`` (one line, naming it).
+    """
+    named = section.get(UNMEASURED_GATES) or {}
+    if not isinstance(named, Mapping):
+        raise AudioparityError(f"{UNMEASURED_GATES}: expected a mapping of gate list -> why, "
+                               f"got {named!r}")
+    lists = [name for name in section.get("gates") or {} if "@" in name]
+    marks: dict[str, str] = {}
+    for pattern, why in named.items():
+        where = f"{UNMEASURED_GATES} {pattern!r}"
+        types, at, backend = (pattern.rpartition("@") if isinstance(pattern, str)
+                              else ("", "", ""))
+        if not (types and at and backend in BACKENDS):
+            raise AudioparityError(f"{where}: name a backend's gate lists, <weight type>@<"
+                                   f"{'|'.join(BACKENDS)}> (a pattern: *@cuda)")
+        if not isinstance(why, str) or not why.strip():
+            raise AudioparityError(f"{where}: say why they are unmeasured, got {why!r}")
+        matched = [name for name in lists if fnmatchcase(name, pattern)]
+        if not matched:
+            raise AudioparityError(f"{where}: names no gate list of the section (its backends' "
+                                   f"lists: {', '.join(lists) or 'none'})")
+        marks.update({name: f"{UNMEASURED} {backend}: {why.strip()}" for name in matched})
+    return marks
+
+
+def unmeasured_mark(text: str) -> str | None:
+    """The unmeasured mark (``unmeasured on cuda: ...``) a ``gate`` column's ``text`` ends with
+    (:func:`gate_text`), None for a gate of a measured list."""
+    found = _UNMEASURED_TEXT.search(text)
+    return found.group(1) if found else None
 
 
 def _check_length_scaling(rule: Any, defaults: list[str]) -> None:
@@ -350,7 +413,10 @@ def check_resolved(gates: Any) -> None:
             f"returns, got keys {sorted(gates) if isinstance(gates, Mapping) else gates!r}"
         )
     for i, entry in enumerate(gates["gates"]):
-        _check_gate(entry, f"gates[{i}]", ("from", "length"))
+        _check_gate(entry, f"gates[{i}]", ("from", "length", "unmeasured"))
+        if "unmeasured" in entry and unmeasured_mark(gate_text(entry)) != entry["unmeasured"]:
+            raise _entry_error(f"gates[{i}]", f"unmeasured must read '{UNMEASURED} <backend>: "
+                               f"<why>', got {entry['unmeasured']!r}")
     if gates.get(LENGTH_SCALING) is not None:
         _check_length_scaling(gates[LENGTH_SCALING],
                               [e["stage"] for e in gates["gates"] if e.get("from") == "default"])
@@ -379,7 +445,9 @@ def gate_for(stage: str, gates: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def gate_text(gate: Mapping[str, Any]) -> str:
-    """Text form of a gate entry for the ``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``."""
+    """Text form of a gate entry for the ``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``,
+    then ``(scaled to T frames)`` where its bounds were, and ``(unmeasured on cuda: why)``
+    where its list is unmeasured, last."""
     terms = []
     for key, (metric, op) in _LIMITS.items():
         if key in gate:
@@ -393,7 +461,8 @@ def gate_text(gate: Mapping[str, Any]) -> str:
         terms.append(f"near ties only: logit_gap<={float(gate['logit_gap_max'])!r}")
     origin = f"{gate['from']}/" if "from" in gate else ""
     length = f" (scaled to {gate['length']} frames)" if "length" in gate else ""
-    return f"{origin}{gate['stage']}: {', '.join(terms)}{length}"
+    unmeasured = f" ({gate['unmeasured']})" if "unmeasured" in gate else ""
+    return f"{origin}{gate['stage']}: {', '.join(terms)}{length}{unmeasured}"
 
 
 def _passes(op: str, value: float, limit: float) -> bool:

@@ -2,7 +2,9 @@
 
 Sections, top to bottom: headline counts by status; filters; the stages that need attention,
 grouped under their cause; the status matrix (rows family/model/case/stage, columns candidate x
-backend x weight type, the key metric in each cell, the reason as its tooltip); the weight
+backend x weight type, the key metric in each cell, the reason as its tooltip; a cell judged by
+a gate list no device of its backend has measured marked ``unmeasured``, with a line per backend
+saying why: config ``unmeasured_gates``); the weight
 types of each sweep (cost against bits per weight, the Pareto front, a table); each backend
 against the CPU backend, stage by stage, with the first bad op of each cell that fails there
 (its drill-down); each case run again in one process against its fresh run; per-layer error
@@ -38,7 +40,7 @@ import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
-from audioparity.compare.gates import STALE
+from audioparity.compare.gates import STALE, unmeasured_mark
 from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
@@ -95,6 +97,8 @@ table.full td.reason{max-width:520px}table.full td.gate{white-space:nowrap;font-
 .legend span{display:inline-block;border-radius:4px;padding:1px 8px;margin-right:6px}
 img{max-width:100%;display:block;margin:6px 0 14px}
 table.matrix small.cost{color:#52525b;font-size:10.5px}
+table.matrix td.unmeasured{outline:2px dashed #a16207;outline-offset:-3px}
+small.unmeasured,p.unmeasured b{color:#a16207;font-size:10.5px;font-weight:600}
 [hidden]{display:none!important}
 table.matrix th.stage,table.matrix th.corner{position:sticky;left:0;background:#fff;z-index:1}
 table.matrix th.corner{background:#f4f4f5;z-index:2}
@@ -203,6 +207,28 @@ def _tooltip(row: pd.Series) -> str:
     return "\n".join(lines)
 
 
+def _marks(gates: pd.Series) -> dict[str, str | None]:
+    """Each distinct text of a ``gate`` column -> its unmeasured mark
+    (:func:`~audioparity.compare.gates.unmeasured_mark`), None for a measured list's."""
+    return {gate: unmeasured_mark(gate) for gate in gates.unique()}
+
+
+def _unmeasured_lines(rows: pd.DataFrame, marks: Mapping[str, str | None]) -> str:
+    """A line per backend and mark under a family's matrix: the weight types of its cells that
+    a gate list no device of that backend has measured judged, and why (``marks``: gate text
+    -> mark)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for backend, weight_type, gate in zip(rows["backend"], rows["weight_type"], rows["gate"],
+                                          strict=True):
+        if marks[gate]:
+            found.setdefault((backend, marks[gate]), set()).add(weight_type)
+    return "".join(
+        f'<p class="note unmeasured"{_filter_attrs({"backend": backend})}><b>unmeasured</b> '
+        f"{_esc(backend)} \u00b7 {_esc(', '.join(ordered(list(types), WEIGHT_TYPES)))}: gates "
+        f"{_esc(mark)}</p>"
+        for (backend, mark), types in found.items())
+
+
 def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
@@ -225,6 +251,11 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
         verdict = f"{attention} of {total} stages need attention (fail, crashed or missing)."
     else:
         verdict = f"All {total} stages pass, or fail as declared, or are unavailable."
+    passing = frame.loc[frame["status"] == "pass", "gate"]
+    unmeasured = int(passing.map(_marks(passing)).notna().sum())
+    if unmeasured:
+        verdict += (f" Of the {len(passing)} stages that pass, {unmeasured} passed on gates no "
+                    "device of their backend has measured (cells marked \u201cunmeasured\u201d).")
     if len(against_backend):
         failing = int((against_backend["status"] == "fail").sum())
         verdict += (f" Against the CPU backend, {failing} of {len(against_backend)} stages of "
@@ -403,6 +434,7 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
         parts.append(f'<p class="note">{left} case{"s" if left != 1 else ""} not shown: at '
                      f"most {SHOWN_CASES} of each model, those with a stage that needs "
                      "attention first (summary.csv holds every case).</p>")
+    marks = _marks(frame["gate"])
     for family, rows in frame[shown].groupby("family", sort=False):
         labels = list(dict.fromkeys(zip(rows["candidate"], rows["backend"],
                                         rows["weight_type"], strict=True)))
@@ -433,10 +465,13 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
                         tds.append(f'<td class="empty{edge[i]}"{attrs}></td>')
                     else:
                         cost = cost_metric(row)
+                        unmeasured = " unmeasured" if marks[row["gate"]] else ""
                         tds.append(
-                            f'<td class="{_status_class(row["status"])}{edge[i]}"{attrs} '
-                            f'title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}'
+                            f'<td class="{_status_class(row["status"])}{unmeasured}{edge[i]}"'
+                            f'{attrs} title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}'
                             + (f'<br><small class="cost">{_esc(cost)}</small>' if cost else "")
+                            + ('<br><small class="unmeasured">unmeasured</small>'
+                               if unmeasured else "")
                             + "</td>"
                         )
                 body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
@@ -444,8 +479,8 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
         head = "".join(f"<tr>{stage_th if i == 0 else ''}{cells}</tr>"
                        for i, cells in enumerate(header))
         parts.append(
-            f"<h3>{_esc(family)}</h3><table class=\"matrix\"><thead>{head}</thead>"
-            f"<tbody>{''.join(body)}</tbody></table>"
+            f"<h3>{_esc(family)}</h3>{_unmeasured_lines(rows, marks)}"
+            f"<table class=\"matrix\"><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"
         )
     return "".join(parts)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from audioparity.compare.gates import unmeasured_lists
 from audioparity.compare.targets import target_gates
 from audioparity.environments import check_built
 from audioparity.errors import AudioparityError
@@ -368,6 +369,15 @@ def _backends(family: str, section: Mapping[str, Any]) -> dict[str, Backend]:
     return settings
 
 
+def _check_unmeasured(family: str, section: Mapping[str, Any]) -> None:
+    """``{family}.unmeasured_gates`` names lists of the section's ``gates``, each with why
+    (:func:`~audioparity.compare.gates.unmeasured_lists`), in one line where it does not."""
+    try:
+        unmeasured_lists(section)
+    except AudioparityError as err:
+        raise AudioparityError(f"config {family}.{err}") from None
+
+
 def fixture_dir(config: Mapping[str, Any], spec: FamilySpec, path: str) -> str | None:
     """The fixture directory ``path`` lies in (results/fixtures/<family>/<name>), or None when
     it is no fixture's. A fixture must be declared in the config, and the path must name its
@@ -490,6 +500,7 @@ class Sweep:
                          for name, family in _check_families(config, known).items()}
         for name, plan in self.families.items():
             plan.backends = _backends(name, plan.section)
+            _check_unmeasured(name, plan.section)
         for plan in self.families.values():
             plan.models = _named_paths(config, plan, "models")
             plan.cases = _named_paths(config, plan, "cases")
