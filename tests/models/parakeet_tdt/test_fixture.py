@@ -128,3 +128,63 @@ def test_encoder_output_varies_in_time_at_a_safe_scale(model, clip_wav: Path) ->
     temporal = enc_out.std(axis=0).mean() / enc_out.std()
     assert temporal > 0.4
     assert np.abs(enc_out).max() < 100
+
+
+def test_vocab_size_minimum_is_what_sentencepiece_needs(tmp_path: Path) -> None:
+    """The option's declared minimum is the corpus's true one: SentencePiece trains at it and
+    fails one below; below it the build is refused in one line, before NeMo runs."""
+    import sentencepiece as spm
+
+    from audioparity.models.parakeet_tdt import ParakeetTdt
+    from audioparity.models.parakeet_tdt.fixture import CORPUS, min_vocab_size, train_tokenizer
+
+    (option,) = (o for o in ParakeetTdt.spec.options if o.name == "vocab_size")
+    assert option.minimum == min_vocab_size() == 45
+    train_tokenizer(tmp_path / "least", option.minimum)
+    with pytest.raises(RuntimeError, match="Vocabulary size"):
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(CORPUS), model_prefix=str(tmp_path / "raw"),
+            vocab_size=option.minimum - 1, model_type="bpe", character_coverage=1.0,
+            num_threads=1, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2)
+    with pytest.raises(AudioparityError, match=r"^fixture parakeet-tdt: vocab_size 8 is below "
+                       r"45, [^\n]*$"):
+        build_fixture(tmp_path / "tiny", vocab_size=8)
+    assert not (tmp_path / "tiny").exists()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"d_model": 30, "n_heads": 4}, "d_model 30 is not a multiple of n_heads 4"),
+    ({"conv_kernel_size": 8}, "conv_kernel_size 8 is even"),
+    ({"subsampling_conv_channels": 0}, "subsampling_conv_channels 0"),
+    ({"n_head": 2}, "unknown option.s. n_head"),
+])
+def test_shapes_nemo_refuses_are_refused_in_one_line(tmp_path: Path, options, message) -> None:
+    with pytest.raises(AudioparityError, match=rf"^fixture parakeet-tdt: {message}[^\n]*$"):
+        build_fixture(tmp_path / "tiny", **options)
+
+
+def test_fixture_takes_the_shapes(tmp_path: Path) -> None:
+    """Every shape option reaches NeMo's model: its config and its tensors' shapes."""
+    shapes = {"d_model": 40, "n_heads": 5, "n_layers": 1, "conv_kernel_size": 31,
+              "subsampling_factor": 4, "subsampling_conv_channels": 12, "sample_rate": 8000,
+              "features": 64, "window_size": 0.032, "window_stride": 0.016, "n_fft": 0,
+              "preemph": 0.9, "pred_hidden": 20, "pred_rnn_layers": 1}
+    build_fixture(tmp_path / "shaped", vocab_size=50, **shapes)
+    model = _restore(tmp_path / "shaped" / "model.nemo")
+    cfg, weights = model.cfg, model.state_dict()
+    assert {k: cfg.encoder[k] for k in ("d_model", "n_heads", "n_layers", "conv_kernel_size",
+                                         "subsampling_factor", "subsampling_conv_channels")} == {
+        k: shapes[k] for k in ("d_model", "n_heads", "n_layers", "conv_kernel_size",
+                               "subsampling_factor", "subsampling_conv_channels")}
+    assert cfg.sample_rate == cfg.preprocessor.sample_rate == 8000
+    assert cfg.preprocessor.n_fft is None and cfg.preprocessor.preemph == 0.9
+    assert weights["preprocessor.featurizer.fb"].shape == (1, 64, 129)  # n_fft 256 (window 256)
+    assert weights["encoder.pre_encode.conv.0.weight"].shape == (12, 1, 3, 3)
+    assert sum(k.startswith("encoder.pre_encode.conv.") and k.endswith(".weight")
+               for k in weights) == 3  # x4: one conv, one depthwise-pointwise pair
+    assert weights["encoder.layers.0.conv.depthwise_conv.weight"].shape == (40, 1, 31)
+    assert "encoder.layers.1.norm_out.weight" not in weights
+    assert weights["encoder.layers.0.self_attn.pos_bias_u"].shape == (5, 8)
+    assert weights["decoder.prediction.dec_rnn.lstm.weight_hh_l0"].shape == (80, 20)
+    assert "decoder.prediction.dec_rnn.lstm.weight_hh_l1" not in weights
+    assert weights["decoder.prediction.embed.weight"].shape == (51, 20)

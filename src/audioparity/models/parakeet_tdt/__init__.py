@@ -70,8 +70,9 @@ _OPTIONS = (
            "attention mask to the model; 0 runs one utterance without it, as transformers "
            "allows (no padded frame is then zeroed inside the subsampling)",
            sides=("reference",), choices=(0, 1), implementations=("transformers",)),
-    Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them)",
-           sides=("fixture",), minimum=8),
+    Option("vocab_size", 96, "tokenizer pieces (a port's loader may check them; at least 45, "
+           "the fixture text's characters, the word marker and <unk>)",
+           sides=("fixture",), minimum=45),
     Option("joint_hidden", 56, "the joint's hidden size (48: the prediction net's)",
            sides=("fixture",), minimum=1),
     Option("blank_bias_nudge", 10.5, "added to the blank's joint bias, so that greedy "
@@ -89,6 +90,34 @@ _OPTIONS = (
            choices=("tdt", "rnnt", "ctc", "tdt_ctc")),
     Option("ctc_blank_bias_nudge", 4.0, "added to a CTC decoder's blank bias, so that greedy "
            "CTC decoding emits blanks and tokens", sides=("fixture",)),
+    # The fixture's shapes (fixture.fixture_config reads each by its name; v3's structure at
+    # tiny sizes by default).
+    Option("d_model", 64, "encoder width (encoder.d_model)", sides=("fixture",), minimum=1),
+    Option("n_heads", 4, "attention heads (encoder.n_heads; d_model a multiple of it)",
+           sides=("fixture",), minimum=1),
+    Option("n_layers", 3, "conformer layers (encoder.n_layers)", sides=("fixture",), minimum=1),
+    Option("conv_kernel_size", 9, "depthwise conv kernel of the conformer's conv module "
+           "(encoder.conv_kernel_size, odd)", sides=("fixture",), minimum=1),
+    Option("subsampling_factor", 8, "encoder.subsampling_factor of dw_striding",
+           sides=("fixture",), choices=(2, 4, 8, 16)),
+    Option("subsampling_conv_channels", 24, "encoder.subsampling_conv_channels (-1: NeMo's "
+           "default, d_model)", sides=("fixture",), minimum=-1),
+    Option("sample_rate", 16000, "the model's sample rate in Hz (sample_rate, "
+           "preprocessor.sample_rate)", sides=("fixture",), minimum=8000),
+    Option("features", 128, "mel bins (preprocessor.features, encoder.feat_in)",
+           sides=("fixture",), minimum=1),
+    Option("window_size", 0.025, "STFT window in seconds (preprocessor.window_size)",
+           sides=("fixture",)),
+    Option("window_stride", 0.01, "STFT hop in seconds (preprocessor.window_stride)",
+           sides=("fixture",)),
+    Option("n_fft", 512, "FFT size (preprocessor.n_fft; 0: NeMo's default, the next power of "
+           "two of the window)", sides=("fixture",), minimum=0),
+    Option("preemph", 0.97, "pre-emphasis coefficient (preprocessor.preemph)",
+           sides=("fixture",)),
+    Option("pred_hidden", 48, "prediction network width (decoder.prednet.pred_hidden)",
+           sides=("fixture",), minimum=1),
+    Option("pred_rnn_layers", 2, "prediction network LSTM layers (decoder.prednet."
+           "pred_rnn_layers)", sides=("fixture",), minimum=1),
 )
 
 

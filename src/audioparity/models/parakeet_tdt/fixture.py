@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from audioparity.artifacts import built_directory
+from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt import ParakeetTdt
 
 log = logging.getLogger("audioparity")
@@ -58,8 +59,6 @@ CORPUS = (
 
 #: Tokenizer vocabulary size (without the blank, which NeMo appends as the last class).
 VOCAB_SIZE = 96
-#: Hidden size of the joint (a port's loader may want it equal to the prediction net's, 48).
-JOINT_HIDDEN = 56
 #: TDT durations, as in v3.
 DURATIONS = (0, 1, 2, 3, 4)
 #: Greedy decoding: at most this many symbols per encoder frame, as in v3.
@@ -87,57 +86,88 @@ HEADS = {"tdt": "EncDecRNNTBPEModel", "rnnt": "EncDecRNNTBPEModel",
          "ctc": "EncDecCTCModelBPE", "tdt_ctc": "EncDecHybridRNNTCTCBPEModel"}
 
 
-def fixture_config(tokenizer_dir: Path, joint_hidden: int = JOINT_HIDDEN,
-                   xscaling: bool = False, use_bias: bool = False,
-                   local_attention: int = 0, head: str = "tdt") -> dict:
+#: The fixture options that shape the model config (:func:`fixture_config`), with their
+#: defaults: the family's fixture options (``ParakeetTdt.spec``) but those only the build takes.
+BUILD_OPTIONS = ("vocab_size", "blank_bias_nudge", "duration0_bias_nudge",
+                 "ctc_blank_bias_nudge")
+CONFIG_DEFAULTS = {option.name: option.default
+                   for option in ParakeetTdt.spec.options_for("fixture")
+                   if option.name not in BUILD_OPTIONS}
+
+
+def fixture_config(tokenizer_dir: Path, **options) -> dict:
     """The NeMo model config of the fixture (v3's structure at tiny sizes).
 
     Args:
         tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
-        joint_hidden: the joint's hidden size.
-        xscaling: the encoder scales ``pre_encode`` by ``sqrt(d_model)`` before the layers
-            (``ConformerEncoder``'s default; v3 turns it off).
-        use_bias: the encoder's linear layers and convolutions carry biases
-            (``ConformerEncoder``'s default; v3 turns it off).
-        local_attention: 0 for full-context ``rel_pos`` attention (v3's), else the window w of
-            ``rel_pos_local_attn`` with ``att_context_size [w, w]`` (what NeMo's
-            ``change_attention_model`` switches a model to for long audio).
-        head: the decoders, a key of :data:`HEADS`.
+        options: any of :data:`CONFIG_DEFAULTS` (the family's fixture options, declared once in
+            ``ParakeetTdt.spec``; ``--help`` and docs/ say what each sets), e.g. ``joint_hidden``,
+            ``xscaling``, ``local_attention`` (0: full-context ``rel_pos``, else the window w of
+            ``rel_pos_local_attn``), ``head`` (a key of :data:`HEADS`), and the shapes
+            (``d_model``, ``n_heads``, ``n_layers``, ``conv_kernel_size``, ``subsampling_*``,
+            the frontend's ``sample_rate``, ``features``, ``window_*``, ``n_fft``, ``preemph``,
+            the prediction net's ``pred_*``).
 
     Returns:
         A plain dict accepted by ``<HEADS[head]>(cfg=OmegaConf.create(...))``.
+
+    Raises:
+        AudioparityError: an unknown option, or shapes NeMo would refuse with a traceback
+            (``d_model`` not a multiple of ``n_heads``, an even ``conv_kernel_size``,
+            ``subsampling_conv_channels`` 0), one line naming the option.
     """
-    d_model, pred_hidden = 64, 48
+    o = _options(options)
     cfg = {
-        "sample_rate": 16000,
+        "sample_rate": o["sample_rate"],
         "model_defaults": {
-            "enc_hidden": d_model,
-            "pred_hidden": pred_hidden,
-            "joint_hidden": joint_hidden,
+            "enc_hidden": o["d_model"],
+            "pred_hidden": o["pred_hidden"],
+            "joint_hidden": o["joint_hidden"],
             "tdt_durations": list(DURATIONS),
             "num_tdt_durations": len(DURATIONS),
         },
         "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
-        "preprocessor": _preprocessor_section(),
-        "encoder": _encoder_section(d_model, xscaling, use_bias, local_attention),
-        **_transducer_sections(pred_hidden, joint_hidden),
+        "preprocessor": _preprocessor_section(o),
+        "encoder": _encoder_section(o),
+        **_transducer_sections(o),
         "optim": None,
     }
-    _switch_head(cfg, head, d_model)
+    _switch_head(cfg, o["head"], o["d_model"])
     return cfg
 
 
-def _preprocessor_section() -> dict:
-    """``preprocessor``: v3's ``AudioToMelSpectrogramPreprocessor`` (128 mels)."""
+def _options(options: dict) -> dict:
+    """:data:`CONFIG_DEFAULTS` updated with ``options``, checked as :func:`fixture_config`
+    says."""
+    unknown = sorted(set(options) - set(CONFIG_DEFAULTS))
+    if unknown:
+        raise AudioparityError(f"fixture parakeet-tdt: unknown option(s) {', '.join(unknown)}; "
+                               f"expected some of {', '.join(CONFIG_DEFAULTS)}")
+    o = {**CONFIG_DEFAULTS, **options}
+    if o["d_model"] % o["n_heads"]:
+        raise AudioparityError(f"fixture parakeet-tdt: d_model {o['d_model']} is not a multiple "
+                               f"of n_heads {o['n_heads']}")
+    if o["conv_kernel_size"] % 2 == 0:
+        raise AudioparityError(f"fixture parakeet-tdt: conv_kernel_size {o['conv_kernel_size']} "
+                               "is even; NeMo's conformer conv takes an odd kernel")
+    if o["subsampling_conv_channels"] == 0:
+        raise AudioparityError("fixture parakeet-tdt: subsampling_conv_channels 0; expected a "
+                               "positive count or -1 (d_model)")
+    return o
+
+
+def _preprocessor_section(o: dict) -> dict:
+    """``preprocessor``: v3's ``AudioToMelSpectrogramPreprocessor`` (128 mels by default)."""
     return {
         "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-        "sample_rate": 16000,
+        "sample_rate": o["sample_rate"],
         "normalize": "per_feature",
-        "window_size": 0.025,
-        "window_stride": 0.01,
+        "window_size": o["window_size"],
+        "window_stride": o["window_stride"],
         "window": "hann",
-        "features": 128,
-        "n_fft": 512,
+        "features": o["features"],
+        "n_fft": o["n_fft"] or None,
+        "preemph": o["preemph"],
         "log": True,
         "frame_splicing": 1,
         "dither": 1.0e-05,
@@ -146,30 +176,30 @@ def _preprocessor_section() -> dict:
     }
 
 
-def _encoder_section(d_model: int, xscaling: bool, use_bias: bool,
-                     local_attention: int) -> dict:
-    """``encoder``: v3's ``ConformerEncoder`` at 3 layers of ``d_model``, with the switches of
+def _encoder_section(o: dict) -> dict:
+    """``encoder``: v3's ``ConformerEncoder`` with the shapes and switches of
     :func:`fixture_config`."""
+    local_attention = o["local_attention"]
     return {
         "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-        "feat_in": 128,
+        "feat_in": o["features"],
         "feat_out": -1,
-        "n_layers": 3,
-        "d_model": d_model,
-        "use_bias": use_bias,
+        "n_layers": o["n_layers"],
+        "d_model": o["d_model"],
+        "use_bias": o["use_bias"],
         "subsampling": "dw_striding",
-        "subsampling_factor": 8,
-        "subsampling_conv_channels": 24,
+        "subsampling_factor": o["subsampling_factor"],
+        "subsampling_conv_channels": o["subsampling_conv_channels"],
         "causal_downsampling": False,
         "ff_expansion_factor": 4,
         "self_attention_model": "rel_pos_local_attn" if local_attention else "rel_pos",
-        "n_heads": 4,
+        "n_heads": o["n_heads"],
         "att_context_size": [local_attention] * 2 if local_attention else [-1, -1],
         "att_context_style": "regular",
-        "xscaling": xscaling,
+        "xscaling": o["xscaling"],
         "untie_biases": True,
         "pos_emb_max_len": 5000,
-        "conv_kernel_size": 9,
+        "conv_kernel_size": o["conv_kernel_size"],
         "conv_norm_type": "batch_norm",
         "conv_context_size": None,
         "dropout": 0.1,
@@ -179,9 +209,10 @@ def _encoder_section(d_model: int, xscaling: bool, use_bias: bool,
     }
 
 
-def _transducer_sections(pred_hidden: int, joint_hidden: int) -> dict:
-    """``decoder``, ``joint``, ``decoding`` and ``loss`` of v3's TDT transducer (2-layer LSTM
-    prediction net, durations :data:`DURATIONS`, :data:`MAX_SYMBOLS`)."""
+def _transducer_sections(o: dict) -> dict:
+    """``decoder``, ``joint``, ``decoding`` and ``loss`` of v3's TDT transducer (LSTM
+    prediction net of ``pred_rnn_layers``, 2 by default; durations :data:`DURATIONS`,
+    :data:`MAX_SYMBOLS`)."""
     return {
         "decoder": {
             "_target_": "nemo.collections.asr.modules.RNNTDecoder",
@@ -189,8 +220,8 @@ def _transducer_sections(pred_hidden: int, joint_hidden: int) -> dict:
             "random_state_sampling": False,
             "blank_as_pad": True,
             "prednet": {
-                "pred_hidden": pred_hidden,
-                "pred_rnn_layers": 2,
+                "pred_hidden": o["pred_hidden"],
+                "pred_rnn_layers": o["pred_rnn_layers"],
                 "t_max": None,
                 "dropout": 0.2,
             },
@@ -201,7 +232,7 @@ def _transducer_sections(pred_hidden: int, joint_hidden: int) -> dict:
             "preserve_memory": False,
             "fuse_loss_wer": False,
             "num_extra_outputs": len(DURATIONS),
-            "jointnet": {"joint_hidden": joint_hidden, "activation": "relu", "dropout": 0.2},
+            "jointnet": {"joint_hidden": o["joint_hidden"], "activation": "relu", "dropout": 0.2},
         },
         "decoding": {
             "strategy": "greedy_batch",
@@ -260,6 +291,25 @@ def corpus(vocab_size: int, sentences: tuple[str, ...] = CORPUS) -> tuple[str, .
     return (*sentences, *words)
 
 
+def min_vocab_size(sentences: tuple[str, ...] = CORPUS) -> int:
+    """The fewest pieces SentencePiece BPE trains on ``sentences``: one per distinct character
+    (``character_coverage=1.0`` keeps them all), the word marker and ``<unk>`` (45 for
+    :data:`CORPUS`, the ``vocab_size`` option's minimum)."""
+    return len(set("".join(sentences)) - {" "}) + 2
+
+
+def check_vocab_size(vocab_size: int, sentences: tuple[str, ...] = CORPUS) -> None:
+    """Refuse a ``vocab_size`` SentencePiece cannot train on ``sentences``.
+
+    Raises:
+        AudioparityError: fewer than :func:`min_vocab_size` pieces.
+    """
+    least = min_vocab_size(sentences)
+    if vocab_size < least:
+        raise AudioparityError(f"fixture parakeet-tdt: vocab_size {vocab_size} is below {least}, "
+                               "the fixture text's characters, the word marker and <unk>")
+
+
 def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE,
                     sentences: tuple[str, ...] = CORPUS) -> Path:
     """Train a SentencePiece BPE model of ``vocab_size`` pieces on :func:`corpus` of
@@ -267,9 +317,13 @@ def train_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE,
 
     Returns:
         The directory, now holding ``tokenizer.model``, ``tokenizer.vocab`` and ``vocab.txt``.
+
+    Raises:
+        AudioparityError: ``vocab_size`` below :func:`min_vocab_size`.
     """
     import sentencepiece as spm
 
+    check_vocab_size(vocab_size, tuple(sentences))
     output_dir.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(corpus(vocab_size, tuple(sentences))),
@@ -403,29 +457,30 @@ def save_model(model, path: Path) -> None:
 
 
 def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
-                  joint_hidden: int = JOINT_HIDDEN, blank_bias_nudge: float = BLANK_BIAS_NUDGE,
+                  blank_bias_nudge: float = BLANK_BIAS_NUDGE,
                   duration0_bias_nudge: float = DURATION0_BIAS_NUDGE,
-                  xscaling: bool = False, use_bias: bool = False,
-                  local_attention: int = 0, head: str = "tdt",
-                  ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE) -> None:
+                  ctc_blank_bias_nudge: float = CTC_BLANK_BIAS_NUDGE, **options) -> None:
     """Build the tiny Parakeet-TDT model into the fixture directory ``output``, as
     ``output/model.nemo`` (the family spec's ``fixture_model``).
 
-    The options make variants that a port's loader accepts (``config/examples/ports.yaml``):
-    the tokenizer's ``vocab_size``, the ``joint_hidden`` size, and the nudges of the blank and
-    duration-0 biases (:func:`redraw_weights`) that keep its greedy decode exercising blanks,
-    zero-duration tokens and the symbols-per-frame limit at those sizes; and the switches v3
-    turns off and NeMo's defaults keep: ``xscaling``, the encoder's input scale, and
-    ``use_bias``, the biases of the encoder's linear layers and convolutions; and
-    ``local_attention``, the window of ``rel_pos_local_attn`` (0: v3's full context); and the
-    decoders, ``head`` (:data:`HEADS`), with the nudge of a CTC decoder's blank bias.
+    The options make variants that a port's loader accepts (``config/examples/ports.yaml``,
+    ``config/examples/variants.yaml``): the tokenizer's ``vocab_size`` (at least
+    :func:`min_vocab_size`), the nudges of the blank and duration-0 biases
+    (:func:`redraw_weights`) that keep its greedy decode exercising blanks, zero-duration tokens
+    and the symbols-per-frame limit at those sizes, the nudge of a CTC decoder's blank bias; and
+    ``options``, the model config's (:func:`fixture_config`): sizes, frontend settings, the
+    switches v3 turns off and NeMo's defaults keep, the decoders.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
     (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
 
     Raises:
-        AudioparityError: the parent directory cannot be written.
+        AudioparityError: the parent directory cannot be written; an option
+            :func:`fixture_config` or :func:`train_tokenizer` refuses (one line, before NeMo is
+            imported).
     """
+    config = fixture_config(Path(SAVED_TOKENIZER_DIR), **options)
+    check_vocab_size(vocab_size)
     output = Path(output)
     with built_directory(output) as work:
         start = time.perf_counter()
@@ -438,8 +493,9 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                  imported - start, seed, output)
         tokenizer_dir = train_tokenizer(work / "tokenizer", vocab_size)
         torch.manual_seed(seed)
-        model = getattr(nemo_models, HEADS[head])(cfg=OmegaConf.create(fixture_config(
-            tokenizer_dir, joint_hidden, xscaling, use_bias, local_attention, head)))
+        config["tokenizer"]["dir"] = str(tokenizer_dir)
+        head = HEADS[options.get("head", CONFIG_DEFAULTS["head"])]
+        model = getattr(nemo_models, head)(cfg=OmegaConf.create(config))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
         save_model(model, work / ParakeetTdt.spec.fixture_model)
