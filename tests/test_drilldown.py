@@ -73,6 +73,10 @@ def test_a_cell_whose_stages_all_agree_is_not_needed(tmp_path):
     # the backend is not built into this ggml: nothing of it is compared
     ((ALL, None, None), ([], ("unavailable", "backend vulkan is not built in"), None),
      [("vulkan", name, "unavailable", "backend vulkan is not built in") for name in ALL]),
+    # both dumps died before their first stage (a module missing on a bundle's host): the
+    # cell still owes that stage, never no row at all
+    (([], ("crashed", ABORT), "pre_encode"), ([], ("crashed", ABORT), "pre_encode"),
+     [("vulkan", "pre_encode", "crashed", ABORT)]),
     # a dump that finished without a stage
     ((ALL, None, None), (ALL[:3], None, None),
      [("vulkan", "layer_2", "missing", "not in the candidate dump {vk}")]),

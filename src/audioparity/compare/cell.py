@@ -384,7 +384,9 @@ def _plan(cell: Cell) -> list[Planned]:
     between two dumps of one candidate); then, with a replay, each candidate stage's replayed
     form (the candidate's stage against the replay's), in the order of the candidate's stages.
     A crashed dump of the family's own port also owes the isolated forms of the reference's
-    stages.
+    stages. Two dumps of which neither holds a stage (each died before its first, or is
+    unavailable) still owe one row: the stage a dump died in, else the family's first, so the
+    cell never reads as empty.
     """
     reference, family = cell.reference, cell.family
     ref_kinds = _stages(reference, family)
@@ -401,6 +403,10 @@ def _plan(cell: Cell) -> list[Planned]:
             form = form_of(family, name, "isolated")
             if form is not None and form not in cand_kinds and form not in ref_kinds:
                 plan.append(Planned(form, form, reference, name, None, ref_kinds[name]))
+    if not plan:
+        stage = _first_owed(cell)
+        if stage is not None:
+            plan.append(Planned(stage, stage, reference, None, None, None))
     if cell.replay is not None:
         replay_kinds = _stages(cell.replay, family)
         for name, kind in cand_kinds.items():
@@ -410,6 +416,17 @@ def _plan(cell: Cell) -> list[Planned]:
                                     form if form in replay_kinds else None, kind,
                                     replay_kinds.get(form)))
     return plan
+
+
+def _first_owed(cell: Cell) -> str | None:
+    """The stage a cell without a stage on either side owes: the one the candidate's dump, or
+    else the reference's, died in; else its family's first (None for a family not registered
+    here)."""
+    for dump in (cell.candidate, cell.reference):
+        if dump is not None and dump.manifest.get(CRASHED_IN):
+            return dump.manifest[CRASHED_IN]
+    known = registered().get(cell.family or "")
+    return known.spec.stages[0].name if known is not None else None
 
 
 def _crashed_port(candidate: Dump) -> bool:
