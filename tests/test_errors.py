@@ -12,6 +12,7 @@ code. ``python -m tests.test_errors`` runs every case and rewrites docs/errors.m
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -260,6 +261,16 @@ def truncated_npy(cwd: Path, fx: Fixtures) -> None:
     (cwd / "cand" / "enc_out.npy").write_bytes(data[:-5])
 
 
+def returned_from_an_older_sweep(cwd: Path, fx: Fixtures) -> None:
+    """A bundle's returned folder whose results were computed from a sweep.yaml that has
+    changed since."""
+    (cwd / "sweep.yaml").write_text("families: [parakeet_tdt]\n")
+    (cwd / "returned").mkdir()
+    (cwd / "returned" / "bundle.json").write_text(json.dumps({
+        "packed": "2026-01-01T00:00:00+0000", "backends": ["cuda"], "targets": [],
+        "files": {"sweep.yaml": hashlib.sha256(b"families: [whisper]\n").hexdigest()}}))
+
+
 GATES = "'{\"gates\": [{\"stage\": \"*\", \"from\": \"default\", \"cosine_min\": 0.99}]}'"
 CHECK = "audioparity report check results/report/summary.csv"
 
@@ -425,6 +436,14 @@ CASES = (
          "that rewrote a cell and stopped before the summary)", (CHECK,),
          lambda cwd, fx: finished_run(cwd, '{"state": "finished"}', newer_cell=True),
          exit_code=2),
+    # a bundle's results brought back (docs/bundles.md): merged only while current
+    Case("bundle_returned_not_a_bundle", "dumps", "`bundle merge` of a folder that is no "
+         "bundle's returned folder", ("audioparity bundle merge returned",),
+         lambda cwd, fx: ((cwd / "returned").mkdir(), (cwd / "returned" / "bundle.json")
+                          .write_text("{}"))),
+    Case("bundle_returned_stale", "dumps", "`bundle merge` of results computed from a file "
+         "that has changed since the bundle was packed", ("audioparity bundle merge returned",),
+         returned_from_an_older_sweep),
 )
 
 ACCEPTED = (

@@ -4,10 +4,14 @@ commands from each family's table (:class:`~audioparity.family.FamilySpec`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
 from audioparity.cli.commands import (
+    bundle_collect,
+    bundle_merge,
+    bundle_pack,
     candidate_convert,
     candidate_reuse,
     candidate_run,
@@ -506,6 +510,41 @@ def _machine_commands(sub) -> None:
     p.set_defaults(run=repro)
 
 
+def _bundle_command(sub) -> None:
+    """``bundle pack``, ``collect`` and ``merge``: a sweep's cells on a backend, run on another
+    machine without the network (docs/bundles.md)."""
+    bundle = sub.add_parser("bundle", help="the candidate side of a sweep's cells on some "
+                            "backends, packed to run on a machine without the network (a GPU "
+                            "host), and its results merged back (docs/bundles.md)")
+    bundle_sub = bundle.add_subparsers(dest="what", required=True)
+    p = bundle_sub.add_parser("pack", help="run the first machine's side of the cells "
+                              "(references, weights, baseline dumps), then pack what the "
+                              "host's jobs read, the workflow, the wheels and ggml-python's "
+                              "source package into one tar file")
+    p.add_argument("--directory", type=Path, default=Path("."),
+                   help="the workflow's folder (default: this one)")
+    p.add_argument("--configfile", nargs="+", type=Path, default=[], metavar="FILE",
+                   help="the sweep's config files, as Snakemake's --configfile")
+    p.add_argument("--backend", action="append", dest="backends", metavar="NAME",
+                   help="a backend (or a setting's name) whose cells the host runs; repeat "
+                        "for more (default: every backend of the sweep but cpu)")
+    p.add_argument("--cores", type=_value("cores", int, minimum=1), default=os.cpu_count(),
+                   help="for the first machine's side (default: this machine's)")
+    p.add_argument("--output", required=True, type=Path, help="the bundle (a .tar file)")
+    p.set_defaults(run=bundle_pack)
+    p = bundle_sub.add_parser("collect", help="on the host, after its run: copy what it "
+                              "computed into the bundle's returned/ (the bundle's `run` does)")
+    p.add_argument("bundle", type=Path, help="the unpacked bundle's folder")
+    p.set_defaults(run=bundle_collect)
+    p = bundle_sub.add_parser("merge", help="take a bundle's returned/ folder into this "
+                              "workflow's results, unless what they were computed from has "
+                              "changed here")
+    p.add_argument("returned", type=Path, help="the returned/ folder of a bundle's host")
+    p.add_argument("--directory", type=Path, default=Path("."),
+                   help="the workflow's folder (default: this one)")
+    p.set_defaults(run=bundle_merge)
+
+
 def _checkpoint_commands(sub) -> None:
     """``convert-ct2``: a checkpoint of another format as a Hugging Face one."""
     p = sub.add_parser("convert-ct2", help="a CTranslate2 Whisper (faster-whisper's model.bin) "
@@ -552,7 +591,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_family_commands, _compare_command, _report_command, _dump_tool_commands,
-                _candidate_command, _dump_file_commands, _machine_commands,
+                _candidate_command, _dump_file_commands, _machine_commands, _bundle_command,
                 _checkpoint_commands, _training_commands):
         add(sub)
     return parser

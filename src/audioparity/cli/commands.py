@@ -451,6 +451,30 @@ def report_check(args: argparse.Namespace) -> int:
     return code
 
 
+def bundle_pack(args: argparse.Namespace) -> None:
+    from audioparity.workflow.bundle import pack
+
+    manifest = pack(args.directory, args.configfile, args.backends, args.output, args.cores)
+    print(f"bundle: {args.output}: {len(manifest['targets'])} results of "
+          f"{', '.join(manifest['backends'])} to compute on a host with "
+          f"{manifest['ggml_backend']} (unpack it there and run ./run)")
+
+
+def bundle_collect(args: argparse.Namespace) -> int:
+    from audioparity.workflow.bundle import RETURNED, collect
+
+    missing = collect(args.bundle)
+    print(f"bundle: {args.bundle / RETURNED} holds the results; {len(missing)} missing",
+          file=sys.stderr)
+    return 1 if missing else 0
+
+
+def bundle_merge(args: argparse.Namespace) -> None:
+    from audioparity.workflow.bundle import merge
+
+    print("\n".join(merge(args.directory, args.returned)))
+
+
 def report_html(args: argparse.Namespace) -> None:
     from audioparity.report.html import write_html
 

@@ -2,8 +2,10 @@
 sweep plan (:mod:`.plan`), the results-path scheme (:mod:`.paths`), the source files each job
 runs (:mod:`.imports`, :mod:`.code`), each job's inputs and memory (:mod:`.jobs`), the
 arguments of each rule's command (:mod:`.commands`), and what a finished run prints
-(:mod:`.outcome`). Nothing here imports Snakemake: the rules' glue (rules/common.smk) turns
-an :class:`~audioparity.errors.AudioparityError` into Snakemake's one-line refusal.
+(:mod:`.outcome`); and a sweep's cells on a backend packed for a host without the network,
+their results merged back (:mod:`.bundle`, which runs Snakemake as a command). Nothing else
+here imports Snakemake: the rules' glue (rules/common.smk) turns an
+:class:`~audioparity.errors.AudioparityError` into Snakemake's one-line refusal.
 """
 
 from __future__ import annotations
