@@ -293,6 +293,7 @@ def test_snakemake_report_bundles_the_summary_and_the_html(sweep):
         ({"parakeet_tdd": {"cases": []}},
          "config: 'parakeet_tdd' is neither families nor fixtures nor environments nor cluster "
          "nor a registered family"),
+        ({"cluster": {"gpu_partition": "gpu"}}, "('gpu_partition' was unexpected)"),
         ({"parakeet_tdt": {"models": [{"name": "tiny",
                                        "path": "results/fixtures/parakeet_tdt/tiny.nemo"}]}},
          "names no fixture the config declares"),
