@@ -136,6 +136,24 @@ def memory_mb(side, copies=1):
     return _named_once(get)
 
 
+def gpu_resources():
+    """Resource functions of a rule whose jobs run a cell's ggml backend: for each entry of the
+    config's cluster.gpu_resources (the executor's names: slurm_partition, gres, ...), its value
+    for a cell on a backend other than the CPU (JOBS.on_gpu; Vulkan's too), unset for a CPU
+    cell, which then goes where the cluster sends a job without it (docs/cluster.md); none
+    without the entry (a local run)."""
+
+    def resource(name, value):
+        def get(wildcards):
+            return value if JOBS.on_gpu(wildcards) else None
+
+        get.__name__ = f"gpu_{name}"
+        return _named_once(get)
+
+    return {name: resource(name, value)
+            for name, value in config["cluster"]["gpu_resources"].items()}
+
+
 def _after_references():
     """Return once every reference job is done (its checkpoint). An input function that calls
     this is evaluated again after a reference job runs, as the compares are; so the report

@@ -102,6 +102,7 @@ rule compare_fresh:
     threads: 1
     resources:
         mem_mb=memory_mb("ggml"),
+        **gpu_resources(),
     shell:
         "{params.command} 2> {log}"
 
@@ -128,5 +129,6 @@ rule drilldown:
     threads: 1
     resources:
         mem_mb=memory_mb("ggml", copies=2),
+        **gpu_resources(),
     shell:
         "{params.command} 2> {log}"

@@ -80,6 +80,7 @@ rule ggml_dump:
     threads: 1
     resources:
         mem_mb=memory_mb("ggml"),
+        **gpu_resources(),
     shell:
         "audioparity guard --output-dir {output:q} --field backend={wildcards.backend}"
         " --field weight_type={wildcards.weight_type} -- {params.command} 2> {log}"

@@ -3,11 +3,15 @@
 # --profile profiles/slurm without a real cluster (docs/cluster.md).
 #   usage: setup/slurm.sh start|stop|status
 # start: installs slurm-wlm and munge when missing (setup/apt.sh), writes /etc/slurm/slurm.conf
-#   (one node: this host at 127.0.0.1 with its cores and memory, partition "local"), starts
+#   (one node: this host at 127.0.0.1 with its cores and memory, partitions "local", the
+#   default, and "gpu", the profile's GPU partition, on the same node) and gres.conf (one fake
+#   GPU, /dev/null as its device: one without a device file is counted 0 and drains the node;
+#   so `--gres=gpu:1` is granted, its jobs see CUDA_VISIBLE_DEVICES=0, and none has a GPU), starts
 #   munged, slurmctld and slurmd, and waits until the node is idle. Running already: no change.
-# stop: stops the three daemons and removes the slurm.conf start wrote (the state and logs under
-#   /var/lib/audioparity-slurm stay): with a slurm.conf and no controller, every snakemake start
-#   waits for a timeout, because the SLURM executor plugin asks `scontrol show config` on import.
+# stop: stops the three daemons and removes the slurm.conf and gres.conf start wrote (the state
+#   and logs under /var/lib/audioparity-slurm stay): with a slurm.conf and no controller, every
+#   snakemake start waits for a timeout, because the SLURM executor plugin asks
+#   `scontrol show config` on import.
 # No slurmdbd: jobs show in squeue while they run and for MinJobAge after, and every finished
 # job is written to the job completion log (jobcomp.log in the state folder); the profile's
 # status command is squeue (sacct needs slurmdbd).
@@ -15,6 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 state=/var/lib/audioparity-slurm
 conf=/etc/slurm/slurm.conf
+gres=/etc/slurm/gres.conf
 sudo=$([ "$(id -u)" = 0 ] || echo sudo)
 
 # a daemon that forked leaves a zombie parent until it is reaped: live states only
@@ -49,8 +54,14 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$state/jobcomp.log
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+GresTypes=gpu
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:1 State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=$host MaxTime=INFINITE State=UP
+EOF
+    $sudo tee "$gres" >/dev/null <<EOF
+# written by audioparity setup/slurm.sh: one fake GPU (no GPU behind /dev/null)
+NodeName=$host Name=gpu File=/dev/null
 EOF
 }
 
@@ -69,7 +80,7 @@ start() {
     running slurmd || $sudo /usr/sbin/slurmd
     for _ in $(seq 60); do
         if sinfo -h -o %T 2>/dev/null | grep -qx idle; then
-            echo "slurm: node $(hostname -s) idle, partition local ($conf)"
+            echo "slurm: node $(hostname -s) idle, partitions local and gpu ($conf)"
             return
         fi
         sleep 1
@@ -84,7 +95,7 @@ stop() {
     done
     for _ in $(seq 30); do
         running slurmd || running slurmctld || running munged || {
-            $sudo rm -f "$conf"; echo "slurm: stopped"; return; }
+            $sudo rm -f "$conf" "$gres"; echo "slurm: stopped"; return; }
         sleep 1
     done
     echo "slurm: a daemon is still running after 30 s" >&2

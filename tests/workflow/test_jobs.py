@@ -131,6 +131,17 @@ def test_the_reference_jobs_arguments(commands):
     assert commands.cost_flag(cell()) == ""
 
 
+def test_a_cell_on_a_backend_other_than_the_cpu_is_a_gpu_job_a_setting_by_its_backend():
+    settings = {"cuda-strict": "cuda", "vulkan-no-f16": "vulkan", "cpu-one-thread": "cpu"}
+    backends = ["cpu", "vulkan", "cuda",
+                *({"name": name, "backend": backend} for name, backend in settings.items())]
+    jobs = Jobs(Sweep(config(backends=backends), registered(), adapters), Code(REPO / "src"))
+    on_gpu = {name: jobs.on_gpu(cell(backend=name))
+              for name in ("cpu", "vulkan", "cuda", *settings)}
+    assert on_gpu == {"cpu": False, "vulkan": True, "cuda": True, "cuda-strict": True,
+                      "vulkan-no-f16": True, "cpu-one-thread": False}
+
+
 def test_a_job_asks_memory_for_its_model_and_one_that_cannot_fit_is_refused(commands, tmp_path):
     jobs = commands.jobs
     parakeet_model = tmp_path / "model.bin"  # unreadable as a checkpoint: counted by its size

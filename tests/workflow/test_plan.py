@@ -71,8 +71,8 @@ def test_a_key_neither_a_setting_nor_a_family_is_refused():
     with pytest.raises(AudioparityError) as refused:
         check_keys({"families": [], "parakeet_tdd": {}}, registered())
     assert str(refused.value) == ("config: 'parakeet_tdd' is neither families nor fixtures nor "
-                                  "environments nor a registered family (parakeet_tdt, "
-                                  "moss_voicegen, whisper)")
+                                  "environments nor cluster nor a registered family "
+                                  "(parakeet_tdt, moss_voicegen, whisper)")
 
 
 def bad(**changes) -> dict:

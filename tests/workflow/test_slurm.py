@@ -1,6 +1,7 @@
 """The workflow through ``--profile profiles/slurm`` on a real one-node SLURM cluster started on
-this machine (setup/slurm.sh): the same summary as a local run, every job visible to squeue, and
-nothing submitted a second time.
+this machine (setup/slurm.sh): the same summary as a local run, every job visible to squeue, the
+jobs of a GPU backend's cell in the profile's GPU partition with a GPU and every other job in the
+default partition, and nothing submitted a second time.
 
 Needs root or sudo (the daemons and /etc/slurm/slurm.conf); skipped without, unless
 AUDIOPARITY_REQUIRE_SLURM is set (CI), which makes it fail instead.
@@ -23,6 +24,13 @@ from tests.workflow.workdir import make_workdir, parakeet_config, snakemake
 pytestmark = pytest.mark.slow
 
 SCRIPT = REPO / "setup" / "slurm.sh"
+#: A named setting of the CUDA backend: its cells' jobs are GPU jobs (its dumps are
+#: `unavailable` in seconds on a ggml without CUDA, and the summary says so on both runs).
+CUDA_STRICT = {"name": "cuda-strict", "backend": "cuda", "env": {"GGML_CUDA_DISABLE_TF32": "1"}}
+#: The rules whose jobs run a cell's ggml backend (gpu_resources in rules/common.smk); their
+#: SLURM comment is ``rule_<rule>_wildcards_<the wildcards' values joined by _>``.
+GPU_JOB = re.compile(r"rule_(ggml_dump|compare_fresh|drilldown)_wildcards_\S*_"
+                     rf"{CUDA_STRICT['name']}_")
 METRICS = ["cosine", "std_ratio", "nmse", "max_abs", "mean_abs", "max_rel", "kl", "wer",
            "cost_nmse", "cost_cosine"]
 
@@ -50,7 +58,8 @@ def cluster():
 
 
 def _sweep(tmp_path_factory, name: str):
-    config = parakeet_config(weight_types=["f32"])  # the profile, not the weight types, is tested
+    # the profile, not the weight types, is tested; a backend cell for the GPU partition
+    config = parakeet_config(weight_types=["f32"], backends=["cpu", CUDA_STRICT])
     workdir = make_workdir(tmp_path_factory.mktemp(name) / "run", config)
     shutil.copytree(REPO / "profiles", workdir / "profiles")
     return workdir
@@ -58,8 +67,10 @@ def _sweep(tmp_path_factory, name: str):
 
 def _slurm(workdir) -> subprocess.CompletedProcess:
     # one thread per job: the node has the machine's cores, and the local run's jobs use one;
+    # a group of compares asks for a core per compare it runs at once, at most --cores: the
+    # local run's 2 (3 compares asked for 3 cores of a 2-core node and pended for ever);
     # the first status check after 5 s, not the plugin's 40 (it also waits that long to exit)
-    return snakemake(workdir, "--profile", "profiles/slurm", "--jobs", "4",
+    return snakemake(workdir, "--profile", "profiles/slurm", "--jobs", "4", "--cores", "2",
                      "--set-threads", "reference_dump=1", "ggml_dump=1", "drilldown=1",
                      "--slurm-init-seconds-before-status-checks", "5")
 
@@ -72,14 +83,22 @@ def test_a_sweep_through_the_slurm_profile_equals_the_local_run(cluster, tmp_pat
     run_id = re.search(r"SLURM run ID: (\S+)", log)[1]
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
     rules = set(re.findall(r"slurm_logs/(?:rule|group)_(\w+?)/", log))
-    assert {"fixture_build", "reference_dump", "ggml_weights", "ggml_dump",
-            "compare_compare_cell"} <= rules, rules
+    assert {"fixture_build", "reference_dump", "ggml_weights", "ggml_dump", "drilldown",
+            "compare_compare_backend_compare_cell"} <= rules, rules
     assert not re.search(r"slurm_logs/rule_report_", log)  # the report runs locally
 
-    queue = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T",
+    queue = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%P|%b|%k",
                             "--name", run_id], capture_output=True, text=True, check=True)
-    states = dict(line.split("|") for line in queue.stdout.split())
-    assert sorted(states) == sorted(submitted) and set(states.values()) == {"COMPLETED"}
+    jobs = {job: rest for job, *rest in (line.split("|") for line in queue.stdout.split())}
+    assert sorted(jobs) == sorted(submitted)
+    assert {state for state, *_ in jobs.values()} == {"COMPLETED"}
+    # where each job ran: the profile's GPU resources (cluster.gpu_resources) for the CUDA
+    # cell's dump and drill-down, the default partition without a GPU for every other job
+    gpu = {job: GPU_JOB.match(comment) for job, (*_, comment) in jobs.items()}
+    gpu = {job: match[1] for job, match in gpu.items() if match}
+    assert sorted(gpu.values()) == ["drilldown", "ggml_dump"], jobs
+    assert {job: (partition, gres) for job, (_, partition, gres, _) in jobs.items()} == {
+        job: ("gpu", "gres:gpu:1") if job in gpu else ("local", "N/A") for job in jobs}, jobs
 
     ours = pd.read_csv(local / "results/report/summary.csv")
     theirs = pd.read_csv(cluster_run / "results/report/summary.csv")

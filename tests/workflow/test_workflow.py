@@ -291,8 +291,9 @@ def test_snakemake_report_bundles_the_summary_and_the_html(sweep):
         ({"families": ["parakeet_tdt", "wav2vec"]},
          "config families: unknown family 'wav2vec'; registered: "),
         ({"parakeet_tdd": {"cases": []}},
-         "config: 'parakeet_tdd' is neither families nor fixtures nor environments nor a "
-         "registered family"),
+         "config: 'parakeet_tdd' is neither families nor fixtures nor environments nor cluster "
+         "nor a registered family"),
+        ({"cluster": {"gpu_partition": "gpu"}}, "('gpu_partition' was unexpected)"),
         ({"parakeet_tdt": {"models": [{"name": "tiny",
                                        "path": "results/fixtures/parakeet_tdt/tiny.nemo"}]}},
          "names no fixture the config declares"),

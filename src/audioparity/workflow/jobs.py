@@ -223,6 +223,12 @@ class Jobs:
         """The cell's comparison with the baseline backend (rule compare_backend)."""
         return paths.fill(paths.COMPARE_BACKEND, w)
 
+    def on_gpu(self, w: Any) -> bool:
+        """Whether the cell's jobs run a ggml backend other than the CPU's (the baseline): a
+        named setting by its backend (``vulkan-no-f16``: vulkan). Such a job goes to the config's
+        GPU resources (``cluster.gpu_resources``; rules/common.smk, ``gpu_resources``)."""
+        return self.plan(w).backends[w.backend].backend != BASELINE_BACKEND
+
     def converted_model(self, w: Any) -> str | None:
         """The candidate's own model files for {model} at {weight_type} (rule
         candidate_model), or None when its adapter converts nothing or does not run that

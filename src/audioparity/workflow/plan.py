@@ -33,7 +33,7 @@ from audioparity.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEI
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
-SETTINGS = ("families", "fixtures", "environments")
+SETTINGS = ("families", "fixtures", "environments", "cluster")
 #: The backend every other one is compared with, stage by stage, where a family sweeps it.
 BASELINE_BACKEND = "cpu"
 #: The ``backend`` and ``weight_type`` labels of a comparison between two references (each
