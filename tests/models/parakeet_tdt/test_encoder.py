@@ -377,22 +377,22 @@ def test_config_rejects_architectures_the_port_does_not_implement(parakeet_model
         cfg = yaml.safe_load(tar.extractfile(member))
     assert from_nemo_config(cfg).encoder.subsampling == "dw_striding"
     cfg["encoder"]["self_attention_model"] = "rel_pos_local_attn"
-    with pytest.raises(AudioparityError, match=r"encoder.att_context_size: \[-1, -1\] is not supported"):
+    with pytest.raises(AudioparityError, match=r"att_context_size: \[-1, -1\] is not supported"):
         from_nemo_config(cfg)
     cfg["encoder"]["att_context_size"] = [8, 4]
-    with pytest.raises(AudioparityError, match=r"encoder.att_context_size: \[8, 4\] is not supported"):
+    with pytest.raises(AudioparityError, match=r"att_context_size: \[8, 4\] is not supported"):
         from_nemo_config(cfg)
     cfg["encoder"]["att_context_size"] = [[8, 8], [8, 8]]  # multi-lookahead
-    with pytest.raises(AudioparityError, match=r"encoder.att_context_size: \[\[8, 8\], \[8, 8\]\] is not"):
+    with pytest.raises(AudioparityError, match=r"att_context_size: \[\[8, 8\], \[8, 8\]\] is not"):
         from_nemo_config(cfg)
     cfg["encoder"]["att_context_size"] = [8, 8]
     assert from_nemo_config(cfg).encoder.local_context == 8
     cfg["encoder"]["global_tokens"] = 1
-    with pytest.raises(AudioparityError, match="encoder.global_tokens: 1 is not supported"):
+    with pytest.raises(AudioparityError, match="encoder.global_tokens: 1 is not"):
         from_nemo_config(cfg)
     cfg["encoder"]["global_tokens"] = 0
     cfg["encoder"]["self_attention_model"] = "abs_pos"
-    with pytest.raises(AudioparityError, match="encoder.self_attention_model: abs_pos is not supported"):
+    with pytest.raises(AudioparityError, match="self_attention_model: abs_pos is not"):
         from_nemo_config(cfg)
 
 

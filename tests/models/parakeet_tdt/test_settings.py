@@ -190,3 +190,28 @@ def test_max_symbols_is_the_one_nemos_decoder_runs_with(parakeet_model):
         model.change_decoding_strategy(decoding, verbose=False)
         ours = from_nemo_config(OmegaConf.to_container(model.cfg, resolve=True))
         assert ours.max_symbols == model.decoding.decoding.max_symbols, greedy
+
+
+@pytest.mark.parametrize("edit", [("preemph", None), ("log_zero_guard_value", "tiny"),
+                                  ("log_zero_guard_value", "eps")], ids=str)
+def test_the_mel_of_a_null_or_named_setting_is_nemos(edit, clip_wav):
+    """``preemph: null`` (no pre-emphasis; dropped before, so 0.97 applied: NMSE 1.2e-2) and the
+    guard names NeMo reads (a raw ValueError before), against NeMo's own preprocessor built
+    with the same setting."""
+    from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
+
+    from audioparity.audio import load_audio
+    from audioparity.models.parakeet_tdt.frontend import mel_features
+    from tests.models.parakeet_tdt.test_frontend import agreement, nemo_mel
+
+    cfg = edited((f"preprocessor.{edit[0]}", edit[1]))
+    settings = {k: v for k, v in cfg["preprocessor"].items() if k != "_target_"}
+    module = AudioToMelSpectrogramPreprocessor(**settings).eval()
+    module.featurizer.dither = 0.0
+    samples = load_audio(clip_wav).samples
+    reference, _ = nemo_mel(module, samples)
+    ours = mel_features(samples, from_nemo_config(cfg).preprocessor,
+                        filterbank=module.featurizer.fb.numpy(),
+                        window=module.featurizer.window.numpy())
+    cosine, max_abs, nmse = agreement(ours, reference)
+    assert nmse < 1e-9, (cosine, max_abs, nmse)

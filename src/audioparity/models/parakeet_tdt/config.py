@@ -117,7 +117,8 @@ class EncoderConfig:
         return self.d_model // self.n_heads
 
     def subsampled_length(self, length: int) -> int:
-        """``calc_length`` of NeMo's ``ConvSubsampling`` (dw_striding, striding): ``log2(factor)`` times
+        """``calc_length`` of NeMo's ``ConvSubsampling`` (dw_striding, striding):
+        ``log2(factor)`` times
         ``(length + 1 + 1 - 3) // 2 + 1`` (kernel 3, stride 2, padding 1 each side, floor). The
         same for mel frames (``T -> T'``) and for mel bins (``n_mels -> F'``, the width the
         ``out`` projection flattens)."""
@@ -181,7 +182,8 @@ class EncoderConfig:
         else:
             scores, masks = 11 * self.n_heads * n_frames * (2 * self.local_context + 1) * 4, 0
         mel_frames = n_frames * self.subsampling_factor
-        conv = 5 * self.subsampling_conv_channels * (mel_frames // 2) * (self.feat_in // 2)  # 1.25 float32
+        channels = self.subsampling_conv_channels
+        conv = 5 * channels * (mel_frames // 2) * (self.feat_in // 2)  # 1.25 float32
         layers = (self.n_layers + 16) * n_frames * self.d_model * 4
         return scores + masks + conv + layers
 
@@ -391,7 +393,8 @@ def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDT
         joint=joint,
         durations=tuple(int(d) for d in durations),
         # RNNTDecoding reads max_symbols, then max_symbols_per_step (default MAX_SYMBOLS)
-        max_symbols=greedy.get("max_symbols") or greedy.get("max_symbols_per_step", MAX_SYMBOLS),
+        max_symbols=(greedy.get("max_symbols")
+                     or greedy.get("max_symbols_per_step", MAX_SYMBOLS)),
         ctc=ctc,
     )
     return _validate(config, where)

@@ -1,7 +1,8 @@
 """The Parakeet-TDT (FastConformer) encoder as ggml graphs, block by block as in NeMo.
 
 Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
-(``ConvSubsampling``, dw_striding or striding), ``rel_pos_encoding`` (``RelPositionalEncoding``), then per
+(``ConvSubsampling``, dw_striding or striding),
+``rel_pos_encoding`` (``RelPositionalEncoding``), then per
 ``ConformerLayer``: ``feed_forward`` (``ConformerFeedForward``), ``rel_pos_attention``
 (``RelPositionMultiHeadAttention``), ``conv_module`` (``ConformerConvolution``), assembled by
 ``conformer_layer``; ``rel_pos_local_attn`` (``RelPositionMultiHeadAttentionLongformer``,
