@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter, sha256_of
+from audioparity.artifacts import REFUSED, Dump, DumpWriter, sha256_of
 from audioparity.errors import AudioparityError
 
 
@@ -37,14 +37,29 @@ def test_committed_dump_round_trips_tensors_documents_and_manifest(tmp_path, mod
     assert not (tmp_path / "dump.partial").exists()
 
 
-def test_a_refused_input_leaves_nothing(tmp_path, model_file):
+def test_an_input_refused_before_any_stage_leaves_nothing(tmp_path, model_file):
+    out = tmp_path / "dump"
+    with pytest.raises(AudioparityError), DumpWriter(out, producer="ggml", model=model_file):
+        raise AudioparityError("encoder.reduction: pooling is not supported by the ggml port")
+    assert not out.exists()
+    assert not (tmp_path / "dump.partial").exists()
+
+
+def test_a_refusal_after_some_stages_keeps_them_and_names_the_stage(tmp_path, model_file):
+    """Refused halfway (a setting met only by the decoder, say): the encoder's stages stay for
+    the guard to compare, the stage the refusal came from is the one running, and the refusal
+    is recorded; nothing looks complete."""
     out = tmp_path / "dump"
     with pytest.raises(AudioparityError), DumpWriter(out, producer="ggml",
                                                      model=model_file) as writer:
-        writer.add_tensor("enc_out", np.zeros((2, 2), np.float32), "[T, D]")
-        raise AudioparityError("a bad input, found halfway")
+        with writer.timed("encoder"):
+            writer.add_tensor("enc_out", np.zeros((2, 2), np.float32), "[T, D]")
+        with writer.timed("decode"):
+            raise AudioparityError("a bad input,\nfound halfway")
     assert not out.exists()
-    assert not (tmp_path / "dump.partial").exists()
+    manifest = json.loads((tmp_path / "dump.partial" / "manifest.json").read_text())
+    assert list(manifest["tensors"]) == ["enc_out"] and manifest["running"] == "decode"
+    assert manifest[REFUSED] == "a bad input, found halfway"
 
 
 def test_a_fault_leaves_a_partial_dump_saying_what_finished_and_what_ran(tmp_path, model_file):

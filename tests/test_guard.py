@@ -67,3 +67,25 @@ def test_a_dump_that_aborts_keeps_the_stages_it_finished(tmp_path):
     assert dump.tensor_names == ["enc_out"] and dump.tensor("enc_out").sum() == 6
     assert dump.manifest["crashed_in"] == "decode" and dump.manifest["backend"] == "cpu"
     assert not (tmp_path / "dump.partial").exists()
+
+
+def test_a_dump_refused_halfway_keeps_the_stages_before_and_names_the_stage(tmp_path):
+    """A refusal (AudioparityError) met in the decoder after the encoder's stages: the guard
+    keeps those stages, names the stage it was raised in, and keeps the refusal's line."""
+    out = tmp_path / "dump"
+    script = (
+        "import numpy as np; from audioparity.artifacts import DumpWriter\n"
+        "from audioparity.errors import AudioparityError\n"
+        f"with DumpWriter({str(out)!r}, producer='ggml') as w:\n"
+        "    with w.timed('encoder'):\n"
+        "        w.add_tensor('enc_out', np.ones((3, 2), np.float32), '[T, D]')\n"
+        "    with w.timed('decode'):\n"
+        "        raise AudioparityError('decoding.greedy.max_symbols: 0 is refused')\n"
+    )
+    result = guard(tmp_path, script)
+    assert result.returncode == 0, result.stderr[-2000:]
+    dump = Dump(out)
+    assert dump.status == "crashed" and dump.tensor_names == ["enc_out"]
+    assert dump.manifest["crashed_in"] == "decode"
+    assert dump.manifest["refused"] == "decoding.greedy.max_symbols: 0 is refused"
+    assert not (tmp_path / "dump.partial").exists()

@@ -37,6 +37,9 @@ MANIFEST = "manifest.json"
 RUNNING = "running"
 #: The key of a crashed dump's manifest naming the stage it died in (its ``running``).
 CRASHED_IN = "crashed_in"
+#: The key of a partial dump's manifest holding the refusal (an :class:`AudioparityError`'s
+#: line) that stopped it after some stages.
+REFUSED = "refused"
 #: The key of the manifest of a dump on a backend other than the CPU listing the ops of its
 #: graphs the backend does not support, which ggml's scheduler ran on the CPU (ggml-cuda
 #: refuses a FLASH_ATTN_EXT whose mask has several slices): ``[{"phase": the stage running,
@@ -65,9 +68,11 @@ class DumpWriter:
     partial directory's manifest is rewritten as each stage lands, with the stage being timed
     (``running``), so a process that dies leaves a record of what it finished
     (:func:`audioparity.guard.run_guarded` makes a ``crashed`` dump of it). On an
-    :class:`AudioparityError` (a refused input) the partial directory is removed, and so are the
-    (empty) parent folders the writer created for it; on another exception (a fault) it is kept,
-    its manifest saying what ran; the exception propagates either way.
+    :class:`AudioparityError` (a refused input) before any stage began, the partial directory is
+    removed, and so are the (empty) parent folders the writer created for it; on one raised once a
+    stage began, or on another exception (a fault), it is kept, its manifest saying what
+    finished and what ran (and, for a refusal, its line under :data:`REFUSED`): the stages
+    before the refusal are still compared. The exception propagates either way.
 
     Args:
         output_dir: final directory.
@@ -123,21 +128,24 @@ class DumpWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and not issubclass(exc_type, AudioparityError):
-            self._progress()  # a fault: what finished, and what ran, for the guard
+        if exc_type is None:
+            _write_json(self.partial / MANIFEST, self.manifest)
+            if self.output_dir.exists():
+                shutil.rmtree(self.output_dir)
+            os.replace(self.partial, self.output_dir)
             return
-        if exc_type is not None:
-            shutil.rmtree(self.partial, ignore_errors=True)
-            for folder in self._created:  # innermost first: the folders this writer made
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+        began = self.running is not None or self.manifest["tensors"] or self.manifest["documents"]
+        if not issubclass(exc_type, AudioparityError) or began:
+            if issubclass(exc_type, AudioparityError):
+                self.manifest[REFUSED] = _one_line(exc)
+            self._progress()  # what finished, and what ran, for the guard
             return
-        _write_json(self.partial / MANIFEST, self.manifest)
-        if self.output_dir.exists():
-            shutil.rmtree(self.output_dir)
-        os.replace(self.partial, self.output_dir)
+        shutil.rmtree(self.partial, ignore_errors=True)  # refused before anything ran
+        for folder in self._created:  # innermost first: the folders this writer made
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def add_tensor(self, name: str, array: np.ndarray, layout: str) -> None:
         """Store ``array`` as ``<name>.npy`` (C-contiguous, dtype kept).

@@ -53,7 +53,7 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
     """Checkpoint (NeMo) name -> shape of every tensor the port reads, from the config, in
     module order: the subsampling, the layers, a CTC decoder, a transducer.
 
-    Mirrors the parameters of ``ConvSubsampling`` (dw_striding), ``ConformerLayer``,
+    Mirrors the parameters of ``ConvSubsampling`` (dw_striding or striding), ``ConformerLayer``,
     ``RNNTDecoder`` and ``RNNTJoint`` (a transducer), ``ConvASRDecoder`` (a CTC decoder).
     Linear/conv biases of the layers only when ``use_bias``.
     """
@@ -71,8 +71,9 @@ def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _subsampling_shapes(enc: EncoderConfig) -> dict[str, tuple[int, ...]]:
-    """``encoder.pre_encode`` (``ConvSubsampling``, dw_striding): the first 3x3 conv, the
-    ``out`` projection, then a depthwise and a pointwise conv per further stage."""
+    """``encoder.pre_encode`` (``ConvSubsampling``): the first 3x3 conv, the ``out``
+    projection, then per further stage a depthwise and a pointwise conv (``dw_striding``) or a
+    full 3x3 conv (``striding``)."""
     d, c = enc.d_model, enc.subsampling_conv_channels
     n_sub = int(np.log2(enc.subsampling_factor))
     freq = enc.subsampled_length(enc.feat_in)
@@ -83,11 +84,11 @@ def _subsampling_shapes(enc: EncoderConfig) -> dict[str, tuple[int, ...]]:
         "encoder.pre_encode.out.bias": (d,),
     }
     for i in range(n_sub - 1):
-        dw, pw = 2 + 3 * i, 3 + 3 * i
-        shapes[f"encoder.pre_encode.conv.{dw}.weight"] = (c, 1, 3, 3)
-        shapes[f"encoder.pre_encode.conv.{dw}.bias"] = (c,)
-        shapes[f"encoder.pre_encode.conv.{pw}.weight"] = (c, c, 1, 1)
-        shapes[f"encoder.pre_encode.conv.{pw}.bias"] = (c,)
+        convs = {2 + 2 * i: (c, c, 3, 3)} if enc.subsampling == "striding" else \
+            {2 + 3 * i: (c, 1, 3, 3), 3 + 3 * i: (c, c, 1, 1)}
+        for index, shape in convs.items():
+            shapes[f"encoder.pre_encode.conv.{index}.weight"] = shape
+            shapes[f"encoder.pre_encode.conv.{index}.bias"] = (c,)
     return shapes
 
 

@@ -7,10 +7,12 @@ instantiates (``AudioToMelSpectrogramPreprocessor``, ``ConformerEncoder``, ``RNN
 ``preprocessor_config.json``) is mapped back to these names, inverting transformers'
 ``convert_nemo_to_hf.py``.
 
-Only the architecture the ggml port implements is accepted (v3's: ``dw_striding`` subsampling,
-``rel_pos`` attention with full context or ``rel_pos_local_attn`` with a symmetric window,
-batch-norm conv module, no output projection); any other setting raises
-:class:`AudioparityError` naming the key and the value found.
+Settings are read as NeMo reads them: a null is a null (``preemph: null``: no pre-emphasis), -1
+defaults are resolved (``subsampling_conv_channels: -1``: ``d_model``), named values are
+converted (``log_zero_guard_value: tiny``). Only the architecture the ggml port implements is
+accepted (:data:`.settings.SETTINGS` says which values of which settings): any other setting
+raises :class:`AudioparityError` with one line naming the setting and the value found, when the
+config is read, before anything runs.
 """
 
 from __future__ import annotations
@@ -20,11 +22,20 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
+
 from audioparity.checkpoints.nemo import read_nemo_member
 from audioparity.errors import AudioparityError
+from audioparity.models.parakeet_tdt.settings import SETTINGS, refusal, refused
 
 #: ``torch.nn.LayerNorm`` / ``torch.nn.BatchNorm1d`` default eps (NeMo does not override it).
 NORM_EPS = 1e-5
+#: ``log_zero_guard_value`` names NeMo's ``FilterbankFeatures`` accepts, as float32 ``finfo``
+#: attributes of the (float32) features.
+NAMED_GUARDS = ("tiny", "eps")
+#: Symbols per frame when the decoding config names none (``GreedyBatchedRNNTInferConfig``'s
+#: ``max_symbols_per_step``, which NeMo merges into the model's decoding config).
+MAX_SYMBOLS = 10
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,7 @@ class PreprocessorConfig:
     window: str = "hann"
     normalize: str = "per_feature"
     n_fft: int | None = None
-    preemph: float = 0.97
+    preemph: float | None = 0.97
     features: int = 64
     lowfreq: float = 0.0
     highfreq: float | None = None
@@ -65,7 +76,8 @@ class PreprocessorConfig:
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """``encoder`` (NeMo ``ConformerEncoder`` arguments and defaults)."""
+    """``encoder`` (NeMo ``ConformerEncoder`` arguments and defaults); ``subsampling_conv_channels``
+    -1 is resolved to ``d_model``, as ``ConformerEncoder`` does."""
 
     feat_in: int
     n_layers: int
@@ -90,6 +102,10 @@ class EncoderConfig:
     layer_norm_eps: float = NORM_EPS
     batch_norm_eps: float = NORM_EPS
 
+    def __post_init__(self) -> None:
+        if self.subsampling_conv_channels == -1:
+            object.__setattr__(self, "subsampling_conv_channels", self.d_model)
+
     @property
     def d_ff(self) -> int:
         """Feed-forward hidden size (``d_model * ff_expansion_factor``)."""
@@ -101,7 +117,8 @@ class EncoderConfig:
         return self.d_model // self.n_heads
 
     def subsampled_length(self, length: int) -> int:
-        """``calc_length`` of NeMo's ``ConvSubsampling`` (dw_striding): ``log2(factor)`` times
+        """``calc_length`` of NeMo's ``ConvSubsampling`` (dw_striding, striding):
+        ``log2(factor)`` times
         ``(length + 1 + 1 - 3) // 2 + 1`` (kernel 3, stride 2, padding 1 each side, floor). The
         same for mel frames (``T -> T'``) and for mel bins (``n_mels -> F'``, the width the
         ``out`` projection flattens)."""
@@ -164,9 +181,8 @@ class EncoderConfig:
             masks = 8 * n_frames**2
         else:
             scores, masks = 11 * self.n_heads * n_frames * (2 * self.local_context + 1) * 4, 0
-        channels = self.subsampling_conv_channels if self.subsampling_conv_channels > 0 \
-            else self.d_model
         mel_frames = n_frames * self.subsampling_factor
+        channels = self.subsampling_conv_channels
         conv = 5 * channels * (mel_frames // 2) * (self.feat_in // 2)  # 1.25 float32
         layers = (self.n_layers + 16) * n_frames * self.d_model * 4
         return scores + masks + conv + layers
@@ -189,12 +205,14 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """``decoder`` (NeMo ``RNNTDecoder``): prediction network sizes and the vocabulary."""
+    """``decoder`` (NeMo ``RNNTDecoder``): prediction network sizes and the vocabulary;
+    ``rnn_hidden_size`` is the LSTM's width (-1: ``pred_hidden``; larger: an LSTM projecting
+    back to ``pred_hidden``, which the port refuses)."""
 
     vocab_size: int
     pred_hidden: int
     pred_rnn_layers: int = 1
-    blank_as_pad: bool = True
+    rnn_hidden_size: int = -1
 
 
 @dataclass(frozen=True)
@@ -232,7 +250,7 @@ class ParakeetTDTConfig:
     decoder: DecoderConfig | None
     joint: JointConfig | None
     durations: tuple[int, ...]
-    max_symbols: int = 10
+    max_symbols: int | None = MAX_SYMBOLS
     ctc: CtcConfig | None = None
 
     @property
@@ -267,9 +285,12 @@ class ParakeetTDTConfig:
 
 
 def _pick(cls, section: dict, where: str):
-    """Build dataclass ``cls`` from the keys of ``section`` it declares (others are ignored)."""
-    names = {f.name for f in fields(cls)}
-    values = {k: v for k, v in section.items() if k in names and v is not None}
+    """Build dataclass ``cls`` from the keys of ``section`` it declares (others are ignored). A
+    null is kept for a field that may be None (``preemph: null``: no pre-emphasis, as NeMo
+    reads it) and means the default for the others."""
+    nullable = {f.name for f in fields(cls) if "None" in str(f.type)}
+    values = {k: v for k, v in section.items()
+              if any(f.name == k for f in fields(cls)) and (v is not None or k in nullable)}
     try:
         return cls(**values)
     except TypeError as err:
@@ -277,18 +298,22 @@ def _pick(cls, section: dict, where: str):
 
 
 def _require(where: str, key: str, value, allowed) -> None:
+    """Refuse ``value`` of the setting ``key`` (``encoder.subsampling``) unless it is one of
+    ``allowed``: :func:`~.settings.refusal`'s line, after ``where``."""
     if value not in allowed:
-        raise AudioparityError(
-            f"{where}: {key}={value!r} is not supported by the ggml port (supported: {allowed})"
-        )
+        raise AudioparityError(f"{where}: {refusal(key, value)}")
 
 
 def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
+    """``config`` when the port implements it, checked by :data:`~.settings.SETTINGS`' fixed
+    values and the rules of the settings whose values depend on others.
+
+    Raises:
+        AudioparityError: one line naming the first setting the port does not implement.
+    """
     enc = config.encoder
-    _require(where, "encoder.subsampling", enc.subsampling, ("dw_striding",))
-    _require(where, "encoder.causal_downsampling", enc.causal_downsampling, (False,))
-    _require(where, "encoder.self_attention_model", enc.self_attention_model,
-             ("rel_pos", "rel_pos_local_attn"))
+    for key in ("subsampling", "causal_downsampling", "self_attention_model", "conv_norm_type"):
+        _require(where, f"encoder.{key}", getattr(enc, key), SETTINGS["encoder"][key].supported)
     context = tuple(enc.att_context_size)
     if enc.self_attention_model == "rel_pos":
         _require(where, "encoder.att_context_size", context, ((-1, -1),))
@@ -296,20 +321,17 @@ def _validate(config: ParakeetTDTConfig, where: str) -> ParakeetTDTConfig:
           or context[0] != context[1] or context[0] < 1):
         # NeMo's RelPositionMultiHeadAttentionLongformer adds the positional scores to the
         # columns of a [w, w] window (w = max(L, R)): only L == R is a consistent band.
-        raise AudioparityError(
-            f"{where}: encoder.att_context_size={list(context)} is not supported by the ggml "
-            "port with rel_pos_local_attn (supported: [w, w], w >= 1)"
-        )
+        _require(where, "encoder.att_context_size", context, ())
     else:  # Longformer's global tokens attend to and from every frame
         _require(where, "encoder.global_tokens", enc.global_tokens, (0,))
-    _require(where, "encoder.conv_norm_type", enc.conv_norm_type, ("batch_norm",))
     _require(where, "encoder.feat_out", enc.feat_out, (-1, enc.d_model))
     _require(where, "encoder.conv_context_size", enc.conv_context_size,
              (None, (enc.conv_kernel_size - 1) // 2, [(enc.conv_kernel_size - 1) // 2] * 2))
     if enc.subsampling_factor & (enc.subsampling_factor - 1) or enc.subsampling_factor < 2:
-        raise AudioparityError(
-            f"{where}: encoder.subsampling_factor={enc.subsampling_factor} is not a power of 2"
-        )
+        _require(where, "encoder.subsampling_factor", enc.subsampling_factor, ())
+    if config.decoder is not None:
+        _require(where, "decoder.prednet.rnn_hidden_size", config.decoder.rnn_hidden_size,
+                 (-1, config.decoder.pred_hidden))
     if enc.d_model % enc.n_heads:
         raise AudioparityError(
             f"{where}: encoder.d_model={enc.d_model} is not a multiple of n_heads={enc.n_heads}"
@@ -339,6 +361,7 @@ def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDT
     for section in ("preprocessor", "encoder", "decoder"):
         if not isinstance(cfg.get(section), dict):
             raise AudioparityError(f"{where}: no {section!r} section")
+    _refuse_unsupported(cfg, where)
     encoder = dict(cfg["encoder"])
     if encoder.get("att_context_size") is not None:
         encoder["att_context_size"] = tuple(encoder["att_context_size"])
@@ -359,18 +382,58 @@ def from_nemo_config(cfg: dict, where: str = "model_config.yaml") -> ParakeetTDT
                                        f"{aux.get('_target_')!r} is not a ConvASRDecoder")
             ctc = _pick(CtcConfig, {**aux, "prefix": "ctc_decoder"}, f"{where} aux_ctc.decoder")
     decoding = cfg.get("decoding") or {}
+    greedy = decoding.get("greedy") or {}
     durations = (decoding.get("durations") or cfg.get("model_defaults", {}).get("tdt_durations")
                  or []) if joint is not None else []
     config = ParakeetTDTConfig(
-        preprocessor=_pick(PreprocessorConfig, cfg["preprocessor"], f"{where} preprocessor"),
+        preprocessor=_pick(PreprocessorConfig, _preprocessor(cfg["preprocessor"], where),
+                           f"{where} preprocessor"),
         encoder=_pick(EncoderConfig, encoder, f"{where} encoder"),
         decoder=decoder,
         joint=joint,
         durations=tuple(int(d) for d in durations),
-        max_symbols=int((decoding.get("greedy") or {}).get("max_symbols") or 10),
+        # RNNTDecoding reads max_symbols, then max_symbols_per_step (default MAX_SYMBOLS)
+        max_symbols=(greedy.get("max_symbols")
+                     or greedy.get("max_symbols_per_step", MAX_SYMBOLS)),
         ctc=ctc,
     )
     return _validate(config, where)
+
+
+def _refuse_unsupported(cfg: dict, where: str) -> None:
+    """Refuse the first setting of ``cfg`` whose value :data:`~.settings.SETTINGS` says the port
+    does not implement (the CTC head's settings under its own path).
+
+    Raises:
+        AudioparityError: ``"<where>: encoder.reduction: pooling is not supported by the ggml
+            port (supported: null)"``.
+    """
+    ctc_model = _is_ctc_decoder(cfg["decoder"])  # its decoder is the CTC head
+    paths = {table: table for table in SETTINGS
+             if not (ctc_model and table.startswith("decoder"))}
+    paths["ctc"] = "decoder" if ctc_model else "aux_ctc.decoder"
+    for table, path in paths.items():
+        section = cfg
+        for key in path.split("."):
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and (line := refused(path, table, section)):
+            raise AudioparityError(f"{where}: {line}")
+
+
+def _preprocessor(section: dict, where: str) -> dict:
+    """``preprocessor`` with ``log_zero_guard_value`` a number, as NeMo's ``FilterbankFeatures``
+    reads a name (:data:`NAMED_GUARDS`: that attribute of ``torch.finfo(float32)``).
+
+    Raises:
+        AudioparityError: a guard value that is neither a number nor one of the names.
+    """
+    guard = section.get("log_zero_guard_value")
+    if not isinstance(guard, str):
+        return section
+    if guard not in NAMED_GUARDS:
+        raise AudioparityError(f"{where}: preprocessor.log_zero_guard_value: {guard!r} is neither "
+                               f"a number nor one of {', '.join(NAMED_GUARDS)}")
+    return {**section, "log_zero_guard_value": float(getattr(np.finfo(np.float32), guard))}
 
 
 def _is_ctc_decoder(section: dict) -> bool:

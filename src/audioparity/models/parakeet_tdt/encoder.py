@@ -1,7 +1,8 @@
 """The Parakeet-TDT (FastConformer) encoder as ggml graphs, block by block as in NeMo.
 
 Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
-(``ConvSubsampling``, dw_striding), ``rel_pos_encoding`` (``RelPositionalEncoding``), then per
+(``ConvSubsampling``, dw_striding or striding),
+``rel_pos_encoding`` (``RelPositionalEncoding``), then per
 ``ConformerLayer``: ``feed_forward`` (``ConformerFeedForward``), ``rel_pos_attention``
 (``RelPositionMultiHeadAttention``), ``conv_module`` (``ConformerConvolution``), assembled by
 ``conformer_layer``; ``rel_pos_local_attn`` (``RelPositionMultiHeadAttentionLongformer``,
@@ -51,18 +52,20 @@ PROGRESS_SECONDS = 10.0
 
 
 def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
-    """``ConvSubsampling`` (dw_striding): ``pre_encode`` of NeMo.
+    """``ConvSubsampling`` (``dw_striding`` or ``striding``): ``pre_encode`` of NeMo.
 
-    Conv2d(1->C, 3x3, stride 2, pad 1) + ReLU, then ``log2(factor) - 1`` times [depthwise
-    Conv2d(C, 3x3, stride 2, pad 1, groups=C) -> pointwise 1x1 Conv2d(C->C) -> ReLU], then the
-    ``[C, T', F']`` map is flattened channel-major per frame (feature ``c * F' + f``) and
-    projected by ``out`` (Linear ``C * F' -> D``).
+    Conv2d(1->C, 3x3, stride 2, pad 1) + ReLU, then ``log2(factor) - 1`` stages: for
+    ``dw_striding`` [depthwise Conv2d(C, 3x3, stride 2, pad 1, groups=C) -> pointwise 1x1
+    Conv2d(C->C) -> ReLU] (``conv.{2+3i}``, ``conv.{3+3i}``), for ``striding`` [Conv2d(C->C, 3x3,
+    stride 2, pad 1) -> ReLU] (``conv.{2+2i}``). Then the ``[C, T', F']`` map is flattened
+    channel-major per frame (feature ``c * F' + f``) and projected by ``out`` (Linear
+    ``C * F' -> D``). At x2 there are no stages: the first conv's map is flattened.
 
     Args:
         mel: ``[T, n_mels]`` (ne ``[n_mels, T]``), valid frames only.
 
     Returns:
-        ``[T', D]`` with ``T' = calc_length(T)`` (three times ``(t + 2 - 3) // 2 + 1`` for x8).
+        ``[T', D]`` with ``T' = calc_length(T)`` (``log2(factor)`` times ``(t + 2 - 3) // 2 + 1``).
     """
     p = "encoder.pre_encode."
     n_freq, n_time = mel.contents.ne[0], mel.contents.ne[1]
@@ -70,16 +73,25 @@ def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
     x = conv_2d(ctx, w[p + "conv.0.weight"], x, (2, 2), (1, 1))  # ne [F, T, C]
     x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))
     n_stages = int(math.log2(cfg.subsampling_factor)) - 1
+    channel_last = False  # x is ne [F, T, C]; after a dw_striding stage ne [C, F, T]
     for stage in range(n_stages):
+        if cfg.subsampling == "striding":
+            conv = f"{p}conv.{2 + 2 * stage}"
+            x = conv_2d(ctx, w[conv + ".weight"], x, (2, 2), (1, 1))
+            x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[conv + ".bias"]))
+            continue
         dw, pw = 2 + 3 * stage, 3 + 3 * stage
-        if stage:  # back to ne [F, T, C] for the depthwise conv
+        if channel_last:  # back to ne [F, T, C] for the depthwise conv
             x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 2, 0, 1, 3))
         x = depthwise_conv_2d(ctx, w[f"{p}conv.{dw}.weight"], x, (2, 2), (1, 1))
         x = _add_channel_bias(ctx, x, w[f"{p}conv.{dw}.bias"])
         x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 1, 2, 0, 3))  # ne [C, F, T]
         x = ggml.ggml_relu(ctx, linear(ctx, w, f"{p}conv.{pw}", x))
-    # ne [C, F', T'] -> [F', C, T'] -> [F' * C, T']: feature index c * F' + f, as NeMo flattens.
-    x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 1, 0, 2, 3))
+        channel_last = True
+    # ne [C, F', T'] or [F', T', C] -> [F', C, T'] -> [F' * C, T']: feature index c * F' + f,
+    # as NeMo flattens.
+    order = (1, 0, 2, 3) if channel_last else (0, 2, 1, 3)
+    x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, *order))
     x = ggml.ggml_reshape_2d(ctx, x, x.contents.ne[0] * x.contents.ne[1], x.contents.ne[2])
     return linear(ctx, w, p + "out", x)
 
