@@ -598,7 +598,7 @@ def run_case(case: Case, folder: Path, fx: Fixtures) -> str:
     fx.link_into(folder)
     case.make(folder, fx)
     before = listing(folder)
-    messages = set()
+    messages, leaves = set(), set()
     for command in case.commands:
         result = run(folder, command)
         assert result.returncode == case.exit_code, (command, result.stderr[-3000:])
@@ -606,9 +606,29 @@ def run_case(case: Case, folder: Path, fx: Fixtures) -> str:
         if case.exit_code == 1:
             assert line.startswith("audioparity: error: "), line
         messages.add(line)
-        assert listing(folder) == before, f"{command} left {set(listing(folder)) - set(before)}"
+        leaves.add(left_behind(folder, before, line, command))
     assert len(messages) == 1, f"the commands disagree: {messages}"
-    return row(case.input, case.commands, case.exit_code, messages.pop(), NOTHING)
+    assert len(leaves) == 1, f"the commands leave different things: {leaves}"
+    return row(case.input, case.commands, case.exit_code, messages.pop(), leaves.pop())
+
+
+def left_behind(folder: Path, before: list[str], line: str, command: str) -> str:
+    """What a refused command left: nothing, or, for a refusal once stages were written, only
+    `out.partial/` with them, its manifest holding the refusal's line (what the guard reads:
+    never an `out/` that looks complete); removed for the next command."""
+    from audioparity.artifacts import MANIFEST, REFUSED
+
+    left = set(listing(folder)) - set(before)
+    if not left:
+        return NOTHING
+    partial = folder / f"{OUT}.partial"
+    assert all(path.split("/")[0] == partial.name for path in left), f"{command} left {left}"
+    manifest = json.loads((partial / MANIFEST).read_text())
+    assert line.endswith(manifest[REFUSED]), (line, manifest[REFUSED])
+    stages = ", ".join(f"`{name}`" for name in [*manifest["tensors"], *manifest["documents"]])
+    shutil.rmtree(partial)
+    return (f"no `out/`; `out.partial/` with the stages written before the refusal ({stages}), "
+            "its manifest's `refused` the line")
 
 
 def run_accepted(case: Accepted, folder: Path, fx: Fixtures) -> str:

@@ -68,11 +68,11 @@ class DumpWriter:
     partial directory's manifest is rewritten as each stage lands, with the stage being timed
     (``running``), so a process that dies leaves a record of what it finished
     (:func:`audioparity.guard.run_guarded` makes a ``crashed`` dump of it). On an
-    :class:`AudioparityError` (a refused input) before any stage began, the partial directory is
-    removed, and so are the (empty) parent folders the writer created for it; on one raised once a
-    stage began, or on another exception (a fault), it is kept, its manifest saying what
-    finished and what ran (and, for a refusal, its line under :data:`REFUSED`): the stages
-    before the refusal are still compared. The exception propagates either way.
+    :class:`AudioparityError` (a refused input) before any stage was written, the partial
+    directory is removed, and so are the (empty) parent folders the writer created for it; on one
+    raised once a stage was written, or on another exception (a fault), it is kept, its manifest
+    saying what finished and what ran (and, for a refusal, its line under :data:`REFUSED`): the
+    stages before the refusal are still compared. The exception propagates either way.
 
     Args:
         output_dir: final directory.
@@ -134,8 +134,8 @@ class DumpWriter:
                 shutil.rmtree(self.output_dir)
             os.replace(self.partial, self.output_dir)
             return
-        began = self.running is not None or self.manifest["tensors"] or self.manifest["documents"]
-        if not issubclass(exc_type, AudioparityError) or began:
+        wrote = self.manifest["tensors"] or self.manifest["documents"]
+        if not issubclass(exc_type, AudioparityError) or wrote:
             if issubclass(exc_type, AudioparityError):
                 self.manifest[REFUSED] = _one_line(exc)
             self._progress()  # what finished, and what ran, for the guard

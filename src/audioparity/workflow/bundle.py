@@ -486,10 +486,15 @@ def merge(workdir: Path, returned: Path) -> list[str]:
     """
     try:
         manifest = json.loads((returned / MANIFEST).read_text())
-        targets, files = manifest["targets"], manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError) as err:
         raise AudioparityError(f"bundle merge: {returned} is no bundle's returned folder "
                                f"(its {MANIFEST}: {err})") from None
+    lacking = [key for key in ("packed", "backends", "targets", "files")
+               if not isinstance(manifest, dict) or key not in manifest]
+    if lacking:
+        raise AudioparityError(f"bundle merge: {returned} is no bundle's returned folder (its "
+                               f"{MANIFEST} lacks {', '.join(map(repr, lacking))})")
+    targets, files = manifest["targets"], manifest["files"]
     workdir = workdir.resolve()
     changed = sorted(path for path, digest in files.items()
                      if _sha256(workdir / path) != digest)
