@@ -359,3 +359,37 @@ def test_an_array_against_itself_is_identical(array):
     assert m.std_ratio(array, array) == pytest.approx(1.0, rel=1e-12)
     assert m.top1(array, array) == 1.0
     assert m.kl(array, array) == 0.0
+
+
+def test_spread_nmse_counts_near_constant_features_in_log_mel_units():
+    """Against float64 truth: a per-feature normalised [T, 3] whose last feature is
+    near-constant (raw std 1e-5). An error of 1e-6 in its log-mel (a float32 ulp at -16) is
+    2.5e-2 once normalised: plain NMSE sees it, spread_nmse counts 1e-6/0.3; an error of 1e-3 in
+    a varied feature counts in full in both."""
+    from audioparity.compare import metrics as mm
+
+    rng = np.random.default_rng(0)
+    raw = np.stack([rng.standard_normal(400) * 2.0, rng.standard_normal(400),
+                    -16.6 + 1e-5 * rng.standard_normal(400)], axis=1)
+
+    def normalise(x):
+        centred = x - x.mean(axis=0)
+        return centred / (centred.std(axis=0, ddof=1) + 1e-5)
+
+    ref = normalise(raw)
+    np.testing.assert_allclose(mm.feature_spreads(ref), raw.std(axis=0, ddof=1), rtol=1e-6)
+    assert mm.near_constant_features(ref) == 1
+    nudged = raw.copy()
+    nudged[::2, 2] += 1e-6
+    cand = normalise(nudged)
+    energy = float(np.sum(ref * ref))
+    err = (cand - ref)[:, 2]
+    weight = (raw[:, 2].std(ddof=1) + 1e-5) / mm.SPREAD_FLOOR
+    assert mm.nmse(cand, ref) > 1e-4
+    assert mm.spread_nmse(cand, ref) == pytest.approx(float(np.sum((err * weight) ** 2)) / energy)
+    assert mm.spread_nmse(cand, ref) < 1e-11
+    varied = ref.copy()
+    varied[:, 0] += 1e-3
+    assert mm.spread_nmse(varied, ref) == pytest.approx(mm.nmse(varied, ref))
+    assert mm.spread_max_rel(varied, ref) == pytest.approx(mm.max_rel(varied, ref))
+    assert np.isnan(mm.spread_nmse(np.full_like(ref, np.nan), ref))

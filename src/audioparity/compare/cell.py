@@ -155,6 +155,11 @@ def _float_metrics(cand: np.ndarray, ref: np.ndarray, decisions: Sequence[int] =
         "kl": None,
         "ref_non_finite": m.non_finite(ref, cand),
         "top1_rows": [],
+        # read only by a gate with spread keys (per-feature normalised stages: mel_features)
+        "spread_nmse": m.spread_nmse(cand, ref),
+        "spread_max_rel": m.spread_max_rel(cand, ref),
+        "near_constant": m.near_constant_features(ref),
+        "features": int(ref.shape[-1]) if ref.ndim else 1,
     }
 
 

@@ -41,6 +41,17 @@ key                      applies to passes when
 ``max_rel_max``          tensors    max_rel <= value
 ``max_abs_max``          tensors    max_abs <= value
 ``std_ratio_tol``        tensors    abs(1 - std_ratio) <= value
+``spread_nmse_max``      normalised spread_nmse <= value, where the reference has near-constant
+                         features   features (a raw std under ``SPREAD_FLOOR``, read from its
+                                    normalised output: band-limited audio's top mel bins); such
+                                    a row is judged by these two alone, each feature's error
+                                    in log-mel units where it is near-constant
+                                    (:func:`audioparity.compare.metrics.spread_nmse`), its
+                                    cosine, NMSE, max_rel, max_abs, median row NMSE and std
+                                    ratio not read; on a row whose features all vary these two
+                                    are not read. The reason says which (``near-constant
+                                    features (N of M bins: ...)``)
+``spread_max_rel_max``   normalised spread_max_rel <= value, likewise
 ``top1_min``             logits     top1 >= value (tensors whose stage name contains "logits")
 ``kl_max``               logits     kl <= value: the largest KL(ref || cand) over rows, in nats
 ``token_match_min``      documents  token_match >= value
@@ -122,6 +133,7 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
+from audioparity.compare.metrics import SPREAD_FLOOR
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import (
     BACKENDS,
@@ -140,6 +152,8 @@ _LIMITS = {
     "median_row_nmse_max": ("median_row_nmse", "<="),
     "max_rel_max": ("max_rel", "<="),
     "max_abs_max": ("max_abs", "<="),
+    "spread_nmse_max": ("spread_nmse", "<="),
+    "spread_max_rel_max": ("spread_max_rel", "<="),
     "std_ratio_tol": ("std_ratio", "tol"),
     "top1_min": ("top1", ">="),
     "kl_max": ("kl", "<="),
@@ -153,7 +167,15 @@ _NUMERIC = (*_LIMITS, "logit_gap_max")
 THRESHOLDS = (*_NUMERIC, "exact")
 _PATTERNS = ("model", "backend", "weight_type", "candidate", "case")
 #: The thresholds a ``length_scaling`` rule may scale: bounds on float32 noise.
-LENGTH_SCALED = ("nmse_max", "median_row_nmse_max", "max_abs_max", "max_rel_max")
+LENGTH_SCALED = ("nmse_max", "median_row_nmse_max", "max_abs_max", "max_rel_max",
+                 "spread_nmse_max", "spread_max_rel_max")
+#: The thresholds that judge a per-feature normalised stage (``mel_features``) whose reference
+#: has near-constant features (:func:`~audioparity.compare.metrics.near_constant_features`),
+#: each error counted in log-mel units there; and the thresholds they replace on such a row,
+#: which read the normalised values, where float32 noise is amplified 1e5-fold (module notes).
+SPREAD_KEYS = ("spread_nmse_max", "spread_max_rel_max")
+SPREAD_REPLACES = ("cosine_min", "nmse_max", "median_row_nmse_max", "max_rel_max", "max_abs_max",
+                   "std_ratio_tol")
 LENGTH_SCALING = "length_scaling"
 #: The section's key naming the backend gate lists no device of their backend has measured
 #: (module docstring), and how an entry's mark begins: ``unmeasured on <ggml backend>: <why>``.
@@ -501,8 +523,9 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
             not among ``not_measured``).
     """
     failures = []
+    skipped = _spread_skipped(gate, metrics)
     for key, (metric, op) in _LIMITS.items():
-        if key not in gate:
+        if key not in gate or key in skipped:
             continue
         value = metrics.get(metric)
         if value is None and metric in metrics.get("not_measured", {}):
@@ -533,6 +556,30 @@ def _threshold_failures(stage: str, gate: Mapping[str, Any], metrics: Mapping[st
     if "logit_gap_max" in gate:
         failures.extend(_near_tie_failures(stage, gate, metrics))
     return failures
+
+
+def _spread_skipped(gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The thresholds of ``gate`` not read on this row: none without :data:`SPREAD_KEYS`;
+    where the reference has near-constant features (``near_constant``: their count, > 0),
+    :data:`SPREAD_REPLACES`; else :data:`SPREAD_KEYS` (every feature varies, the plain ones
+    judge)."""
+    if not any(key in gate for key in SPREAD_KEYS):
+        return ()
+    return SPREAD_REPLACES if metrics.get("near_constant") else SPREAD_KEYS
+
+
+def spread_note(gate: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """What a row judged by :data:`SPREAD_KEYS` says of it (empty for any other row):
+    ``near-constant features (28 of 128 bins: std < 0.3 before normalisation): judged by
+    NMSE with their error in log-mel units (spread_nmse 9.9e-12, spread_max_rel 2.0e-05)``."""
+    if _spread_skipped(gate, metrics) != SPREAD_REPLACES:
+        return ""
+    figures = ", ".join(f"{metric} {float(metrics[metric]):.2g}"
+                        for metric in ("spread_nmse", "spread_max_rel")
+                        if metrics.get(metric) is not None)
+    return (f"near-constant features ({metrics['near_constant']} of {metrics['features']} "
+            f"bins: std < {SPREAD_FLOOR} before normalisation): judged by NMSE with their "
+            f"error in log-mel units ({figures})")
 
 
 #: How many of the rows a logits stage flips at a clear margin its reason names.
@@ -654,12 +701,16 @@ def status(
     gate = {} if rule is not None else gate_for(stage, gates)
     text = rule if rule is not None else gate_text(gate)
     metrics = metrics or {}
+    note = ""
     if problems or rule is not None:
         failures = list(problems)
     else:
         missed = _threshold_failures(stage, gate, metrics)
         failures = _non_finite_failures(metrics) or missed
+        note = spread_note(gate, metrics)
     declared = _expected_failure(stage, gates)
+    if note:
+        failures = [f"{note}: {failure}" for failure in failures[:1]] + failures[1:]
     if failures:
         if declared:
             return Verdict("xfail", text, f"expected ({declared['reason']}): {'; '.join(failures)}")
@@ -668,6 +719,6 @@ def status(
         stale = f"{STALE} (stale declaration: {declared['reason']})"
         return Verdict("fail", text, stale)
     if declared:
-        return Verdict("pass", text,
-                       f"passed; declared as a possible failure ({declared['reason']})")
-    return Verdict("pass", text, "")
+        return Verdict("pass", text, "; ".join(filter(None, [
+            f"passed; declared as a possible failure ({declared['reason']})", note])))
+    return Verdict("pass", text, note)

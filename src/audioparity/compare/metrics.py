@@ -207,6 +207,111 @@ def median_row_nmse(cand: np.ndarray, ref: np.ndarray) -> float:
     return float(np.median(rows))
 
 
+#: NeMo's ``normalize_batch`` epsilon: a per-feature normalised column is ``(x − μ)/(σ + ε)``.
+NORMALIZE_EPSILON = 1e-5
+#: The raw spread ``τ`` (the log-mel's own unit, the natural log of power) below which a
+#: feature's error is counted in log-mel units rather than normalised ones
+#: (:func:`spread_nmse`): a feature whose std over frames is under it is "near-constant".
+#: Set so that NeMo against itself (its float32 normalisation against float64 of the same
+#: log-mel) stays 10x under the mel gate's float32 bound on band-limited audio (8.6e-12 at
+#: most, jfk.wav through 8 kHz; 0.1 lets it reach 7.7e-11), while float32 sums of the statistics
+#: frame by frame, 50x NeMo's own noise in those features, still fail it (telephone speech
+#: 7.8e-10; 1.0 would let it through at 7.3e-11).
+SPREAD_FLOOR = 0.3
+
+
+def feature_spreads(ref: np.ndarray) -> np.ndarray:
+    """Each feature's raw spread ``σ`` (its std over frames before normalisation, in the
+    log-mel's units), read from a per-feature normalised reference alone: ``[F]`` float64,
+    ``F`` the last axis (the mel bins of ``mel_features`` ``[T, F]``), the rows all leading axes
+    flattened.
+
+    NeMo's ``normalize_batch(x, len, "per_feature")`` divides each column by ``σ + ε`` (``σ``
+    its unbiased std over frames, ``ε`` :data:`NORMALIZE_EPSILON`), so the normalised column's
+    own unbiased std is ``s = σ/(σ + ε)``, and ``σ = ε s/(1 − s)``. ``1 − s`` is floored at
+    2^-23 (a float32 ulp of 1, below which the reference's rounding decides it: σ beyond
+    about 84 reads as 84). Fewer than two rows: every spread 0 (NeMo's std of one frame).
+    """
+    b = np.asarray(ref, dtype=np.float64)
+    rows = b.reshape(-1, b.shape[-1] if b.ndim else 1)
+    if rows.shape[0] < 2:
+        return np.zeros(rows.shape[1])
+    s = np.minimum(np.std(rows, axis=0, ddof=1), 1.0)
+    return NORMALIZE_EPSILON * s / np.maximum(1.0 - s, 2.0 ** -23)
+
+
+def near_constant_features(ref: np.ndarray) -> int:
+    """How many features of a per-feature normalised ``ref`` are near-constant: a raw spread
+    (:func:`feature_spreads`) under :data:`SPREAD_FLOOR`. 0 where ``ref`` is not finite."""
+    b = np.asarray(ref, dtype=np.float64)
+    if not np.isfinite(b).all():
+        return 0
+    return int(np.sum(feature_spreads(b) < SPREAD_FLOOR))
+
+
+def _spread_weighted(cand: np.ndarray, ref: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The difference ``a − b`` as rows ``[R, F]`` with each feature's column times
+    ``min(1, (σ_f + ε)/τ)`` (:func:`feature_spreads` of ``ref``, ``τ`` :data:`SPREAD_FLOOR`),
+    and ``b`` as rows, both divided by their common :func:`_scale`; None when a value is not
+    finite (a normalised feature holds no infinity)."""
+    a, b, _ = _pair(cand, ref)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
+    width = b.shape[-1] if b.ndim else 1
+    a, b = a.reshape(-1, width), b.reshape(-1, width)
+    weights = np.minimum(1.0, (feature_spreads(b) + NORMALIZE_EPSILON) / SPREAD_FLOOR)
+    scale = _scale(a, b)
+    a, b = a / scale, b / scale
+    return (a - b) * weights, b
+
+
+def spread_nmse(cand: np.ndarray, ref: np.ndarray) -> float:
+    """NMSE of a per-feature normalised tensor ``[T, F]`` (rows: the leading axes) with the
+    error of each near-constant feature counted in log-mel units:
+    ``Σ_f w_f² Σ_t (a−b)² / Σ b²``, ``w_f = min(1, (σ_f + ε)/τ)``, ``σ_f`` the feature's raw
+    spread read from the reference (:func:`feature_spreads`), ``τ`` :data:`SPREAD_FLOOR`.
+
+    Normalisation divides each feature's error by ``σ_f + ε``. Where a feature is nearly
+    constant (audio band-limited below the model's band: σ about 1e-5 at a mean of −16.6), the
+    float32 rounding of the log-mel and of its statistics (a few 1e-6, which NeMo's own float32
+    normalisation makes) is amplified 1e5-fold, and NeMo against itself (float32 against
+    float64 normalisation of the same log-mel) scores a plain NMSE of ~1e-3. Here such a
+    feature's error is scaled back to ``τ`` log-mel units, what it weighs in the log-mel, while
+    every feature that varies by ``τ`` or more counts as in :func:`nmse`: equal to it on audio
+    whose features all vary, never above it. An error the port makes in every feature (an f16
+    rounding of the mel, a wrong pre-emphasis) keeps its size; float32 sums of the statistics
+    over frames, 50x NeMo's noise in the near-constant features, still show.
+
+    (Scaling every feature back to its raw spread, ``w_f ∝ σ_f + ε``, hides the near-constant
+    features entirely: the float32 sums score 5e-12 on telephone speech, under what a correct
+    port scores elsewhere.) All-zero reference, non-finite values: as :func:`nmse`.
+    """
+    weighted = _spread_weighted(cand, ref)
+    if weighted is None:
+        return float("nan")
+    diff, b = weighted
+    err, energy = float(np.sum(diff * diff)), float(np.sum(b * b))
+    if energy == 0.0:
+        return 0.0 if err == 0.0 else float("inf")
+    return err / energy
+
+
+def spread_max_rel(cand: np.ndarray, ref: np.ndarray) -> float:
+    """:func:`max_rel` with the error of each near-constant feature counted in log-mel units,
+    as :func:`spread_nmse`: ``max w_f |a−b| / max |b|``. All-zero reference, non-finite values:
+    as :func:`max_rel`."""
+    weighted = _spread_weighted(cand, ref)
+    if weighted is None:
+        return float("nan")
+    diff, b = weighted
+    worst = float(np.max(np.abs(diff))) if diff.size else 0.0
+    peak = _peak(b)
+    if peak == 0.0:
+        return 0.0 if worst == 0.0 else float("inf")
+    return worst / peak
+
+
 def _abs_error(cand: np.ndarray, ref: np.ndarray, reduce) -> float:
     """``reduce(|a − b|)`` computed as ``s · reduce(|a/s − b/s|)`` with the scale ``s`` of
     :func:`_scale` (no overflow for huge values); 0 for empty arrays, NaN if a non-finite value

@@ -155,3 +155,77 @@ def test_normalisation_holds_on_band_limited_audio(clip_wav, case):
                         window=featurizer.window.numpy())
     # 1e-10: the mel gate's allowance for the FFT's noise (numpy's against torch's)
     assert nmse64(ours, nemo) <= 2 * nemo_noise + 1e-10, (nmse64(ours, nemo), nemo_noise)
+
+
+def mel_gate() -> dict:
+    """The f32 gates' mel_features entry, as config/config.yaml declares it."""
+    import yaml
+
+    from tests import REPO
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    entry = next(e for e in config["parakeet_tdt"]["gates"]["default"]
+                 if e["stage"] == "mel_features")
+    return {"gates": [{**entry, "from": "default"}], "expected_failures": []}
+
+
+def f32_sums_frame_by_frame(log_mel: np.ndarray) -> np.ndarray:
+    """The old normalisation: the mean and the squared deviations summed in float32, one
+    frame after another, as a C++ loop sums them."""
+    x = log_mel.astype(np.float32)
+    total = np.zeros(x.shape[1], np.float32)
+    for row in x:
+        total += row
+    centred = x - total / np.float32(x.shape[0])
+    squares = np.zeros(x.shape[1], np.float32)
+    for row in centred:
+        squares += row * row
+    std = np.sqrt(squares / np.float32(x.shape[0] - 1))
+    return centred / (std + np.float32(1e-5))
+
+
+@pytest.mark.parametrize("case", ["clip", "telephone"])
+def test_mel_gate_passes_the_port_and_fails_planted_frontend_bugs(clip_wav, case):
+    """The mel gate against NeMo on the clip and on the clip through an 8 kHz file: the port
+    passes (on the 8 kHz clip judged by the spread NMSE, its near-constant bins named in the
+    reason), and an f16 rounding of the mel, pre-emphasis where the model has none, and the
+    statistics summed in float32 frame by frame each fail (the last only on the band-limited
+    clip: on normal audio its noise grows past a minute, config/config.yaml)."""
+    from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
+
+    from audioparity.compare.cell import tensor_metrics
+    from audioparity.compare.gates import status
+
+    samples = load_audio(clip_wav).samples
+    if case == "telephone":
+        samples = telephone(samples)
+    gates = mel_gate()
+    candidates = {}
+    for preemph in (0.97, None):  # the fixture's, and a model without pre-emphasis
+        settings = {**SETTINGS, "preemph": preemph}
+        modules = {normalize: AudioToMelSpectrogramPreprocessor(
+            **{**settings, "normalize": normalize}).eval() for normalize in ("per_feature", None)}
+        for module in modules.values():
+            module.featurizer.dither = 0.0
+        nemo, _ = nemo_mel(modules["per_feature"], samples)
+        featurizer = modules["per_feature"].featurizer
+        ours = mel_features(samples, PreprocessorConfig(**settings),
+                            filterbank=featurizer.fb.numpy(), window=featurizer.window.numpy())
+        wrong = {**settings, "preemph": 0.97 if preemph is None else None}
+        log_mel, _ = nemo_mel(modules[None], samples)
+        candidates[preemph] = (nemo, {
+            "port": ours,
+            "f16 mel": ours.astype(np.float16).astype(np.float32),
+            "wrong preemph": mel_features(samples, PreprocessorConfig(**wrong),
+                                          filterbank=featurizer.fb.numpy(),
+                                          window=featurizer.window.numpy()),
+            "f32 sums": f32_sums_frame_by_frame(log_mel),
+        })
+    for preemph, (nemo, planted) in candidates.items():
+        verdicts = {name: status("mel_features", gates,
+                                 metrics=tensor_metrics("tensor", cand, nemo))
+                    for name, cand in planted.items()}
+        assert verdicts["port"].status == "pass", (preemph, verdicts["port"])
+        assert ("near-constant features" in verdicts["port"].reason) == (case == "telephone")
+        for name in ("f16 mel", "wrong preemph") + (("f32 sums",) if case == "telephone" else ()):
+            assert verdicts[name].status == "fail", (preemph, name, verdicts[name])

@@ -118,6 +118,8 @@ _OPTIONS = (
            sides=("fixture",), minimum=1),
     Option("pred_rnn_layers", 2, "prediction network LSTM layers (decoder.prednet."
            "pred_rnn_layers)", sides=("fixture",), minimum=1),
+    Option("max_symbols_per_step", 10, "greedy decoding's symbols per encoder frame at most "
+           "(decoding.greedy.max_symbols)", sides=("fixture",), minimum=1),
 )
 
 

@@ -61,8 +61,6 @@ CORPUS = (
 VOCAB_SIZE = 96
 #: TDT durations, as in v3.
 DURATIONS = (0, 1, 2, 3, 4)
-#: Greedy decoding: at most this many symbols per encoder frame, as in v3.
-MAX_SYMBOLS = 10
 
 #: Gain of the re-drawn weights: std = GAIN / sqrt(fan_in).
 GAIN = 2.0
@@ -212,7 +210,7 @@ def _encoder_section(o: dict) -> dict:
 def _transducer_sections(o: dict) -> dict:
     """``decoder``, ``joint``, ``decoding`` and ``loss`` of v3's TDT transducer (LSTM
     prediction net of ``pred_rnn_layers``, 2 by default; durations :data:`DURATIONS`,
-    :data:`MAX_SYMBOLS`)."""
+    ``max_symbols_per_step``, 10 by default as in v3)."""
     return {
         "decoder": {
             "_target_": "nemo.collections.asr.modules.RNNTDecoder",
@@ -238,7 +236,7 @@ def _transducer_sections(o: dict) -> dict:
             "strategy": "greedy_batch",
             "model_type": "tdt",
             "durations": list(DURATIONS),
-            "greedy": {"max_symbols": MAX_SYMBOLS},
+            "greedy": {"max_symbols": o["max_symbols_per_step"]},
         },
         "loss": {
             "loss_name": "tdt",
@@ -263,7 +261,7 @@ def _switch_head(cfg: dict, head: str, d_model: int) -> None:
             del cfg["model_defaults"][key]
         cfg["joint"]["num_extra_outputs"] = 0
         cfg["decoding"] = {"strategy": "greedy_batch", "model_type": "rnnt",
-                           "greedy": {"max_symbols": MAX_SYMBOLS}}
+                           "greedy": cfg["decoding"]["greedy"]}
         cfg["loss"] = {"loss_name": "default"}
     elif head == "ctc":  # parakeet-ctc: a 1x1 conv to V+1 classes, log-softmax
         for key in ("pred_hidden", "joint_hidden", "tdt_durations", "num_tdt_durations"):
