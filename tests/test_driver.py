@@ -3,6 +3,7 @@ it, phases are timed, and the storage policy is the same for every family."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -101,11 +102,16 @@ def test_a_fault_keeps_the_stages_written_and_names_the_phase_it_was_in(tmp_path
     ("decode", T_D, "'decode' is a ndarray; expected a mapping"),
     ("enc_out", {"ids": []}, "'enc_out' is a dict; expected an array"),
 ])
-def test_an_output_the_contract_does_not_declare_is_refused_and_no_dump_is_left(
+def test_an_output_the_contract_does_not_declare_is_refused_and_no_complete_dump_is_left(
         tmp_path, name, value, message):
+    """Refused once enc_out was written: no dump, the partial one keeps enc_out and the
+    refusal's line for the guard (tests/test_artifacts.py)."""
     with pytest.raises(AudioparityError, match=re.escape(f"family toy: {message}")):
         write(tmp_path, [("enc_out", T_D), (name, value)])
-    assert not (tmp_path / "dump").exists() and not (tmp_path / "dump.partial").exists()
+    assert not (tmp_path / "dump").exists()
+    manifest = json.loads((tmp_path / "dump.partial" / "manifest.json").read_text())
+    assert list(manifest["tensors"]) == ["enc_out"]
+    assert manifest["refused"].endswith(message)
 
 
 def test_a_dump_must_hold_every_declared_stage_of_its_heads_or_say_why_it_skipped_it(tmp_path):

@@ -738,16 +738,17 @@ def test_dumps_of_other_shape_or_layout_fail_the_stage_naming_both(case, doc, tm
 
 
 def test_a_refused_dump_removes_the_folders_it_made(tmp_path):
-    """A refused input leaves nothing; a fault keeps the partial dump for the guard
-    (tests/test_artifacts.py)."""
+    """An input refused inside the first stage, before it wrote anything, leaves nothing, not
+    even the folders made for the dump; one refused once a stage was written keeps the partial
+    dump for the guard (tests/test_artifacts.py)."""
     from audioparity.artifacts import DumpWriter
     from audioparity.errors import AudioparityError
 
     (tmp_path / "results").mkdir()
     with pytest.raises(AudioparityError, match="stage refused"):
         with DumpWriter(tmp_path / "results" / "ggml" / "cpu" / "out", producer="test") as writer:
-            writer.add_tensor("enc_out", np.ones((2, 2), np.float32), "[T, D]")
-            raise AudioparityError("stage refused")
+            with writer.timed("mel_features"):
+                raise AudioparityError("stage refused")
     assert listing(tmp_path) == ["results"]
 
 
