@@ -43,9 +43,11 @@ ports.build_ports(Path(sys.argv[1]), Path(sys.argv[2]), adapters=[TOY])
 
 #: A stand-in interpreter for setup/ggml-python.sh: ``-m pip download`` leaves an empty source
 #: package, ``-m pip wheel`` counts itself, says it started and waits for ``$STANDIN/go`` before
-#: leaving a wheel, ``-m pip install`` writes down the wheel it is given.
+#: leaving a wheel, ``-m pip install`` writes down the wheel it is given; any other command
+#: (the binding checks) does nothing.
 STANDIN_PYTHON = """#!/usr/bin/env bash
 set -eu
+[ "${1:-}" = -m ] || exit 0  # setup/bindings.py's checks: a stand-in package binds nothing
 shift 2
 case $1 in
 download)
@@ -164,7 +166,11 @@ def test_two_setups_building_one_wheel_at_once_build_it_once_and_both_install_it
     entry = wheel.parent.name
     waiting = f"waiting for another build of {entry} (lock {tmp_path}/wheels/.{entry}.lock)"
     assert (second.count(waiting), first.count("waiting")) == (1, 0), second
-    assert {p.name for p in (tmp_path / "wheels").iterdir()} == {entry, f".{entry}.lock"}
+    # the wheel, its lock, and the source package kept for the next build (offline too)
+    assert {p.name for p in (tmp_path / "wheels").iterdir()} == {entry, f".{entry}.lock",
+                                                                  "sources"}
+    assert [p.name for p in (tmp_path / "wheels" / "sources").iterdir()] == [
+        "ggml_python-0.0.45.tar.gz"]
 
 
 def test_a_wheel_build_killed_midway_leaves_no_wheel(tmp_path, wheel_setup):
