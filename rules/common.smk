@@ -137,7 +137,7 @@ def memory_mb(side, copies=1):
 
 
 def gpu_resources():
-    """Resource functions of a rule whose jobs run a cell's ggml backend: for each entry of the
+    """Resource functions of the jobs that run a cell's ggml backend: for each entry of the
     config's cluster.gpu_resources (the executor's names: slurm_partition, gres, ...), its value
     for a cell on a backend other than the CPU (JOBS.on_gpu; Vulkan's too), unset for a CPU
     cell, which then goes where the cluster sends a job without it (docs/cluster.md); none
