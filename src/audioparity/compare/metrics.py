@@ -220,6 +220,14 @@ NORMALIZE_EPSILON = 1e-5
 SPREAD_FLOOR = 0.3
 
 
+def _feature_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as rows ``[R, F]``: its last axis the features, every leading axis flattened into
+    the rows (a 0-D array one row of one; an empty one keeps its zero-size axis)."""
+    if x.ndim == 0:
+        return x.reshape(1, 1)
+    return x.reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
+
+
 def feature_spreads(ref: np.ndarray) -> np.ndarray:
     """Each feature's raw spread ``σ`` (its std over frames before normalisation, in the
     log-mel's units), read from a per-feature normalised reference alone: ``[F]`` float64,
@@ -232,11 +240,12 @@ def feature_spreads(ref: np.ndarray) -> np.ndarray:
     2^-23 (a float32 ulp of 1, below which the reference's rounding decides it: σ beyond
     about 84 reads as 84). Fewer than two rows: every spread 0 (NeMo's std of one frame).
     """
-    b = np.asarray(ref, dtype=np.float64)
-    rows = b.reshape(-1, b.shape[-1] if b.ndim else 1)
+    rows = _feature_rows(np.asarray(ref, dtype=np.float64))
     if rows.shape[0] < 2:
         return np.zeros(rows.shape[1])
-    s = np.minimum(np.std(rows, axis=0, ddof=1), 1.0)
+    scale = _scale(rows)  # exact (a power of two), so no square overflows; a column spread
+    with np.errstate(over="ignore"):  # beyond the float range is spread enough: s = 1
+        s = np.minimum(np.std(rows / scale, axis=0, ddof=1) * scale, 1.0)
     return NORMALIZE_EPSILON * s / np.maximum(1.0 - s, 2.0 ** -23)
 
 
@@ -258,8 +267,7 @@ def _spread_weighted(cand: np.ndarray, ref: np.ndarray
     a, b, _ = _pair(cand, ref)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
-    width = b.shape[-1] if b.ndim else 1
-    a, b = a.reshape(-1, width), b.reshape(-1, width)
+    a, b = _feature_rows(a), _feature_rows(b)
     weights = np.minimum(1.0, (feature_spreads(b) + NORMALIZE_EPSILON) / SPREAD_FLOOR)
     scale = _scale(a, b)
     a, b = a / scale, b / scale
