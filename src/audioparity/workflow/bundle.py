@@ -59,9 +59,9 @@ PROJECT, WHEELS, SOURCES, EXTERNAL = "project", "wheels", "sources", "external"
 BUILD_REQUIREMENTS = "build-requirements.txt"
 #: The host's script, in the project's setup/, copied to the bundle's root as ``run``.
 RUN_SCRIPT = "setup/bundle-run.sh"
-#: The Python distribution of ggml-python, and where setup/ggml-python.sh keeps its source.
+#: The Python distribution of ggml-python, and the script that finds its source package.
 GGML_DISTRIBUTION = "ggml-python"
-WHEEL_CACHE_VARIABLE = "AUDIOPARITY_WHEELS"
+SOURCE_SCRIPT = "setup/ggml-python-source.sh"
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -296,24 +296,21 @@ def _requirements(workdir: Path) -> list[str]:
     return [r for r in wanted if not r.lower().replace("_", "-").startswith(GGML_DISTRIBUTION)]
 
 
-def ggml_source(folder: Path) -> Path:
-    """ggml-python's source package (the installed version's) in ``folder``: the one
-    setup/ggml-python.sh keeps in the wheel cache, else downloaded.
+def ggml_source(workdir: Path, folder: Path) -> Path:
+    """ggml-python's source package (the installed version's), copied into ``folder``: the one
+    setup/ggml-python-source.sh finds (given, kept in the wheel cache, else downloaded there).
 
     Raises:
-        AudioparityError: it cannot be downloaded.
+        AudioparityError: the script found none (its line).
     """
-    release = version(GGML_DISTRIBUTION)
-    name = f"ggml_python-{release}.tar.gz"
-    cache = Path(os.environ.get(WHEEL_CACHE_VARIABLE,
-                                Path.home() / ".cache" / "audioparity" / "wheels"))
+    result = subprocess.run([str(workdir / SOURCE_SCRIPT), sys.executable,
+                             version(GGML_DISTRIBUTION)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AudioparityError(f"bundle: {result.stderr.strip().splitlines()[-1:]}")
+    source = Path(result.stdout.strip())
     folder.mkdir(parents=True, exist_ok=True)
-    if (cache / "sources" / name).is_file():
-        shutil.copy2(cache / "sources" / name, folder / name)
-        return folder / name
-    _pip("download", "--no-deps", "--no-binary", ":all:", f"{GGML_DISTRIBUTION}=={release}",
-         "--dest", str(folder))
-    return folder / name
+    shutil.copy2(source, folder / source.name)
+    return folder / source.name
 
 
 def _pip(*args: str) -> None:
@@ -412,7 +409,7 @@ def pack(workdir: Path, configfiles: list[Path], backends: list[str] | None, out
         (project / "bundle" / "paths.yaml").write_text(yaml.safe_dump(overrides))
         for path in inputs:
             _copy(workdir / path, project / moves.get(path, path))
-        source = ggml_source(root / SOURCES)
+        source = ggml_source(workdir, root / SOURCES)
         _wheels(workdir, source, root / WHEELS)
         shutil.copy2(workdir / RUN_SCRIPT, root / "run")
         (root / "run").chmod(0o755)
