@@ -106,6 +106,28 @@ def test_options_are_checked_and_filled_with_their_defaults():
         "seed": 0, "massive_activation": True, "remote_code": False}
 
 
+def test_a_nullable_option_takes_null_from_the_config_and_the_command_line():
+    """``preemph: null`` (NeMo: no pre-emphasis) is a value, not a missing one: the config
+    schema takes it, the flag writes it as ``null`` and the command reads it back as None."""
+    from audioparity.cli.arguments import parser
+
+    spec = family("parakeet_tdt").spec
+    preemph = next(option for option in spec.options if option.name == "preemph")
+    assert spec.check_options({"preemph": None}, "x", fixture=True)["preemph"] is None
+    with pytest.raises(AudioparityError, match=r"preemph'\]: 'none' is not of type"):
+        spec.check_options({"preemph": "none"}, "x", fixture=True)
+    assert preemph.argv(None) == ["--preemph", "null"]
+    args = parser().parse_args(["fixture", "parakeet-tdt", "--output", "o",
+                                      *preemph.argv(None)])
+    assert args.preemph is None
+    assert parser().parse_args(["fixture", "parakeet-tdt", "--output", "o"]).preemph \
+        == 0.97
+    flash = next(option for option in spec.options if option.name == "flash_attention")
+    with pytest.raises(AudioparityError, match="None is not of type 'integer'"):
+        spec.check_options({"flash_attention": None}, "x")  # not nullable
+    assert not flash.nullable
+
+
 def test_the_cli_has_each_familys_commands_and_options():
     for spec in (known.spec for known in FAMILIES):
         for side in SIDES:

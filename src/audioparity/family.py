@@ -177,6 +177,8 @@ class Option:
         minimum: the least value of an integer option.
         implementations: the reference implementations it applies to (empty: all); another
             is refused a value other than the default.
+        nullable: whether null is a value of it (a config's ``null``, the flag's ``null``;
+            ``preemph: null``: no pre-emphasis).
     """
 
     name: str
@@ -186,6 +188,10 @@ class Option:
     choices: tuple = ()
     minimum: int | None = None
     implementations: tuple[str, ...] = ()
+    nullable: bool = False
+
+    #: How a null value reads on the command line.
+    NULL = "null"
 
     def __post_init__(self) -> None:
         if not set(self.sides) <= {*SIDES, WEIGHTS}:
@@ -201,10 +207,10 @@ class Option:
         """The JSON Schema of the option's config value (its default included)."""
         kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[
             type(self.default)]
-        schema: dict[str, Any] = {"type": kind, "default": self.default,
-                                  "description": self.help}
+        schema: dict[str, Any] = {"type": [kind, "null"] if self.nullable else kind,
+                                  "default": self.default, "description": self.help}
         if self.choices:
-            schema["enum"] = list(self.choices)
+            schema["enum"] = [*self.choices, *([None] if self.nullable else [])]
         if self.minimum is not None:
             schema["minimum"] = self.minimum
         return schema
@@ -213,7 +219,7 @@ class Option:
         """The option's command-line arguments for ``value`` (a flag alone for true)."""
         if isinstance(self.default, bool):
             return [self.flag] if value else []
-        return [self.flag, str(value)]
+        return [self.flag, self.NULL if value is None else str(value)]
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,15 @@ from audioparity.storage import EMULATED_TYPES
 from audioparity.vocabulary import BACKENDS, MIXES, RECIPE_SEPARATOR, STORAGE_TYPES, WEIGHT_TYPES
 
 
-def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None):
+def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None,
+           null: str | None = None):
     """An argparse type: the text as ``kind``, one of ``choices`` if given, at least
-    ``minimum`` if given; otherwise a usage error naming ``what``."""
+    ``minimum`` if given, or None where it is ``null`` (given: the option is nullable);
+    otherwise a usage error naming ``what``."""
 
     def parse(text: str):
+        if null is not None and text == null:
+            return None
         try:
             value = kind(text)
         except ValueError:
@@ -128,9 +132,10 @@ def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str,
             parser.add_argument(option.flag, action="store_true", help=option.help)
         else:
             kind = _value(option.name.replace("_", " "), type(option.default), option.choices,
-                          option.minimum)
+                          option.minimum, option.NULL if option.nullable else None)
+            null = f"; {option.NULL}: none" if option.nullable else ""
             parser.add_argument(option.flag, default=option.default, type=kind,
-                                help=f"{option.help} (default {option.default})")
+                                help=f"{option.help} (default {option.default}{null})")
 
 
 def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:

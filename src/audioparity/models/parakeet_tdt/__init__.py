@@ -98,8 +98,11 @@ _OPTIONS = (
     Option("n_layers", 3, "conformer layers (encoder.n_layers)", sides=("fixture",), minimum=1),
     Option("conv_kernel_size", 9, "depthwise conv kernel of the conformer's conv module "
            "(encoder.conv_kernel_size, odd)", sides=("fixture",), minimum=1),
-    Option("subsampling_factor", 8, "encoder.subsampling_factor of dw_striding",
-           sides=("fixture",), choices=(2, 4, 8, 16)),
+    Option("subsampling", "dw_striding", "encoder.subsampling: dw_striding (v3's, depthwise "
+           "separable) or striding (full 2-D convolutions)", sides=("fixture",),
+           choices=("dw_striding", "striding")),
+    Option("subsampling_factor", 8, "encoder.subsampling_factor", sides=("fixture",),
+           choices=(2, 4, 8, 16)),
     Option("subsampling_conv_channels", 24, "encoder.subsampling_conv_channels (-1: NeMo's "
            "default, d_model)", sides=("fixture",), minimum=-1),
     Option("sample_rate", 16000, "the model's sample rate in Hz (sample_rate, "
@@ -112,8 +115,7 @@ _OPTIONS = (
            sides=("fixture",)),
     Option("n_fft", 512, "FFT size (preprocessor.n_fft; 0: NeMo's default, the next power of "
            "two of the window)", sides=("fixture",), minimum=0),
-    Option("preemph", 0.97, "pre-emphasis coefficient (preprocessor.preemph)",
-           sides=("fixture",)),
+    Option("preemph", 0.97, "pre-emphasis coefficient (preprocessor.preemph)", sides=("fixture",), nullable=True),
     Option("pred_hidden", 48, "prediction network width (decoder.prednet.pred_hidden)",
            sides=("fixture",), minimum=1),
     Option("pred_rnn_layers", 2, "prediction network LSTM layers (decoder.prednet."

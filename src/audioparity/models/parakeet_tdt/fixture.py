@@ -102,7 +102,7 @@ def fixture_config(tokenizer_dir: Path, **options) -> dict:
             ``ParakeetTdt.spec``; ``--help`` and docs/ say what each sets), e.g. ``joint_hidden``,
             ``xscaling``, ``local_attention`` (0: full-context ``rel_pos``, else the window w of
             ``rel_pos_local_attn``), ``head`` (a key of :data:`HEADS`), and the shapes
-            (``d_model``, ``n_heads``, ``n_layers``, ``conv_kernel_size``, ``subsampling_*``,
+            (``d_model``, ``n_heads``, ``n_layers``, ``conv_kernel_size``, ``subsampling*``,
             the frontend's ``sample_rate``, ``features``, ``window_*``, ``n_fft``, ``preemph``,
             the prediction net's ``pred_*``).
 
@@ -185,7 +185,7 @@ def _encoder_section(o: dict) -> dict:
         "n_layers": o["n_layers"],
         "d_model": o["d_model"],
         "use_bias": o["use_bias"],
-        "subsampling": "dw_striding",
+        "subsampling": o["subsampling"],
         "subsampling_factor": o["subsampling_factor"],
         "subsampling_conv_channels": o["subsampling_conv_channels"],
         "causal_downsampling": False,
