@@ -13,13 +13,13 @@ import yaml
 
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare import COLUMNS, compare_cell, resolve_gates, status
-from audioparity.compare.gates import (
+from audioparity.compare.gates import THRESHOLDS, check_resolved, gate_for, unmeasured_mark
+from audioparity.compare.scaling import (
+    GAIN_LIMIT,
     LENGTH_SCALED,
-    THRESHOLDS,
-    check_resolved,
+    carry_noise,
     for_length,
-    gate_for,
-    unmeasured_mark,
+    noise_floor,
 )
 from audioparity.errors import AudioparityError
 from audioparity.families import stage_key
@@ -826,7 +826,7 @@ def test_a_scaled_bound_is_rounded_up_never_down():
 
 @pytest.mark.parametrize(("rule", "message"), [
     ({**LENGTH_RULE, "entries": {"enc_*": {"measured_at": 2, "nmse_max": 1}}},
-     "names no entry of the default"),
+     "names no entry of the default list"),
     ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "cosine_min": 1}}},
      "expected measured_at and exponents of"),
     ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "nmse_max": -1}}},
@@ -861,3 +861,113 @@ def test_compare_cell_reads_the_length_from_the_reference(tmp_path: Path):
     assert 1e-8 < rows["plain"]["nmse"] < 16e-8
     assert rows["plain"]["status"] == "fail" and rows["scaled"]["status"] == "pass"
     assert rows["scaled"]["gate"].endswith("nmse<=1.6e-07 (scaled to 8 frames)")
+
+
+#: The reference's noise floor on a band-limited case: layer_0 run again on the exact mel.
+FLOOR = {"from": "mel_features", "mel_nmse": 1e-6, "moved": ["decode"],
+         "stages": {"layer_0": {"nmse": 1e-5, "max_rel": 1e-3, "cosine": 1 - 5e-6}}}
+#: The mel's gate, judged on its spread measures where the reference has near-constant bins.
+SPREAD_MEL = {"stage": "mel_features", "cosine_min": 0.99999, "nmse_max": 1e-10,
+              "spread_nmse_max": 1e-10, "spread_max_rel_max": 1e-4}
+CARRYING = {**SECTION, "gates": {**SECTION["gates"], "default": [
+    SPREAD_MEL, *SECTION["gates"]["default"][1:]]},
+    "carried_noise": {"from": "mel_features", "gain": 10}}
+
+
+def test_carried_noise_raises_a_floored_stage_s_bounds_to_the_gain_times_its_floor():
+    gates = json.loads(json.dumps(resolve_gates(CARRYING, **CELL)))
+    near = {"near_constant": 3}
+    floor = noise_floor(gates, {"noise_floor": FLOOR}, "mel_features", "pass", near)
+    assert floor == FLOOR
+    layer = gate_for("layer_0", carry_noise(gates, "layer_0", floor))
+    assert layer["nmse_max"] == pytest.approx(1e-4)
+    assert layer["cosine_min"] == pytest.approx(1 - 5e-5)
+    assert "max_rel_max" not in layer  # a bound the entry does not set is not added
+    assert status("layer_0", carry_noise(gates, "layer_0", floor),
+                  metrics={"nmse": 5e-5, "cosine": 1 - 2.5e-5}).gate.endswith(
+        "(carries mel_features' noise: the reference's own, x10)")
+    # stages the floor does not name keep their bounds: an isolated form, another layer
+    for stage in ("layer_0_isolated", "layer_1"):
+        assert carry_noise(gates, stage, floor) == gates
+    # never tightened: a floor under the bound leaves it as written
+    small = {**FLOOR, "stages": {"layer_0": {"nmse": 1e-12, "max_rel": 0, "cosine": 1.0}}}
+    assert gate_for("layer_0", carry_noise(gates, "layer_0", small)) == gate_for("layer_0",
+                                                                                 gates)
+    # a mel that fails, whose features all vary, or another stage: no floor
+    for stage, verdict, metrics in (("mel_features", "fail", near),
+                                    ("mel_features", "pass", {"near_constant": 0}),
+                                    ("layer_0", "pass", near), ("mel_features", "pass", None)):
+        assert noise_floor(gates, {"noise_floor": FLOOR}, stage, verdict, metrics) is None
+    # a reference without a floor, gates without the rule
+    assert noise_floor(gates, {}, "mel_features", "pass", near) is None
+    plain = json.loads(json.dumps(resolve_gates({**CARRYING, "carried_noise": None}, **CELL)))
+    assert noise_floor(plain, {"noise_floor": FLOOR}, "mel_features", "pass", near) is None
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ({"from": "mel_features", "gain": 0.5}, "a gain from 1 to 100"),
+    ({"from": "mel_features", "gain": 1000}, "a gain from 1 to 100"),
+    ({"from": "", "gain": 10}, "from must name a stage"),
+    ({"from": "mel_features"}, "expected from and gain"),
+])
+def test_a_malformed_carried_rule_is_named(rule, message):
+    with pytest.raises(AudioparityError, match=message):
+        resolve_gates({**CARRYING, "carried_noise": rule}, **CELL)
+
+
+def _normalised(frames: np.ndarray) -> np.ndarray:
+    """Each column of ``frames`` to mean 0 and unbiased std 1, as per-feature normalisation."""
+    centred = frames - frames.mean(axis=0)
+    return (centred / centred.std(axis=0, ddof=1)).astype(np.float32)
+
+
+def _off_by(array: np.ndarray, nmse: float) -> np.ndarray:
+    """``array`` plus random noise of that NMSE."""
+    noise = RNG.normal(size=array.shape)
+    noise *= np.sqrt(nmse * np.sum(array.astype(np.float64) ** 2) / np.sum(noise ** 2))
+    return (array + noise).astype(np.float32)
+
+
+def test_compare_cell_judges_the_end_to_end_layers_against_the_reference_s_floor(
+        tmp_path: Path):
+    """A mel whose first bin is near-constant (its normalised std 0.5: a raw spread of 1e-5),
+    off by amplified float32 noise there, passes on its spread measures; layer_0 off by 5x the
+    reference's floor then passes under the floor (against 1e-8 fails without it), and
+    layer_0_isolated off as much still fails: its bounds are its own. A mel that fails its
+    spread measures carries nothing."""
+    mel = _normalised(RNG.normal(size=(16, 4)))
+    mel[:, 0] *= 0.5
+    noisy = mel.copy()
+    noisy[:, 0] += RNG.normal(size=16).astype(np.float32) * 2e-4
+    layer = REFERENCE["layer_0"][0]
+    off = _off_by(layer, 5 * FLOOR["stages"]["layer_0"]["nmse"])
+    reference = write_dump(tmp_path / "ref", tmp_path, {"mel_features": (mel, "[T, n_mels]"),
+                                                        "layer_0": (layer, "[T, D]")}, {},
+                           noise_floor=FLOOR)
+    rows = {}
+    for name, mel_candidate, section in (
+            ("plain", noisy, {**CARRYING, "carried_noise": None}),
+            ("carried", noisy, CARRYING),
+            ("bad mel", _off_by(mel, 1e-6), CARRYING)):
+        candidate = write_dump(tmp_path / f"cand {name}", tmp_path, {
+            "mel_features": (mel_candidate, "[T, n_mels]"), "layer_0": (off, "[T, D]"),
+            "layer_0_isolated": (off, "[T, D]")}, {})
+        output = tmp_path / f"{name}.json"
+        compare_cell(reference, candidate, resolve_gates(section, **CELL), LABELS, output)
+        rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}
+        assert rows[name]["layer_0_isolated"]["status"] == "fail"
+    for name in ("plain", "carried"):
+        assert rows[name]["mel_features"]["status"] == "pass", rows[name]["mel_features"]
+        assert rows[name]["mel_features"]["nmse"] > 1e-10  # its plain bound, not read
+    assert rows["plain"]["layer_0"]["status"] == "fail"
+    assert rows["carried"]["layer_0"]["status"] == "pass", rows["carried"]["layer_0"]
+    assert "the reference's own" in rows["carried"]["layer_0"]["gate"]
+    assert rows["bad mel"]["mel_features"]["status"] == "fail"
+    assert rows["bad mel"]["layer_0"]["status"] == "fail"
+
+
+def test_the_schema_takes_the_carried_rule_as_scaling_reads_it():
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    rule = schema["definitions"]["family"]["properties"]["carried_noise"]
+    assert set(rule["properties"]) == {"from", "gain"}
+    assert rule["properties"]["gain"]["maximum"] == GAIN_LIMIT

@@ -44,12 +44,13 @@ from audioparity.artifacts import (
 )
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics, known_text_metrics
-from audioparity.compare.gates import (
+from audioparity.compare.gates import Verdict, check_resolved, status
+from audioparity.compare.scaling import (
+    CARRIED_NOISE,
     LENGTH_SCALING,
-    Verdict,
-    check_resolved,
+    carry_noise,
     for_length,
-    status,
+    noise_floor,
 )
 from audioparity.errors import AudioparityError
 from audioparity.families import (
@@ -759,8 +760,9 @@ def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> 
 
 
 def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str, str]
-         ) -> dict[str, Any]:
-    """One row of the cell (:data:`COLUMNS`, labels first, extra labels after them)."""
+         ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One row of the cell (:data:`COLUMNS`, labels first, extra labels after them), and the
+    metrics it was judged on (None where not compared)."""
     measured = None
     state, problems = availability(cell, row)
     if state == "ok":
@@ -780,7 +782,27 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
                   closer_to=(_closer_to(cell, row, measured)
                              if state == "ok" and not problems else None),
                   seconds=cell.seconds.get(row.stage), first_bad_op=None, culprit=None)
-    return {key: _json_value(value) for key, value in values.items()}
+    return {key: _json_value(value) for key, value in values.items()}, measured
+
+
+def _judged(cell: Cell, gates: Mapping[str, Any], labels: Mapping[str, str]
+            ) -> list[dict[str, Any]]:
+    """The rows of the cell's plan, in its order; the ``carried_noise`` rule's source stage
+    judged first, the reference's noise floor then moving the bounds of the stages it names
+    (:mod:`audioparity.compare.scaling`)."""
+    source = (gates.get(CARRIED_NOISE) or {}).get("from")
+    rows: list[dict[str, Any]] = [{} for _ in cell.plan]
+    floor = None
+    for i in sorted(range(len(cell.plan)), key=lambda i: cell.plan[i].stage != source):
+        row = cell.plan[i]
+        rows[i], measured = _row(cell, row, carry_noise(gates, row.stage, floor), labels)
+        if row.stage in (floor or {}).get("moved", ()) and rows[i]["status"] != "pass":
+            rows[i]["reason"] += (f"; the reference's own {row.stage} moves on its "
+                                  f"{floor['from']} computed more exactly (undecided at "
+                                  "float32 noise on this case)")
+        floor = floor or noise_floor(gates, cell.reference.manifest, row.stage,
+                                     rows[i]["status"], measured)
+    return rows
 
 
 def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike,
@@ -868,8 +890,7 @@ def compare_cell(
     cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
                      others)
     gates = for_length(gates, case_length(cell.reference, gates))
-    rows = [*_storage_rows(cell, labels, gates), *(_row(cell, row, gates, labels)
-                                                   for row in cell.plan)]
+    rows = [*_storage_rows(cell, labels, gates), *_judged(cell, gates, labels)]
     if recipe is not None:
         from audioparity.compare.targets import recipe_row  # it builds on this module
 

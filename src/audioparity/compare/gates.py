@@ -80,19 +80,9 @@ error. A logits stage's ``logit_gap`` is the largest reference margin over the r
 flips (:func:`audioparity.compare.metrics.top1_gap`); a failing ``logit_gap_max`` names the
 first of the rows that flip at a clear margin, with their margins.
 
-Length scaling (optional, per family section): float32 noise that grows with a clip's length
-(sums over every frame, positions past the table's) moves the f32 bounds of the stages it
-reaches; the rule scales them by the case's length::
-
-    length_scaling:
-      frames_of: mel_features    # the stage whose first axis is the case's length, in the reference
-      entries:                   # `default` entries, by their stage pattern: the length the bounds
-        mel_features: {measured_at: 6000, nmse_max: 2, max_rel_max: 0.5}  # hold up to, and the
-                                                                           # exponent of each
-
-A case of ``T`` frames, ``T > measured_at``, takes each named threshold times
-``(T / measured_at) ** exponent`` (rounded up to two significant digits; :func:`for_length`),
-and the gate column says so. Shorter cases take the bounds as written.
+Length scaling and carried noise (optional, per family section: ``length_scaling``,
+``carried_noise``) move the float32 bounds with the case: its length, and the error an upstream
+stage carries into the stages after it on band-limited audio (:mod:`audioparity.compare.scaling`).
 
 Unmeasured gates (optional, per family section): the backends' lists (``<weight type>@<ggml
 backend>``) that no device of that backend has measured, each with why (copies of another
@@ -134,6 +124,7 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from audioparity.compare.metrics import SPREAD_FLOOR
+from audioparity.compare.scaling import CARRIED_NOISE, LENGTH_SCALING, check_rule
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import (
     BACKENDS,
@@ -166,9 +157,6 @@ _LIMITS = {
 _NUMERIC = (*_LIMITS, "logit_gap_max")
 THRESHOLDS = (*_NUMERIC, "exact")
 _PATTERNS = ("model", "backend", "weight_type", "candidate", "case")
-#: The thresholds a ``length_scaling`` rule may scale: bounds on float32 noise.
-LENGTH_SCALED = ("nmse_max", "median_row_nmse_max", "max_abs_max", "max_rel_max",
-                 "spread_nmse_max", "spread_max_rel_max")
 #: The thresholds that judge a per-feature normalised stage (``mel_features``) whose reference
 #: has near-constant features (:func:`~audioparity.compare.metrics.near_constant_features`),
 #: each error counted in log-mel units there; and the thresholds they replace on such a row,
@@ -176,7 +164,6 @@ LENGTH_SCALED = ("nmse_max", "median_row_nmse_max", "max_abs_max", "max_rel_max"
 SPREAD_KEYS = ("spread_nmse_max", "spread_max_rel_max")
 SPREAD_REPLACES = ("cosine_min", "nmse_max", "median_row_nmse_max", "max_rel_max", "max_abs_max",
                    "std_ratio_tol")
-LENGTH_SCALING = "length_scaling"
 #: The section's key naming the backend gate lists no device of their backend has measured
 #: (module docstring), and how an entry's mark begins: ``unmeasured on <ggml backend>: <why>``.
 UNMEASURED_GATES, UNMEASURED = "unmeasured_gates", "unmeasured on"
@@ -311,11 +298,21 @@ def resolve_gates(
                 chosen.append({"stage": entry["stage"], "reason": entry["reason"],
                                **({"strict": False} if entry.get("strict") is False else {})})
     result = {"gates": resolved, "expected_failures": chosen}
-    if section.get(LENGTH_SCALING) is not None:
-        rule = section[LENGTH_SCALING]
-        _check_length_scaling(rule, [e["stage"] for e in gates.get("default", [])])
-        result[LENGTH_SCALING] = dict(rule)
+    for key in _RULES:
+        if section.get(key) is not None:
+            _check_rule(key, section[key], resolved)
+            result[key] = dict(section[key])
     return result
+
+
+#: The section's rules that move bounds with the case (:mod:`audioparity.compare.scaling`).
+_RULES = (LENGTH_SCALING, CARRIED_NOISE)
+
+
+def _check_rule(key: str, rule: Any, entries: list[Mapping[str, Any]]) -> None:
+    """:func:`~audioparity.compare.scaling.check_rule` against the ``default`` list's
+    patterns."""
+    check_rule(key, rule, [e["stage"] for e in entries if e.get("from") == "default"])
 
 
 def unmeasured_lists(section: Mapping[str, Any]) -> dict[str, str]:
@@ -357,72 +354,6 @@ def unmeasured_mark(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _check_length_scaling(rule: Any, defaults: list[str]) -> None:
-    """Raise unless ``rule`` is a ``length_scaling`` rule (module docstring) whose entries name
-    patterns of the ``default`` list ``defaults``."""
-    where = LENGTH_SCALING
-    if not isinstance(rule, Mapping) or set(rule) != {"frames_of", "entries"}:
-        raise _entry_error(where, f"expected frames_of and entries, got {rule!r}")
-    if not isinstance(rule["frames_of"], str) or not rule["frames_of"]:
-        raise _entry_error(where, f"frames_of must name a stage, got {rule['frames_of']!r}")
-    if not isinstance(rule["entries"], Mapping) or not rule["entries"]:
-        raise _entry_error(where, f"entries must map gate patterns to exponents, got "
-                           f"{rule['entries']!r}")
-    for pattern, scaling in rule["entries"].items():
-        here = f"{where}.entries.{pattern}"
-        if pattern not in defaults:
-            raise _entry_error(here, "names no entry of the default list (its stage patterns: "
-                               f"{', '.join(defaults)})")
-        if not isinstance(scaling, Mapping) or set(scaling) - {"measured_at", *LENGTH_SCALED} \
-                or len(scaling) < 2:
-            raise _entry_error(here, f"expected measured_at and exponents of "
-                               f"{', '.join(LENGTH_SCALED)}, got {scaling!r}")
-        measured = scaling.get("measured_at")
-        if isinstance(measured, bool) or not isinstance(measured, int) or measured < 1:
-            raise _entry_error(here, f"measured_at must be a length in frames >= 1, got "
-                               f"{measured!r}")
-        for key in LENGTH_SCALED:
-            value = scaling.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    0 <= value <= 4):
-                raise _entry_error(f"{here}.{key}", f"an exponent from 0 to 4, got {value!r}")
-
-
-def for_length(gates: Mapping[str, Any], frames: int | None) -> dict[str, Any]:
-    """The resolved ``gates`` of a case ``frames`` long (the first axis of the rule's
-    ``frames_of`` stage in the reference; None: unknown, the gates as they are): each
-    ``default`` entry the ``length_scaling`` rule names, for ``frames`` beyond its
-    ``measured_at``, with each named threshold times ``(frames / measured_at) ** exponent``,
-    rounded up to two significant digits, and ``length`` (the frames) for :func:`gate_text`.
-    Gates without a rule are returned as they are.
-
-    Raises:
-        AudioparityError: a malformed rule.
-    """
-    rule = gates.get(LENGTH_SCALING)
-    if rule is None or frames is None:
-        return dict(gates)
-    _check_length_scaling(rule, [e["stage"] for e in gates["gates"] if e.get("from") == "default"])
-    scaled = []
-    for entry in gates["gates"]:
-        scaling = rule["entries"].get(entry["stage"]) if entry.get("from") == "default" else None
-        if scaling and frames > scaling["measured_at"]:
-            ratio = frames / scaling["measured_at"]
-            entry = {**entry, "length": frames, **{
-                key: _round_up(entry[key] * ratio ** p) for key, p in scaling.items()
-                if key in LENGTH_SCALED and key in entry}}
-        scaled.append(entry)
-    return {**gates, "gates": scaled}
-
-
-def _round_up(value: float) -> float:
-    """``value`` rounded up to two significant digits (``4.012e-9`` -> ``4.1e-9``)."""
-    if value <= 0 or not math.isfinite(value):
-        return value
-    scale = 10.0 ** (math.floor(math.log10(value)) - 1)
-    return float(f"{math.ceil(value / scale - 1e-9) * scale:.2g}")
-
-
 def check_resolved(gates: Any) -> None:
     """Raise unless ``gates`` has the form :func:`resolve_gates` returns.
 
@@ -435,13 +366,13 @@ def check_resolved(gates: Any) -> None:
             f"returns, got keys {sorted(gates) if isinstance(gates, Mapping) else gates!r}"
         )
     for i, entry in enumerate(gates["gates"]):
-        _check_gate(entry, f"gates[{i}]", ("from", "length", "unmeasured"))
+        _check_gate(entry, f"gates[{i}]", ("from", "length", "carried", "unmeasured"))
         if "unmeasured" in entry and unmeasured_mark(gate_text(entry)) != entry["unmeasured"]:
             raise _entry_error(f"gates[{i}]", f"unmeasured must read '{UNMEASURED} <backend>: "
                                f"<why>', got {entry['unmeasured']!r}")
-    if gates.get(LENGTH_SCALING) is not None:
-        _check_length_scaling(gates[LENGTH_SCALING],
-                              [e["stage"] for e in gates["gates"] if e.get("from") == "default"])
+    for key in _RULES:
+        if gates.get(key) is not None:
+            _check_rule(key, gates[key], gates["gates"])
     expected = gates.get("expected_failures", [])
     if not isinstance(expected, list):
         raise _entry_error("expected_failures", f"expected a list, got {expected!r}")
@@ -468,8 +399,9 @@ def gate_for(stage: str, gates: Mapping[str, Any]) -> dict[str, Any]:
 
 def gate_text(gate: Mapping[str, Any]) -> str:
     """Text form of a gate entry for the ``gate`` column, e.g. ``f16/layer_*: cosine>=0.999``,
-    then ``(scaled to T frames)`` where its bounds were, and ``(unmeasured on cuda: why)``
-    where its list is unmeasured, last."""
+    then ``(scaled to T frames)`` and ``(carries mel_features' noise: the reference's own,
+    x10)`` where its bounds were moved (:mod:`audioparity.compare.scaling`), and
+    ``(unmeasured on cuda: why)`` where its list is unmeasured, last."""
     terms = []
     for key, (metric, op) in _LIMITS.items():
         if key in gate:
@@ -483,8 +415,9 @@ def gate_text(gate: Mapping[str, Any]) -> str:
         terms.append(f"near ties only: logit_gap<={float(gate['logit_gap_max'])!r}")
     origin = f"{gate['from']}/" if "from" in gate else ""
     length = f" (scaled to {gate['length']} frames)" if "length" in gate else ""
+    carried = f" (carries {gate['carried']})" if "carried" in gate else ""
     unmeasured = f" ({gate['unmeasured']})" if "unmeasured" in gate else ""
-    return f"{origin}{gate['stage']}: {', '.join(terms)}{length}{unmeasured}"
+    return f"{origin}{gate['stage']}: {', '.join(terms)}{length}{carried}{unmeasured}"
 
 
 def _passes(op: str, value: float, limit: float) -> bool:

@@ -595,10 +595,40 @@ def stages(asr_model: Any, case: Case) -> Outputs:
     yield from taps.items()
     log.info("reference parakeet-tdt: mel + encoder (%d layers, T'=%d)",
              len(asr_model.encoder.layers), taps["enc_out"].shape[0])
+    outputs = dict(taps)
+    for item in _decoders(asr_model, config, taps["enc_out"]):
+        if isinstance(item, tuple):
+            outputs[item[0]] = item[1]
+        yield item
+    yield from _floor(asr_model, sound.samples, features, length, outputs)
+
+
+def _decoders(asr_model: Any, config: ParakeetTDTConfig, enc_out: np.ndarray) -> Outputs:
+    """The stages of the model's decoders on ``enc_out``: a transducer's, a CTC decoder's."""
     if config.transducer:
-        yield from transducer_stages(asr_model, taps["enc_out"])
+        yield from transducer_stages(asr_model, enc_out)
     if config.ctc is not None:
-        yield from ctc_stages(asr_model, taps["enc_out"])
+        yield from ctc_stages(asr_model, enc_out)
+
+
+def _floor(asr_model: Any, samples: np.ndarray, features: Any, length: Any,
+           outputs: dict[str, Any]) -> Outputs:
+    """The manifest's ``noise_floor`` where the mel is off its float64 normalisation by more
+    than float32 noise (:func:`~.floor.noise_floor`), with a note saying so (its time counts
+    in the last stage's: it is no stage)."""
+    from audioparity.models.parakeet_tdt.floor import noise_floor
+
+    floor = noise_floor(asr_model, samples, features, length, outputs)
+    if floor is None:
+        return
+    yield Fields({"noise_floor": floor})
+    moved = f"; its own {', '.join(floor['moved'])} moves" if floor["moved"] else ""
+    note = (f"noise floor: NeMo's float32 mel is off its float64 normalisation by NMSE "
+            f"{floor['mel_nmse']:.2g} (near-constant mel bins); the stages after it, run "
+            f"again on the exact mel, move by up to NMSE "
+            f"{max(s['nmse'] for s in floor['stages'].values()):.2g}{moved}")
+    yield Note(note)
+    log.info("reference parakeet-tdt: %s", note)
 
 
 def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:

@@ -1,0 +1,109 @@
+"""NeMo against itself on one case: how far its stages after the mel move when its float32
+per-feature normalisation is replaced by float64 normalisation of the same log-mel.
+
+On audio band-limited below the model's band (8 kHz telephone speech through a 16 kHz model, a
+22.05 kHz model on 16 kHz speech) the top mel bins are near-constant (std about 1e-5), and
+normalisation divides their float32 rounding by that std: NeMo's own normalised mel is then off
+the exact one by an NMSE of 2e-8 (jfk.wav through 8 kHz) to 4e-4 (the clip through 8 kHz), and
+every stage after it carries that error, NeMo's as much as any float32 port's. This module
+measures it: the encoder, the joint along NeMo's own greedy path and the CTC decoder run again
+on the exact mel, each stage's float32 output measured against that run. The compare raises the
+end-to-end bounds to a gain times this floor (``carried_noise``,
+:mod:`audioparity.compare.scaling`); the stages fed the reference's own inputs (isolated,
+replayed) keep theirs and judge each block alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from audioparity.compare import metrics
+from audioparity.models.parakeet_tdt.reference import (
+    encoder,
+    greedy_ctc_decoding,
+    greedy_tdt_decoding,
+)
+
+#: NMSE of NeMo's float32 normalised mel against float64 normalisation of its log-mel beyond
+#: which the floor is measured: the mel gate's plain float32 bound, which the end-to-end
+#: bounds were measured under. NeMo against float64 here: the clip 2.7e-14, jfk.wav 2.9e-12 (and
+#: flat to 30 minutes); band-limited audio 2.1e-8 (jfk.wav through 8 kHz) to 4.3e-4 (the clip).
+EXACT_MEL_NMSE = 1.0e-10
+#: The stage the floor's error comes from (its manifest field's ``from``).
+SOURCE = "mel_features"
+#: The metrics of each stage the floor records, those the carried bounds read.
+MEASURED = ("nmse", "max_rel", "cosine")
+
+
+def exact_features(model: Any, samples: np.ndarray, features: Any, length: Any) -> Any:
+    """NeMo's preprocessor output with its per-feature normalisation in float64: ``features``
+    (``[1, n_mels, T_padded]``, float32, NeMo's own) with its first ``length`` frames replaced
+    by ``normalize_batch`` of the un-normalised log-mel in float64, rounded to float32 once.
+
+    Mirrors ``FilterbankFeatures.forward`` (NeMo ``asr/parts/preprocessing/features.py``): the
+    log-mel is NeMo's own, its ``normalize`` switched off for that one call.
+    """
+    import torch
+    from nemo.collections.asr.parts.preprocessing.features import normalize_batch
+
+    featurizer = model.preprocessor.featurizer
+    normalize, featurizer.normalize = featurizer.normalize, None
+    try:
+        signal = torch.from_numpy(samples).unsqueeze(0)
+        with torch.inference_mode():
+            log_mel, _ = model.preprocessor(input_signal=signal,
+                                            length=torch.tensor([signal.shape[1]]))
+            exact, _, _ = normalize_batch(log_mel.double(), length, normalize)
+    finally:
+        featurizer.normalize = normalize
+    n = int(length[0])
+    out = features.clone()
+    out[:, :, :n] = exact[:, :, :n].float()
+    return out
+
+
+def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
+                outputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The reference's own float32 noise on this case (module docstring), or None where its
+    normalised mel is within :data:`EXACT_MEL_NMSE` of the exact one (the bounds as written
+    hold).
+
+    Args:
+        model: the restored NeMo model (eval, dither off); samples: ``[L]`` float32 at its rate.
+        features, length: its preprocessor's output on them (:func:`~.reference.preprocessor`).
+        outputs: the reference's stages of the case, by name (``pre_encode``, ``layer_{i}``,
+            ``enc_out``, ``decode``, ``decode_logits``, ``ctc_logits``).
+
+    Returns:
+        ``{"from": "mel_features", "mel_nmse": x, "stages": {stage: {"nmse", "max_rel",
+        "cosine"}}, "moved": [...]}``: each end-to-end stage's float32 output against the
+        same stage on the exact mel; ``decode_logits`` where the decode on the exact mel takes
+        the reference's path (``moved`` names a decode that does not: the reference's own
+        choice is undecided at float32 noise).
+    """
+    n = int(length[0])
+    exact = exact_features(model, samples, features, length)
+    mel_nmse = metrics.nmse(features[0, :, :n].T.numpy(), exact[0, :, :n].T.numpy())
+    if not mel_nmse > EXACT_MEL_NMSE:
+        return None
+    again = {name: value for name, value in encoder(model, exact, length).items()
+             if name != "pos_emb"}  # the positions do not read the mel
+    moved = []
+    if "decode" in outputs:
+        decode, joint_logits, *_ = greedy_tdt_decoding(model, again["enc_out"])
+        if decode["ids"] == outputs["decode"]["ids"] and \
+                decode["frames"] == outputs["decode"]["frames"]:
+            again["decode_logits"] = joint_logits
+        else:
+            moved.append("decode")
+    if "ctc_logits" in outputs:
+        ctc_decode, again["ctc_logits"], _ = greedy_ctc_decoding(model, again["enc_out"])
+        if ctc_decode["ids"] != outputs["ctc_decode"]["ids"]:
+            moved.append("ctc_decode")
+    stages = {name: {metric: float(getattr(metrics, metric)(outputs[name], value))
+                     for metric in MEASURED}
+              for name, value in again.items() if name in outputs}
+    return {"from": SOURCE, "mel_nmse": float(mel_nmse), "stages": stages, "moved": moved}
