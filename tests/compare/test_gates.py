@@ -782,7 +782,7 @@ def test_the_config_schema_takes_every_threshold_and_nothing_else():
     assert set(schema["definitions"]["gate"]["properties"]) == {"stage", *THRESHOLDS}
     scaling = schema["definitions"]["family"]["properties"]["length_scaling"]
     assert set(scaling["properties"]["entries"]["additionalProperties"]["properties"]) == {
-        "measured_at", *LENGTH_SCALED}
+        "measured_at", "frames_of", *LENGTH_SCALED}
     unmeasured = schema["definitions"]["family"]["properties"]["unmeasured_gates"]
     assert re.fullmatch(unmeasured["propertyNames"]["pattern"], "*@cuda")
     assert not re.fullmatch(unmeasured["propertyNames"]["pattern"], "*@cdua")
@@ -800,7 +800,7 @@ def test_length_scaling_multiplies_the_named_default_bounds_by_the_length_ratio(
     section["gates"]["default"][0] = {"stage": "mel_features", "nmse_max": 1e-10}
     gates = json.loads(json.dumps(resolve_gates({**section, "length_scaling": LENGTH_RULE},
                                                 **{**CELL, "weight_type": "f16"})))
-    scaled = for_length(gates, 8)  # 4x the measured length
+    scaled = for_length(gates, {"mel_features": 8})  # 4x the measured length
     by_origin = {(e["from"], e["stage"]): e for e in scaled["gates"]}
     assert by_origin["default", "layer_*"]["nmse_max"] == pytest.approx(1e-8 * 16)
     assert by_origin["default", "mel_features"]["nmse_max"] == pytest.approx(1e-10 * 4)
@@ -813,14 +813,30 @@ def test_length_scaling_multiplies_the_named_default_bounds_by_the_length_ratio(
     assert verdict.status == "pass" and verdict.gate.endswith("(scaled to 8 frames)")
     assert status("mel_features", gates, metrics={"nmse": 3e-10}).status == "fail"
     # at or below the measured length, and without a length, the bounds are as written
-    assert for_length(gates, 2)["gates"] == gates["gates"]
+    assert for_length(gates, {"mel_features": 2})["gates"] == gates["gates"]
     assert for_length(gates, None)["gates"] == gates["gates"]
+
+
+def test_an_entry_s_own_frames_of_scales_it_by_that_stage_s_length():
+    """A position table's noise grows with its own rows, which the subsampling sets, not with
+    the mel's frames: an entry naming its own stage scales by that stage alone."""
+    rule = {**LENGTH_RULE, "entries": {
+        **LENGTH_RULE["entries"],
+        "layer_*": {"frames_of": "layer_0", "measured_at": 2, "nmse_max": 2}}}
+    gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": rule}, **CELL)))
+    scaled = for_length(gates, {"mel_features": 2, "layer_0": 8})
+    assert gate_for("layer_0", scaled)["nmse_max"] == pytest.approx(1e-8 * 16)
+    assert "length" not in gate_for("mel_features", scaled)  # the mel at its measured length
+    assert gate_for("layer_0", for_length(gates, {"mel_features": 8}))["nmse_max"] == 1e-8
+    with pytest.raises(AudioparityError, match="frames_of must name a stage"):
+        resolve_gates({**SECTION, "length_scaling": {**rule, "entries": {
+            "layer_*": {"frames_of": "", "measured_at": 2, "nmse_max": 2}}}}, **CELL)
 
 
 def test_a_scaled_bound_is_rounded_up_never_down():
     gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": {
         **LENGTH_RULE, "entries": {"layer_*": {"measured_at": 3, "nmse_max": 2}}}}, **CELL)))
-    scaled = gate_for("layer_0", for_length(gates, 7))["nmse_max"]
+    scaled = gate_for("layer_0", for_length(gates, {"mel_features": 7}))["nmse_max"]
     assert scaled >= 1e-8 * (7 / 3) ** 2 and scaled == pytest.approx(5.5e-8)
 
 
@@ -828,7 +844,7 @@ def test_a_scaled_bound_is_rounded_up_never_down():
     ({**LENGTH_RULE, "entries": {"enc_*": {"measured_at": 2, "nmse_max": 1}}},
      "names no entry of the default list"),
     ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "cosine_min": 1}}},
-     "expected measured_at and exponents of"),
+     "expected measured_at, optionally frames_of, and exponents of"),
     ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 2, "nmse_max": -1}}},
      "an exponent from 0 to 4"),
     ({**LENGTH_RULE, "entries": {"layer_*": {"measured_at": 0, "nmse_max": 1}}},

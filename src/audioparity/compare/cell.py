@@ -693,12 +693,13 @@ def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
     return f"stored weight {name}: {where}{more}"
 
 
-def case_length(reference: Dump, gates: Mapping[str, Any]) -> int | None:
-    """The case's length in frames as the gates' ``length_scaling`` rule reads it: the first
-    axis of its ``frames_of`` stage in ``reference``; None without a rule or that stage."""
-    rule = gates.get(LENGTH_SCALING)
-    entry = reference.manifest["tensors"].get(rule["frames_of"]) if rule else None
-    return int(entry["shape"][0]) if entry and entry["shape"] else None
+def case_lengths(reference: Dump, gates: Mapping[str, Any]) -> dict[str, int] | None:
+    """Each tensor stage's first axis in ``reference``, as the gates' ``length_scaling`` rule
+    reads the case's length (None without a rule)."""
+    if gates.get(LENGTH_SCALING) is None:
+        return None
+    return {name: int(entry["shape"][0])
+            for name, entry in reference.manifest["tensors"].items() if entry.get("shape")}
 
 
 def _json_value(value: Any) -> Any:
@@ -889,7 +890,7 @@ def compare_cell(
     check_resolved(gates)
     cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
                      others)
-    gates = for_length(gates, case_length(cell.reference, gates))
+    gates = for_length(gates, case_lengths(cell.reference, gates))
     rows = [*_storage_rows(cell, labels, gates), *_judged(cell, gates, labels)]
     if recipe is not None:
         from audioparity.compare.targets import recipe_row  # it builds on this module

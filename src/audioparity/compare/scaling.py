@@ -13,10 +13,13 @@ case's length::
       entries:                   # `default` entries, by their stage pattern: the length the bounds
         mel_features: {measured_at: 6000, nmse_max: 2, max_rel_max: 0.5}  # hold up to, and the
                                                                            # exponent of each
+        pos_emb: {frames_of: pos_emb, measured_at: 275, nmse_max: 1.25}   # its own rows
 
-A case of ``T`` frames, ``T > measured_at``, takes each named threshold times
-``(T / measured_at) ** exponent`` (rounded up to two significant digits), and the gate column
-says so. Shorter cases take the bounds as written.
+A case whose ``frames_of`` stage (an entry's own, else the rule's) has ``T`` rows,
+``T > measured_at``, takes each named threshold times ``(T / measured_at) ** exponent`` (rounded
+up to two significant digits), and the gate column says so. Shorter cases take the bounds as
+written. An entry's own ``frames_of`` measures a noise that grows with another axis than the
+case's (a position table's rows, which a model's subsampling sets).
 
 Carried noise: on band-limited audio the top mel bins are near-constant, their normalisation
 amplifies float32 noise 1e5-fold, and every stage after the mel carries that error, the
@@ -89,10 +92,12 @@ def check_rule(key: str, rule: Any, patterns: list[str]) -> None:
 
 
 def _check_length_entry(here: str, scaling: Any) -> None:
-    if not isinstance(scaling, Mapping) or set(scaling) - {"measured_at", *LENGTH_SCALED} \
-            or len(scaling) < 2:
-        raise _rule_error(here, f"expected measured_at and exponents of "
+    if not isinstance(scaling, Mapping) or set(scaling) - {
+            "measured_at", "frames_of", *LENGTH_SCALED} or not set(scaling) & set(LENGTH_SCALED):
+        raise _rule_error(here, f"expected measured_at, optionally frames_of, and exponents of "
                           f"{', '.join(LENGTH_SCALED)}, got {scaling!r}")
+    if not isinstance(scaling.get("frames_of", "x"), str) or not scaling.get("frames_of", "x"):
+        raise _rule_error(here, f"frames_of must name a stage, got {scaling['frames_of']!r}")
     measured = scaling.get("measured_at")
     if isinstance(measured, bool) or not isinstance(measured, int) or measured < 1:
         raise _rule_error(here, f"measured_at must be a length in frames >= 1, got "
@@ -116,26 +121,28 @@ def _check_carried(rule: Any) -> None:
                           f"{gain!r}")
 
 
-def for_length(gates: Mapping[str, Any], frames: int | None) -> dict[str, Any]:
-    """The resolved ``gates`` of a case ``frames`` long (the first axis of the rule's
-    ``frames_of`` stage in the reference; None: unknown, the gates as they are): each
-    ``default`` entry the ``length_scaling`` rule names, for ``frames`` beyond its
-    ``measured_at``, with each named threshold times ``(frames / measured_at) ** exponent``,
-    rounded up to two significant digits, and ``length`` (the frames) for the gate's text.
-    Gates without a rule are returned as they are.
+def for_length(gates: Mapping[str, Any], lengths: Mapping[str, int] | None
+               ) -> dict[str, Any]:
+    """The resolved ``gates`` of a case whose stages are ``lengths`` long (the first axis of
+    each in the reference; None: unknown, the gates as they are): each ``default`` entry the
+    ``length_scaling`` rule names, where its ``frames_of`` stage (the entry's, else the rule's)
+    is longer than its ``measured_at``, with each named threshold times ``(frames /
+    measured_at) ** exponent``, rounded up to two significant digits, and ``length`` (the
+    frames) for the gate's text. Gates without a rule are returned as they are.
 
     Raises:
         AudioparityError: a malformed rule.
     """
     rule = gates.get(LENGTH_SCALING)
-    if rule is None or frames is None:
+    if rule is None or lengths is None:
         return dict(gates)
     check_rule(LENGTH_SCALING, rule,
                [e["stage"] for e in gates["gates"] if e.get("from") == "default"])
     scaled = []
     for entry in gates["gates"]:
         scaling = rule["entries"].get(entry["stage"]) if entry.get("from") == "default" else None
-        if scaling and frames > scaling["measured_at"]:
+        frames = lengths.get(scaling.get("frames_of", rule["frames_of"])) if scaling else None
+        if frames and frames > scaling["measured_at"]:
             ratio = frames / scaling["measured_at"]
             entry = {**entry, "length": frames, **{
                 key: round_up(entry[key] * ratio ** p) for key, p in scaling.items()
