@@ -325,6 +325,12 @@ CASES = (
          parakeet("ff2.nemo"),
          lambda cwd, fx: nemo_with_config(
              fx, cwd / "ff2.nemo", lambda c: c["encoder"].update(ff_expansion_factor=2))),
+    Case("nemo_unsupported_setting", "model",
+         "a setting NeMo builds and the port does not follow (`encoder.reduction: pooling`; "
+         "every such setting: docs/parakeet-settings.md)", parakeet("pooling.nemo",
+                                                                    ggml_only=True),
+         lambda cwd, fx: nemo_with_config(fx, cwd / "pooling.nemo", lambda c: c["encoder"].update(
+             reduction="pooling", reduction_position=0, reduction_factor=2))),
     Case("nemo_nan_weight", "model", "weights holding a NaN and an Inf", parakeet("nan.nemo"),
          lambda cwd, fx: nemo_with_nan(fx, cwd / "nan.nemo")),
     Case("weights_of_another_type", "model", "converted weights file of another weight type "
