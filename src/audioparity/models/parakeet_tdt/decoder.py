@@ -29,13 +29,14 @@ from audioparity.ggml import Graph, Runtime, Weights
 from audioparity.ggml.ops import linear
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.greedy import GreedyPath, greedy_tdt
+from audioparity.models.parakeet_tdt.settings import JOINT_ACTIVATIONS
 
 EMBED = "decoder.prediction.embed.weight"
 JOINT_ENC = "joint.enc"
 JOINT_PRED = "joint.pred"
 JOINT_OUT = "joint.joint_net.2"
 
-_ACTIVATIONS = {"relu": ggml.ggml_relu, "tanh": ggml.ggml_tanh, "sigmoid": ggml.ggml_sigmoid}
+_ACTIVATIONS = {name: getattr(ggml, f"ggml_{name}") for name in JOINT_ACTIVATIONS}
 
 
 def _lstm(kind: str, layer: int) -> str:

@@ -28,6 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: The joint activations the port computes (``joint.jointnet.activation``; ggml has each).
+JOINT_ACTIVATIONS = ("relu", "sigmoid", "tanh")
+
 #: The port computes what NeMo computes for every value.
 FOLLOWS = "follows"
 #: The port implements some values and refuses the others by name.
@@ -167,7 +170,7 @@ SETTINGS: dict[str, dict[str, Setting]] = {
     },
     "joint.jointnet": {
         "joint_hidden": _f("joint width"),
-        "activation": _only(("relu", "sigmoid", "tanh"), "the joint's activation"),
+        "activation": _only(JOINT_ACTIVATIONS, "the joint's activation"),
         "encoder_hidden": _f("encoder width into the joint"),
         "pred_hidden": _f("prediction-net width into the joint"),
         "dropout": _inert(_TRAINING),
