@@ -75,9 +75,10 @@ def test_converter_names_every_weight_as_openai_whisper_does(whisper_model: Path
     dims = openai.dimensions(config)
     built = OpenAIWhisper(ModelDimensions(**dims))
     theirs = {name: tuple(value.shape) for name, value in built.state_dict().items()}
-    renamed = {openai.openai_name(name): shape for name, shape in shapes.items()}
+    renamed = {openai.TRANSFORMERS_OPENAI.right(name): shape for name, shape in shapes.items()}
     assert len(renamed) == len(shapes)
     assert set(renamed) == set(theirs)
+    assert {openai.TRANSFORMERS_OPENAI.left(name) for name in renamed} == set(shapes)
     encoder = {name: shape for name, shape in renamed.items() if name.startswith("encoder.")}
     assert encoder == {name: theirs[name] for name in encoder}
 

@@ -19,7 +19,6 @@ with the same message.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -27,26 +26,38 @@ import numpy as np
 
 from audioparity.checkpoints import check_finite, float_entries
 from audioparity.checkpoints.nemo import copy_nemo_member
+from audioparity.checkpoints.renames import Renames
 from audioparity.checkpoints.torch_zip import torch_entries
 from audioparity.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
-#: Hugging Face Parakeet key -> NeMo key (inverse of transformers' convert_nemo_to_hf.py).
-HF_TO_NEMO = (
-    (r"^encoder\.subsampling\.layers\.", "encoder.pre_encode.conv."),
-    (r"^encoder\.subsampling\.linear\.", "encoder.pre_encode.out."),
-    (r"^encoder\.encode_positions\.", "encoder.pos_enc."),
-    (r"^(encoder\.layers\.\d+\.conv)\.norm\.", r"\1.batch_norm."),
-    (r"\.self_attn\.([qkv])_proj\.", r".self_attn.linear_\1."),
-    (r"\.self_attn\.o_proj\.", ".self_attn.linear_out."),
-    (r"\.self_attn\.relative_k_proj\.", ".self_attn.linear_pos."),
-    (r"\.self_attn\.bias_([uv])$", r".self_attn.pos_bias_\1"),
-    (r"^decoder\.embedding\.", "decoder.prediction.embed."),
-    (r"^decoder\.lstm\.", "decoder.prediction.dec_rnn.lstm."),
-    (r"^encoder_projector\.", "joint.enc."),
-    (r"^decoder\.decoder_projector\.", "joint.pred."),
-    (r"^joint\.head\.", "joint.joint_net.2."),
-)
+#: NeMo parameter names against transformers' Parakeet names (transformers'
+#: ``convert_nemo_to_hf.py``: ``ConvSubsampling`` -> ``ParakeetEncoderSubsamplingConv2D``,
+#: ``RelPositionMultiHeadAttention`` -> ``ParakeetEncoderAttention``, the conv module's
+#: ``batch_norm`` -> ``norm``, ``RNNTDecoder`` -> ``ParakeetRNNTDecoder``, ``RNNTJoint`` ->
+#: ``encoder_projector``, ``decoder_projector`` and ``ParakeetRNNTJointNetwork.head``,
+#: ``ConvASRDecoder`` -> ``ParakeetEncoderCTCHead``; no tensor changes shape or layout): the
+#: one table of the pair, read NeMo -> transformers by the
+#: transformers reference and transformers -> NeMo to read a Hugging Face directory. A CTC
+#: decoder is ``decoder`` in ``EncDecCTCModelBPE`` and ``ctc_decoder`` in the hybrid, transformers'
+#: ``ctc_head`` in both (its ``ParakeetForCTC`` is the former).
+NEMO_TRANSFORMERS = Renames((
+    ("^encoder.pre_encode.conv.", "^encoder.subsampling.layers."),
+    ("^encoder.pre_encode.out.", "^encoder.subsampling.linear."),
+    ("^encoder.pos_enc.", "^encoder.encode_positions."),
+    (".conv.batch_norm.", ".conv.norm."),
+    *((f".self_attn.linear_{x}.", f".self_attn.{x}_proj.") for x in "qkv"),
+    (".self_attn.linear_out.", ".self_attn.o_proj."),
+    (".self_attn.linear_pos.", ".self_attn.relative_k_proj."),
+    *((f".self_attn.pos_bias_{x}$", f".self_attn.bias_{x}$") for x in "uv"),
+    ("^decoder.prediction.embed.", "^decoder.embedding."),
+    ("^decoder.prediction.dec_rnn.lstm.", "^decoder.lstm."),
+    ("^joint.enc.", "^encoder_projector."),
+    ("^joint.pred.", "^decoder.decoder_projector."),
+    ("^joint.joint_net.2.", "^joint.head."),
+    ("^decoder.decoder_layers.0.", "^ctc_head."),
+    ("^ctc_decoder.decoder_layers.0.", "^ctc_head."),
+))
 
 
 def expected_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
@@ -150,13 +161,6 @@ def _transducer_shapes(config: ParakeetTDTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def hf_to_nemo_name(name: str) -> str:
-    """NeMo name of a Hugging Face Parakeet key (:data:`HF_TO_NEMO`)."""
-    for pattern, replacement in HF_TO_NEMO:
-        name = re.sub(pattern, replacement, name)
-    return name
-
-
 class Checkpoint:
     """The float tensors of a ``.nemo`` file or Hugging Face directory, NeMo-named, from the
     headers; each read on demand. A context manager: a ``.nemo``'s ``model_weights.ckpt`` is
@@ -180,7 +184,7 @@ class Checkpoint:
         where = f"{self.model}: model_weights.ckpt"
         entries = float_entries(self.model, where)  # None: a compressed .nemo
         if entries is not None:
-            self.entries = ({hf_to_nemo_name(name): entry for name, entry in entries.items()}
+            self.entries = ({NEMO_TRANSFORMERS.left(name): entry for name, entry in entries.items()}
                             if self.model.is_dir() else entries)
             return
         self._scratch = tempfile.TemporaryDirectory(prefix="audioparity_ckpt_")

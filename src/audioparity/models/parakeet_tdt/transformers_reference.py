@@ -9,7 +9,6 @@ transformers.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,11 @@ import numpy as np
 
 from audioparity.errors import AudioparityError
 from audioparity.family import Case, Fields, Note, Outputs, Phase
-from audioparity.models.parakeet_tdt.checkpoint import expected_shapes, read_state
+from audioparity.models.parakeet_tdt.checkpoint import (
+    NEMO_TRANSFORMERS,
+    expected_shapes,
+    read_state,
+)
 from audioparity.models.parakeet_tdt.config import (
     EncoderConfig,
     ParakeetTDTConfig,
@@ -41,37 +44,6 @@ log = logging.getLogger("audioparity")
 
 #: The log guard ``ParakeetFeatureExtractor`` adds before its log (``LOG_ZERO_GUARD_VALUE``).
 LOG_GUARD = 2.0**-24
-
-#: NeMo name -> transformers name, applied in order (the parameters of ``ConvSubsampling`` ->
-#: ``ParakeetEncoderSubsamplingConv2D``, ``RelPositionMultiHeadAttention`` ->
-#: ``ParakeetEncoderAttention``, the conv module's ``batch_norm`` -> ``norm``, ``RNNTDecoder``
-#: -> ``ParakeetRNNTDecoder``, ``RNNTJoint`` -> ``encoder_projector``, ``decoder_projector`` and
-#: ``ParakeetRNNTJointNetwork.head``, ``ConvASRDecoder`` -> ``ParakeetEncoderCTCHead``). No
-#: tensor changes shape or layout: every module keeps NeMo's parameter shapes.
-NEMO_TO_TRANSFORMERS = (
-    (r"^encoder\.pre_encode\.conv\.", "encoder.subsampling.layers."),
-    (r"^encoder\.pre_encode\.out\.", "encoder.subsampling.linear."),
-    (r"\.conv\.batch_norm\.", ".conv.norm."),
-    (r"\.self_attn\.linear_([qkv])\.", r".self_attn.\1_proj."),
-    (r"\.self_attn\.linear_out\.", ".self_attn.o_proj."),
-    (r"\.self_attn\.linear_pos\.", ".self_attn.relative_k_proj."),
-    (r"\.self_attn\.pos_bias_([uv])$", r".self_attn.bias_\1"),
-    (r"^decoder\.prediction\.embed\.", "decoder.embedding."),
-    (r"^decoder\.prediction\.dec_rnn\.lstm\.", "decoder.lstm."),
-    (r"^joint\.enc\.", "encoder_projector."),
-    (r"^joint\.pred\.", "decoder.decoder_projector."),
-    (r"^joint\.joint_net\.2\.", "joint.head."),
-    (r"^(decoder|ctc_decoder)\.decoder_layers\.0\.", "ctc_head."),
-)
-
-
-def transformers_name(name: str) -> str:
-    """The transformers parameter name of a NeMo one (:data:`NEMO_TO_TRANSFORMERS`):
-    ``encoder.layers.0.self_attn.linear_pos.weight`` ->
-    ``encoder.layers.0.self_attn.relative_k_proj.weight``."""
-    for pattern, replacement in NEMO_TO_TRANSFORMERS:
-        name = re.sub(pattern, replacement, name)
-    return name
 
 
 def n_fft(pre: PreprocessorConfig) -> int:
@@ -174,7 +146,7 @@ def state_dicts(state: Mapping[str, np.ndarray], config: ParakeetTDTConfig
                 ) -> dict[str, dict[str, np.ndarray]]:
     """The float32 state dict of each model of :func:`model_settings`, from NeMo-named
     tensors (:func:`~.checkpoint.read_state`): the tensors of :func:`~.checkpoint.
-    expected_shapes` renamed (:func:`transformers_name`); the transducer's everything but a
+    expected_shapes` renamed (:data:`~.checkpoint.NEMO_TRANSFORMERS`); the transducer's everything but a
     CTC decoder, the CTC model's the encoder and its decoder. The featurizer buffers (window,
     filterbank) are left out: the feature extractor computes its own."""
     names = expected_shapes(config)
@@ -182,7 +154,7 @@ def state_dicts(state: Mapping[str, np.ndarray], config: ParakeetTDTConfig
     dicts: dict[str, dict[str, np.ndarray]] = {}
     for model in model_settings(config):
         dicts[model] = {
-            transformers_name(name): state[name] for name in names
+            NEMO_TRANSFORMERS.right(name): state[name] for name in names
             if name.startswith("encoder.")
             or (model == "ctc") == (ctc_prefix is not None and name.startswith(ctc_prefix))}
     return dicts

@@ -44,12 +44,12 @@ Importing this module imports neither torch nor openai-whisper.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from audioparity.checkpoints.renames import Renames
 from audioparity.errors import AudioparityError
 from audioparity.family import Case, Fields, Note, Outputs, Phase, Skipped
 from audioparity.models.whisper.checkpoint import read_weights
@@ -59,41 +59,33 @@ from audioparity.models.whisper.frontend import mel_filter_bank
 
 log = logging.getLogger("audioparity")
 
-#: ``WhisperModel`` name -> openai-whisper ``Whisper`` name, per part of a name (layer numbers
-#: kept): transformers' ``convert_openai_to_hf.py`` mapping, read the other way.
-_RENAMES = (
-    (r"^encoder\.embed_positions\.weight$", "encoder.positional_embedding"),
-    (r"^decoder\.embed_positions\.weight$", "decoder.positional_embedding"),
-    (r"^decoder\.embed_tokens\.", "decoder.token_embedding."),
-    (r"^encoder\.layer_norm\.", "encoder.ln_post."),
-    (r"^decoder\.layer_norm\.", "decoder.ln."),
-    (r"\.layers\.(\d+)\.", r".blocks.\1."),
-    (r"\.self_attn_layer_norm\.", ".attn_ln."),
-    (r"\.encoder_attn_layer_norm\.", ".cross_attn_ln."),
-    (r"\.self_attn\.", ".attn."),
-    (r"\.encoder_attn\.", ".cross_attn."),
-    (r"\.q_proj\.", ".query."),
-    (r"\.k_proj\.", ".key."),
-    (r"\.v_proj\.", ".value."),
-    (r"\.out_proj\.", ".out."),
-    (r"\.fc1\.", ".mlp.0."),
-    (r"\.fc2\.", ".mlp.2."),
-    (r"\.final_layer_norm\.", ".mlp_ln."),
-)
+#: ``WhisperModel`` names against openai-whisper ``Whisper`` names (layer numbers kept):
+#: transformers' ``convert_openai_to_hf.py`` mapping, the one table of the pair.
+TRANSFORMERS_OPENAI = Renames((
+    ("^encoder.embed_positions.weight$", "^encoder.positional_embedding$"),
+    ("^decoder.embed_positions.weight$", "^decoder.positional_embedding$"),
+    ("^decoder.embed_tokens.", "^decoder.token_embedding."),
+    ("^encoder.layer_norm.", "^encoder.ln_post."),
+    ("^decoder.layer_norm.", "^decoder.ln."),
+    (".layers.", ".blocks."),
+    (".self_attn_layer_norm.", ".attn_ln."),
+    (".encoder_attn_layer_norm.", ".cross_attn_ln."),
+    (".self_attn.", ".attn."),
+    (".encoder_attn.", ".cross_attn."),
+    (".q_proj.", ".query."),
+    (".k_proj.", ".key."),
+    (".v_proj.", ".value."),
+    (".out_proj.", ".out."),
+    (".fc1.", ".mlp.0."),
+    (".fc2.", ".mlp.2."),
+    (".final_layer_norm.", ".mlp_ln."),
+))
 
 #: openai-whisper's hard-coded audio settings (``whisper/audio.py``), as the checkpoint's
 #: ``preprocessor_config.json`` names them, and the mel counts its assets hold filters for.
 _AUDIO = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160, "chunk_length": 30,
           "padding_value": 0.0}
 _MELS = (80, 128)
-
-
-def openai_name(name: str) -> str:
-    """The openai-whisper ``Whisper`` parameter name of ``WhisperModel``'s ``name``
-    (``encoder.layers.3.self_attn.q_proj.weight`` -> ``encoder.blocks.3.attn.query.weight``)."""
-    for pattern, replacement in _RENAMES:
-        name = re.sub(pattern, replacement, name)
-    return name
 
 
 def dimensions(config: WhisperModelConfig) -> dict[str, int]:
@@ -140,11 +132,11 @@ def convert(weights: dict[str, np.ndarray], config: WhisperModelConfig, decoder:
             ) -> tuple[dict[str, int], dict[str, np.ndarray]]:
     """openai-whisper's ``ModelDimensions`` fields and state dict of ``WhisperModel``'s
     float32 ``weights`` (:func:`~.checkpoint.read_weights`: every tensor present and shaped),
-    the arrays themselves, renamed (:func:`openai_name`); with ``decoder`` false, the encoder's
+    the arrays themselves, renamed (:data:`TRANSFORMERS_OPENAI`); with ``decoder`` false, the encoder's
     only. No tensor is reshaped: both keep ``nn.Linear``'s ``[out, in]``, ``nn.Conv1d``'s
     ``[out, in, 3]`` and ``[positions, D]`` tables; ``proj_out`` is tied to ``embed_tokens``
     in both (``TextDecoder`` multiplies by ``token_embedding.weight.T``)."""
-    state = {openai_name(name): array for name, array in weights.items()
+    state = {TRANSFORMERS_OPENAI.right(name): array for name, array in weights.items()
              if decoder or name.startswith("encoder.")}
     return dimensions(config), state
 
