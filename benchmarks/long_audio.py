@@ -91,7 +91,8 @@ def compare(reference: Path, ggml: Path, output: Path) -> dict:
     import yaml
 
     from audioparity.artifacts import Dump
-    from audioparity.compare import compare_cell, resolve_gates
+    from audioparity.compare.cell import compare_cell
+    from audioparity.compare.gates import resolve_gates
 
     section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]
     gates = resolve_gates(section, model="v3", backend="cpu", weight_type="f32")

@@ -46,7 +46,8 @@ sys.path.insert(0, str(HERE))
 from sweep import snakemake  # noqa: E402
 
 from audioparity.candidates import load_adapter  # noqa: E402
-from audioparity.compare import compare_cell, resolve_gates  # noqa: E402
+from audioparity.compare.cell import compare_cell  # noqa: E402
+from audioparity.compare.gates import resolve_gates  # noqa: E402
 from audioparity.families import family as family_of  # noqa: E402
 from audioparity.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
 

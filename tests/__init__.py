@@ -15,7 +15,7 @@ MOSS_PROMPTS = sorted((RESOURCES / "moss").glob("*.json"))
 def config_gates(family: str, weight_type: str, model: str = "tiny") -> dict:
     """The gates config/config.yaml gives ``model`` of ``family`` on the CPU at ``weight_type``
     (:func:`audioparity.compare.resolve_gates`)."""
-    from audioparity.compare import resolve_gates
+    from audioparity.compare.gates import resolve_gates
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     return resolve_gates(config[family], model=model, backend="cpu", weight_type=weight_type)
@@ -28,7 +28,7 @@ def cell_rows(reference: Path, candidate: Path, output: Path, family: str = "par
     cell), the cell written to ``output``."""
     import json
 
-    from audioparity.compare import compare_cell
+    from audioparity.compare.cell import compare_cell
 
     compare_cell(reference, candidate, config_gates(family, weight_type), {"family": family},
                  output, cost_dir=cost)

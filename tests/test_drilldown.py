@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import DumpWriter
-from audioparity.compare import compare_cell, resolve_gates
+from audioparity.compare.cell import compare_cell
+from audioparity.compare.gates import resolve_gates
 from audioparity.drilldown import drill_cell
 
 SECTION = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-6}]}}

@@ -106,6 +106,20 @@ def test_options_are_checked_and_filled_with_their_defaults():
         "seed": 0, "massive_activation": True, "remote_code": False}
 
 
+def test_the_stages_that_carry_the_mel_s_error_are_read_from_the_contract():
+    """End-to-end stages fed through ``inputs`` from the mel; not the mel, the position table,
+    the stages fed the reference's own inputs, a form or a document."""
+    spec = family("parakeet_tdt").spec
+    carried = [name for name in ("mel_features", "pre_encode", "pos_emb", "layer_0", "layer_11",
+                                 "layer_0_isolated", "layer_0_replayed", "enc_out",
+                                 "joint_logits", "lstm_state_0", "decode", "decode_logits",
+                                 "ctc_logits", "ctc_logits_isolated", "decoder_replay")
+               if spec.carries("mel_features", name)]
+    assert carried == ["pre_encode", "layer_0", "layer_11", "enc_out", "decode_logits",
+                       "ctc_logits"]
+    assert not spec.carries("enc_out", "pre_encode") and spec.carries("enc_out", "ctc_logits")
+
+
 def test_a_nullable_option_takes_null_from_the_config_and_the_command_line():
     """``preemph: null`` (NeMo: no pre-emphasis) is a value, not a missing one: the config
     schema takes it, the flag writes it as ``null`` and the command reads it back as None."""

@@ -338,6 +338,20 @@ class FamilySpec:
         defaults = {name: option["default"] for name, option in schema["properties"].items()}
         return {**defaults, **values}
 
+    def carries(self, source: str, name: str) -> bool:
+        """Whether the concrete stage ``name`` carries ``source``'s error end to end: a tensor
+        or logits stage (not a form) whose ``inputs`` reach ``source`` through the contract
+        (``mel_features`` -> ``pre_encode``, ``layer_3``, ``enc_out``, ``decode_logits``); a
+        stage fed the reference's own inputs (``reference_inputs``) or none does not."""
+        reached = {source.split("{")[0]}
+        for stage in self.stages:
+            if {part.split("{")[0] for entry in stage.inputs for part in entry.split("|")} \
+                    & reached:
+                reached.add(stage.name.split("{")[0])
+        found = self.locate(name)
+        return (found is not None and not found.form and found.stage.kind != "document"
+                and found.stage.name.split("{")[0] in reached - {source.split("{")[0]})
+
     def locate(self, name: str) -> Located | None:
         """Where a concrete stage name is in the contract (``layer_3_isolated`` -> the
         ``layer_{i}`` stage, layer 3, form ``isolated``), or None when it has no such stage."""

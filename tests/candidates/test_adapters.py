@@ -142,7 +142,7 @@ def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compar
 
 def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
     from audioparity.artifacts import DumpWriter
-    from audioparity.compare import compare_cell
+    from audioparity.compare.cell import compare_cell
 
     (tmp_path / "m").write_bytes(b"")
     ones = np.ones((3, 4), dtype=np.float32)

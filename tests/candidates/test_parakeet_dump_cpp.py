@@ -16,7 +16,7 @@ import pytest
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import load_adapter
 from audioparity.candidates.running import run_candidate
-from audioparity.compare import compare_cell
+from audioparity.compare.cell import compare_cell
 from audioparity.errors import AudioparityError
 from audioparity.families import family
 from tests import REPO, config_gates

@@ -151,7 +151,7 @@ def test_a_users_adapter_named_by_path_runs_through_the_cli(tmp_path, monkeypatc
     """``--adapter ports/my_port.py``, relative to the working directory: its decode is read,
     the stage it names gets its reason in the cell, the others "does not expose it", and the
     run's wall time is its last stage's seconds."""
-    from audioparity.compare import compare_cell
+    from audioparity.compare.cell import compare_cell
 
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "ports/my_port.py", MY_PORT)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import DumpWriter
-from audioparity.compare import COLUMNS, compare_cell
+from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.documents import document_metrics
 from audioparity.errors import AudioparityError
 from tests import RESOURCES

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.artifacts import DumpWriter
-from audioparity.compare import compare_cell
+from audioparity.compare.cell import compare_cell
 from audioparity.compare.metrics import wer_known
 from audioparity.errors import AudioparityError
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import OPS_ON_CPU, DumpWriter
-from audioparity.compare import compare_cell, resolve_gates
+from audioparity.compare.cell import compare_cell
+from audioparity.compare.gates import resolve_gates
 from audioparity.ggml import open_runtime
 from audioparity.ggml.bindings import ggml as bound
 

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from audioparity.compare import COLUMNS
+from audioparity.compare.cell import COLUMNS
 from audioparity.report.culprit import CELL, culprits
 from audioparity.vocabulary import STORAGE_TYPES
 

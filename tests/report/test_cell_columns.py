@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import DumpWriter
-from audioparity.compare import compare_cell
+from audioparity.compare.cell import compare_cell
 from audioparity.report.summary import write_summary
 from tests.report.test_report import read_csv
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.cli import main
-from audioparity.compare import COLUMNS
+from audioparity.compare.cell import COLUMNS
 from audioparity.errors import AudioparityError
 from audioparity.report.html import write_html
 from audioparity.report.summary import (

@@ -408,7 +408,7 @@ def digest(args: argparse.Namespace) -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    from audioparity.compare import compare_cell
+    from audioparity.compare.cell import compare_cell
 
     others = _pairs(args.other_reference, "--other-reference", "NAME=DIR")
     recipe = None

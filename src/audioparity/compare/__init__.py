@@ -1,6 +1,3 @@
-"""Comparison of a candidate dump with its reference: metrics, gates, and one cell's rows."""
-
-from audioparity.compare.cell import COLUMNS, compare_cell
-from audioparity.compare.gates import resolve_gates, status
-
-__all__ = ["COLUMNS", "compare_cell", "resolve_gates", "status"]
+"""Comparison of a candidate dump with its reference: metrics (:mod:`.metrics`), gates
+(:mod:`.gates`, :mod:`.scaling`) and one cell's rows (:mod:`.cell`). Importing the package
+imports none of them, so that :mod:`.metrics` is a leaf any layer may read."""

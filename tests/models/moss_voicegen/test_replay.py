@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from audioparity.artifacts import Dump
-from audioparity.compare import compare_cell
+from audioparity.compare.cell import compare_cell
 from audioparity.driver import dump_replay
 from audioparity.models.moss_voicegen.replay import layer_inputs
 from tests import config_gates

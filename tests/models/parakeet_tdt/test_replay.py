@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from audioparity.compare import compare_cell
+from audioparity.compare.cell import compare_cell
 from audioparity.driver import dump_replay
 from tests import config_gates
 from tests.models.parakeet_tdt import PARAKEET

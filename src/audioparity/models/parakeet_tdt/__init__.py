@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,7 @@ class ParakeetTdt(Family):
 
         if isinstance(loaded, transformers_reference.TransformersParakeet):
             return transformers_reference.stages(loaded, case)
-        return reference.stages(loaded, case)
+        return reference.stages(loaded, case, partial(self.spec.carries, "mel_features"))
 
     def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
         from audioparity.models.parakeet_tdt.replay import stages

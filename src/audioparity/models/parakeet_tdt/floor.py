@@ -15,17 +15,12 @@ replayed) keep theirs and judge each block alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from audioparity.compare import metrics
-from audioparity.models.parakeet_tdt.reference import (
-    encoder,
-    greedy_ctc_decoding,
-    greedy_tdt_decoding,
-)
 
 #: NMSE of NeMo's float32 normalised mel against float64 normalisation of its log-mel beyond
 #: which the floor is measured: the mel gate's plain float32 bound, which the end-to-end
@@ -34,6 +29,9 @@ from audioparity.models.parakeet_tdt.reference import (
 EXACT_MEL_NMSE = 1.0e-10
 #: The stage the floor's error comes from (its manifest field's ``from``).
 SOURCE = "mel_features"
+#: The stage teacher-forced along the reference's own greedy path: where the decode on the
+#: exact mel takes another path, its rows are not the same steps.
+TEACHER_FORCED = "decode_logits"
 #: The metrics of each stage the floor records, those the carried bounds read.
 MEASURED = ("nmse", "max_rel", "cosine")
 
@@ -66,7 +64,8 @@ def exact_features(model: Any, samples: np.ndarray, features: Any, length: Any) 
 
 
 def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
-                outputs: Mapping[str, Any]) -> dict[str, Any] | None:
+                outputs: Mapping[str, Any], rerun: Callable[[Any], Mapping[str, Any]],
+                carries: Callable[[str], bool]) -> dict[str, Any] | None:
     """The reference's own float32 noise on this case (module docstring), or None where its
     normalised mel is within :data:`EXACT_MEL_NMSE` of the exact one (the bounds as written
     hold).
@@ -74,36 +73,40 @@ def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
     Args:
         model: the restored NeMo model (eval, dither off); samples: ``[L]`` float32 at its rate.
         features, length: its preprocessor's output on them (:func:`~.reference.preprocessor`).
-        outputs: the reference's stages of the case, by name (``pre_encode``, ``layer_{i}``,
-            ``enc_out``, ``decode``, ``decode_logits``, ``ctc_logits``).
+        outputs: the reference's stages of the case, by name.
+        rerun: the stages after the mel on other features (``[1, n_mels, T_padded]``), by
+            name, as ``outputs`` holds them.
+        carries: whether a stage carries the mel's error end to end (the contract's
+            :meth:`~audioparity.family.FamilySpec.carries`): the stages the floor names.
 
     Returns:
         ``{"from": "mel_features", "mel_nmse": x, "stages": {stage: {"nmse", "max_rel",
-        "cosine"}}, "moved": [...]}``: each end-to-end stage's float32 output against the
-        same stage on the exact mel; ``decode_logits`` where the decode on the exact mel takes
-        the reference's path (``moved`` names a decode that does not: the reference's own
-        choice is undecided at float32 noise).
+        "cosine"}}, "moved": [...]}``: each stage that carries the mel's error, its float32
+        output against the same stage on the exact mel; ``moved`` the decodes whose tokens
+        differ there (the reference's own choice is undecided at float32 noise), whose
+        teacher-forced logits (along a path the exact run does not take) are left out.
     """
     n = int(length[0])
     exact = exact_features(model, samples, features, length)
     mel_nmse = metrics.nmse(features[0, :, :n].T.numpy(), exact[0, :, :n].T.numpy())
     if not mel_nmse > EXACT_MEL_NMSE:
         return None
-    again = {name: value for name, value in encoder(model, exact, length).items()
-             if name != "pos_emb"}  # the positions do not read the mel
-    moved = []
-    if "decode" in outputs:
-        decode, joint_logits, *_ = greedy_tdt_decoding(model, again["enc_out"])
-        if decode["ids"] == outputs["decode"]["ids"] and \
-                decode["frames"] == outputs["decode"]["frames"]:
-            again["decode_logits"] = joint_logits
-        else:
-            moved.append("decode")
-    if "ctc_logits" in outputs:
-        ctc_decode, again["ctc_logits"], _ = greedy_ctc_decoding(model, again["enc_out"])
-        if ctc_decode["ids"] != outputs["ctc_decode"]["ids"]:
-            moved.append("ctc_decode")
+    again = rerun(exact)
+    moved = [name for name, value in again.items()
+             if isinstance(value, Mapping) and "ids" in value
+             and (value["ids"], value.get("frames")) != (outputs[name]["ids"],
+                                                         outputs[name].get("frames"))]
     stages = {name: {metric: float(getattr(metrics, metric)(outputs[name], value))
                      for metric in MEASURED}
-              for name, value in again.items() if name in outputs}
+              for name, value in again.items()
+              if carries(name) and not (moved and name == TEACHER_FORCED)}
     return {"from": SOURCE, "mel_nmse": float(mel_nmse), "stages": stages, "moved": moved}
+
+
+def floor_note(floor: Mapping[str, Any]) -> str:
+    """The reference manifest's note of its noise floor (:func:`noise_floor`)."""
+    moved = f"; its own {', '.join(floor['moved'])} moves" if floor["moved"] else ""
+    largest = max((s["nmse"] for s in floor["stages"].values()), default=0.0)
+    return (f"noise floor: NeMo's float32 mel is off its float64 normalisation by NMSE "
+            f"{floor['mel_nmse']:.2g} (near-constant mel bins); the stages after it, run "
+            f"again on the exact mel, move by up to NMSE {largest:.2g}{moved}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from audioparity.family import Case, Fields, Note, Outputs, Phase
 from audioparity.memory import reference_bytes, refuse_if_over
 from audioparity.models.parakeet_tdt.checkpoint import check_weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
+from audioparity.models.parakeet_tdt.floor import floor_note, noise_floor
 from audioparity.models.parakeet_tdt.greedy import (
     STRATEGY,
     collapse_ctc,
@@ -572,12 +573,14 @@ def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: i
                    " (the model and the encoder's activations)")
 
 
-def stages(asr_model: Any, case: Case) -> Outputs:
+def stages(asr_model: Any, case: Case, carries: Callable[[str], bool]) -> Outputs:
     """The reference's stages of one case, each phase (named by the first stage it computes)
     timed by the driver: the preprocessor (``mel_features [T, n_mels]``), the encoder
     (``pre_encode``, ``pos_emb``, ``layer_{i}``, ``enc_out``: :func:`encoder`), then a
     transducer's decoding (:func:`transducer_stages`) and a CTC decoder's
-    (:func:`ctc_stages`)."""
+    (:func:`ctc_stages`); then, on band-limited audio, the manifest's ``noise_floor``
+    (:func:`~.floor.noise_floor`, of the stages ``carries`` names; its time counts in the last
+    stage's: it is no stage)."""
     config, sound = case.config, case.data
     log.info("reference parakeet-tdt: %s (%.2f s of audio)", case.path, sound.seconds)
     yield Phase("mel_features")
@@ -600,7 +603,12 @@ def stages(asr_model: Any, case: Case) -> Outputs:
         if isinstance(item, tuple):
             outputs[item[0]] = item[1]
         yield item
-    yield from _floor(asr_model, sound.samples, features, length, outputs)
+    floor = noise_floor(asr_model, sound.samples, features, length, outputs,
+                        partial(_stages_on, asr_model, config, length), carries)
+    if floor is not None:
+        yield Fields({"noise_floor": floor})
+        yield Note(floor_note(floor))
+        log.info("reference parakeet-tdt: %s", floor_note(floor))
 
 
 def _decoders(asr_model: Any, config: ParakeetTDTConfig, enc_out: np.ndarray) -> Outputs:
@@ -611,24 +619,14 @@ def _decoders(asr_model: Any, config: ParakeetTDTConfig, enc_out: np.ndarray) ->
         yield from ctc_stages(asr_model, enc_out)
 
 
-def _floor(asr_model: Any, samples: np.ndarray, features: Any, length: Any,
-           outputs: dict[str, Any]) -> Outputs:
-    """The manifest's ``noise_floor`` where the mel is off its float64 normalisation by more
-    than float32 noise (:func:`~.floor.noise_floor`), with a note saying so (its time counts
-    in the last stage's: it is no stage)."""
-    from audioparity.models.parakeet_tdt.floor import noise_floor
-
-    floor = noise_floor(asr_model, samples, features, length, outputs)
-    if floor is None:
-        return
-    yield Fields({"noise_floor": floor})
-    moved = f"; its own {', '.join(floor['moved'])} moves" if floor["moved"] else ""
-    note = (f"noise floor: NeMo's float32 mel is off its float64 normalisation by NMSE "
-            f"{floor['mel_nmse']:.2g} (near-constant mel bins); the stages after it, run "
-            f"again on the exact mel, move by up to NMSE "
-            f"{max(s['nmse'] for s in floor['stages'].values()):.2g}{moved}")
-    yield Note(note)
-    log.info("reference parakeet-tdt: %s", note)
+def _stages_on(asr_model: Any, config: ParakeetTDTConfig, length: Any, features: Any
+               ) -> dict[str, Any]:
+    """The stages after the mel on ``features`` (``[1, n_mels, T_padded]``), by name: the
+    encoder's taps (:func:`encoder`) and the decoders' outputs (:func:`_decoders`)."""
+    out = encoder(asr_model, features, length)
+    out.update(item for item in _decoders(asr_model, config, out["enc_out"])
+               if isinstance(item, tuple))
+    return out
 
 
 def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
