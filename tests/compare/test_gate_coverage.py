@@ -18,8 +18,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from audioparity.compare.gates import resolve_gates
-from audioparity.compare.gates import gate_for, gate_text
+from audioparity.compare.gates import gate_for, gate_text, resolve_gates
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
 from audioparity.family import FORMS, concrete

@@ -13,8 +13,14 @@ import yaml
 
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare.cell import COLUMNS, compare_cell
-from audioparity.compare.gates import resolve_gates, status
-from audioparity.compare.gates import THRESHOLDS, check_resolved, gate_for, unmeasured_mark
+from audioparity.compare.gates import (
+    THRESHOLDS,
+    check_resolved,
+    gate_for,
+    resolve_gates,
+    status,
+    unmeasured_mark,
+)
 from audioparity.compare.scaling import (
     GAIN_LIMIT,
     LENGTH_SCALED,

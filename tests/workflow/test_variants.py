@@ -1,9 +1,10 @@
 """config/examples/variants.yaml as CI runs it: every Parakeet variant NeMo ships (xscaling,
 biases, 1024 pieces, local attention, RNNT, CTC, TDT+CTC) and the shapes none of them has
 (subsampling x2, x4 and x16, striding, kernel 31, head dimensions 8 and 80, subsampling channels
--1, preemph null, max_symbols 2), built by NeMo, on the clip at f32 and q8_0, each q8_0 cell against its q8_0 reference. The example also runs jfk.wav, which CI
-leaves to a run on demand (`make run SNAKEMAKE_ARGS="--configfile
-config/examples/variants.yaml"`): its 138 encoder frames take the same ops as the clip's 39."""
+-1, preemph null, max_symbols 2), built by NeMo, on the clip at f32 and q8_0, each q8_0 cell
+against its q8_0 reference. The example also runs jfk.wav, which CI leaves to a run on demand
+(`make run SNAKEMAKE_ARGS="--configfile config/examples/variants.yaml"`): its 138 encoder frames
+take the same ops as the clip's 39."""
 
 from __future__ import annotations
 

@@ -177,8 +177,8 @@ def carry_noise(gates: Mapping[str, Any], stage: str, floor: Mapping[str, Any] |
     """The resolved ``gates`` that judge ``stage`` under the reference's ``floor``
     (:func:`noise_floor`; None: ``gates`` as they are): each entry matching ``stage`` with its
     bounds raised to the rule's gain times the floor's metrics of ``stage`` (module docstring),
-    and where one moved, ``carried`` (the mark for the gate's text). A stage the floor does not name (an
-    isolated or replayed form, a stage before the mel's) keeps its bounds."""
+    and where one moved, ``carried`` (the mark for the gate's text). A stage the floor does not
+    name (an isolated or replayed form, a stage before the mel's) keeps its bounds."""
     own = (floor or {}).get("stages", {}).get(stage)
     if own is None:
         return gates

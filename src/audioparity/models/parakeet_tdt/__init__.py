@@ -116,7 +116,8 @@ _OPTIONS = (
            sides=("fixture",)),
     Option("n_fft", 512, "FFT size (preprocessor.n_fft; 0: NeMo's default, the next power of "
            "two of the window)", sides=("fixture",), minimum=0),
-    Option("preemph", 0.97, "pre-emphasis coefficient (preprocessor.preemph)", sides=("fixture",), nullable=True),
+    Option("preemph", 0.97, "pre-emphasis coefficient (preprocessor.preemph)",
+           sides=("fixture",), nullable=True),
     Option("pred_hidden", 48, "prediction network width (decoder.prednet.pred_hidden)",
            sides=("fixture",), minimum=1),
     Option("pred_rnn_layers", 2, "prediction network LSTM layers (decoder.prednet."
@@ -174,8 +175,11 @@ class ParakeetTdt(Family):
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
         from audioparity.models.parakeet_tdt.reference import check_inputs
+        from audioparity.models.parakeet_tdt.transformers_reference import check_convertible
 
         implementation = cases[0].options.get(IMPLEMENTATION) if cases else None
+        if implementation == "transformers":
+            check_convertible(config, Path(model))
         check_inputs(model, config, cases, emulates, implementation or self.spec.references[0])
 
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:

@@ -531,8 +531,8 @@ def check_inputs(model: Path, config: ParakeetTDTConfig, cases: Sequence[Case],
                  emulates: bool, implementation: str = "nemo") -> None:
     """What the reference refuses before NeMo or transformers is imported, after the config and
     the cases (read as the ggml side reads them): under ``nemo`` a model directory (NeMo
-    restores ``.nemo`` files only), under ``transformers`` what it cannot express
-    (:func:`~.transformers_reference.check_convertible`), a case whose attention would not fit
+    restores ``.nemo`` files only; what transformers cannot express the family checks before
+    this, :func:`~.transformers_reference.check_convertible`), a case whose attention would not fit
     the memory (:func:`check_attention_memory`), and the checkpoint's tensors
     (:func:`~.checkpoint.check_weights`: present, shaped as the config says, finite), the ggml
     side's checks with its messages.
@@ -541,11 +541,7 @@ def check_inputs(model: Path, config: ParakeetTDTConfig, cases: Sequence[Case],
         AudioparityError: one line naming the model or the case.
     """
     model = Path(model)
-    if implementation == "transformers":
-        from audioparity.models.parakeet_tdt.transformers_reference import check_convertible
-
-        check_convertible(config, model)
-    elif model.is_dir():
+    if implementation == "nemo" and model.is_dir():
         raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
     for case in cases:
         n_mel = case.data.samples.size // config.preprocessor.hop_length  # valid mel frames

@@ -146,7 +146,8 @@ def state_dicts(state: Mapping[str, np.ndarray], config: ParakeetTDTConfig
                 ) -> dict[str, dict[str, np.ndarray]]:
     """The float32 state dict of each model of :func:`model_settings`, from NeMo-named
     tensors (:func:`~.checkpoint.read_state`): the tensors of :func:`~.checkpoint.
-    expected_shapes` renamed (:data:`~.checkpoint.NEMO_TRANSFORMERS`); the transducer's everything but a
+    expected_shapes` renamed (:data:`~.checkpoint.NEMO_TRANSFORMERS`); the transducer's
+    everything but a
     CTC decoder, the CTC model's the encoder and its decoder. The featurizer buffers (window,
     filterbank) are left out: the feature extractor computes its own."""
     names = expected_shapes(config)

@@ -132,7 +132,8 @@ def convert(weights: dict[str, np.ndarray], config: WhisperModelConfig, decoder:
             ) -> tuple[dict[str, int], dict[str, np.ndarray]]:
     """openai-whisper's ``ModelDimensions`` fields and state dict of ``WhisperModel``'s
     float32 ``weights`` (:func:`~.checkpoint.read_weights`: every tensor present and shaped),
-    the arrays themselves, renamed (:data:`TRANSFORMERS_OPENAI`); with ``decoder`` false, the encoder's
+    the arrays themselves, renamed (:data:`TRANSFORMERS_OPENAI`); with ``decoder`` false, the
+    encoder's
     only. No tensor is reshaped: both keep ``nn.Linear``'s ``[out, in]``, ``nn.Conv1d``'s
     ``[out, in, 3]`` and ``[positions, D]`` tables; ``proj_out`` is tied to ``embed_tokens``
     in both (``TextDecoder`` multiplies by ``token_embedding.weight.T``)."""
