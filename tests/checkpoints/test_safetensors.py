@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.checkpoints import check_finite
+from audioparity.checkpoints.floats import check_finite
 from audioparity.checkpoints.safetensors import (
     INDEX_FILE,
     SINGLE_FILE,

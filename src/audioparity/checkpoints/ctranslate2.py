@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.checkpoints import to_float32
+from audioparity.checkpoints.floats import to_float32
 from audioparity.errors import AudioparityError
 
 #: Binary versions read (the per-variable type id, ``model.cc``, is there from version 4).

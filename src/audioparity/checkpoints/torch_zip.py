@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.checkpoints import to_float32
+from audioparity.checkpoints.floats import to_float32
 from audioparity.checkpoints.nemo import FileWindow
 from audioparity.errors import AudioparityError
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.checkpoints import check_finite, float_entries
+from audioparity.checkpoints import float_entries
+from audioparity.checkpoints.floats import check_finite
 from audioparity.checkpoints.nemo import copy_nemo_member
 from audioparity.checkpoints.renames import Renames
 from audioparity.checkpoints.torch_zip import torch_entries
