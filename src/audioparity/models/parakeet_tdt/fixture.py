@@ -33,7 +33,7 @@ from pathlib import Path
 
 from audioparity.artifacts import built_directory
 from audioparity.errors import AudioparityError
-from audioparity.models.parakeet_tdt import ParakeetTdt
+from audioparity.models.parakeet_tdt.spec import SPEC
 
 log = logging.getLogger("audioparity")
 
@@ -85,11 +85,11 @@ HEADS = {"tdt": "EncDecRNNTBPEModel", "rnnt": "EncDecRNNTBPEModel",
 
 
 #: The fixture options that shape the model config (:func:`fixture_config`), with their
-#: defaults: the family's fixture options (``ParakeetTdt.spec``) but those only the build takes.
+#: defaults: the family's fixture options (:data:`~.spec.SPEC`) but those only the build takes.
 BUILD_OPTIONS = ("vocab_size", "blank_bias_nudge", "duration0_bias_nudge",
                  "ctc_blank_bias_nudge")
 CONFIG_DEFAULTS = {option.name: option.default
-                   for option in ParakeetTdt.spec.options_for("fixture")
+                   for option in SPEC.options_for("fixture")
                    if option.name not in BUILD_OPTIONS}
 
 
@@ -99,7 +99,7 @@ def fixture_config(tokenizer_dir: Path, **options) -> dict:
     Args:
         tokenizer_dir: directory holding ``tokenizer.model`` (SentencePiece BPE).
         options: any of :data:`CONFIG_DEFAULTS` (the family's fixture options, declared once in
-            ``ParakeetTdt.spec``; ``--help`` and docs/ say what each sets), e.g. ``joint_hidden``,
+            :data:`~.spec.SPEC`; ``--help`` and docs/ say what each sets), e.g. ``joint_hidden``,
             ``xscaling``, ``local_attention`` (0: full-context ``rel_pos``, else the window w of
             ``rel_pos_local_attn``), ``head`` (a key of :data:`HEADS`), and the shapes
             (``d_model``, ``n_heads``, ``n_layers``, ``conv_kernel_size``, ``subsampling*``,
@@ -496,7 +496,7 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
         model = getattr(nemo_models, head)(cfg=OmegaConf.create(config))
         redraw_weights(model, seed, blank_bias_nudge, duration0_bias_nudge, ctc_blank_bias_nudge)
         model.eval()
-        save_model(model, work / ParakeetTdt.spec.fixture_model)
+        save_model(model, work / SPEC.fixture_model)
         shutil.rmtree(tokenizer_dir)
     log.info("fixture parakeet-tdt: wrote %s in %.2f s (after the import)", output,
              time.perf_counter() - imported)

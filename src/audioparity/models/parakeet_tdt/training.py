@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audioparity.artifacts import built_directory
-from audioparity.models.parakeet_tdt import ParakeetTdt
 from audioparity.models.parakeet_tdt.fixture import (
     DURATIONS,
     fixture_config,
     save_model,
     train_tokenizer,
 )
+from audioparity.models.parakeet_tdt.spec import SPEC
 from audioparity.models.parakeet_tdt.training_data import SAMPLE_RATE, Utterance, split
 
 log = logging.getLogger("audioparity")
@@ -307,5 +307,5 @@ def _checkpoint(model, output: Path, record: dict, steps: int, data) -> None:
     log.info("checkpoint at step %d: held-out WER %.3f, held-out voices WER %.3f", steps,
              wers["heldout_wer"], wers["heldout_voices_wer"])
     with built_directory(output) as work:
-        save_model(model, work / ParakeetTdt.spec.fixture_model)
+        save_model(model, work / SPEC.fixture_model)
         (work / "training.json").write_text(json.dumps(record, indent=1) + "\n")
