@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,47 +21,29 @@ from audioparity.artifacts import (
     same_layout,
 )
 from audioparity.candidates.adapter import Adapter
+from audioparity.candidates.dump_checks import (
+    FLOAT,
+    Checked,
+    Shaped,
+    document_problems,
+    layers_text,
+    missing_layers,
+    shape_problems,
+    value_problems,
+)
 from audioparity.candidates.registry import load_adapter
 from audioparity.driver import MARGINS
 from audioparity.errors import AudioparityError
-from audioparity.family import LAYER, FamilySpec, Stage
+from audioparity.family import LAYER, FamilySpec
 from audioparity.storage import BLOCK_HASHES
 from audioparity.vocabulary import DUMP_STATUSES
 
-#: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
-FLOAT = "float32"
 #: Where our dump of a third-party candidate keeps the tool's own files (``candidate run``).
 RAW = "raw"
 #: Files besides the contract's that a dump directory may hold: Snakemake's marker of a
 #: directory output, and the block hashes of the weights it stored
 #: (:data:`~audioparity.storage.BLOCK_HASHES`).
 ALLOWED = (".snakemake_timestamp", BLOCK_HASHES)
-#: What ``candidate run`` adds to a tool's raw folder: its stdout, its stderr, and the files
-#: ``prepare`` writes for it.
-RUNNER_FILES = ("stdout.txt", "stderr.txt", "inputs")
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What :func:`check` found: the problems (one line each) and, for the ok line, what was
-    checked (``a dump of parakeet_tdt: 12 tensors, 2 documents, layers 0..2``)."""
-
-    problems: list[str]
-    checked: str
-
-
-@dataclass(frozen=True)
-class _Shaped:
-    """A tensor stage found, for the shape checks: its shape in the stage's axis order."""
-
-    stage: str  # concrete stage name (layer_3, layer_3_isolated)
-    where: str  # the file, for messages
-    shape: tuple[int, ...]
-    layout: str  # the stage's layout in the spec
-    rows: int = 0  # leading axes a view takes away (``("row", k)`` steps)
-    drop: int = 0  # frames the candidate keeps beyond the stage's, dropped before comparing
-
-
 def check_dump(path: str | os.PathLike, family_name: str,
                adapter: str | Adapter | None = None) -> list[str]:
     """Every problem of the dump at ``path`` against the contract of family ``family_name``,
@@ -139,114 +119,6 @@ def check(path: str | os.PathLike, family_name: str,
     return check_tool_folder(folder, spec, adapter)
 
 
-# --- shared checks -----------------------------------------------------------------------------
-
-
-def _axes(layout: str) -> list[str] | None:
-    """The axes of a layout string (``[2T-1, D]`` -> ``["2T-1", "D"]``), a view's prefix
-    (``view row(0) of [...]``) dropped; None when it is not ``[...]``."""
-    text = base_layout(layout)
-    if not (text.startswith("[") and text.endswith("]")):
-        return None
-    inner = text[1:-1].strip()
-    return [axis.strip() for axis in inner.split(",")] if inner else []
-
-
-def _fields(layout: str) -> list[str]:
-    """The fields a document stage's layout names (``{ids, frames, durations, text}``), less
-    ``...`` (more allowed)."""
-    inner = layout.strip().removeprefix("{").removesuffix("}")
-    return [f.strip() for f in inner.split(",") if f.strip() and f.strip() != "..."]
-
-
-def _layers_text(layers: set[int]) -> str:
-    return f", layers 0..{max(layers)}" if layers else ""
-
-
-def _value_problems(where: str, array: np.ndarray, kind: str) -> list[str]:
-    """NaN and infinite values of a float tensor of a stage of ``kind``: all of them, or how
-    many (-inf allowed in a ``logits`` stage: a masked class)."""
-    if array.dtype.kind != "f":
-        return []
-    logits = kind == "logits"
-    counts = [(int(np.isnan(array).sum()), "NaN"), (int(np.isposinf(array).sum()), "+inf"),
-              (0 if logits else int(np.isneginf(array).sum()), "-inf")]
-    bad = sum(count for count, _ in counts)
-    if not bad:
-        return []
-    amount = f"all {array.size}" if bad == array.size else f"{bad} of {array.size}"
-    what = ", ".join(f"{count} {label}" for count, label in counts if count)
-    allowed = " or -inf (a masked class)" if logits else ""
-    return [f"{where}: {amount} values non-finite ({what}); expected finite values{allowed}"]
-
-
-def _shape_problems(items: list[_Shaped], spec: FamilySpec) -> list[str]:
-    """Rank and numeric axes of each tensor against its stage's layout; then every tensor of
-    one layout against the commonest shape of that layout (the first in pipeline order on a
-    tie), views aside."""
-    problems = []
-    groups: dict[str, list[_Shaped]] = defaultdict(list)
-    for item in sorted(items, key=lambda i: spec.stage_key(i.stage)):
-        axes = _axes(item.layout)
-        if axes is None:
-            problems.append(f"{item.where}: stage {item.stage} has layout {item.layout!r}, "
-                            "no axes to check; expected [A, B, ...] in the family's spec")
-            continue
-        axes = axes[item.rows:]
-        if len(item.shape) != len(axes):
-            less = f" less the {item.rows} row axis its view takes" if item.rows else ""
-            problems.append(f"{item.where}: shape {list(item.shape)} has rank "
-                            f"{len(item.shape)}; expected rank {len(axes)} (layout "
-                            f"{item.layout}{less})")
-            continue
-        wrong = [(k, n, a) for k, (n, a) in enumerate(zip(item.shape, axes, strict=True))
-                 if a.isdigit() and n != int(a)]
-        for k, n, a in wrong:
-            problems.append(f"{item.where}: shape {list(item.shape)} has {n} on axis {k}; "
-                            f"expected {a} (layout {item.layout})")
-        if not wrong and not item.rows:
-            shape = (max(0, item.shape[0] - item.drop), *item.shape[1:]) if item.shape else ()
-            groups["".join(item.layout.split())].append(
-                _Shaped(item.stage, item.where, shape, item.layout, drop=item.drop))
-    for group in groups.values():
-        counts = Counter(item.shape for item in group)
-        most = max(counts.values())
-        model = next(item for item in group if counts[item.shape] == most)
-        for item in group:
-            if item.shape != model.shape:
-                dropped = f" (its last {item.drop} frame(s) dropped)" if item.drop else ""
-                problems.append(f"{item.where}: shape {list(item.shape)}{dropped}; expected "
-                                f"{list(model.shape)} like {model.stage} (every "
-                                f"{model.layout} stage of a dump has one shape)")
-    return problems
-
-
-def _document_problems(where: Path, stage: Stage, omits: list[str]) -> list[str]:
-    """A document file that is missing, not JSON, not an object, or lacks a field of its
-    stage (less ``omits``)."""
-    fields = [f for f in _fields(stage.layout) if f not in omits]
-    expected = f"expected an object with fields {', '.join(fields)}"
-    if not where.is_file():
-        return [f"{where}: missing; {expected} (stage {stage.name})"]
-    try:
-        document = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        return [f"{where}: unreadable JSON ({_one_line(err)}); {expected}"]
-    if not isinstance(document, dict):
-        return [f"{where}: a JSON {type(document).__name__}; {expected} (stage {stage.name})"]
-    lacking = [f for f in fields if f not in document]
-    if lacking:
-        return [f"{where}: lacks field(s) {', '.join(lacking)}; {expected} (stage "
-                f"{stage.name} {stage.layout})"]
-    return []
-
-
-def _missing_layers(present: set[int]) -> list[int]:
-    """The layers a per-layer stage lacks: 0 when none is present, else the gaps below the
-    highest."""
-    return [0] if not present else [k for k in range(max(present)) if k not in present]
-
-
 # --- a dump of the contract --------------------------------------------------------------------
 
 
@@ -268,21 +140,21 @@ def _check_contract_dump(folder: Path, spec: FamilySpec) -> Checked:
     conventions = manifest.get("conventions", {})
     conventions = {k: v for k, v in conventions.items() if _convention_ok(v)} if isinstance(
         conventions, dict) else {}
-    shaped: list[_Shaped] = []
+    shaped: list[Shaped] = []
     for name, entry in tensors.items():
         problems += _listed_tensor_problems(folder, name, entry, spec, documents,
                                             conventions.get(name, {}), shaped)
     for name, file in documents.items():
         problems += _listed_document_problems(folder / file, name, spec,
                                               conventions.get(name, {}).get("omits", []))
-    problems += _shape_problems(shaped, spec)
+    problems += shape_problems(shaped, spec)
     layers: set[int] = set()
     if manifest.get("status", "ok") == "ok":
         problems += _required_problems(folder, manifest, spec, not_exposed, layers)
     problems += _unknown_files(folder, manifest, tensors, documents)
     hidden = f", {len(not_exposed)} stage(s) not exposed" if not_exposed else ""
     checked = (f"a dump of {spec.name}: {len(tensors)} tensor(s), {len(documents)} "
-               f"document(s){_layers_text(layers)}{hidden}")
+               f"document(s){layers_text(layers)}{hidden}")
     return Checked(problems, checked)
 
 
@@ -306,7 +178,7 @@ def _header_problems(manifest: dict, manifest_path: Path, spec: FamilySpec,
 
 
 def _listed_tensor_problems(folder: Path, name: str, entry: dict, spec: FamilySpec,
-                            documents: dict, convention: dict, shaped: list[_Shaped]
+                            documents: dict, convention: dict, shaped: list[Shaped]
                             ) -> list[str]:
     """One tensor the manifest lists: a stage (or a form, or a document's margins) of a
     tensor kind, its file there and of the header, dtype, layout and values the manifest and
@@ -340,9 +212,9 @@ def _listed_tensor_problems(folder: Path, name: str, entry: dict, spec: FamilySp
     if not same_layout(base_layout(entry["layout"]) if view else entry["layout"], stage.layout):
         problems.append(f"{file}: layout {entry['layout']!r} in {MANIFEST}; expected "
                         f"{stage.layout!r} (stage {stage.name})")
-    shaped.append(_Shaped(name, str(file), tuple(shape), stage.layout,
+    shaped.append(Shaped(name, str(file), tuple(shape), stage.layout,
                           sum(1 for step in view if step[0] == "row")))
-    return problems + _value_problems(str(file), np.load(file, allow_pickle=False), stage.kind)
+    return problems + value_problems(str(file), np.load(file, allow_pickle=False), stage.kind)
 
 
 def _listed_document_problems(file: Path, name: str, spec: FamilySpec, omits: list[str]
@@ -354,7 +226,7 @@ def _listed_document_problems(file: Path, name: str, spec: FamilySpec, omits: li
         documents = ", ".join(s.name for s in spec.stages if s.kind == "document")
         return [f"{file}: document {name!r} is {what} of {spec.name}; expected one of "
                 f"{documents}"]
-    return _document_problems(file, found.stage, omits)
+    return document_problems(file, found.stage, omits)
 
 
 def _required_problems(folder: Path, manifest: dict, spec: FamilySpec, not_exposed: dict,
@@ -382,7 +254,7 @@ def _required_problems(folder: Path, manifest: dict, spec: FamilySpec, not_expos
             continue
         present = {found[0] for n in listed if (found := stage.match(n)) and not found[1]}
         layers |= present
-        for k in _missing_layers(present):
+        for k in missing_layers(present):
             expected = (f"layers 0..{max(present)} without gaps" if present
                         else f"at least {stage.concrete(0)}")
             problems.append(f"{folder}: missing stage {stage.concrete(k)!r} ({stage.kind} "

@@ -14,16 +14,16 @@ import numpy as np
 from audioparity.artifacts import MANIFEST, _one_line, _read_npy_header
 from audioparity.candidates import f32json
 from audioparity.candidates.adapter import Adapter, TensorMap
-from audioparity.candidates.check import (
+from audioparity.candidates.dump_checks import (
     FLOAT,
     RUNNER_FILES,
     Checked,
-    _document_problems,
-    _layers_text,
-    _missing_layers,
-    _shape_problems,
-    _Shaped,
-    _value_problems,
+    Shaped,
+    document_problems,
+    layers_text,
+    missing_layers,
+    shape_problems,
+    value_problems,
 )
 from audioparity.errors import AudioparityError
 from audioparity.family import LAYER, FamilySpec, Stage, concrete
@@ -34,7 +34,7 @@ class _ToolFiles:
     """What :func:`check_tool_folder` found of a tool's files, as it reads them."""
 
     problems: list[str] = field(default_factory=list)
-    shaped: list[_Shaped] = field(default_factory=list)
+    shaped: list[Shaped] = field(default_factory=list)
     unmapped: int = 0  # files it declares unmapped: read, not mapped
     #: map -> layer -> source index -> (where, shape; () when unreadable)
     found: dict[TensorMap, dict] = field(
@@ -59,11 +59,11 @@ def check_tool_folder(folder: Path, spec: FamilySpec, adapter: Adapter) -> Check
         seen.problems += _mapping_problems(folder, mapping, spec, adapter, seen, layers)
     if adapter.printed is not None:
         seen.problems += _parsed_problems(folder, adapter)
-    problems = seen.problems + _shape_problems(seen.shaped, spec)
+    problems = seen.problems + shape_problems(seen.shaped, spec)
     declared = (f" ({seen.unmapped} of them declared unmapped, not compared)" if seen.unmapped
                 else "")
     checked = (f"{files} file(s) of adapter {adapter.name!r}{declared} onto {len(seen.stages)} "
-               f"stage(s) of {spec.name}{_layers_text(layers)}")
+               f"stage(s) of {spec.name}{layers_text(layers)}")
     return Checked(problems, checked)
 
 
@@ -122,13 +122,13 @@ def _tool_file(folder: Path, name: str, suffix: str, file: Path, spec: FamilySpe
             seen.problems.append(f"{where}: a {suffix} file for a {stage.kind} stage; expected "
                                  f"{'.json' if stage.kind == 'document' else '.npy'}")
         else:
-            seen.problems.extend(_document_problems(file, stage, list(mapping.omits)))
+            seen.problems.extend(document_problems(file, stage, list(mapping.omits)))
         return
     read = _tool_tensor(folder, name, file, where, adapter, seen.problems)
     if read is None:
         return
     shape, array = read
-    seen.problems.extend(_value_problems(where, array, stage.kind))
+    seen.problems.extend(value_problems(where, array, stage.kind))
     seen.found[mapping][layer][index] = (where, shape)
     if len(mapping.sources()) == 1:
         seen.shaped.append(_mapped_shape(mapping, stage, stage_name, file, shape))
@@ -165,7 +165,7 @@ def _mapping_problems(folder: Path, mapping: TensorMap, spec: FamilySpec, adapte
     if any(LAYER in source for source in mapping.sources()):
         present = {k for k in by_layer if k is not None}
         layers |= present
-        wanted: list[int | None] = sorted(present | set(_missing_layers(present)))
+        wanted: list[int | None] = sorted(present | set(missing_layers(present)))
         expected = f"layers 0..{max(present)} without gaps" if present else "at least layer 0"
     else:
         wanted, expected = [None], f"every stage adapter {adapter.name!r} maps"
@@ -217,7 +217,7 @@ def _unmapped_problems(folder: Path, name: str, file: Path, suffix: str,
 
 
 def _mapped_shape(mapping: TensorMap, stage: Stage, stage_name: str, file: Path,
-                  shape: tuple[int, ...]) -> _Shaped:
+                  shape: tuple[int, ...]) -> Shaped:
     """A candidate's tensor as the shape checks see it: transposed to the stage's axes when
     the map declares its own layout; the frames it drops and the rows its view takes noted."""
     where = f"{file} ({stage_name})"
@@ -225,11 +225,11 @@ def _mapped_shape(mapping: TensorMap, stage: Stage, stage_name: str, file: Path,
         shape = shape[::-1]
         where = f"{file} ({stage_name}, its {mapping.layout} transposed)"
     rows = sum(1 for step in mapping.view if step[0] == "row")
-    return _Shaped(stage_name, where, shape, stage.layout, rows, mapping.drop_frames)
+    return Shaped(stage_name, where, shape, stage.layout, rows, mapping.drop_frames)
 
 
 def _stack_problems(folder: Path, mapping: TensorMap, by_layer: dict, stage: Stage,
-                    shaped: list[_Shaped]) -> list[str]:
+                    shaped: list[Shaped]) -> list[str]:
     """A stacked map's sources (``dec.lstm.{i}.h.0`` and ``.c.0``): all of one shape, which,
     stacked ``[layers, sources, ...]`` as ``candidate run`` stacks them, joins the shape
     checks."""
@@ -242,6 +242,6 @@ def _stack_problems(folder: Path, mapping: TensorMap, by_layer: dict, stage: Sta
                 f"stacked into {stage.name}" for where, shape in parts if shape != model]
     if not problems:
         names = " + ".join(mapping.sources())
-        shaped.append(_Shaped(stage.name, f"{folder}/{names} ({stage.name}, stacked)",
+        shaped.append(Shaped(stage.name, f"{folder}/{names} ({stage.name}, stacked)",
                               (len(by_layer), len(mapping.sources()), *model), stage.layout))
     return problems

@@ -13,11 +13,10 @@ import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from audioparity.candidates.adapter import Adapter
 from audioparity.errors import AudioparityError
 from audioparity.storage import (
     StoredTensor,
@@ -29,6 +28,9 @@ from audioparity.storage import (
     write_stored,
 )
 from audioparity.vocabulary import MIXES
+
+if TYPE_CHECKING:  # the adapter reads model files through this module
+    from audioparity.candidates.adapter import Adapter
 
 log = logging.getLogger("audioparity")
 
