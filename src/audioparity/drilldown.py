@@ -42,7 +42,7 @@ def failing_stages(cell: Path) -> list[str]:
     Raises:
         AudioparityError: an unreadable cell file.
     """
-    from audioparity.report.summary import read_cell
+    from audioparity.compare.cell import read_cell
 
     return [row["stage"] for row in read_cell(cell) if row["status"] in DRILLED]
 
@@ -57,8 +57,7 @@ def not_compared(cell: Path, backend: str, against: str) -> list[dict[str, str]]
     Raises:
         AudioparityError: an unreadable cell file.
     """
-    from audioparity.compare.cell import lacked_by
-    from audioparity.report.summary import read_cell
+    from audioparity.compare.cell import lacked_by, read_cell
     from audioparity.vocabulary import NOT_COMPARED
 
     return [{"side": against if lacked_by(str(row.get("reason") or ""), against) else backend,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from audioparity.compare.scaling import (
     for_length,
     noise_floor,
 )
+from audioparity.compare.targets import recipe_row
 from audioparity.errors import AudioparityError
 from audioparity.families import stage_key
 from tests import REPO
@@ -743,7 +745,7 @@ def test_a_recipe_cell_verifies_its_targets_on_its_own_dump_against_float32(
     def rows(reference, cand, recipe):
         output = tmp_path / "cell.json"
         compare_cell(reference, cand, gates_for(), labels, output, cost_dir=reference_dir,
-                     recipe=recipe)
+                     extra=partial(recipe_row, recipe=recipe))
         return {row["stage"]: row for row in json.loads(output.read_text())}
 
     missed = rows(emulated, candidate, RECIPE)

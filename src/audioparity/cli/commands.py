@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -411,14 +412,15 @@ def compare(args: argparse.Namespace) -> None:
     from audioparity.compare.cell import compare_cell
 
     others = _pairs(args.other_reference, "--other-reference", "NAME=DIR")
-    recipe = None
+    extra = None
     if args.recipe is not None:
+        from audioparity.compare.targets import recipe_row
         from audioparity.storage import read_recipe_document
 
-        recipe = read_recipe_document(args.recipe)
+        extra = partial(recipe_row, recipe=read_recipe_document(args.recipe))
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
                  args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
-                 known_text=args.known_text, others=others, recipe=recipe)
+                 known_text=args.known_text, others=others, extra=extra)
 
 
 def report_summary(args: argparse.Namespace) -> None:

@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 #: candidate is compared with: ``reference`` (the PyTorch/NeMo dump), or a backend (``cpu``):
 #: the same candidate and weight type computed there.
 LABEL_COLUMNS = ("family", "model", "case", "candidate", "backend", "weight_type", "against")
+#: The columns that name a row: its cell's labels and its stage.
+KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
 #: The ``against`` label of a comparison with the reference dump.
 REFERENCE = "reference"
 #: Metric columns, in summary order; None where a metric does not apply to a stage.
@@ -844,7 +846,8 @@ def compare_cell(
     cost_dir: str | os.PathLike | None = None,
     known_text: str | None = None,
     others: Mapping[str, str | os.PathLike] | None = None,
-    recipe: Mapping[str, Any] | None = None,
+    extra: Callable[[Cell, Mapping[str, str], Mapping[str, Any]], list[dict[str, Any]]]
+    | None = None,
 ) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
@@ -874,9 +877,8 @@ def compare_cell(
         others: the other references' dumps of the case, by name: every compared row is
             measured against each too, and names those it is measurably closer to than to the
             primary (``closer_to``).
-        recipe: for a cell of a precision recipe's weight type, the recipe's document: its
-            targets judged on the candidate against ``cost_dir``, the row
-            :data:`~audioparity.vocabulary.RECIPE_ROW`
+        extra: rows the cell adds, from the cell, its labels and gates: for a cell of a
+            precision recipe's weight type, the row of the recipe's targets
             (:func:`~audioparity.compare.targets.recipe_row`).
 
     With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
@@ -892,10 +894,35 @@ def compare_cell(
                      others)
     gates = for_length(gates, case_lengths(cell.reference, gates))
     rows = [*_storage_rows(cell, labels, gates), *_judged(cell, gates, labels)]
-    if recipe is not None:
-        from audioparity.compare.targets import recipe_row  # it builds on this module
-
-        rows.extend(recipe_row(cell, labels, gates, recipe))
+    if extra is not None:
+        rows.extend(extra(cell, labels, gates))
     write_text_atomic(Path(output), json.dumps(rows, indent=1, allow_nan=False) + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
     log.info("compare %s vs %s: %s", cell.candidate_path, cell.reference.path, counts)
+
+
+def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of one cell file written by :func:`compare_cell`.
+
+    Raises:
+        AudioparityError: unreadable JSON, not a list of objects, or a row lacking a column or
+            a label (names the file, the row and the key).
+    """
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise AudioparityError(f"{path}: unreadable cell file ({err})") from err
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise AudioparityError(f"{path}: expected a JSON list of row objects")
+    for i, row in enumerate(rows):
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise AudioparityError(f"{path}: row {i} lacks column(s) {', '.join(missing)}")
+        empty = [c for c in KEY_COLUMNS if not isinstance(row[c], str) or not row[c]]
+        if empty:
+            raise AudioparityError(
+                f"{path}: row {i} has no value for {', '.join(empty)} "
+                "(pass them to `audioparity compare --label KEY=VALUE`)"
+            )
+    return rows

@@ -15,7 +15,6 @@ that does not apply as an empty field.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,13 +24,12 @@ import numpy as np
 import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, LABEL_COLUMNS, REFERENCE
+from audioparity.compare.cell import COLUMNS, KEY_COLUMNS, REFERENCE, read_cell
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
 from audioparity.report.culprit import CELL, FAILING, culprits
 from audioparity.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
 
-KEY_COLUMNS = (*LABEL_COLUMNS, "stage")
 #: The columns whose values repeat from cell to cell, held once each while a summary is
 #: merged (a fourth less memory for 100,000 cells).
 SHARED_COLUMNS = (*KEY_COLUMNS, "status", "gate")
@@ -69,33 +67,6 @@ def _text(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
-
-
-def read_cell(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of one cell file written by :func:`audioparity.compare.compare_cell`.
-
-    Raises:
-        AudioparityError: unreadable JSON, not a list of objects, or a row lacking a column or
-            a label (names the file, the row and the key).
-    """
-    path = Path(path)
-    try:
-        rows = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise AudioparityError(f"{path}: unreadable cell file ({err})") from err
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise AudioparityError(f"{path}: expected a JSON list of row objects")
-    for i, row in enumerate(rows):
-        missing = [c for c in COLUMNS if c not in row]
-        if missing:
-            raise AudioparityError(f"{path}: row {i} lacks column(s) {', '.join(missing)}")
-        empty = [c for c in KEY_COLUMNS if not isinstance(row[c], str) or not row[c]]
-        if empty:
-            raise AudioparityError(
-                f"{path}: row {i} has no value for {', '.join(empty)} "
-                "(pass them to `audioparity compare --label KEY=VALUE`)"
-            )
-    return rows
 
 
 def write_cell_list(cells: Iterable[str | os.PathLike], output: str | os.PathLike) -> int:
