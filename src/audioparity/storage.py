@@ -213,7 +213,7 @@ def _input_bytes(values: np.ndarray, weight_storage: str) -> tuple[np.ndarray, n
 def matmul_input(values: np.ndarray, weight_storage: str) -> np.ndarray:
     """A matmul's input ``[..., K]`` as ggml's CPU backend rounds it before multiplying it with
     a weight stored as ``weight_storage``: converted by the CPU's ``from_float`` to that type's
-    ``vec_dot_type`` (:data:`VEC_DOT_TYPES`: f32, f16, bf16, q8_0, q8_1 or q8_K) and read back
+    ``vec_dot_type`` (one of :data:`VEC_DOT_TYPES`) and read back
     as float32 (:func:`dequantize`). The products are then summed in float32; for a q8_1 input,
     add :func:`min_term`.
 

@@ -4,7 +4,8 @@ One row per (family, model, case, candidate, backend, weight_type, against, stag
 exactly :data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family,
 model and case naturally (``clip2`` before ``clip10``), candidates with this project's port
 first, then naturally, backends and weight types in the vocabulary's
-order (cpu, cuda, vulkan; native, f32, f16, bf16, q8_0; others after, natural), the comparison
+order (:data:`~audioparity.vocabulary.BACKENDS`, :data:`~audioparity.vocabulary.WEIGHT_TYPES`;
+others after, natural), the comparison
 with the reference before those with another backend, stages in the
 pipeline order of the family's spec, layer numbers numeric, a stage's isolated form after it
 (:func:`audioparity.families.stage_key`). Values are written as

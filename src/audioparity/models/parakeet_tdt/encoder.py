@@ -16,8 +16,8 @@ reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; 4-D c
 convolutions this equals NeMo's masked convolutions on those frames, and attention needs no
 mask (batch size 1) but the band of local attention (``rel_pos_local_attn``).
 
-Every weight's storage type (f32/f16/bf16/q8_0) is carried by the tensor itself: the same graph
-builders serve every weight type and backend.
+Every weight's storage type (any of :data:`~audioparity.vocabulary.STORAGE_TYPES`) is carried by
+the tensor itself: the same graph builders serve every weight type and backend.
 """
 
 from __future__ import annotations

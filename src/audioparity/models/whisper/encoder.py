@@ -14,8 +14,8 @@ is the reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``
 inputs are channel-major ``[C, T]`` (``ne = [T, C]``), as ``nn.Conv1d`` takes them. Batch size
 1 and no attention mask, as ``WhisperEncoder`` runs (it takes no mask).
 
-Every weight's storage type (f32/f16/bf16/q8_0) is carried by the tensor itself: the same graph
-builders serve every weight type and backend.
+Every weight's storage type (any of :data:`~audioparity.vocabulary.STORAGE_TYPES`) is carried by
+the tensor itself: the same graph builders serve every weight type and backend.
 """
 
 from __future__ import annotations
