@@ -52,12 +52,13 @@ def not_compared(cell: Path, backend: str, against: str) -> list[dict[str, str]]
     not compared (:data:`~audioparity.vocabulary.NOT_COMPARED`: a dump crashed, is
     unavailable, or lacks the stage), each as ``{side, stage, status, reason}``: ``side`` is
     ``against`` where that dump lacked the stage
-    (:func:`~audioparity.compare.cell.lacked_by`), else ``backend``.
+    (:func:`~audioparity.compare.plan.lacked_by`), else ``backend``.
 
     Raises:
         AudioparityError: an unreadable cell file.
     """
-    from audioparity.compare.cell import lacked_by, read_cell
+    from audioparity.compare.cell import read_cell
+    from audioparity.compare.plan import lacked_by
     from audioparity.vocabulary import NOT_COMPARED
 
     return [{"side": against if lacked_by(str(row.get("reason") or ""), against) else backend,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from audioparity.candidates import Adapter, Port, f32json, load_adapter, ports, reading, running
-from audioparity.compare.cell import apply_view
+from audioparity.compare.stage import apply_view
 from audioparity.errors import AudioparityError
 from audioparity.families import family
 

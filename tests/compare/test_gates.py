@@ -610,7 +610,7 @@ def test_logit_gap_max_on_a_logits_stage_judges_every_step(flips, expected):
     """A teacher-forced decode whose candidate flips at a near tie at step 2 passes: the
     steps after it are fed the reference's choice and judged each on its own; any other step
     flipped at a clear margin fails, however late."""
-    from audioparity.compare.cell import tensor_metrics
+    from audioparity.compare.stage import tensor_metrics
 
     cand, ref = _decode_logits(flips)
     metrics = tensor_metrics("logits", cand, ref)
@@ -777,7 +777,7 @@ def test_a_threshold_on_a_field_the_candidate_omits_is_not_read_and_any_other_is
 
 
 def test_every_stage_kind_has_a_comparison():
-    from audioparity.compare.cell import ARRAY_METRICS, COMPARE
+    from audioparity.compare.stage import ARRAY_METRICS, COMPARE
     from audioparity.vocabulary import STAGE_KINDS
 
     assert set(COMPARE) == set(STAGE_KINDS)

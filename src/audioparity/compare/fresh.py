@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import RUNNING, Dump
-from audioparity.compare.cell import COLUMNS, MARGINS, crashed_stage
+from audioparity.compare.cell import COLUMNS
+from audioparity.compare.plan import crashed_stage
+from audioparity.compare.stage import MARGINS
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import FRESH
 

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from audioparity.artifacts import Dump
-from audioparity.compare.cell import Cell, _fixed_row, _stages, compare_stage
+from audioparity.compare.cell import fixed_row
 from audioparity.compare.gates import check_resolved, status
+from audioparity.compare.plan import Cell
+from audioparity.compare.stage import compare_stage, stage_kinds
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import RECIPE_ROW
 
@@ -48,7 +50,7 @@ def target_rows(reference: Dump, candidate: Dump, targets: Sequence[Mapping[str,
         AudioparityError: no stage of the reference matches a target.
     """
     gates = target_gates(targets)
-    kinds, found = _stages(reference, family), _stages(candidate, family)
+    kinds, found = stage_kinds(reference, family), stage_kinds(candidate, family)
     rows: list[dict[str, Any]] = []
     for target in targets:
         for stage in sorted(s for s in kinds if fnmatchcase(s, target["stage"])):
@@ -118,6 +120,6 @@ def recipe_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any],
         problem = ("its search met no recipe on its calibration cases"
                    + (f": {search['unmet']}" if search.get("unmet") else ""))
     names = ", ".join(t["stage"] for t in targets)
-    return [_fixed_row(cell, labels, gates, RECIPE_ROW,
+    return [fixed_row(cell, labels, gates, RECIPE_ROW,
                        "the recipe's targets, against the float32 reference", problem,
                        f"{kept}; its targets ({names}) met against the float32 reference")]

@@ -39,8 +39,9 @@ from pathlib import Path
 import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS, REFERENCE
+from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS
 from audioparity.compare.gates import STALE, unmeasured_mark
+from audioparity.compare.plan import REFERENCE
 from audioparity.families import stage_key
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR

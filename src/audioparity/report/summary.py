@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from audioparity.artifacts import write_text_atomic
-from audioparity.compare.cell import COLUMNS, KEY_COLUMNS, REFERENCE, read_cell
+from audioparity.compare.cell import COLUMNS, KEY_COLUMNS, read_cell
+from audioparity.compare.plan import REFERENCE
 from audioparity.errors import AudioparityError
 from audioparity.families import natural_key, stage_key
 from audioparity.report.culprit import CELL, FAILING, culprits

@@ -193,8 +193,8 @@ def test_mel_gate_passes_the_port_and_fails_planted_frontend_bugs(clip_wav, case
     clip: on normal audio its noise grows past a minute, config/config.yaml)."""
     from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
 
-    from audioparity.compare.cell import tensor_metrics
     from audioparity.compare.gates import status
+    from audioparity.compare.stage import tensor_metrics
 
     samples = load_audio(clip_wav).samples
     if case == "telephone":

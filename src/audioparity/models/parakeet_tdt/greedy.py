@@ -194,7 +194,7 @@ def decision_margins(joint_logits: np.ndarray, path: GreedyPath, n_durations: in
 
 
 def joint_decisions(width: int, n_durations: int) -> dict[str, list[int]]:
-    """The dump manifest's ``decisions`` (:data:`audioparity.compare.cell.DECISIONS`) of the
+    """The dump manifest's ``decisions`` (:data:`audioparity.compare.stage.DECISIONS`) of the
     transducer's logits stages, rows of ``width`` classes: a TDT row chooses its token among
     the first ``width - n_durations`` and its duration among the last ``n_durations`` apart;
     an RNNT row (no durations) is one decision, and needs no entry."""
