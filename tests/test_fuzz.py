@@ -25,8 +25,9 @@ from hypothesis.extra import numpy as hnp
 from audioparity.artifacts import Dump, DumpWriter
 from audioparity.audio import Audio, load_audio
 from audioparity.compare import metrics as m
-from audioparity.compare.cell import compare_cell, tensor_metrics
+from audioparity.compare.cell import compare_cell
 from audioparity.compare.documents import document_metrics
+from audioparity.compare.stage import tensor_metrics
 from audioparity.errors import AudioparityError
 from audioparity.models.moss_voicegen import text_processor
 
