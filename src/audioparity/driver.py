@@ -45,7 +45,7 @@ from audioparity.storage import (
     type_name,
 )
 from audioparity.threads import torch_threads
-from audioparity.vocabulary import RECIPE_SEPARATOR
+from audioparity.vocabulary import RECIPE_SEPARATOR, StageKind
 
 log = logging.getLogger("audioparity")
 
@@ -93,7 +93,7 @@ def _declared(family: Family, heads: Sequence[str], name: str, value: Any) -> st
     if stage.head is not None and stage.head not in heads:
         raise AudioparityError(f"family {spec.name}: the dump yielded {name!r} of the "
                                f"{stage.head} head, which this model does not have")
-    document = stage.kind == "document" and not margins
+    document = stage.kind == StageKind.DOCUMENT and not margins
     if document != isinstance(value, Mapping) or not (document or isinstance(value, np.ndarray)):
         raise AudioparityError(f"family {spec.name}: {name!r} is a {type(value).__name__}; "
                                f"expected {'a mapping' if document else 'an array'}")
@@ -138,7 +138,7 @@ def write_outputs(writer: DumpWriter, family: Family, heads: Sequence[str],
 def _owed(family: Family, heads: Sequence[str], forms: Sequence[str]) -> list[tuple[Stage, str]]:
     """``(stage, form)`` of every stage form a dump of the model's ``heads`` must hold."""
     return [(stage, form) for stage in family.spec.stages_of(heads) for form in forms
-            if (getattr(stage, form) if form else stage.name) is not None]
+            if stage.pattern(form) is not None]
 
 
 def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any],
@@ -154,7 +154,7 @@ def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any]
     written = {(found.stage.name, found.form) for found in map(family.spec.locate, names)
                if found is not None}
     for stage, form in _owed(family, heads, forms):
-        pattern = getattr(stage, form) if form else stage.name
+        pattern = stage.pattern(form)
         if (stage.name, form) not in written:
             raise AudioparityError(f"{where}: family {family.spec.name} declares {pattern!r} "
                                    "but its dump did not write it")

@@ -7,23 +7,31 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS
+from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS, Side, StageKind
 
 #: The placeholder of a per-layer stage name: ``layer_{i}`` is ``layer_0``, ``layer_1``, ...
 LAYER = "{i}"
 
-#: The forms of a stage, in report order: the stage itself (``""``), its teacher-forced form
-#: (the candidate's block on the reference's input) and its replayed form (the reference's
-#: block on the candidate's input); :class:`Stage`.
-FORMS = ("", "isolated", "replayed")
+class Form(StrEnum):
+    """The forms of a stage, in report order: the stage itself (``""``), its teacher-forced
+    form (the candidate's block on the reference's input) and its replayed form (the
+    reference's block on the candidate's input); :meth:`Stage.pattern`."""
+
+    STAGE = ""
+    ISOLATED = "isolated"
+    REPLAYED = "replayed"
+
+
+FORMS = tuple(Form)
 
 #: The last layer of a per-layer stage, in :attr:`Stage.inputs` (``layer_{last}``: the last
 #: encoder layer feeds ``enc_out``); :data:`PREVIOUS` the previous one, and after ``|`` what the
@@ -122,20 +130,26 @@ class Stage:
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"stage {self.name!r}: kind {self.kind!r}; expected one of "
                              f"{', '.join(STAGE_KINDS)}")
-        if self.margins and self.kind != "document":
+        if self.margins and self.kind != StageKind.DOCUMENT:
             raise ValueError(f"stage {self.name!r}: only a document has margins")
 
     def match(self, name: str) -> tuple[int | None, str] | None:
         """``(layer number or None, form)`` when ``name`` is this stage (form ``""``) or one of
         its :data:`FORMS` (``layer_3_replayed`` -> ``(3, "replayed")``), else None."""
         for form in FORMS:
-            pattern = getattr(self, form) if form else self.name
+            pattern = self.pattern(form)
             if pattern is None:
                 continue
             matched, layer = match_name(pattern, name)
             if matched:
                 return layer, form
         return None
+
+    def pattern(self, form: str) -> str | None:
+        """The name pattern of this stage's ``form`` (:class:`Form`): its own name, or its
+        isolated or replayed form's (None where it has none)."""
+        return {Form.STAGE: self.name, Form.ISOLATED: self.isolated,
+                Form.REPLAYED: self.replayed}[Form(form)]
 
     def concrete(self, layer: int | None) -> str:
         """This stage's name for layer ``layer`` (the name itself when it is not per layer)."""
@@ -158,7 +172,7 @@ class Located(NamedTuple):
 
     def form_name(self, form: str) -> str | None:
         """The name of this stage's ``form`` for its layer (None when it has none)."""
-        pattern = getattr(self.stage, form) if form else self.stage.name
+        pattern = self.stage.pattern(form)
         return None if pattern is None else concrete(pattern, self.layer)
 
 
@@ -220,6 +234,22 @@ class Option:
         if isinstance(self.default, bool):
             return [self.flag] if value else []
         return [self.flag, self.NULL if value is None else str(value)]
+
+
+#: The attribute :func:`runs_in` marks a method with.
+RUNS_IN = "runs_in"
+
+
+def runs_in(*sides: str) -> Callable[[Callable], Callable]:
+    """Mark a :class:`Family` method as code the jobs of ``sides`` run (the
+    :data:`~audioparity.vocabulary.SIDES`, :data:`WEIGHTS`, :data:`REPLAY`), whence
+    :data:`SIDE_METHODS`."""
+
+    def mark(method: Callable) -> Callable:
+        setattr(method, RUNS_IN, frozenset(sides))
+        return method
+
+    return mark
 
 
 @dataclass(frozen=True)
@@ -349,7 +379,7 @@ class FamilySpec:
                     & reached:
                 reached.add(stage.name.split("{")[0])
         found = self.locate(name)
-        return (found is not None and not found.form and found.stage.kind != "document"
+        return (found is not None and not found.form and found.stage.kind != StageKind.DOCUMENT
                 and found.stage.name.split("{")[0] in reached - {source.split("{")[0]})
 
     def locate(self, name: str) -> Located | None:
@@ -560,6 +590,7 @@ class Family:
 
     # -- both sides ---------------------------------------------------------------------------
 
+    @runs_in(Side.REFERENCE, Side.GGML, WEIGHTS, REPLAY)
     def config(self, model: Path) -> Any:
         """The model's config, read without torch or ggml.
 
@@ -568,6 +599,7 @@ class Family:
         """
         raise NotImplementedError
 
+    @runs_in(Side.REFERENCE, Side.GGML, REPLAY)
     def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
                   ) -> Case:
         """Read and check one case's file as both sides do, with the same message.
@@ -577,21 +609,25 @@ class Family:
         """
         raise NotImplementedError
 
+    @runs_in(Side.REFERENCE, Side.GGML, REPLAY)
     def heads(self, config: Any) -> tuple[str, ...]:
         """The output heads of this model (:attr:`Stage.head`); () for a family without."""
         return ()
 
+    @runs_in(Side.REFERENCE, Side.GGML, REPLAY)
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
         """Manifest fields of either side's dump beyond the driver's (which records the cell,
         the case's fields and the side's options): ``n_layers``."""
         return {}
 
+    @runs_in(Side.FIXTURE)
     def fixture(self, output: Path, *, seed: int, **options: Any) -> None:
         """Build a tiny seeded model at ``output`` (:attr:`FamilySpec.fixture_model`)."""
         raise NotImplementedError
 
     # -- the reference side -------------------------------------------------------------------
 
+    @runs_in(Side.REFERENCE)
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
         """Refuse, before torch is imported, what the reference could not run: the
@@ -601,6 +637,7 @@ class Family:
             AudioparityError: one line naming the model or the case.
         """
 
+    @runs_in(Side.REFERENCE, REPLAY)
     def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
         """Import the reference library of ``options["implementation"]`` (one of
         :attr:`FamilySpec.references`) and load the model once for every case; what
@@ -608,15 +645,18 @@ class Family:
         dump is yielded as :class:`Skipped` with why, never left out silently."""
         raise NotImplementedError
 
+    @runs_in(Side.REFERENCE, REPLAY)
     def reference_module(self, loaded: Any) -> Any:
         """The torch module of :meth:`load_reference`'s result that the quantization-aware
         references round."""
         return loaded
 
+    @runs_in(Side.REFERENCE)
     def reference(self, loaded: Any, case: Case) -> Outputs:
         """The reference's stages of one case."""
         raise NotImplementedError
 
+    @runs_in(REPLAY)
     def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
         """The reference's blocks on a candidate dump's own inputs (the replayed forms), for
         a family whose stages have them."""
@@ -624,6 +664,7 @@ class Family:
 
     # -- the ggml side ------------------------------------------------------------------------
 
+    @runs_in(Side.REFERENCE, Side.GGML, WEIGHTS)
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
         """The model's graph weights, planned from the checkpoint's headers.
 
@@ -632,11 +673,13 @@ class Family:
         """
         raise NotImplementedError
 
+    @runs_in(Side.REFERENCE, Side.GGML, WEIGHTS)
     def weight_kind(self, name: str, shape: tuple[int, ...]) -> str:
         """How graph weight ``name`` is stored: :data:`MATMUL` (in the cell's weight type),
         :data:`FLOAT32`, or the name of the option that gives its storage type."""
         raise NotImplementedError
 
+    @runs_in(Side.GGML)
     def ggml(self, runtime: Any, weights: Any, case: Case, reference: Any) -> Outputs:
         """The port's stages of one case on ``runtime``, with the uploaded ``weights`` and the
         reference dump (None unless :attr:`FamilySpec.ggml_reads_reference`)."""
@@ -652,17 +695,11 @@ class Family:
 
 
 #: The methods each side's job runs, besides the driver: the code a job depends on is what
-#: these import (docs/design.md, "Reruns").
+#: these import (docs/design.md, "Reruns"); read from :class:`Family`'s marks (:func:`runs_in`).
 SIDE_METHODS: dict[str, tuple[str, ...]] = {
-    "fixture": ("fixture",),
-    "reference": ("config", "open_case", "heads", "manifest_fields", "check_reference",
-                  "load_reference", "reference_module", "reference", "weights", "weight_kind"),
-    "ggml": ("config", "open_case", "heads", "manifest_fields", "weights", "weight_kind",
-             "ggml"),
-    WEIGHTS: ("config", "weights", "weight_kind"),
-    REPLAY: ("config", "open_case", "heads", "manifest_fields", "load_reference",
-             "reference_module", "replay"),
-}
+    side: tuple(name for name, member in vars(Family).items()
+                if side in getattr(member, RUNS_IN, ()))
+    for side in (*SIDES, WEIGHTS, REPLAY)}
 
 
 def implements(family: Family, method: str) -> bool:

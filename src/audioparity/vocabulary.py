@@ -1,6 +1,8 @@
 """The tool's vocabulary, in one place: every module, the CLI and the config schema take these
 names from here (a test holds ``config/schema.yaml``'s enums to them)."""
 
+from enum import StrEnum
+
 #: ggml backends a dump can run on (``cpu``, ``cuda``, ``vulkan``); one not built into this ggml
 #: gives an ``unavailable`` dump.
 BACKENDS = ("cpu", "cuda", "vulkan")
@@ -84,13 +86,28 @@ NOT_COMPARED = ("unavailable", "crashed", "missing")
 #: What a family's cases are: audio files or prompt JSON files.
 INPUT_KINDS = ("audio", "prompt")
 
-#: What a stage is in a dump: a ``.npy`` tensor, a ``.npy`` of logits (last axis: classes; top-1
-#: and KL are measured too) or a JSON document.
-STAGE_KINDS = ("tensor", "logits", "document")
+class StageKind(StrEnum):
+    """What a stage is in a dump: a ``.npy`` tensor, a ``.npy`` of logits (last axis: classes;
+    top-1 and KL are measured too) or a JSON document."""
 
-#: The sides of a comparison that run a family's code: the fixture builder, the reference dump
-#: (PyTorch/NeMo) and the ggml dump.
-SIDES = ("fixture", "reference", "ggml")
+    TENSOR = "tensor"
+    LOGITS = "logits"
+    DOCUMENT = "document"
+
+
+STAGE_KINDS = tuple(StageKind)
+
+
+class Side(StrEnum):
+    """The sides of a comparison that run a family's code: the fixture builder, the reference
+    dump (PyTorch/NeMo) and the ggml dump."""
+
+    FIXTURE = "fixture"
+    REFERENCE = "reference"
+    GGML = "ggml"
+
+
+SIDES = tuple(Side)
 
 #: The candidate name of this project's own ggml port.
 OUR_PORT = "audioparity"

@@ -22,7 +22,7 @@ from audioparity.compare.gates import gate_for, gate_text, resolve_gates
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
 from audioparity.family import FORMS, concrete
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind
 from tests import REPO
 
 #: The layer a per-layer stage is named for (any layer: the patterns match by ``*``).
@@ -52,7 +52,7 @@ def _forms(family: str) -> list[tuple[str, str]]:
     stages, per-layer ones for layer :data:`LAYER`."""
     return [(concrete(pattern, LAYER), stage.concrete(LAYER))
             for stage in registered()[family].spec.stages
-            for pattern in (getattr(stage, form) for form in FORMS[1:]) if pattern]
+            for pattern in (stage.pattern(form) for form in FORMS[1:]) if pattern]
 
 
 def _cells():
@@ -86,11 +86,10 @@ def _tensor_stages(family: str) -> list[str]:
     :data:`LAYER`."""
     names = []
     for stage in registered()[family].spec.stages:
-        if stage.kind == "document":
+        if stage.kind == StageKind.DOCUMENT:
             continue
         names.extend(concrete(pattern, LAYER)
-                     for pattern in (getattr(stage, form) if form else stage.name
-                                     for form in FORMS) if pattern)
+                     for pattern in (stage.pattern(form) for form in FORMS) if pattern)
     return names
 
 

@@ -36,7 +36,7 @@ from audioparity.driver import MARGINS
 from audioparity.errors import AudioparityError
 from audioparity.family import LAYER, FamilySpec
 from audioparity.storage import BLOCK_HASHES
-from audioparity.vocabulary import DUMP_STATUSES
+from audioparity.vocabulary import DUMP_STATUSES, StageKind
 
 #: Where our dump of a third-party candidate keeps the tool's own files (``candidate run``).
 RAW = "raw"
@@ -191,7 +191,7 @@ def _listed_tensor_problems(folder: Path, name: str, entry: dict, spec: FamilySp
         return [f"{file}: tensor {name!r} is no stage of {spec.name}; expected one of "
                 f"{', '.join(stage.name for stage in spec.stages)}, their isolated or replayed "
                 f"forms, or <document>{MARGINS}"]
-    if found is not None and found.stage.kind == "document":
+    if found is not None and found.stage.kind == StageKind.DOCUMENT:
         return [f"{file}: {name!r} is listed as a tensor; stage {found.stage.name} is a "
                 f"document {found.stage.layout}, expected under 'documents'"]
     if not file.is_file():
@@ -221,9 +221,9 @@ def _listed_document_problems(file: Path, name: str, spec: FamilySpec, omits: li
                               ) -> list[str]:
     """One document the manifest lists: a document stage, readable, with its fields."""
     found = spec.locate(name)
-    if found is None or found.stage.kind != "document":
+    if found is None or found.stage.kind != StageKind.DOCUMENT:
         what = "no stage" if found is None else f"a tensor stage ({found.stage.name})"
-        documents = ", ".join(s.name for s in spec.stages if s.kind == "document")
+        documents = ", ".join(s.name for s in spec.stages if s.kind == StageKind.DOCUMENT)
         return [f"{file}: document {name!r} is {what} of {spec.name}; expected one of "
                 f"{documents}"]
     return document_problems(file, found.stage, omits)

@@ -27,6 +27,7 @@ from audioparity.candidates.dump_checks import (
 )
 from audioparity.errors import AudioparityError
 from audioparity.family import LAYER, FamilySpec, Stage, concrete
+from audioparity.vocabulary import StageKind
 
 
 @dataclass
@@ -117,8 +118,8 @@ def _tool_file(folder: Path, name: str, suffix: str, file: Path, spec: FamilySpe
     stage = stage_found.stage
     seen.stages.add(stage_name)
     seen.found[mapping][layer][index] = (where, ())
-    if stage.kind == "document" or suffix == ".json":
-        if stage.kind != "document" or suffix != ".json":
+    if stage.kind == StageKind.DOCUMENT or suffix == ".json":
+        if stage.kind != StageKind.DOCUMENT or suffix != ".json":
             seen.problems.append(f"{where}: a {suffix} file for a {stage.kind} stage; expected "
                                  f"{'.json' if stage.kind == 'document' else '.npy'}")
         else:
@@ -160,7 +161,7 @@ def _mapping_problems(folder: Path, mapping: TensorMap, spec: FamilySpec, adapte
     gaps (the layers found are added to ``layers``), each source of a stacked map."""
     by_layer = seen.found.get(mapping, {})
     stage_found = spec.locate(concrete(mapping.stage, 0))
-    document = stage_found is not None and stage_found.stage.kind == "document"
+    document = stage_found is not None and stage_found.stage.kind == StageKind.DOCUMENT
     suffix = f32json.DATA if adapter.output == "f32json" else ".json" if document else ".npy"
     if any(LAYER in source for source in mapping.sources()):
         present = {k for k in by_layer if k is not None}

@@ -12,6 +12,7 @@ import numpy as np
 
 from audioparity.artifacts import _one_line, base_layout
 from audioparity.family import FamilySpec, Stage
+from audioparity.vocabulary import StageKind
 
 #: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
 FLOAT = "float32"
@@ -67,7 +68,7 @@ def value_problems(where: str, array: np.ndarray, kind: str) -> list[str]:
     many (-inf allowed in a ``logits`` stage: a masked class)."""
     if array.dtype.kind != "f":
         return []
-    logits = kind == "logits"
+    logits = kind == StageKind.LOGITS
     counts = [(int(np.isnan(array).sum()), "NaN"), (int(np.isposinf(array).sum()), "+inf"),
               (0 if logits else int(np.isneginf(array).sum()), "-inf")]
     bad = sum(count for count, _ in counts)

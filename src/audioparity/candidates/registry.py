@@ -15,6 +15,7 @@ from types import ModuleType
 
 from audioparity.candidates.adapter import OUTPUTS, Adapter
 from audioparity.errors import AudioparityError
+from audioparity.vocabulary import StageKind
 
 #: The entry-point group of adapters that installed distributions provide.
 ENTRY_POINTS = "audioparity.adapters"
@@ -187,11 +188,11 @@ def _check_stages(adapter: Adapter, label: str, family_name: str) -> None:
                 f"{label}: TensorMap {mapping.source!r} maps onto {mapping.stage!r}, no stage "
                 f"of {family_name}; expected one of {stages}")
     for mapping in printed:
-        if spec.locate(mapping.stage).stage.kind != "document":
+        if spec.locate(mapping.stage).stage.kind != StageKind.DOCUMENT:
             raise AudioparityError(f"{label}: printed maps onto {mapping.stage!r}, not a "
                                    f"document of {family_name}; expected a document stage")
     for mapping in adapter.tensors if adapter.output == "f32json" else ():
-        if spec.locate(mapping.concrete(0)).stage.kind == "document":
+        if spec.locate(mapping.concrete(0)).stage.kind == StageKind.DOCUMENT:
             raise AudioparityError(f"{label}: TensorMap {mapping.source!r} maps a .f32 file "
                                    f"onto the document {mapping.stage!r}; expected a document "
                                    "it prints as printed")

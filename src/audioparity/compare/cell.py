@@ -42,6 +42,7 @@ from audioparity.vocabulary import (
     RECIPE_SEPARATOR,
     STORAGE,
     STORED_WEIGHTS,
+    StageKind,
 )
 
 log = logging.getLogger(__name__)
@@ -236,11 +237,11 @@ def closer(to_other: Mapping[str, Any] | None, to_primary: Mapping[str, Any] | N
     count or a shape that differs)."""
     if to_other is None or to_primary is None:
         return False
-    metric = "token_match" if kind == "document" else "nmse"
+    metric = "token_match" if kind == StageKind.DOCUMENT else "nmse"
     other, primary = to_other.get(metric), to_primary.get(metric)
     if not all(isinstance(v, int | float) and math.isfinite(v) for v in (other, primary)):
         return False
-    return other > primary if kind == "document" else other * CLOSER < primary
+    return other > primary if kind == StageKind.DOCUMENT else other * CLOSER < primary
 
 
 def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> str | None:
@@ -256,7 +257,7 @@ def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> 
         against, problems = compare_stage(other, cell.candidate, row.cand_stage, stage,
                                           row.kind, stage_kinds(other, cell.family).get(stage))
         if not problems and closer(against, measured, row.kind):
-            found.append((-against["token_match"] if row.kind == "document"
+            found.append((-against["token_match"] if row.kind == StageKind.DOCUMENT
                           else against["nmse"], name))
     return "; ".join(name for _, name in sorted(found)) or None
 
@@ -270,7 +271,7 @@ def _row(cell: Cell, row: Planned, gates: Mapping[str, Any], labels: Mapping[str
     if state == "ok":
         measured, problems = compare_stage(row.against, cell.candidate, row.cand_stage,
                                            row.ref_stage, row.kind, row.ref_kind)
-        if measured is not None and row.kind == "document":
+        if measured is not None and row.kind == StageKind.DOCUMENT:
             _add_known_text(cell, row, measured)
     verdict = status(row.stage, gates, availability=state, metrics=measured, problems=problems)
     values = {key: labels.get(key) for key in LABEL_COLUMNS}

@@ -37,9 +37,7 @@ from audioparity.families import (
     registered,
     stage_kind,
 )
-from audioparity.vocabulary import (
-    VIEWS,
-)
+from audioparity.vocabulary import VIEWS, StageKind
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -57,7 +55,7 @@ def _margins_name(dump: Dump, document: str) -> str | None:
 def _array_kind(family: str | None, name: str) -> str:
     """The kind of a tensor a dump holds: ``logits`` where its family's spec says so, else
     ``tensor`` (a stage of a family this install does not know included)."""
-    return "logits" if stage_kind(family, name) == "logits" else "tensor"
+    return StageKind.LOGITS if stage_kind(family, name) == StageKind.LOGITS else StageKind.TENSOR
 
 
 def stage_kinds(dump: Dump, family: str | None) -> dict[str, str]:
