@@ -12,7 +12,7 @@ import pytest
 from audioparity.candidates import load_adapter
 from audioparity.errors import AudioparityError
 from audioparity.families import registered
-from audioparity.workflow.plan import Cell, Sweep, check_keys
+from audioparity.workflow.plan import CellKey, Sweep, check_keys
 from tests import REPO
 
 CLIP = str(REPO / "resources/speech/clip.wav")
@@ -245,8 +245,8 @@ def test_the_cells_cover_the_sweep_and_another_backend_is_also_compared_with_the
     # per backend, vk against cpu, and our port (it runs several cases in one process)
     # against its fresh run on each backend; the tool runs one case per process
     assert len(cells) == (2 + 1 + 2) * 2 + (2 + 1) * 1
-    assert Cell("parakeet_tdt", "tiny", "t", "vk", "f32", "clip", "cpu") in cells
-    assert Cell("parakeet_tdt", "tiny", "audioparity", "vk", "q8_0", "clip", "fresh") in cells
+    assert CellKey("parakeet_tdt", "tiny", "t", "vk", "f32", "clip", "cpu") in cells
+    assert CellKey("parakeet_tdt", "tiny", "audioparity", "vk", "q8_0", "clip", "fresh") in cells
     assert not any(cell.candidate == "t" and cell.against == "fresh" for cell in cells)
     results = {plan.result(cell) for cell in cells}
     assert "results/compare_fresh/parakeet_tdt/tiny/audioparity/vk/q8_0" in results

@@ -23,7 +23,7 @@ from audioparity.families import registered
 from audioparity.workflow.code import Code
 from audioparity.workflow.commands import Commands
 from audioparity.workflow.jobs import Jobs
-from audioparity.workflow.plan import Cell, Sweep
+from audioparity.workflow.plan import CellKey, Sweep
 from tests import REPO
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS
 from tests.workflow.test_plan import CLIP, adapters, config, sweep
@@ -64,7 +64,7 @@ def test_each_other_reference_is_a_cell_against_the_primary_with_its_own_result(
     family = plan.families["parakeet_tdt"]
     assert family.primary.name == "nemo" and [r.name for r in family.others] == ["hf", "old"]
     cells = [cell for cell in plan.cells() if cell.backend == "torch"]
-    assert cells == [Cell("parakeet_tdt", "tiny", name, "torch", "f32", "clip", "nemo")
+    assert cells == [CellKey("parakeet_tdt", "tiny", name, "torch", "f32", "clip", "nemo")
                      for name in ("hf", "old")]
     assert plan.result(cells[1]) == "results/compare_references/parakeet_tdt/tiny/old/clip.json"
     assert family.option_values("reference") == ["--attention-mask", "1",

@@ -107,7 +107,7 @@ def convert(adapter_name: str, model: Path, weight_type: str | Recipe, output_di
 
 
 @dataclass(frozen=True)
-class Cell:
+class CandidateRun:
     """One cell of a candidate, as ``candidate run`` was given it (options checked)."""
 
     adapter: Adapter
@@ -167,7 +167,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
         why = adapter.cannot_run(merged, type_name(weight_type).partition(RECIPE_SEPARATOR)[0],
                                  backend)
         if why:  # a weight type it makes none of (a tool's mix)
-            _unavailable(Cell(adapter, family(family_name), merged, section, Path(model),
+            _unavailable(CandidateRun(adapter, family(family_name), merged, section, Path(model),
                               Path(case), Path(output_dir), reference_dir,
                               type_name(weight_type), backend, threads), why)
             return
@@ -182,7 +182,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     options = adapter.check_options(options, f"adapter {adapter.name!r} options")
     # a tool runs a recipe only through its own quantizer's syntax, at the recipe's base type
     kind, options, why = port_cell(adapter, options, weight_type)
-    cell = Cell(adapter, family(family_name), options, section, Path(model), Path(case),
+    cell = CandidateRun(adapter, family(family_name), options, section, Path(model), Path(case),
                 Path(output_dir), None if reference_dir is None else Path(reference_dir), kind,
                 backend, threads, weight_type if isinstance(weight_type, Recipe) else None)
     if why:
@@ -242,14 +242,14 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
                     threads=threads, weights_file=weights_file)
 
 
-def _unavailable(cell: Cell, why: str) -> None:
+def _unavailable(cell: CandidateRun, why: str) -> None:
     """An ``unavailable`` dump of the cell, saying why."""
     with DumpWriter(cell.output_dir, producer=cell.adapter.name, model=cell.model,
                     inputs={"case": cell.case}, fields=_fields(cell)) as writer:
         writer.set_status("unavailable", why)
 
 
-def _fields(cell: Cell) -> dict[str, Any]:
+def _fields(cell: CandidateRun) -> dict[str, Any]:
     recipe = ({"weight_type": cell.recipe.weight_type, "recipe": dict(cell.recipe.overrides)}
               if cell.recipe else {})
     return {"family": cell.family.spec.name, "candidate_adapter": cell.adapter.name,
@@ -257,7 +257,7 @@ def _fields(cell: Cell) -> dict[str, Any]:
             "candidate_options": cell.options, **recipe}
 
 
-def _run_dump_tool(cell: Cell) -> None:
+def _run_dump_tool(cell: CandidateRun) -> None:
     """A tool that writes the dump contract itself: its commands, ``output_dir`` their output
     (its parent created, itself not).
 
@@ -278,7 +278,7 @@ def _run_dump_tool(cell: Cell) -> None:
                                f"{cell.output_dir / MANIFEST}; expected a dump of the contract")
 
 
-def _run_tool_cell(cell: Cell) -> None:
+def _run_tool_cell(cell: CandidateRun) -> None:
     """A tool that writes its own files: its commands run into ``<dump>/raw/`` (timed as a
     whole: :data:`~audioparity.candidates.reading.RUN_WALL`), stopping at the first that dies,
     and what they wrote and printed read into the dump, with the storage of the model file

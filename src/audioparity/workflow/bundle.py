@@ -37,7 +37,7 @@ import yaml
 from audioparity.errors import AudioparityError
 from audioparity.vocabulary import FRESH
 from audioparity.workflow import paths
-from audioparity.workflow.plan import BASELINE_BACKEND, Cell, Sweep
+from audioparity.workflow.plan import BASELINE_BACKEND, CellKey, Sweep
 
 #: The rules a bundle's host runs: those whose jobs run ggml (its dumps, the fresh-against-
 #: reused check, the drill-down) and the comparison with the baseline, which reads only dumps.
@@ -95,7 +95,7 @@ def load_config(workdir: Path, configfiles: list[Path]) -> dict:
     return config
 
 
-def host_cells(sweep: Sweep, backends: Iterable[str]) -> list[Cell]:
+def host_cells(sweep: Sweep, backends: Iterable[str]) -> list[CellKey]:
     """The sweep's cells of ``backends`` (names of the families' backends or settings), each
     kind (against the reference, the baseline, its fresh run) the host computes something of.
 
@@ -126,11 +126,11 @@ def ggml_kinds(sweep: Sweep, backends: Iterable[str]) -> list[str]:
                    for name in backends if name in plan.backends})
 
 
-def _wildcards(cell: Cell) -> SimpleNamespace:
+def _wildcards(cell: CellKey) -> SimpleNamespace:
     return SimpleNamespace(**cell._asdict())
 
 
-def host_targets(sweep: Sweep, cells: Iterable[Cell]) -> list[str]:
+def host_targets(sweep: Sweep, cells: Iterable[CellKey]) -> list[str]:
     """What the host computes of ``cells``: each cell's dump, its comparison with the
     baseline, and its results against the baseline (a drill-down's) and against its fresh run
     (:meth:`~.plan.Sweep.result`), in the sweep's order."""
@@ -145,7 +145,7 @@ def host_targets(sweep: Sweep, cells: Iterable[Cell]) -> list[str]:
     return list(dict.fromkeys(targets))
 
 
-def first_targets(sweep: Sweep, cells: Iterable[Cell]) -> list[str]:
+def first_targets(sweep: Sweep, cells: Iterable[CellKey]) -> list[str]:
     """What the first machine computes before packing: the reference of each model the cells
     run, the weights they map, and their baseline dumps where the host computes none."""
     from audioparity.workflow.jobs import Jobs
@@ -162,7 +162,7 @@ def first_targets(sweep: Sweep, cells: Iterable[Cell]) -> list[str]:
     return list(dict.fromkeys(targets))
 
 
-def host_inputs(jobs, cells: Iterable[Cell], targets: Iterable[str]) -> list[str]:
+def host_inputs(jobs, cells: Iterable[CellKey], targets: Iterable[str]) -> list[str]:
     """Every path the host's jobs of ``cells`` read that none of them writes (their
     ``targets``): the files a bundle carries. The same input functions as the rules' (a
     :class:`~.jobs.Jobs`); once the references are done."""

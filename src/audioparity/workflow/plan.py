@@ -57,7 +57,7 @@ def check_keys(config: Mapping[str, Any], known: Mapping[str, Any]) -> None:
                                    f"a registered family ({', '.join(known)})")
 
 
-class Cell(NamedTuple):
+class CellKey(NamedTuple):
     """One comparison of the sweep: a candidate's dump of a case against the reference, or
     against the same candidate on the baseline backend."""
 
@@ -510,7 +510,7 @@ class Sweep:
             plan.candidates = _candidates(plan, load_adapter)
             plan.references = _references(plan, config)
 
-    def cells(self) -> Iterator[Cell]:
+    def cells(self) -> Iterator[CellKey]:
         """Every cell of the sweep, from the config alone: family x candidate x model x
         backend x weight type x case, against the reference, for a backend other than the
         baseline (where the family sweeps it) against the baseline, and for a candidate that
@@ -521,7 +521,7 @@ class Sweep:
             for reference in plan.others:
                 for model in reference.models:
                     for case in plan.cases:
-                        yield Cell(name, model, reference.name, REFERENCE_BACKEND,
+                        yield CellKey(name, model, reference.name, REFERENCE_BACKEND,
                                    REFERENCE_WEIGHT_TYPE, case, plan.primary.name)
             baseline = BASELINE_BACKEND in plan.backends
             for candidate, entry in plan.candidates.items():
@@ -529,14 +529,14 @@ class Sweep:
                     for backend in plan.backends:
                         for weight_type in entry.weight_types:
                             for case in plan.cases:
-                                cell = Cell(name, model, candidate, backend, weight_type, case)
+                                cell = CellKey(name, model, candidate, backend, weight_type, case)
                                 yield cell
                                 if backend != BASELINE_BACKEND and baseline:
                                     yield cell._replace(against=BASELINE_BACKEND)
                                 if plan.reuses(candidate) and weight_type not in MIXES:
                                     yield cell._replace(against=FRESH)
 
-    def result(self, cell: Cell) -> str:
+    def result(self, cell: CellKey) -> str:
         """The file that holds a cell's result: its compare with the reference; against the
         baseline, the drill-down's rows for the family's own port, else the plain compare;
         against its fresh run, the folder of its model's cases (rule compare_fresh); a
