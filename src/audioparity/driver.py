@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from audioparity.family import (
     MATMUL,
     Case,
     Family,
+    FamilySpec,
     Fields,
     Note,
     Outputs,
@@ -416,8 +418,6 @@ def dump_ggml_cases(family: Family, model: Path,
         AudioparityError: no runs, or an input the family or the driver refuses; nothing is
             left at a dump directory then (those written before a refusal stay).
     """
-    from audioparity.ggml import open_runtime
-
     spec, model, start = family.spec, Path(model), time.perf_counter()
     if not runs:
         raise AudioparityError(f"ggml {spec.command}: no {spec.input} file given")
@@ -432,7 +432,7 @@ def dump_ggml_cases(family: Family, model: Path,
               **family.manifest_fields(config, options)}
     forms = ("", "isolated") if spec.ggml_reads_reference else ("",)
     with ExitStack() as held:
-        loaded: tuple[Any, Any, dict[str, Any], StoredWeights, dict[str, Any], float] | None = None
+        loaded: Loaded | None = None
         for index, (case, reference, (_, output_dir, _)) in enumerate(
                 zip(cases, references, runs, strict=True)):
             inputs = {spec.input: case.path,
@@ -443,40 +443,85 @@ def dump_ggml_cases(family: Family, model: Path,
                 for note in case.notes:
                     writer.note(note)
                 if loaded is None:
-                    runtime = open_runtime(writer, backend, device, threads)
-                    if runtime is None:
-                        why = writer.manifest["message"]
-                        for later_case, (_, later, _) in zip(cases[index + 1:],
-                                                             runs[index + 1:], strict=True):
-                            with DumpWriter(later, producer="ggml", model=model,
-                                            inputs={spec.input: later_case.path},
-                                            fields=fields) as unavailable:
-                                unavailable.set_status("unavailable", why)
+                    loaded = _load(writer, family, model, config, Loading(
+                        weight_type, backend, device, threads, options, weights_file))
+                    if loaded is None:  # the backend is not built: so is every later dump
+                        _unavailable(spec, model, fields, writer.manifest["message"],
+                                     [(later.path, run[1]) for later, run in
+                                      zip(cases[index + 1:], runs[index + 1:], strict=True)])
                         return
-                    held.enter_context(runtime)
-                    with writer.timed("load"):
-                        weights, record = upload_weights(family, runtime, model, config,
-                                                         weight_type, options, weights_file)
-                        # what a quantization-aware reference stored too: its stored_weights row
-                        stored = (stored_weights(weights) if type_name(weight_type).partition(
-                            RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
-                    # what open_runtime recorded, and the load: the same for every later case
-                    shared = {key: writer.manifest[key] for key in _RUNTIME_FIELDS
-                              if key in writer.manifest}
-                    loaded = (runtime, weights, record, stored, shared,
-                              writer.manifest["seconds"]["load"])
-                else:
-                    writer.manifest.update(loaded[4])
-                    writer.manifest["seconds"]["load"] = loaded[5]
-                runtime, weights, record, stored, *_ = loaded
-                writer.add_storage({**record, **stored.record()}, stored.hashes)
+                    held.enter_context(loaded.runtime)
+                loaded.record_into(writer)
                 write_outputs(writer, family, heads,
-                              family.ggml(runtime, weights, case, reference))
+                              family.ggml(loaded.runtime, loaded.weights, case, reference))
                 check_complete(family, heads, writer.manifest, forms, Path(output_dir))
             log.info("ggml %s [%s | %s | %s %s]: wrote %s in %.1f s", spec.command, model.name,
                      case.path.stem, backend, type_name(weight_type), output_dir,
                      time.perf_counter() - start)
             start = time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Loading:
+    """How a ggml dump opens its runtime and uploads the weights (:func:`dump_ggml_cases`'s
+    arguments of that name)."""
+
+    weight_type: str | Recipe
+    backend: str
+    device: int
+    threads: int
+    options: Mapping[str, Any]
+    weights_file: Path | None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The runtime and weights a ggml process opened once for all its cases, and what its
+    first dump recorded of them: the storage ``record`` and ``stored`` weights, the runtime's
+    manifest fields (``shared``) and the load's seconds, copied into every later dump."""
+
+    runtime: Any
+    weights: Any
+    record: dict[str, Any]
+    stored: StoredWeights
+    shared: dict[str, Any]
+    load_seconds: float
+
+    def record_into(self, writer: DumpWriter) -> None:
+        """Write what every dump of the process records of the load into ``writer``."""
+        writer.manifest.update(self.shared)
+        writer.manifest["seconds"]["load"] = self.load_seconds
+        writer.add_storage({**self.record, **self.stored.record()}, self.stored.hashes)
+
+
+def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: Loading
+          ) -> Loaded | None:
+    """Open the runtime (:func:`~audioparity.ggml.open_runtime`, recorded in ``writer``) and
+    upload the weights in phase ``load``; None where the backend is not built (``writer``'s
+    dump then says ``unavailable``)."""
+    from audioparity.ggml import open_runtime
+
+    runtime = open_runtime(writer, how.backend, how.device, how.threads)
+    if runtime is None:
+        return None
+    with writer.timed("load"):
+        weights, record = upload_weights(family, runtime, model, config, how.weight_type,
+                                         how.options, how.weights_file)
+        # what a quantization-aware reference stored too: its stored_weights row
+        stored = (stored_weights(weights) if type_name(how.weight_type).partition(
+            RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
+    # what open_runtime recorded: the same for every later case
+    shared = {key: writer.manifest[key] for key in _RUNTIME_FIELDS if key in writer.manifest}
+    return Loaded(runtime, weights, record, stored, shared, writer.manifest["seconds"]["load"])
+
+
+def _unavailable(spec: FamilySpec, model: Path, fields: Mapping[str, Any], why: str,
+                 later: Sequence[tuple[Path, Path]]) -> None:
+    """Each ``(case file, dump directory)`` of ``later`` written ``unavailable`` with ``why``."""
+    for case_path, output_dir in later:
+        with DumpWriter(output_dir, producer="ggml", model=model,
+                        inputs={spec.input: case_path}, fields=fields) as unavailable:
+            unavailable.set_status("unavailable", why)
 
 
 def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
