@@ -203,13 +203,13 @@ def parakeet_torch(spec: dict, stages: Stages) -> dict:
     import nemo.collections.asr  # noqa: F401
 
     from audioparity.families import family
-    from audioparity.models.parakeet_tdt import reference
+    from audioparity.models.parakeet_tdt.references import nemo as reference
 
     seconds = {"import": time.perf_counter() - start}
     parakeet, path = family(PARAKEET), Path(spec["model"])
     start = time.perf_counter()
     config = parakeet.config(path)
-    model = parakeet.load_reference(path, config, {})
+    model = parakeet.load_reference(path, config, {}).module
     seconds["load"] = time.perf_counter() - start
     stages("loaded")
     mel_path = work / "mel.npy"
@@ -301,12 +301,12 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
     import transformers
 
     from audioparity.families import family
-    from audioparity.models.moss_voicegen import reference
+    from audioparity.models.moss_voicegen.references import remote_code as reference
 
     seconds = {"import": time.perf_counter() - start}
     moss, model = family(MOSS), Path(spec["model"])
     start = time.perf_counter()
-    net = moss.load_reference(model, moss.config(model), {})
+    net = moss.load_reference(model, moss.config(model), {}).module
     seconds["load"] = time.perf_counter() - start
     stages("loaded")
     rows, step_rows = _moss_inputs(work)

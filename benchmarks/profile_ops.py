@@ -148,21 +148,21 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
     from audioparity.families import family
 
     if args.family == "parakeet":
-        from audioparity.models.parakeet_tdt import reference
+        from audioparity.models.parakeet_tdt.references import nemo as reference
 
         parakeet = family(PARAKEET)
         config = parakeet.config(args.model)
-        model = parakeet.load_reference(args.model, config, {})
+        model = parakeet.load_reference(args.model, config, {}).module
         case = parakeet.open_case(args.model, config, work / "audio.wav", {})
         features, length = reference.preprocessor(model, case.data.samples)
 
         def call():
             return model.encoder(audio_signal=features, length=length)
     else:
-        from audioparity.models.moss_voicegen import reference
+        from audioparity.models.moss_voicegen.references import remote_code as reference
 
         moss = family(MOSS)
-        net = moss.load_reference(args.model, moss.config(args.model), {})
+        net = moss.load_reference(args.model, moss.config(args.model), {}).module
         rows = torch.from_numpy(np.load(work / "rows.npy"))[None]
         step = torch.from_numpy(np.load(work / "step_rows.npy")[:1])[None]
         with torch.inference_mode():

@@ -4,6 +4,7 @@ nothing of ggml, and the CLI and the config schema are built from the specs and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -17,7 +18,17 @@ from audioparity.artifacts import Dump
 from audioparity.driver import dump_ggml, dump_reference
 from audioparity.errors import AudioparityError
 from audioparity.families import family, registered, stage_key
-from audioparity.family import Family, FamilySpec, Option, Stage, implements
+from audioparity.family import (
+    IMPLEMENTATION,
+    REFERENCES,
+    Family,
+    FamilySpec,
+    Option,
+    ReferenceLibrary,
+    Stage,
+    implements,
+    reference_names,
+)
 from audioparity.storage import EMULATED_TYPES
 from audioparity.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
 from tests import MOSS_PROMPTS, REPO, RESOURCES
@@ -38,18 +49,54 @@ def test_every_family_package_is_registered_under_its_own_name():
 
 @pytest.mark.parametrize("known", FAMILIES, ids=lambda f: f.spec.name)
 def test_a_family_implements_what_its_table_declares(known: Family):
-    """Every family implements the methods of every side; ``replay`` exactly when a stage has
-    a replayed form; importing its package imports neither torch nor ggml."""
-    required = ("config", "open_case", "fixture", "load_reference", "reference", "weights",
-                "weight_kind", "ggml")
+    """Every family implements the methods of every side, and each of its reference
+    implementations is one :class:`ReferenceLibrary` that loads, dumps and gives its module;
+    the primary replays exactly when a stage has a replayed form; importing the package and
+    every reference module imports neither torch nor ggml."""
+    required = ("config", "open_case", "fixture", "weights", "weight_kind", "ggml")
     assert [m for m in required if not implements(known, m)] == []
-    assert implements(known, "replay") == known.spec.replays
-    code = (f"import sys; import {type(known).__module__}; "
+    libraries = [known.library({IMPLEMENTATION: name}) for name in known.spec.references]
+    assert [library.name for library in libraries] == list(known.spec.references)
+    for library in libraries:
+        assert library.stages is not ReferenceLibrary.stages, library.name
+        assert library.module is not ReferenceLibrary.module, library.name
+    assert libraries[0].replays() == known.spec.replays
+    modules = [f"{type(known).__module__}.{REFERENCES}.{name}" for name in known.spec.references]
+    code = (f"import sys; import {', '.join(modules)}; "
             "print([m for m in sys.modules if m in ('ggml', 'torch') "
             "or m.startswith('audioparity.ggml')])")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert json.loads(result.stdout.replace("'", '"')) == []
+
+
+def test_a_family_finds_its_reference_implementations_by_their_files(tmp_path, monkeypatch):
+    """A module dropped into a family's ``references/`` is an implementation the family
+    offers, by its file's name, primary first; a module without one ReferenceLibrary class
+    is refused in one line when it is asked for."""
+    package = tmp_path / "fam"
+    (package / REFERENCES).mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("transformers", "second_revision"):
+        (package / REFERENCES / f"{name}.py").write_text(
+            "from audioparity.family import ReferenceLibrary\n\n\n"
+            f"class {name.title().replace('_', '')}(ReferenceLibrary):\n    pass\n")
+    (package / REFERENCES / "empty.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reference_names("fam", "transformers") == ("transformers", "empty", "second_revision")
+    with pytest.raises(ValueError, match="no references/nemo.py"):
+        reference_names("fam", "nemo")
+
+    class Fam(Family):
+        spec = dataclasses.replace(family("whisper").spec,
+                                   references=reference_names("fam", "transformers"))
+
+    Fam.__module__ = "fam"
+    assert Fam().library({IMPLEMENTATION: "second_revision"}).name == "second_revision"
+    with pytest.raises(AudioparityError, match="empty.py: defines 0 ReferenceLibrary classes"):
+        Fam().library({IMPLEMENTATION: "empty"})
+    with pytest.raises(AudioparityError, match="--implementation nemo: whisper has "):
+        Fam().library({IMPLEMENTATION: "nemo"})
 
 
 def test_stage_names_map_to_their_spec_stage_and_sort_in_pipeline_order():

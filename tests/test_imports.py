@@ -19,7 +19,7 @@ PACKAGE = "audioparity"
 #: model families; dumping a side; judging; reporting; the workflow and the command line.
 LAYERS = (
     ("errors", "vocabulary", "threads"),
-    ("family", "provenance", "audio", "shared_cache", "environments", "compare.metrics"),
+    ("family", "taps", "provenance", "audio", "shared_cache", "environments", "compare.metrics"),
     ("storage", "artifacts", "checkpoints", "memory", "guard", "dump_cache"),
     ("ggml",),
     ("models", "families"),

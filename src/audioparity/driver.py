@@ -30,6 +30,7 @@ from audioparity.family import (
     Note,
     Outputs,
     Phase,
+    ReferenceLibrary,
     Skipped,
     Stage,
 )
@@ -167,13 +168,15 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
                    emulate: Sequence[str | Recipe] = (),
                    storage: FileStorage | None = None) -> None:
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
-    all (:meth:`Family.load_reference`), and again for each weight type of ``emulate`` as
-    ggml's CPU backend computes with it (:func:`~audioparity.storage.emulations`) into
-    ``<directory>@<type>``; or, given a candidate's ``storage``, only as ggml's CPU backend
-    computes with those stored weights, into each directory (the storage-matched reference).
+    all (:meth:`Family.load_reference`: the implementation ``options`` name), and again for each
+    weight type of ``emulate`` as ggml's CPU backend computes with it
+    (:func:`~audioparity.storage.emulations`) into ``<directory>@<type>``; or, given a
+    candidate's ``storage``, only as ggml's CPU backend computes with those stored weights, into
+    each directory (the storage-matched reference).
 
     Every input is checked first, before torch is imported: the config, each case, then
-    :meth:`Family.check_reference` (the checkpoint, the memory), and each recipe's overrides
+    :meth:`Family.check_reference` (the checkpoint, the memory) and the implementation's
+    :meth:`~audioparity.family.ReferenceLibrary.check`, and each recipe's overrides
     against the model's matmul weights (:func:`check_recipe`).
 
     Raises:
@@ -186,7 +189,9 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     spec.check_implementation_options(options, f"reference {spec.command}")
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
-    family.check_reference(model, config, opened, emulates=bool(emulate) or storage is not None)
+    emulates = bool(emulate) or storage is not None
+    family.check_reference(model, config, opened, emulates=emulates)
+    family.library(options).check(model, config, opened, emulates=emulates)
     recipes = [recipe for recipe in emulate if isinstance(recipe, Recipe)]
     if recipes:
         checkpoint = family.weights(model, config)
@@ -201,7 +206,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
                  seconds["load"], len(cases))
         fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
                   **options, **family.manifest_fields(config, options)}
-        for variant in emulations(family.reference_module(loaded), emulate,
+        for variant in emulations(loaded.module, emulate,
                                   keep=family.reference_keeps, prefix=family.reference_prefix,
                                   storage=storage):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
@@ -225,12 +230,12 @@ def unavailable_reference(family: Family, model: Path, cases: Sequence[tuple[Pat
             writer.set_status("unavailable", why)
 
 
-def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
+def reference_case(family: Family, loaded: ReferenceLibrary, case: Case, output_dir: Path,
                    fields: dict[str, Any], seconds: dict[str, float],
                    stored: StoredWeights | None = None) -> None:
-    """One case of the loaded reference (:meth:`Family.reference`, as the model computes now:
-    float32, or within :func:`~audioparity.storage.emulating`, whose ``stored`` weights the
-    dump records) dumped into ``output_dir``."""
+    """One case of the loaded reference (:meth:`ReferenceLibrary.stages`) dumped into
+    ``output_dir``, as the model computes now: float32, or within
+    :func:`~audioparity.storage.emulating`, whose ``stored`` weights the dump records."""
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=case.options[IMPLEMENTATION], model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
@@ -241,7 +246,7 @@ def reference_case(family: Family, loaded: Any, case: Case, output_dir: Path,
             writer.note(note)
         writer.manifest["seconds"].update(seconds)
         heads = family.heads(case.config)
-        write_outputs(writer, family, heads, family.reference(loaded, case))
+        write_outputs(writer, family, heads, loaded.stages(case))
         check_complete(family, heads, writer.manifest, ("",), output_dir)
     log.info("reference %s: wrote %s in %.1f s", family.spec.command, output_dir,
              time.perf_counter() - start)
@@ -527,9 +532,10 @@ def _unavailable(spec: FamilySpec, model: Path, fields: Mapping[str, Any], why: 
 def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
                 output_dir: Path, *, options: Mapping[str, Any], threads: int = 1,
                 emulate: str | Recipe | FileStorage | None = None) -> None:
-    """The reference's blocks on a candidate's own inputs (:meth:`Family.replay`), written as
-    a dump of replayed forms; each one it cannot compute is named in the manifest's
-    ``skipped`` with why. A candidate dump that is not ``ok`` gives a replay of its status.
+    """The reference's blocks on a candidate's own inputs (:meth:`ReferenceLibrary.replay` of
+    the implementation ``options`` name), written as a dump of replayed forms; each one it
+    cannot compute is named in the manifest's ``skipped`` with why. A candidate dump that is not
+    ``ok`` gives a replay of its status.
 
     Args:
         emulate: a weight type (or recipe) to replay as ggml's CPU backend computes with it
@@ -537,9 +543,16 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
             third-party port's), or None.
 
     Raises:
-        AudioparityError: an unreadable model, case or candidate dump.
+        AudioparityError: an unreadable model, case or candidate dump, or an implementation
+            that does not replay.
     """
     spec, options = family.spec, side_options(family, "reference", options)
+    library = family.library(options)
+    if not library.replays():
+        others = [name for name in spec.references
+                  if family.library({IMPLEMENTATION: name}).replays()]
+        raise AudioparityError(f"replay {spec.command}: the {library.name} reference has no "
+                               f"replay; replay with --{IMPLEMENTATION} {' or '.join(others)}")
     config, (case,) = open_cases(family, Path(model), [case_path], options)
     candidate = Dump(candidate_dir)
     fields = {"family": spec.name, "threads": threads, "replay": True,
@@ -559,13 +572,12 @@ def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Pat
             with writer.timed("load"):
                 loaded = family.load_reference(case.model, config, options)
                 if emulate:
-                    module = family.reference_module(loaded)
                     for note in stack.enter_context(
-                            emulating(module, emulate, family.reference_keeps,
+                            emulating(loaded.module, emulate, family.reference_keeps,
                                       family.reference_prefix)).notes:
                         writer.note(note)
             heads = family.heads(config)
-            write_outputs(writer, family, heads, family.replay(loaded, case, candidate))
+            write_outputs(writer, family, heads, loaded.replay(case, candidate))
         check_complete(family, heads, writer.manifest, ("replayed",), Path(output_dir))
     log.info("replay %s: %s: %d replayed, %d not", spec.command, candidate_dir,
              len(writer.manifest["tensors"]) + len(writer.manifest["documents"]),

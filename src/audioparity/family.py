@@ -40,7 +40,7 @@ LAST, PREVIOUS = "{last}", "{i-1}"
 
 #: The side that writes a model's weights once per weight type for the ggml dumps to map.
 WEIGHTS = "weights"
-#: The side that replays a candidate's blocks in the reference (``Family.replay``).
+#: The side that replays a candidate's blocks in the reference (:meth:`ReferenceLibrary.replay`).
 REPLAY = "replay"
 
 #: The reference side's option naming its implementation (:attr:`FamilySpec.implementation`).
@@ -275,7 +275,8 @@ class FamilySpec:
             type (:data:`WEIGHTS`).
         references: the reference implementations the family can dump with (a config
             ``references`` entry's ``implementation``, the reference dump's ``producer``), the
-            default primary first.
+            default primary first: the modules of the family's :data:`REFERENCES` folder
+            (:func:`reference_names`), each one :class:`ReferenceLibrary`.
     """
 
     name: str
@@ -304,7 +305,8 @@ class FamilySpec:
 
     @property
     def replays(self) -> bool:
-        """Whether a stage has a replayed form (the family implements :meth:`Family.replay`)."""
+        """Whether a stage has a replayed form (the primary reference implements
+        :meth:`ReferenceLibrary.replay`)."""
         return any(stage.replayed for stage in self.stages)
 
     @property
@@ -539,6 +541,90 @@ class Skipped:
 Outputs = Iterator[tuple[str, Any] | Phase | Note | Fields | Skipped]
 
 
+#: The folder of a family's package that holds its reference implementations, one module
+#: each, named after its library (``models/parakeet_tdt/references/nemo.py``).
+REFERENCES = "references"
+
+
+def reference_names(package: str, primary: str) -> tuple[str, ...]:
+    """The reference implementations of the family package ``package``: the modules of its
+    :data:`REFERENCES` folder, ``primary`` first and the others sorted, found without importing
+    them (so without torch).
+
+    Raises:
+        ValueError: ``primary`` is not one of them.
+    """
+    import importlib.util
+    import pkgutil
+
+    found = importlib.util.find_spec(f"{package}.{REFERENCES}")
+    names = sorted(info.name for info in pkgutil.iter_modules(
+        found.submodule_search_locations if found else ()) if not info.name.startswith("_"))
+    if primary not in names:
+        raise ValueError(f"{package}: no {REFERENCES}/{primary}.py among {names}")
+    return (primary, *(name for name in names if name != primary))
+
+
+class ReferenceLibrary:
+    """One reference implementation of a family: a library's run of the model (NeMo,
+    transformers, openai-whisper, a checkpoint's remote code), the class of the module
+    ``models/<family>/references/<name>.py`` (:func:`reference_names`). As a candidate's
+    adapter is all a port adds, this is all another reference adds: :meth:`check` refuses what
+    the library cannot run, the constructor loads the model once for every case, and
+    :meth:`stages` yields a case's stages (:data:`Outputs`; one the library cannot compute as
+    :class:`Skipped`, with why). Its library is imported inside its methods, so :meth:`check`
+    runs before torch is.
+
+    Attributes:
+        name: the implementation's name (its module's: ``nemo``), a config ``references``
+            entry's ``implementation`` and its dumps' ``producer``.
+        options: the reference side's option values it was loaded with.
+    """
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.__module__.rpartition(".")[2]
+
+    def __init__(self, model: Path, config: Any, options: Mapping[str, Any]) -> None:
+        self.options = options
+
+    @classmethod
+    def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
+        """Refuse, before the library is imported, what it could not run, beyond what the
+        family refuses for every implementation (:meth:`Family.check_reference`); ``emulates``:
+        a quantization-aware reference is asked of it.
+
+        Raises:
+            AudioparityError: one line naming the model or the case.
+        """
+
+    @property
+    def module(self) -> Any:
+        """The torch module the quantization-aware references round, its parameters named as
+        the family's port names its weights (:attr:`Family.reference_prefix` before them)."""
+        raise NotImplementedError
+
+    def stages(self, case: Case) -> Outputs:
+        """The reference's stages of one case, each phase timed by the driver."""
+        raise NotImplementedError
+
+    def replay(self, case: Case, candidate: Any) -> Outputs:
+        """The reference's blocks on a candidate dump's own inputs (the replayed forms), for
+        a family whose stages have them.
+
+        Raises:
+            AudioparityError: this implementation has no replay (:meth:`replays`).
+        """
+        raise AudioparityError(f"replay: the {self.name} reference has no replay")
+
+    @classmethod
+    def replays(cls) -> bool:
+        """Whether the implementation replays (overrides :meth:`replay`)."""
+        return cls.replay is not ReferenceLibrary.replay
+
+
 @dataclass
 class CheckpointWeights:
     """A model's graph weights as its checkpoint holds them, planned from the headers and read
@@ -567,7 +653,8 @@ class Family:
     compute. Each method's imports are its own (lazy), so the workflow knows which code each
     side runs (:data:`SIDE_METHODS`) and the reference side never imports ggml.
 
-    A dump method (:meth:`reference`, :meth:`ggml`, :meth:`replay`) yields its stages
+    A dump method (:meth:`ggml`, a reference implementation's
+    :meth:`ReferenceLibrary.stages` and :meth:`ReferenceLibrary.replay`) yields its stages
     (:data:`Outputs`); :mod:`audioparity.driver` opens the model and the runtime, uploads the
     weights, writes the dump, times the phases and checks each stage against :attr:`spec`.
     """
@@ -630,37 +717,41 @@ class Family:
     @runs_in(Side.REFERENCE)
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
-        """Refuse, before torch is imported, what the reference could not run: the
-        checkpoint's tensors (present, shaped, finite), the memory the cases need.
+        """Refuse, before torch is imported, what no reference implementation could run: the
+        checkpoint's tensors (present, shaped, finite), the memory the cases need
+        (:meth:`ReferenceLibrary.check` adds an implementation's own).
 
         Raises:
             AudioparityError: one line naming the model or the case.
         """
 
-    @runs_in(Side.REFERENCE, REPLAY)
-    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        """Import the reference library of ``options["implementation"]`` (one of
-        :attr:`FamilySpec.references`) and load the model once for every case; what
-        :meth:`reference` and :meth:`replay` then take. A stage an implementation cannot
-        dump is yielded as :class:`Skipped` with why, never left out silently."""
-        raise NotImplementedError
+    def library(self, options: Mapping[str, Any]) -> type[ReferenceLibrary]:
+        """The class of the reference implementation ``options`` name (:data:`IMPLEMENTATION`,
+        default the primary): the one :class:`ReferenceLibrary` of its module.
 
-    @runs_in(Side.REFERENCE, REPLAY)
-    def reference_module(self, loaded: Any) -> Any:
-        """The torch module of :meth:`load_reference`'s result that the quantization-aware
-        references round."""
-        return loaded
+        Raises:
+            AudioparityError: an implementation the family does not have, or a module with
+                other than one such class.
+        """
+        import importlib
 
-    @runs_in(Side.REFERENCE)
-    def reference(self, loaded: Any, case: Case) -> Outputs:
-        """The reference's stages of one case."""
-        raise NotImplementedError
+        name = options.get(IMPLEMENTATION, self.spec.references[0])
+        if name not in self.spec.references:
+            raise AudioparityError(f"--{IMPLEMENTATION} {name}: {self.spec.name} has "
+                                   f"{', '.join(self.spec.references)}")
+        module = importlib.import_module(f"{type(self).__module__}.{REFERENCES}.{name}")
+        found = [value for value in vars(module).values() if isinstance(value, type)
+                 and issubclass(value, ReferenceLibrary) and value.__module__ == module.__name__]
+        if len(found) != 1:
+            raise AudioparityError(f"{module.__file__}: defines {len(found)} ReferenceLibrary "
+                                   "classes; expected one")
+        return found[0]
 
-    @runs_in(REPLAY)
-    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
-        """The reference's blocks on a candidate dump's own inputs (the replayed forms), for
-        a family whose stages have them."""
-        raise NotImplementedError
+    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]
+                       ) -> ReferenceLibrary:
+        """The reference implementation ``options`` name (:meth:`library`), its model loaded
+        once for every case."""
+        return self.library(options)(model, config, options)
 
     # -- the ggml side ------------------------------------------------------------------------
 

@@ -211,7 +211,7 @@ class Search:
         """Load the reference, dump the float32 cases (the targets' reference) and measure each
         weight's sensitivity on them (:func:`sensitivities`)."""
         self.loaded = self.family.load_reference(self.model, self.config, self.options)
-        self.module = self.family.reference_module(self.loaded)
+        self.module = self.loaded.module
         self.keep = self.family.reference_keeps
         self.reference = []
         return sensitivities(self.module, lambda: self.reference.extend(self._dump("float32")),

@@ -8,8 +8,9 @@ exactly the jobs that run the edited file, and a touched file reruns nothing (do
 
 - a family's side (fixture, reference, ggml, weights, replay): the module-level imports of the
   family's package, the imports inside the methods of its :class:`~audioparity.family.Family`
-  class that the side runs (:data:`~audioparity.family.SIDE_METHODS`), the dump driver's
-  function of the side (:data:`DRIVER_ENTRIES`), each followed transitively
+  class that the side runs (:data:`~audioparity.family.SIDE_METHODS`), for the reference and
+  replay sides every module of its reference implementations (``references/``), the dump
+  driver's function of the side (:data:`DRIVER_ENTRIES`), each followed transitively
   (:mod:`.imports`), and the command line's files (:data:`CLI`, not followed: it dispatches);
 - a candidate's dump (``audioparity guard ... candidate run``): the guard, the code that runs a
   candidate, its adapter (a module of ours and what it imports, or the user's file), and for
@@ -26,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.family import REPLAY, SIDE_METHODS, WEIGHTS, Family
+from audioparity.family import REFERENCES, REPLAY, SIDE_METHODS, WEIGHTS, Family
+from audioparity.vocabulary import Side
 from audioparity.workflow import paths
 from audioparity.workflow.imports import Entry, Sources
 
@@ -87,10 +89,18 @@ class Code:
             entries.append(Entry(DRIVER, DRIVER_ENTRIES[side]))
         return entries
 
+    @staticmethod
+    def side_modules(family: Family, side: str) -> list[str]:
+        """The modules a job of ``side`` loads by name: the reference and replay sides' the
+        family's reference implementations (:meth:`Family.library`), the others' none."""
+        if side not in (Side.REFERENCE, REPLAY):
+            return []
+        return [f"{family_module(family)}.{REFERENCES}.{name}" for name in family.spec.references]
+
     def side(self, family: Family, side: str) -> list[str]:
         """The files a job of ``family``'s ``side`` runs (``fixture``, ``reference``, ``ggml``,
         ``weights``, ``replay``)."""
-        return self.files(entries=self.side_entries(family, side))
+        return self.files(self.side_modules(family, side), self.side_entries(family, side))
 
     def adapter_source(self, adapter: Any, given: str) -> tuple[list[str], list[str]]:
         """``(modules, outside files)`` of an adapter: the module of ours that defines its
@@ -137,7 +147,8 @@ class Code:
         """A precision search's files (rule precision): the search, which runs the family's
         reference side for its trials and never a port's (a sweep verifies the recipe in its
         cells: :meth:`compare`)."""
-        return self.files(["audioparity.precision"], self.side_entries(family, "reference"))
+        return self.files(["audioparity.precision", *self.side_modules(family, Side.REFERENCE)],
+                          self.side_entries(family, Side.REFERENCE))
 
     def report(self, module: str, families: Iterable[Family]) -> list[str]:
         """A report step's files (``audioparity.report.summary``) and every swept family's

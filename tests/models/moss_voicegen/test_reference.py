@@ -33,7 +33,7 @@ def test_checkpoint_code_forward_gives_the_dumped_heads(moss_model: Path,
     agrees with the reference dump, which drives the same modules one by one."""
     import torch
 
-    from audioparity.models.moss_voicegen.reference import load_model
+    from audioparity.models.moss_voicegen.references.remote_code import load_model
 
     ref = moss_references[PROMPT.stem]
     net = load_model(moss_model, load_config(moss_model))

@@ -15,7 +15,7 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.compare.cell import compare_cell
 from audioparity.driver import dump_replay
-from audioparity.models.moss_voicegen.replay import layer_inputs
+from audioparity.models.moss_voicegen.references.remote_code import layer_inputs
 from tests import config_gates
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
 from tests.planted import Patch, planted_dump

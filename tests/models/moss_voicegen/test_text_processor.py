@@ -13,7 +13,7 @@ import pytest
 from audioparity.errors import AudioparityError
 from audioparity.models.moss_voicegen import text_processor as tp
 from audioparity.models.moss_voicegen.config import load_config
-from audioparity.models.moss_voicegen.reference import reference_prompt
+from audioparity.models.moss_voicegen.references.remote_code import reference_prompt
 from tests import MOSS_PROMPTS
 
 PROMPTS = MOSS_PROMPTS

@@ -15,10 +15,11 @@ from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics
 from audioparity.driver import dump_reference, dump_replay
 from audioparity.errors import AudioparityError
-from audioparity.models.moss_voicegen import TRANSFORMERS
-from audioparity.models.moss_voicegen import transformers_reference as tr
+from audioparity.models.moss_voicegen.references import transformers as tr
 from tests import MOSS_PROMPTS
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
+
+TRANSFORMERS = tr.Transformers.name
 
 #: Bounds of a float32-correct reference against another: the family's f32 gate (max_rel), an
 #: NMSE as the config's float32 layers, the same argmax of every logits row, and the same
@@ -158,6 +159,7 @@ def test_no_quantization_aware_or_replayed_transformers_reference(
         dump_reference(FAMILY, moss_model, [(PROMPT, tmp_path / "q8")], options=given,
                        emulate=["q8_0"])
     assert not (tmp_path / "q8").exists()
-    with pytest.raises(AudioparityError, match="replays with the remote_code reference only"):
+    with pytest.raises(AudioparityError, match="the transformers reference has no replay; "
+                       "replay with --implementation remote_code"):
         dump_replay(FAMILY, moss_model, PROMPT, moss_references[PROMPT.stem].path,
                     tmp_path / "replay", options=given)

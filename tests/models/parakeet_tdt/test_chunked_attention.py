@@ -1,5 +1,5 @@
 """Attention in chunks of query rows, on both sides: NeMo's ``RelPositionMultiHeadAttention``
-as the reference runs it (:func:`~audioparity.models.parakeet_tdt.reference.
+as the reference runs it (:func:`~audioparity.models.parakeet_tdt.chunked_attention.
 chunked_rel_pos_attention`) and the port's ``rel_pos_attention``, each against itself in one
 chunk. Several chunks must give every row as one chunk does, within float32 summation noise; a
 chunk that reads its positional rows one column off fails these bounds by orders of
@@ -62,7 +62,7 @@ def nemo_attention(request):
 
 @pytest.mark.parametrize("rows", [1, 3, 7, FRAMES - 1])
 def test_nemo_attention_in_chunks_equals_nemo_forward(nemo_attention, rows):
-    from audioparity.models.parakeet_tdt.reference import chunked_rel_pos_attention
+    from audioparity.models.parakeet_tdt.chunked_attention import chunked_rel_pos_attention
 
     module, x, mask, pos_emb = nemo_attention
     calls: list[tuple[int, int]] = []
@@ -76,7 +76,7 @@ def test_nemo_attention_in_chunks_equals_nemo_forward(nemo_attention, rows):
 
 def test_nemo_attention_in_one_chunk_is_nemo_forward_bit_for_bit(nemo_attention):
     """A clip within the budget (the default rows: all of them here) runs NeMo's own calls."""
-    from audioparity.models.parakeet_tdt.reference import chunked_rel_pos_attention
+    from audioparity.models.parakeet_tdt.chunked_attention import chunked_rel_pos_attention
 
     module, x, mask, pos_emb = nemo_attention
     with torch.inference_mode():
@@ -92,11 +92,11 @@ def test_reference_dump_in_chunks_equals_the_dump_in_one(parakeet_model: Path, c
     """The NeMo reference end to end (the tiny fixture, in process) with its attention forced
     into chunks of 3 query rows: every encoder stage as in one chunk, within float32 noise,
     the same decode, and the manifest says how it was computed."""
-    from audioparity.models.parakeet_tdt import reference
+    from audioparity.models.parakeet_tdt import chunked_attention
 
     whole, chunked = tmp_path / "whole", tmp_path / "chunked"
     reference_dump(parakeet_model, [(clip_wav, whole)], threads=1)
-    monkeypatch.setattr(reference, "attention_chunk_rows", lambda n_heads, n_frames: 3)
+    monkeypatch.setattr(chunked_attention, "attention_chunk_rows", lambda n_heads, n_frames: 3)
     reference_dump(parakeet_model, [(clip_wav, chunked)], threads=1)
     ours, truth = Dump(chunked), Dump(whole)
     n_layers = int(truth.manifest["n_layers"])

@@ -17,7 +17,7 @@ CLIP_8K = REPO / "resources/speech/clip-8k.wav"
 
 @pytest.fixture(scope="module")
 def model(fixture_model):
-    from audioparity.models.parakeet_tdt.reference import restore_model
+    from audioparity.models.parakeet_tdt.references.nemo import restore_model
 
     return restore_model(fixture_model("parakeet_tdt"))
 
@@ -28,7 +28,7 @@ def _floor(model, config, samples):
 
     from audioparity.models.parakeet_tdt import ParakeetTdt
     from audioparity.models.parakeet_tdt.floor import noise_floor
-    from audioparity.models.parakeet_tdt.reference import _stages_on, preprocessor
+    from audioparity.models.parakeet_tdt.references.nemo import _stages_on, preprocessor
 
     features, length = preprocessor(model, samples)
     rerun = partial(_stages_on, model, config, length)
@@ -40,7 +40,7 @@ def test_the_exact_mel_is_the_float64_normalisation_of_nemo_s_log_mel(model):
     import torch
 
     from audioparity.models.parakeet_tdt.floor import exact_features
-    from audioparity.models.parakeet_tdt.reference import preprocessor
+    from audioparity.models.parakeet_tdt.references.nemo import preprocessor
 
     samples = load_audio(CLIP_8K).samples
     features, length = preprocessor(model, samples)

@@ -16,7 +16,7 @@ import pytest
 from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
 from audioparity.family import Note, Phase
-from audioparity.models.parakeet_tdt import transformers_reference
+from audioparity.models.parakeet_tdt.references import transformers as transformers_reference
 from tests import RESOURCES
 from tests.models.parakeet_tdt import PARAKEET
 
@@ -57,7 +57,7 @@ def run(model: Path, audio: Path, implementation: str, loaded=None) -> tuple[dic
     config = PARAKEET.config(model)
     options = {"implementation": implementation}
     loaded = loaded or PARAKEET.load_reference(model, config, options)
-    return outputs(PARAKEET.reference(loaded, PARAKEET.open_case(model, config, audio, options)))
+    return outputs(loaded.stages(PARAKEET.open_case(model, config, audio, options)))
 
 
 def nmse(a: np.ndarray, b: np.ndarray) -> float:
@@ -184,8 +184,8 @@ def test_what_transformers_cannot_express_is_refused_in_one_line():
 def test_replay_needs_the_nemo_implementation():
     loaded = PARAKEET.load_reference(TRAINED, PARAKEET.config(TRAINED),
                                      {"implementation": "transformers"})
-    with pytest.raises(AudioparityError, match="--implementation nemo"):
-        PARAKEET.replay(loaded, None, None)
+    with pytest.raises(AudioparityError, match="the transformers reference has no replay"):
+        loaded.replay(None, None)
 
 
 def test_a_hugging_face_directory_converts_to_what_from_pretrained_loads(tmp_path, clip_wav):

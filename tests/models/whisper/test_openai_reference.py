@@ -17,13 +17,15 @@ import pytest
 from audioparity import storage
 from audioparity.artifacts import Dump
 from audioparity.cli import main
-from audioparity.driver import dump_reference
+from audioparity.driver import dump_reference, dump_replay
 from audioparity.errors import AudioparityError
-from audioparity.models.whisper import OPENAI_WHISPER, Whisper
-from audioparity.models.whisper import openai_reference as openai
+from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.checkpoint import expected_shapes
 from audioparity.models.whisper.config import load_config
+from audioparity.models.whisper.references import openai_whisper as openai
 from tests.checkpoints.test_ctranslate2 import JFK
+
+OPENAI_WHISPER = openai.OpenaiWhisper.name
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("whisper")
@@ -107,8 +109,9 @@ def test_fixture_stages_agree_with_transformers_to_float32_noise(openai_dump, wh
 
 def test_q8_0_twin_rounds_the_same_weights_as_transformers(openai_dump, whisper_reference):
     """The quantization-aware reference rounds openai-whisper's modules under the port's names
-    (:func:`~audioparity.models.whisper.openai_reference.transformers_view`): the same weights
-    stored, the same block hashes, and the encoder as transformers' q8_0 twin computes it."""
+    (:func:`~audioparity.models.whisper.references.openai_whisper.transformers_view`): the same
+    weights stored, the same block hashes, and the encoder as transformers' q8_0 twin computes
+    it."""
     ours = Dump(openai_dump.with_name("clip@q8_0"))
     theirs = Dump(whisper_reference.with_name("clip@q8_0"))
     stored = [{key: {name: value for name, value in dump.manifest["storage"][key].items()
@@ -179,13 +182,14 @@ def test_a_transposed_weight_in_the_converter_fails_the_bounds(whisper_model, cl
         assert nmse(ours.tensor(name), theirs.tensor(name)) > 1e3 * ENCODER_NMSE, name
 
 
-def test_replay_is_refused_in_one_line(whisper_model, clip_wav):
+def test_replay_is_refused_in_one_line(whisper_model, clip_wav, tmp_path):
     family = Whisper()
-    config = load_config(whisper_model)
     options = {"language": "", "task": "transcribe", "implementation": OPENAI_WHISPER}
-    loaded = family.load_reference(whisper_model, config, options)
-    with pytest.raises(AudioparityError, match="replay runs transformers' encoder layers"):
-        family.replay(loaded, None, None)
+    with pytest.raises(AudioparityError, match="the openai_whisper reference has no replay; "
+                       "replay with --implementation transformers"):
+        dump_replay(family, whisper_model, clip_wav, whisper_model, tmp_path / "replay",
+                    options=options)
+    assert not (tmp_path / "replay").exists()
 
 
 def test_an_extractor_openai_whisper_does_not_compute_is_refused(whisper_model):

@@ -37,14 +37,14 @@ def jfk() -> Path:
 
 @pytest.fixture(scope="module")
 def reference_decode(tiny_en_model: Path, jfk: Path):
-    """The reference's greedy decode of jfk.wav (:mod:`audioparity.models.whisper.reference`)
-    and its text."""
-    from audioparity.models.whisper.reference import (
+    """The reference's greedy decode of jfk.wav
+    (:mod:`audioparity.models.whisper.references.transformers`) and its text."""
+    from audioparity.models.whisper.references.transformers import (
         encoder,
         greedy_decoding,
         load_model,
     )
-    from audioparity.models.whisper.reference import mel_features as reference_mel
+    from audioparity.models.whisper.references.transformers import mel_features as reference_mel
 
     config = load_config(tiny_en_model)
     loaded = load_model(tiny_en_model)

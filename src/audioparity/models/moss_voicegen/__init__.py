@@ -8,10 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
-    IMPLEMENTATION,
     MATMUL,
     Case,
     CheckpointWeights,
@@ -20,19 +18,9 @@ from audioparity.family import (
     Option,
     Outputs,
     Stage,
+    reference_names,
 )
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
-
-#: The reference implementation that runs transformers' ``Qwen3Model`` without the checkpoint's
-#: modeling code (:mod:`.transformers_reference`); ``remote_code`` is :mod:`.reference`.
-TRANSFORMERS = "transformers"
-
-
-def _is_transformers(loaded: Any) -> bool:
-    """Whether ``loaded`` is the ``transformers`` implementation's model."""
-    from audioparity.models.moss_voicegen.transformers_reference import Qwen3Reference
-
-    return isinstance(loaded, Qwen3Reference)
 
 
 class MossVoicegen(Family):
@@ -91,7 +79,7 @@ class MossVoicegen(Family):
                    "loaded with trust_remote_code like the real checkpoint", sides=("fixture",)),
         ),
         ggml_reads_reference=True,
-        references=("remote_code", TRANSFORMERS),
+        references=reference_names(__name__, primary="remote_code"),
     )
     reference_versions = ("torch", "transformers", "tokenizers")
     ggml_versions = ("ggml_python", "tokenizers")
@@ -119,60 +107,13 @@ class MossVoicegen(Family):
 
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
-        """The memory the longest prompt needs (:func:`.reference.check_memory`), then the
-        weights (:func:`.checkpoint.check_weights`: present, shaped, finite).
+        """The memory the longest prompt needs (:func:`.checkpoint.check_memory`), then the
+        weights (:func:`.checkpoint.check_weights`: present, shaped, finite)."""
+        from audioparity.models.moss_voicegen.checkpoint import check_memory, check_weights
 
-        Raises:
-            AudioparityError: also a quantization-aware reference (``emulates``) asked of the
-                ``transformers`` implementation, whose embeddings and heads are tensors, not
-                the modules :func:`~audioparity.storage.emulating` rounds.
-        """
-        from audioparity.models.moss_voicegen.checkpoint import check_weights
-        from audioparity.models.moss_voicegen.reference import check_memory
-
-        if emulates and any(case.options.get(IMPLEMENTATION) == TRANSFORMERS for case in cases):
-            raise AudioparityError(f"{model}: the {TRANSFORMERS} reference of moss_voicegen has "
-                                   "no quantization-aware form; emulate with remote_code")
         rows = max((case.options["generate_rows"] for case in cases), default=0)
         check_memory(model, config, [case.data for case in cases], rows, emulates)
         check_weights(model, config)
-
-    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        """``remote_code``: ``MossTTSDelayModel`` (:func:`.reference.load_model`);
-        ``transformers``: transformers' ``Qwen3Model`` and the checkpoint's tensors
-        (:func:`.transformers_reference.load_model`)."""
-        if options.get(IMPLEMENTATION) == TRANSFORMERS:
-            from audioparity.models.moss_voicegen.transformers_reference import load_model
-        else:
-            from audioparity.models.moss_voicegen.reference import load_model
-
-        return load_model(model, config)
-
-    def reference_module(self, loaded: Any) -> Any:
-        """The loaded model; for ``transformers`` its ``Qwen3Model`` (:meth:`check_reference`
-        refuses to emulate a weight type with it)."""
-        return loaded.backbone if _is_transformers(loaded) else loaded
-
-    def reference(self, loaded: Any, case: Case) -> Outputs:
-        if _is_transformers(loaded):
-            from audioparity.models.moss_voicegen.transformers_reference import stages
-        else:
-            from audioparity.models.moss_voicegen.reference import stages
-
-        return stages(loaded, case, case.options["generate_rows"])
-
-    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
-        """The replayed layers (:func:`.replay.replayed`), with the ``remote_code`` reference.
-
-        Raises:
-            AudioparityError: the ``transformers`` reference was loaded.
-        """
-        from audioparity.models.moss_voicegen.replay import replayed
-
-        if _is_transformers(loaded):
-            raise AudioparityError(f"{case.path}: moss_voicegen replays with the remote_code "
-                                   f"reference only, not {TRANSFORMERS}")
-        return replayed(loaded, case, candidate)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
         from audioparity.models.moss_voicegen.checkpoint import checked_blocks, checked_entries

@@ -12,13 +12,15 @@ at a time. Names are the checkpoint's own (``MossTTSDelayModel`` state dict):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from audioparity.checkpoints.safetensors import Entry, checkpoint_entries
 from audioparity.errors import AudioparityError
+from audioparity.memory import reference_bytes, refuse_if_over
+from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
 
@@ -128,3 +130,24 @@ def nonzero_pad_rows(arrays: Mapping[str, np.ndarray], config: MossTTSDelayConfi
     pad = config.audio_pad_code if row is None else row
     return [name for k in range(config.n_vq) if (name := f"emb_ext.{k}.weight") in arrays
             and np.any(arrays[name][pad] != 0)]
+
+
+def check_memory(model: Path, config: MossTTSDelayConfig,
+                 requests: Sequence[text_processor.Prompt], generate_rows: int,
+                 emulates: bool) -> None:
+    """Refuse, before torch is imported, a job that would not fit the memory free: the model
+    as the reference holds it (:func:`~audioparity.memory.reference_bytes`: the stack, the
+    float32 weights, their saved originals when it ``emulates`` a weight type) and the
+    activations (:meth:`~.config.MossTTSDelayConfig.activation_bytes`) of the longest prompt
+    and its generated rows. A prompt's rows are bounded without its tokenizer: byte-level BPE
+    gives at most one token per byte of the rendered prompt, plus the ``audio_start`` row.
+
+    Raises:
+        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
+    """
+    rows = max(len(text_processor.render(r).encode()) for r in requests) + 1 + generate_rows
+    twice = ", twice: its quantization-aware passes keep the originals" if emulates else ""
+    refuse_if_over(reference_bytes(model, emulates) + config.activation_bytes(rows),
+                   f"{model}: the MOSS reference",
+                   "give it more memory" + (" or fewer --emulate weight types" if emulates else ""),
+                   f" (the float32 model{twice}; prompts of at most {rows} rows)")

@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from audioparity.errors import AudioparityError
-from audioparity.family import IMPLEMENTATION, Case, CheckpointWeights, Family, Outputs
+from audioparity.family import Case, CheckpointWeights, Family, Outputs
 from audioparity.models.parakeet_tdt.spec import CTC, SPEC, TRANSDUCER
 
 
@@ -48,45 +46,20 @@ class ParakeetTdt(Family):
 
     def check_reference(self, model: Path, config: Any, cases: list[Case], *,
                         emulates: bool) -> None:
-        from audioparity.models.parakeet_tdt.reference import check_inputs
-        from audioparity.models.parakeet_tdt.transformers_reference import check_convertible
+        """Each case's encoder attention against the memory free
+        (:func:`.checkpoint.check_attention_memory`), then the checkpoint's tensors
+        (:func:`.checkpoint.check_weights`: present, shaped as the config says, finite), with
+        the ggml side's messages."""
+        from audioparity.models.parakeet_tdt.checkpoint import (
+            check_attention_memory,
+            check_weights,
+        )
 
-        implementation = cases[0].options.get(IMPLEMENTATION) if cases else None
-        if implementation == "transformers":
-            check_convertible(config, Path(model))
-        check_inputs(model, config, cases, emulates, implementation or self.spec.references[0])
-
-    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        if options.get(IMPLEMENTATION) == "transformers":
-            from audioparity.models.parakeet_tdt.transformers_reference import load_model
-
-            return load_model(model, config)
-        import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
-
-        from audioparity.models.parakeet_tdt.reference import restore_model
-
-        return restore_model(model)
-
-    def reference_module(self, loaded: Any) -> Any:
-        from audioparity.models.parakeet_tdt.transformers_reference import TransformersParakeet
-
-        return loaded.module if isinstance(loaded, TransformersParakeet) else loaded
-
-    def reference(self, loaded: Any, case: Case) -> Outputs:
-        from audioparity.models.parakeet_tdt import reference, transformers_reference
-
-        if isinstance(loaded, transformers_reference.TransformersParakeet):
-            return transformers_reference.stages(loaded, case)
-        return reference.stages(loaded, case, partial(self.spec.carries, "mel_features"))
-
-    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
-        from audioparity.models.parakeet_tdt.replay import stages
-        from audioparity.models.parakeet_tdt.transformers_reference import TransformersParakeet
-
-        if isinstance(loaded, TransformersParakeet):
-            raise AudioparityError("replay parakeet-tdt: replaying needs the nemo implementation "
-                                   "(--implementation nemo)")
-        return stages(loaded, case, candidate)
+        for case in cases:
+            n_mel = case.data.samples.size // config.preprocessor.hop_length  # valid mel frames
+            check_attention_memory(case.path, model, config.encoder,
+                                   config.encoder.subsampled_length(n_mel), emulates)
+        check_weights(model, config)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
         from audioparity.models.parakeet_tdt.layout import checkpoint_weights

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from audioparity.family import FamilySpec, Option, Stage
+from audioparity.family import FamilySpec, Option, Stage, reference_names
 from audioparity.vocabulary import FLOAT_STORAGE_TYPES
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
@@ -122,5 +122,5 @@ SPEC = FamilySpec(
     options=_OPTIONS,
     fixture_model="model.nemo",
     ggml_reads_reference=True,
-    references=("nemo", "transformers"),
+    references=reference_names(__package__, primary="nemo"),
 )

@@ -12,7 +12,6 @@ from typing import Any
 from audioparity.errors import AudioparityError
 from audioparity.family import (
     FLOAT32,
-    IMPLEMENTATION,
     MATMUL,
     Case,
     CheckpointWeights,
@@ -21,11 +20,8 @@ from audioparity.family import (
     Option,
     Outputs,
     Stage,
+    reference_names,
 )
-
-#: The second reference implementation: OpenAI's ``openai-whisper`` package
-#: (:mod:`.openai_reference`).
-OPENAI_WHISPER = "openai_whisper"
 
 #: The weights that enter a matmul as its first operand: ``nn.Linear`` of the layers (both
 #: attentions' projections, ``fc1``, ``fc2``) and the decoder's ``embed_tokens``, which is also
@@ -80,7 +76,7 @@ class Whisper(Family):
                    sides=("reference", "ggml"), choices=("transcribe", "translate")),
         ),
         ggml_reads_reference=True,
-        references=("transformers", OPENAI_WHISPER),
+        references=reference_names(__name__, primary="transformers"),
     )
     reference_versions = ("torch", "transformers", "openai-whisper")
     reference_keeps = ("model.encoder.embed_positions", "model.decoder.embed_positions")
@@ -121,40 +117,6 @@ class Whisper(Family):
         from audioparity.models.whisper.checkpoint import check_weights
 
         check_weights(model, config)
-
-    def load_reference(self, model: Path, config: Any, options: Mapping[str, Any]) -> Any:
-        if options.get(IMPLEMENTATION, self.spec.references[0]) == OPENAI_WHISPER:
-            from audioparity.models.whisper import openai_reference
-
-            return openai_reference.load_model(model, config, dict(options))
-        from audioparity.models.whisper.reference import load_model
-
-        return load_model(model)
-
-    def reference_module(self, loaded: Any) -> Any:
-        from audioparity.models.whisper import openai_reference
-
-        if isinstance(loaded, openai_reference.Loaded):
-            return openai_reference.transformers_view(loaded.model)
-        return loaded.model
-
-    def reference(self, loaded: Any, case: Case) -> Outputs:
-        from audioparity.models.whisper import openai_reference
-        from audioparity.models.whisper.reference import stages
-
-        if isinstance(loaded, openai_reference.Loaded):
-            return openai_reference.stages(loaded, case)
-        return stages(loaded, case)
-
-    def replay(self, loaded: Any, case: Case, candidate: Any) -> Outputs:
-        from audioparity.models.whisper import openai_reference
-        from audioparity.models.whisper.replay import stages
-
-        if isinstance(loaded, openai_reference.Loaded):
-            raise AudioparityError(f"whisper: replay runs transformers' encoder layers; "
-                                   f"--implementation {OPENAI_WHISPER} has none (use "
-                                   f"{self.spec.references[0]})")
-        return stages(loaded, case, candidate)
 
     def weights(self, model: Path, config: Any) -> CheckpointWeights:
         from audioparity.models.whisper.checkpoint import checked_entries

@@ -17,24 +17,35 @@ decode likewise through :func:`~.greedy.greedy_ctc`.
 
 Only NeMo's generic structure is used, so the same code dumps parakeet-tdt-0.6b-v3 and the tiny
 fixture. Importing this module imports neither torch, NeMo nor ggml.
+
+Replay (:func:`replay_stages`), the reference side of a Parakeet-TDT candidate's: NeMo runs
+each block on the candidate's own input to it, so a port that cannot be fed the reference's
+activations (a third-party binary) is still localised block by block (docs/candidates.md,
+"Replay").
+
+In one NeMo encoder run on the case's audio, forward hooks substitute the candidate's tensors:
+its ``mel_features`` for the preprocessor's output, its ``pre_encode`` for ``pre_encode``'s
+output (so ``layer_0`` runs on it, after NeMo's own ``pos_enc``), its ``layer_{i-1}`` for
+``layers[i]``'s input. What each block computes on the substituted input is its replayed form:
+``pre_encode_replayed``, ``layer_{i}_replayed``. NeMo's greedy TDT decoding of the candidate's
+``enc_out`` is ``decode_replayed``. The compare then measures the candidate's stage against its
+replayed form: the error of that block alone.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
-from audioparity.memory import reference_bytes, refuse_if_over
-from audioparity.models.parakeet_tdt.checkpoint import check_weights
+from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
+from audioparity.models.parakeet_tdt.chunked_attention import chunk_note, chunked_attention
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.floor import floor_note, noise_floor
 from audioparity.models.parakeet_tdt.greedy import (
@@ -46,6 +57,8 @@ from audioparity.models.parakeet_tdt.greedy import (
     joint_decisions,
     replay_path,
 )
+from audioparity.models.parakeet_tdt.spec import SPEC
+from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 
@@ -118,22 +131,22 @@ def encoder(model: Any, features: Any, length: Any,
         AudioparityError: a hook did not fire exactly once, or ``pos_emb`` is absent (not
             ``rel_pos`` attention) or not of those rows.
     """
+    import torch
+
     enc = model.encoder
-    with chunked_attention(enc) as calls:
-        taps, encoded, encoded_length = _tapped_encoder(enc, features, length)
+    with chunked_attention(enc) as calls, Taps("encoder") as taps:
+        taps.output("pre_encode", enc.pre_encode)
+        taps.input("pos_emb", enc.layers[0], "pos_emb")
+        taps.outputs("layer_{}", enc.layers)
+        with torch.inference_mode():
+            encoded, encoded_length = enc(audio_signal=features, length=length)
     if chunks is not None:
         chunks.extend(calls)
     n_frames = int(encoded_length[0])
     local = enc.self_attention_model == "rel_pos_local_attn"
     out: dict[str, np.ndarray] = {}
     for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(len(enc.layers)))):
-        values = taps.get(name, [])
-        if len(values) != 1 or values[0] is None:
-            raise AudioparityError(
-                f"encoder tap {name!r}: expected one tensor, got {len(values)} "
-                f"({'none' if not values else type(values[0]).__name__}); rel_pos attention needed"
-            )
-        array = values[0][0].float().numpy()
+        array = taps.once(name)[0].float().numpy()
         if name != "pos_emb":
             out[name] = array[:n_frames]
         else:  # a local window's table does not depend on the frames
@@ -146,192 +159,6 @@ def encoder(model: Any, features: Any, length: Any,
         )
     out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
     return out
-
-
-#: NeMo's ``multi_head_attention.INF_VAL``: the score a masked key gets before the softmax.
-INF_VAL = 10000.0
-
-
-def attention_row_bytes(n_heads: int, n_frames: int) -> int:
-    """The bytes :func:`chunked_rel_pos_attention` holds per query row of a chunk, every head:
-    :data:`~audioparity.memory.REFERENCE_SCORE_COPIES` float32 rows of ``T`` (padded frames)."""
-    from audioparity.memory import REFERENCE_SCORE_COPIES
-
-    return REFERENCE_SCORE_COPIES * n_heads * n_frames * 4
-
-
-def attention_chunk_rows(n_heads: int, n_frames: int) -> int:
-    """Query rows per chunk of :func:`chunked_rel_pos_attention` over ``n_frames`` (padded)
-    frames: as many as fit :data:`audioparity.memory.ATTENTION_CHUNK_BYTES`
-    (:func:`attention_row_bytes`); all of them for a clip within it."""
-    from audioparity.memory import attention_chunk_rows as rows
-
-    return rows(n_frames, attention_row_bytes(n_heads, n_frames))
-
-
-def chunked_rel_pos_attention(module: Any, query: Any, key: Any, value: Any, mask: Any,
-                              pos_emb: Any, cache: Any = None, *, chunk_rows: int | None = None,
-                              chunks: list[tuple[int, int]] | None = None) -> Any:
-    """NeMo's ``RelPositionMultiHeadAttention.forward`` (``multi_head_attention.py``) of
-    ``module``, with the scores computed for ``chunk_rows`` query rows at a time.
-
-    NeMo's arithmetic, step by step: ``q, k, v = forward_qkv(query, key, value)``, ``p =
-    linear_pos(pos_emb)``; then for the query rows ``a ... b-1`` (r of them) ``matrix_bd =
-    rel_shift((q + pos_bias_v) p^T)`` on the rows ``T-b ... 2T-2-a`` of p (the ``T+r-1``
-    positions they reach: NeMo's ``rel_shift`` of the chunk picks, for query i and key j,
-    the column of position ``i-j``, as it does on the whole ``[H, T, 2T-1]``); without
-    ``use_pytorch_sdpa`` ``matrix_ac = (q + pos_bias_u) k^T``, ``scores = (matrix_ac +
-    matrix_bd) / sqrt(d_k)`` and NeMo's own ``forward_attention`` (masked_fill ``-INF_VAL``,
-    softmax, masked_fill 0, ``@ v``, ``linear_out``) on the chunk's rows of the mask; with it
-    ``scaled_dot_product_attention`` with ``matrix_bd / sqrt(d_k)``, masked, as its
-    ``attn_mask``, then ``linear_out``. The rows' outputs are joined in order.
-
-    Every row is computed as in NeMo's unchunked forward, so it equals it within float32
-    summation noise (the matmuls' blocking differs with the row count); with one chunk
-    (``chunk_rows >= T``) the calls are NeMo's own on the same tensors, bit for bit.
-
-    Args:
-        module: a ``RelPositionMultiHeadAttention`` (not the Longformer subclass).
-        query, key, value: ``[B, T, D]``; mask: ``[B, T, T]`` bool (True: masked) or None;
-            pos_emb: ``[B, 2T-1, D]``; cache: NeMo's streaming cache (passed through
-            ``update_cache``).
-        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
-        chunks: when given, ``(T, chunk rows)`` of this call is appended to it.
-
-    Returns:
-        ``[B, T, D]`` (and the cache when one is given), as NeMo's forward.
-    """
-    import torch
-    from nemo.utils import avoid_float16_autocast_context
-
-    key, value, query, cache = module.update_cache(key=key, value=value, query=query,
-                                                   cache=cache)
-    if torch.is_autocast_enabled():
-        query, key, value = query.to(torch.float32), key.to(torch.float32), value.to(torch.float32)
-    with avoid_float16_autocast_context():
-        q, k, v = module.forward_qkv(query, key, value)
-        q = q.transpose(1, 2)  # (batch, time1, head, d_k)
-        n_batch_pos = pos_emb.size(0)
-        p = module.linear_pos(pos_emb).view(n_batch_pos, -1, module.h, module.d_k)
-        p = p.transpose(1, 2)  # (batch, head, 2*time1-1, d_k)
-        q_with_bias_u = (q + module.pos_bias_u).transpose(1, 2)  # (batch, head, time1, d_k)
-        q_with_bias_v = (q + module.pos_bias_v).transpose(1, 2)
-        n_rows = q_with_bias_u.size(-2)
-        rows = min(chunk_rows or attention_chunk_rows(module.h, n_rows), n_rows)
-        if chunks is not None:
-            chunks.append((n_rows, rows))
-        out = torch.cat([
-            _attention_rows(module, q_with_bias_u[:, :, a : a + rows],
-                            q_with_bias_v[:, :, a : a + rows], k, v,
-                            p[:, :, max(n_rows - a - rows, 0) : 2 * n_rows - 1 - a],
-                            None if mask is None else mask[:, a : a + rows])
-            for a in range(0, n_rows, rows)
-        ], dim=1) if rows < n_rows else _attention_rows(module, q_with_bias_u, q_with_bias_v,
-                                                         k, v, p, mask)
-    return out if cache is None else (out, cache)
-
-
-def _attention_rows(module: Any, q_with_bias_u: Any, q_with_bias_v: Any, k: Any, v: Any,
-                    p: Any, mask: Any) -> Any:
-    """The rest of NeMo's ``RelPositionMultiHeadAttention.forward`` for r query rows: ``q_with
-    _bias_u``, ``q_with_bias_v`` ``[B, H, r, d_k]``, ``k``, ``v`` ``[B, H, T, d_k]``, ``p`` the
-    ``[B, H, T+r-1, d_k]`` positions the rows reach, ``mask`` the rows' ``[B, r, T]`` or None;
-    returns the rows' ``[B, r, D]`` (after ``linear_out``)."""
-    import torch
-
-    matrix_bd = torch.matmul(q_with_bias_v, p.transpose(-2, -1))
-    matrix_bd = module.rel_shift(matrix_bd)
-    if module.use_pytorch_sdpa:
-        scale_factor = 1 / math.sqrt(q_with_bias_u.size(-1))
-        matrix_bd = matrix_bd[:, :, :, : k.size(-2)] * scale_factor
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-            matrix_bd.masked_fill_(mask, -INF_VAL)
-        dropout_rate = module.dropout_rate if module.training else 0
-        if module.use_pytorch_sdpa_backends:
-            with torch.nn.attention.sdpa_kernel(module.use_pytorch_sdpa_backends):
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q_with_bias_u, k, v, attn_mask=matrix_bd, dropout_p=dropout_rate)
-        else:
-            out = torch.nn.functional.scaled_dot_product_attention(
-                q_with_bias_u, k, v, attn_mask=matrix_bd, dropout_p=dropout_rate)
-        if mask is not None:
-            all_masked_rows = torch.all(mask, dim=-1)
-            all_masked_rows.unsqueeze_(-1)
-            all_masked_rows = all_masked_rows.expand(-1, out.size(1), -1, out.size(-1))
-            out = out.masked_fill(all_masked_rows, 0.0)
-        out = out.transpose(1, 2).reshape(out.size(0), -1, module.h * module.d_k)
-        return module.linear_out(out)
-    matrix_ac = torch.matmul(q_with_bias_u, k.transpose(-2, -1))
-    matrix_bd = matrix_bd[:, :, :, : matrix_ac.size(-1)]
-    scores = (matrix_ac + matrix_bd) / module.s_d_k  # (batch, head, rows, time2)
-    return module.forward_attention(v, scores, mask)
-
-
-@contextmanager
-def chunked_attention(encoder: Any, chunk_rows: int | None = None) -> Iterator[list]:
-    """Within the block, every full-context ``RelPositionMultiHeadAttention`` of NeMo's
-    ``encoder`` (``ConformerEncoder``) computes as :func:`chunked_rel_pos_attention` (its
-    instance's ``forward`` replaced; hooks still fire); local attention
-    (``RelPositionMultiHeadAttentionLongformer``) is left as it is, already linear in T.
-
-    Yields:
-        a list that collects ``(T, chunk rows)`` of every call.
-    """
-    from nemo.collections.asr.parts.submodules.multi_head_attention import (
-        RelPositionMultiHeadAttention,
-    )
-
-    calls: list[tuple[int, int]] = []
-    modules = [m for m in encoder.modules() if type(m) is RelPositionMultiHeadAttention]
-    for module in modules:
-        module.forward = partial(chunked_rel_pos_attention, module, chunk_rows=chunk_rows,
-                                 chunks=calls)
-    try:
-        yield calls
-    finally:
-        for module in modules:
-            del module.forward
-
-
-def chunk_note(calls: Sequence[tuple[int, int]]) -> str | None:
-    """The manifest's note of the chunks :func:`chunked_attention` recorded, or None when
-    every attention was one chunk."""
-    chunked = sorted({(n, rows) for n, rows in calls if rows < n})
-    if not chunked:
-        return None
-    n_frames, rows = chunked[-1]
-    return (f"attention: NeMo's RelPositionMultiHeadAttention computed in chunks of {rows} "
-            f"query rows ({-(-n_frames // rows)} chunks over T={n_frames}), each row as NeMo "
-            "computes it (reference.chunked_rel_pos_attention)")
-
-
-def _tapped_encoder(enc: Any, features: Any, length: Any) -> tuple[dict[str, list[Any]], Any,
-                                                                  Any]:
-    """``enc(audio_signal=features, length=length)`` with the hooks of :func:`encoder`:
-    ``(tap name -> every value it saw, encoded [1, D, T'_padded], encoded length [1])``."""
-    import torch
-
-    taps: dict[str, list[Any]] = {}
-
-    def keep(name: str, value: Any) -> None:
-        taps.setdefault(name, []).append(value[0] if isinstance(value, tuple) else value)
-
-    handles = [
-        enc.pre_encode.register_forward_hook(lambda m, i, o: keep("pre_encode", o)),
-        enc.layers[0].register_forward_pre_hook(
-            lambda m, a, kw: keep("pos_emb", kw.get("pos_emb")), with_kwargs=True
-        ),
-    ]
-    for index, layer in enumerate(enc.layers):
-        handles.append(layer.register_forward_hook(lambda m, i, o, n=index: keep(f"layer_{n}", o)))
-    try:
-        with torch.inference_mode():
-            encoded, encoded_length = enc(audio_signal=features, length=length)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return taps, encoded, encoded_length
 
 
 def valid_positions(pos_emb: np.ndarray, n_frames: int) -> np.ndarray:
@@ -437,31 +264,18 @@ def _recorded_decode(model: Any, enc_out: np.ndarray) -> tuple[Any, np.ndarray, 
     first prediction step ``[layers, 2, H]``."""
     import torch
 
-    rows: list[Any] = []
-    states: list[Any] = []
-
-    def keep_rows(module: Any, inputs: Any, output: Any) -> None:
-        rows.append(output.reshape(-1, output.shape[-1]).float().clone())
-
-    def keep_state(module: Any, inputs: Any, output: Any) -> None:
-        if not states:
-            states.append(torch.stack([s[:, 0].float().clone() for s in output[1]], dim=1))
-
-    handles = [
-        model.joint.joint_net.register_forward_hook(keep_rows),
-        model.decoder.prediction["dec_rnn"].register_forward_hook(keep_state),
-    ]
     encoded = torch.from_numpy(enc_out).transpose(0, 1).unsqueeze(0)
     length = torch.tensor([enc_out.shape[0]], dtype=torch.int64)
-    try:
+    with Taps("decoder") as taps:
+        taps.output("joint", model.joint.joint_net, keep=lambda out: out.float().clone())
+        taps.output("dec_rnn", model.decoder.prediction["dec_rnn"], keep=lambda out: torch.stack(
+            [state[:, 0].float().clone() for state in out[1]], dim=1))
         with torch.inference_mode():
             (hypothesis,) = model.decoding.rnnt_decoder_predictions_tensor(
                 encoder_output=encoded, encoded_lengths=length, return_hypotheses=True
             )
-    finally:
-        for handle in handles:
-            handle.remove()
-    return hypothesis, torch.cat(rows).numpy(), states[0].numpy()
+    rows = [out.reshape(-1, out.shape[-1]) for out in taps.all("joint")]
+    return hypothesis, torch.cat(rows).numpy(), taps.all("dec_rnn")[0].numpy()
 
 
 def greedy_ctc_decoding(model: Any, enc_out: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -525,48 +339,6 @@ def _int_list(values: Any) -> list[int]:
     if hasattr(values, "tolist"):
         values = values.tolist()
     return [int(v) for v in values]
-
-
-def check_inputs(model: Path, config: ParakeetTDTConfig, cases: Sequence[Case],
-                 emulates: bool, implementation: str = "nemo") -> None:
-    """What the reference refuses before NeMo or transformers is imported, after the config and
-    the cases (read as the ggml side reads them): under ``nemo`` a model directory (NeMo
-    restores ``.nemo`` files only; what transformers cannot express the family checks before
-    this, :func:`~.transformers_reference.check_convertible`), a case whose attention would not fit
-    the memory (:func:`check_attention_memory`), and the checkpoint's tensors
-    (:func:`~.checkpoint.check_weights`: present, shaped as the config says, finite), the ggml
-    side's checks with its messages.
-
-    Raises:
-        AudioparityError: one line naming the model or the case.
-    """
-    model = Path(model)
-    if implementation == "nemo" and model.is_dir():
-        raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo file")
-    for case in cases:
-        n_mel = case.data.samples.size // config.preprocessor.hop_length  # valid mel frames
-        check_attention_memory(case.path, model, config.encoder,
-                               config.encoder.subsampled_length(n_mel), emulates)
-    check_weights(model, config)
-
-
-def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: int,
-                           emulates: bool = False) -> None:
-    """Refuse a clip that would not fit the memory free, before NeMo is imported (a process
-    killed for memory says nothing): the model as the reference holds it
-    (:func:`~audioparity.memory.reference_bytes`: the stack, the float32 weights, their saved
-    originals when it ``emulates`` a weight type, the checkpoint's tensors NeMo's restore
-    leaves) and the encoder's activations over the clip's
-    encoder frames (:meth:`~.config.EncoderConfig.attention_bytes`: attention in chunks of
-    query rows, the rest linear in T' but for a few ``[T', T']`` bool masks).
-
-    Raises:
-        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
-    """
-    refuse_if_over(reference_bytes(model, emulates) + encoder_config.attention_bytes(n_frames),
-                   f"{audio}: T'={n_frames} encoder frames; the NeMo reference",
-                   "the input is too long for this memory",
-                   " (the model and the encoder's activations)")
 
 
 def stages(asr_model: Any, case: Case, carries: Callable[[str], bool]) -> Outputs:
@@ -657,3 +429,177 @@ def ctc_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     yield Note(f"ctc_decode: NeMo CTCBPEDecoding {STRATEGY}, batch 1; the argmax of "
                "ctc_logits folded reproduces its ids and frames")
     log.info("reference parakeet-tdt: CTC decoded %d tokens", len(ctc_decode["ids"]))
+
+
+def _given(candidate: Dump, name: str, shape: tuple[int, ...], skipped: dict[str, str],
+           replayed: str) -> np.ndarray | None:
+    """The candidate's tensor ``name`` when it has it with ``shape``; else None, and the reason
+    ``replayed`` cannot be replayed in ``skipped``."""
+    if not candidate.has(name):
+        skipped[replayed] = f"the candidate dump has no {name}"
+        return None
+    array = candidate.tensor(name)
+    if array.shape != shape:
+        skipped[replayed] = (f"the candidate's {name} is {list(array.shape)}, NeMo's input "
+                             f"there is {list(shape)}")
+        return None
+    return array
+
+
+class _Substitutions:
+    """The forward hooks of :func:`replayed_encoder`: each substitutes the candidate's input
+    to a block and records the block's output on it (``replayed``), or why it could not
+    (``skipped``).
+
+    Args:
+        candidate: the candidate's dump.
+        mel_given: the candidate's ``mel_features`` replaced the preprocessor's output (so
+            ``pre_encode``'s output is its replayed form).
+        skipped: the reasons recorded so far (shared, added to).
+    """
+
+    def __init__(self, candidate: Dump, mel_given: bool, skipped: dict[str, str]) -> None:
+        self.candidate = candidate
+        self.mel_given = mel_given
+        self.replayed: dict[str, np.ndarray] = {}
+        self.skipped = skipped
+        self.frames: list[int] = []
+
+    def on_pre_encode(self, module: Any, inputs: Any, output: Any) -> Any:
+        """``pre_encode``'s output recorded, then replaced by the candidate's ``pre_encode``."""
+        import torch
+
+        x, lengths = output
+        self.frames.append(int(lengths[0]))
+        if self.mel_given:
+            self.replayed["pre_encode_replayed"] = x[0, : self.frames[0]].float().numpy().copy()
+        given = _given(self.candidate, "pre_encode", (self.frames[0], x.shape[2]), self.skipped,
+                       "layer_0_replayed")
+        if given is None:
+            return None
+        x = x.clone()
+        x[0, : self.frames[0]] = torch.from_numpy(given)
+        return x, lengths
+
+    def before_layer(self, index: int) -> Any:
+        """The pre-hook of ``layers[index]``: its input ``x`` replaced by the candidate's
+        ``layer_{index-1}`` (layer 0's input comes from :meth:`on_pre_encode`)."""
+        import torch
+
+        def hook(module: Any, args: Any, kwargs: dict) -> Any:
+            if index == 0:
+                return None
+            x = kwargs["x"]
+            given = _given(self.candidate, f"layer_{index - 1}", (self.frames[0], x.shape[2]),
+                           self.skipped, f"layer_{index}_replayed")
+            if given is None:
+                return None
+            x = x.clone()
+            x[0, : self.frames[0]] = torch.from_numpy(given)
+            return args, {**kwargs, "x": x}
+        return hook
+
+    def after_layer(self, index: int) -> Any:
+        """The hook of ``layers[index]``: its output's valid frames, unless its input was not
+        substituted."""
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            name = f"layer_{index}_replayed"
+            if name not in self.skipped:
+                self.replayed[name] = output[0, : self.frames[0]].float().numpy().copy()
+        return hook
+
+
+def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
+                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """NeMo ``model.encoder`` (``ConformerEncoder``) with each block fed the candidate's input
+    (module notes).
+
+    Args:
+        features, length: the preprocessor's output on the case (``[1, n_mels, T_padded]``,
+            ``[1]``).
+        candidate: the candidate's dump (``mel_features [T, n_mels]``, ``pre_encode [T', D]``,
+            ``layer_{i} [T', D]``; each one it lacks skips the block fed by it).
+
+    Returns:
+        ``(replayed, skipped)``: ``pre_encode_replayed`` and ``layer_{i}_replayed`` ``[T', D]``
+        (valid frames); for each block not replayed, why.
+    """
+    import torch
+
+    enc = model.encoder
+    skipped: dict[str, str] = {}
+    n_frames = int(length[0])
+    mel = _given(candidate, "mel_features", (n_frames, features.shape[1]), skipped,
+                 "pre_encode_replayed")
+    features = features.clone()
+    if mel is not None:
+        features[0, :, :n_frames] = torch.from_numpy(mel.T.copy())
+    hooks = _Substitutions(candidate, mel is not None, skipped)
+    handles = [enc.pre_encode.register_forward_hook(hooks.on_pre_encode)]
+    for index, layer in enumerate(enc.layers):
+        handles.append(layer.register_forward_pre_hook(hooks.before_layer(index),
+                                                       with_kwargs=True))
+        handles.append(layer.register_forward_hook(hooks.after_layer(index)))
+    try:
+        with torch.inference_mode():
+            enc(audio_signal=features, length=length)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return hooks.replayed, hooks.skipped
+
+
+def replay_stages(asr_model: Any, case: Case, candidate: Dump) -> Outputs:
+    """The replayed forms of one case (module notes), each phase timed by the driver: the
+    encoder's (``pre_encode_replayed [T', D]``, ``layer_{i}_replayed [T', D]``, one run), then
+    the decoding's (``decode_replayed``, ``{ids, frames, durations, text}``, with its
+    ``decode_replayed_margins``); each form not replayed is :class:`Skipped` with why (the
+    candidate lacks its input, or has it in another shape; a CTC model has no transducer
+    decode)."""
+    yield Phase("pre_encode_replayed")
+    features, length = preprocessor(asr_model, case.data.samples)
+    replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
+    yield from replayed.items()
+    for name, why in skipped.items():
+        yield Skipped(name, why)
+    if not case.config.transducer:
+        yield Skipped("decode_replayed", "a CTC model: no transducer decode to replay")
+    elif candidate.has("enc_out"):
+        yield Phase("decode_replayed")
+        decode, *_, margins = greedy_tdt_decoding(asr_model, candidate.tensor("enc_out"))
+        yield "decode_replayed", decode
+        yield "decode_replayed_margins", margins
+    else:
+        yield Skipped("decode_replayed", "the candidate dump has no enc_out")
+
+
+class Nemo(ReferenceLibrary):
+    """NeMo's own model, restored from the ``.nemo`` file (:func:`restore_model`): its stages
+    (:func:`stages`) and its blocks on a candidate's inputs (:func:`~..replay.stages`)."""
+
+    @classmethod
+    def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
+        """Refuse a directory: NeMo restores ``.nemo`` files only.
+
+        Raises:
+            AudioparityError: ``model`` is a directory.
+        """
+        if Path(model).is_dir():
+            raise AudioparityError(f"{model}: a directory; the NeMo reference restores a .nemo "
+                                   "file")
+
+    def __init__(self, model: Path, config: Any, options: Mapping[str, Any]) -> None:
+        super().__init__(model, config, options)
+        import nemo.collections.asr  # noqa: F401  (the one NeMo import of this job)
+
+        self.model = restore_model(model)
+
+    @property
+    def module(self) -> Any:
+        return self.model
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self.model, case, partial(SPEC.carries, "mel_features"))
+
+    def replay(self, case: Case, candidate: Any) -> Outputs:
+        return replay_stages(self.model, case, candidate)

@@ -44,6 +44,7 @@ Importing this module imports neither torch nor openai-whisper.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,11 +52,12 @@ import numpy as np
 
 from audioparity.checkpoints.renames import Renames
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, Skipped
+from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
 from audioparity.models.whisper.checkpoint import read_weights
 from audioparity.models.whisper.config import WhisperModelConfig
 from audioparity.models.whisper.decoding import choose, max_length, prompt_ids
 from audioparity.models.whisper.frontend import mel_filter_bank
+from audioparity.models.whisper.taps import decoder_stages, encoder_stages
 
 log = logging.getLogger("audioparity")
 
@@ -291,36 +293,9 @@ def encoder(net: Any, features: np.ndarray) -> dict[str, np.ndarray]:
     """
     import torch
 
-    taps: dict[str, list[Any]] = {}
-
-    def keep(name: str, value: Any) -> None:
-        taps.setdefault(name, []).append(value)
-
-    handles = [net.conv2.register_forward_hook(lambda m, a, out: keep("conv2", out)),
-               net.blocks[0].register_forward_pre_hook(
-                   lambda m, args: keep("layer_0_input", args[0]))]
-    for index, block in enumerate(net.blocks):
-        handles.append(block.register_forward_hook(
-            lambda m, a, out, n=index: keep(f"layer_{n}", out)))
-    names = ("conv2", "layer_0_input", *(f"layer_{i}" for i in range(len(net.blocks))))
-    try:
-        with torch.inference_mode():
-            result = net(torch.from_numpy(np.ascontiguousarray(features))[None])
-            for name in names:
-                if len(taps.get(name, ())) != 1:
-                    raise AudioparityError(f"encoder tap {name!r}: fired "
-                                           f"{len(taps.get(name, ()))} times; expected once")
-            conv_out = torch.nn.functional.gelu(taps["conv2"][0]).permute(0, 2, 1)
-            if not torch.equal(conv_out + net.positional_embedding, taps["layer_0_input"][0]):
-                raise AudioparityError("encoder: the input of blocks[0] is not gelu(conv2(...)) "
-                                       "+ positional_embedding")
-    finally:
-        for handle in handles:
-            handle.remove()
-    out = {"conv_out": conv_out[0].numpy()}
-    out.update({f"layer_{i}": taps[f"layer_{i}"][0][0].numpy() for i in range(len(net.blocks))})
-    out["enc_out"] = result[0].numpy()
-    return out
+    return encoder_stages(
+        net.conv2, net.blocks, lambda n: net.positional_embedding[:n],
+        lambda: net(torch.from_numpy(np.ascontiguousarray(features))[None]))
 
 
 class Decoded(NamedTuple):
@@ -396,26 +371,8 @@ def teacher_forced(net: Any, enc_out: np.ndarray, tokens: list[int]) -> dict[str
     """
     import torch
 
-    taps: dict[str, list[Any]] = {}
-    handles = [block.register_forward_hook(
-        lambda m, a, out, n=index: taps.setdefault(f"decoder_layer_{n}", []).append(out))
-        for index, block in enumerate(net.blocks)]
-    try:
-        with torch.inference_mode():
-            logits = net(torch.tensor([tokens]),
-                         torch.from_numpy(np.ascontiguousarray(enc_out))[None])
-    finally:
-        for handle in handles:
-            handle.remove()
-    result = {}
-    for index in range(len(net.blocks)):
-        fired = taps.get(f"decoder_layer_{index}", [])
-        if len(fired) != 1:
-            raise AudioparityError(f"decoder tap decoder_layer_{index}: fired {len(fired)} "
-                                   "times; expected once")
-        result[f"decoder_layer_{index}"] = fired[0][0].numpy()
-    result["decoder_logits"] = logits[0].numpy()
-    return result
+    return decoder_stages(net.blocks, lambda: net(
+        torch.tensor([tokens]), torch.from_numpy(np.ascontiguousarray(enc_out))[None]))
 
 
 def stages(loaded: Loaded, case: Case) -> Outputs:
@@ -459,3 +416,21 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
     yield from teacher_forced(loaded.model.decoder, taps["enc_out"], prompt + decode.ids).items()
     log.info("reference whisper (openai-whisper): %s: %d tokens (%s)", case.path,
              len(decode.ids), decode.stopped)
+
+
+class OpenaiWhisper(ReferenceLibrary):
+    """OpenAI's ``openai-whisper`` package with the checkpoint's weights (:func:`load_model`):
+    its stages (:func:`stages`), rounded by the quantization-aware references through
+    :func:`transformers_view`."""
+
+    def __init__(self, model: Path, config: WhisperModelConfig, options: Mapping[str, Any]
+                 ) -> None:
+        super().__init__(model, config, options)
+        self.loaded = load_model(model, config, dict(options))
+
+    @property
+    def module(self) -> Any:
+        return transformers_view(self.loaded.model)
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self.loaded, case)

@@ -28,6 +28,7 @@ Importing this module imports neither torch nor ggml.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,8 +36,9 @@ import numpy as np
 
 from audioparity.audio import Audio
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
 from audioparity.models.whisper.decoding import Decode, greedy, prompt_ids
+from audioparity.models.whisper.taps import decoder_stages, encoder_stages
 
 log = logging.getLogger("audioparity")
 
@@ -104,38 +106,9 @@ def encoder(net: Any, features: np.ndarray) -> dict[str, np.ndarray]:
     """
     import torch
 
-    taps: dict[str, list[Any]] = {}
-
-    def keep(name: str, value: Any) -> None:
-        taps.setdefault(name, []).append(value[0] if isinstance(value, tuple) else value)
-
-    handles = [
-        net.conv2.register_forward_hook(lambda m, a, out: keep("conv2", out)),
-        net.layers[0].register_forward_pre_hook(lambda m, args: keep("layer_0_input", args[0])),
-    ]
-    for index, layer in enumerate(net.layers):
-        handles.append(layer.register_forward_hook(
-            lambda m, a, out, n=index: keep(f"layer_{n}", out)))
-    try:
-        with torch.inference_mode():
-            result = net(torch.from_numpy(features).unsqueeze(0))
-            for name in ("conv2", "layer_0_input", *(f"layer_{i}" for i in range(len(net.layers)))):
-                if len(taps.get(name, ())) != 1:
-                    raise AudioparityError(f"encoder tap {name!r}: fired "
-                                           f"{len(taps.get(name, ()))} times; expected once")
-            conv_out = torch.nn.functional.gelu(taps.pop("conv2")[0]).permute(0, 2, 1)
-            positions = net.embed_positions.weight[: conv_out.shape[1]]
-            if not torch.equal(conv_out + positions, taps.pop("layer_0_input")[0]):
-                raise AudioparityError("encoder: the input of layers[0] is not gelu(conv2(...)) "
-                                       "+ embed_positions")
-    finally:
-        for handle in handles:
-            handle.remove()
-    out = {"conv_out": conv_out[0].numpy()}
-    for index in range(len(net.layers)):
-        out[f"layer_{index}"] = taps[f"layer_{index}"][0][0].numpy()
-    out["enc_out"] = result.last_hidden_state[0].numpy()
-    return out
+    return encoder_stages(
+        net.conv2, net.layers, lambda n: net.embed_positions.weight[:n],
+        lambda: net(torch.from_numpy(features).unsqueeze(0)).last_hidden_state)
 
 
 def greedy_decoding(loaded: Loaded, config: Any, enc_out: np.ndarray, prompt: list[int]
@@ -175,30 +148,14 @@ def teacher_forced(loaded: Loaded, enc_out: np.ndarray, tokens: list[int]
     import torch
 
     model = loaded.model
-    layers = model.model.decoder.layers
-    taps: dict[str, list[Any]] = {}
-    handles = [layer.register_forward_hook(
-        lambda m, a, out, n=index: taps.setdefault(f"decoder_layer_{n}", []).append(
-            out[0] if isinstance(out, tuple) else out))
-        for index, layer in enumerate(layers)]
-    try:
-        with torch.inference_mode():
-            out = model.model.decoder(input_ids=torch.tensor([tokens]),
-                                      encoder_hidden_states=torch.from_numpy(
-                                          np.ascontiguousarray(enc_out))[None],
-                                      use_cache=False)
-            result = {}
-            for index in range(len(layers)):
-                fired = taps.get(f"decoder_layer_{index}", [])
-                if len(fired) != 1:
-                    raise AudioparityError(f"decoder tap decoder_layer_{index}: fired "
-                                           f"{len(fired)} times; expected once")
-                result[f"decoder_layer_{index}"] = fired[0][0].numpy()
-            result["decoder_logits"] = model.proj_out(out.last_hidden_state)[0].numpy()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return result
+
+    def run() -> Any:
+        out = model.model.decoder(input_ids=torch.tensor([tokens]),
+                                  encoder_hidden_states=torch.from_numpy(
+                                      np.ascontiguousarray(enc_out))[None], use_cache=False)
+        return model.proj_out(out.last_hidden_state)
+
+    return decoder_stages(model.model.decoder.layers, run)
 
 
 def stages(loaded: Loaded, case: Case) -> Outputs:
@@ -224,3 +181,24 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
     log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, T'=%d, "
              "%d tokens (%s)", case.path, case.data.seconds, list(features.shape),
              config.n_layers, taps["enc_out"].shape[0], len(decode.ids), decode.stopped)
+
+
+class Transformers(ReferenceLibrary):
+    """transformers' ``WhisperForConditionalGeneration`` (:func:`load_model`): its stages
+    (:func:`stages`) and its encoder layers on a candidate's inputs (:func:`~..replay.stages`)."""
+
+    def __init__(self, model: Path, config: Any, options: Mapping[str, Any]) -> None:
+        super().__init__(model, config, options)
+        self.loaded = load_model(model)
+
+    @property
+    def module(self) -> Any:
+        return self.loaded.model
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self.loaded, case)
+
+    def replay(self, case: Case, candidate: Any) -> Outputs:
+        from audioparity.models.whisper.replay import stages as replayed
+
+        return replayed(self.loaded, case, candidate)

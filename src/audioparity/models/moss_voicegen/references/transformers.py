@@ -18,6 +18,7 @@ returns. Importing this module imports neither torch nor ggml.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Outputs
+from audioparity.family import Case, Outputs, ReferenceLibrary
 from audioparity.models.moss_voicegen.config import CONFIG_FILE, MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import Forward
+from audioparity.taps import Taps
 
 #: The checkpoint's prefix of the backbone's weights (``MossTTSDelayModel.language_model``).
 BACKBONE_PREFIX = "language_model."
@@ -148,23 +150,13 @@ def decoder(model: Qwen3Reference, embeddings, cache):
         each ``Qwen3DecoderLayer``'s output (forward hooks; the last layer's before the final
         norm), and the ``DynamicCache`` after the rows.
     """
-    taps: dict[int, Any] = {}
-
-    def keep(index: int):
-        def hook(module, args, output):
-            taps[index] = (output[0] if isinstance(output, tuple) else output)[0]
-        return hook
-
     layers = model.backbone.layers
-    handles = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
-    try:
+    with Taps("decoder") as taps:
+        taps.outputs("layer_{}", layers)
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
         out = model.backbone(None, None, None, cache, inputs_embeds=embeddings, use_cache=True)
-    finally:
-        for handle in handles:
-            handle.remove()
-    layer_outputs = np.stack([taps[i].numpy() for i in range(len(layers))])
+    layer_outputs = np.stack([taps.once(f"layer_{i}")[0].numpy() for i in range(len(layers))])
     return (out.last_hidden_state[0], layer_outputs,
             out.cache if hasattr(out, "cache") else out.past_key_values)
 
@@ -208,9 +200,38 @@ def stages(model: Qwen3Reference, case: Case, generate_rows: int) -> Outputs:
     """
     import transformers
 
-    from audioparity.models.moss_voicegen import reference
+    from audioparity.models.moss_voicegen.references import remote_code as reference
 
     yield from reference.stages(
         model, case, generate_rows, run=forward, modeling="transformers Qwen3Model",
         note=f"transformers {transformers.__version__} Qwen3Model, float32, eager attention; "
              "codebook embeddings and heads as torch ops on the checkpoint's tensors")
+
+
+class Transformers(ReferenceLibrary):
+    """transformers' ``Qwen3Model`` and the checkpoint's tensors, without its modeling code
+    (:func:`load_model`, :func:`stages`)."""
+
+    @classmethod
+    def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
+        """Refuse a quantization-aware reference: the embeddings and heads are tensors, not the
+        modules :func:`~audioparity.storage.emulating` rounds.
+
+        Raises:
+            AudioparityError: ``emulates``.
+        """
+        if emulates:
+            raise AudioparityError(f"{model}: the {cls.name} reference of moss_voicegen has no "
+                                   "quantization-aware form; emulate with remote_code")
+
+    def __init__(self, model: Path, config: MossTTSDelayConfig, options: Mapping[str, Any]
+                 ) -> None:
+        super().__init__(model, config, options)
+        self.loaded = load_model(model, config)
+
+    @property
+    def module(self) -> Any:
+        return self.loaded.backbone
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self.loaded, case, case.options["generate_rows"])

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
 from audioparity.models.parakeet_tdt.checkpoint import (
     NEMO_TRANSFORMERS,
     expected_shapes,
@@ -37,8 +36,9 @@ from audioparity.models.parakeet_tdt.greedy import (
     joint_decisions,
     replay_path,
 )
-from audioparity.models.parakeet_tdt.reference import valid_positions
+from audioparity.models.parakeet_tdt.references.nemo import valid_positions
 from audioparity.models.parakeet_tdt.tokenizer import Tokenizer, load_tokenizer
+from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 
@@ -161,39 +161,10 @@ def state_dicts(state: Mapping[str, np.ndarray], config: ParakeetTDTConfig
     return dicts
 
 
-@dataclass
-class TransformersParakeet:
-    """A Parakeet loaded in transformers (:func:`load_model`).
-
-    Attributes:
-        config: the family's config of the model.
-        extractor: the ``ParakeetFeatureExtractor``.
-        transducer: ``ParakeetForTDT`` or ``ParakeetForRNNT``, or None.
-        ctc: ``ParakeetForCTC`` (in a hybrid, sharing the transducer's encoder), or None.
-        tokenizer: ids -> text (:mod:`.tokenizer`: the model's own pieces).
-    """
-
-    config: ParakeetTDTConfig
-    extractor: Any
-    transducer: Any
-    ctc: Any
-    tokenizer: Tokenizer
-
-    @property
-    def module(self) -> Any:
-        """The torch module the quantization-aware references round: the models loaded, as
-        ``transducer.*`` and ``ctc.*``."""
-        import torch
-
-        return torch.nn.ModuleDict({name: model for name, model in
-                                    (("transducer", self.transducer), ("ctc", self.ctc))
-                                    if model is not None})
-
-
-def load_model(path: Path, config: ParakeetTDTConfig) -> TransformersParakeet:
-    """Build transformers' models of ``config`` (:func:`model_settings`) in float32, eval mode,
-    and load the checkpoint's tensors converted (:func:`state_dicts`); a hybrid's CTC model
-    shares the transducer's encoder module.
+def load_models(path: Path, config: ParakeetTDTConfig) -> dict[str, Any]:
+    """transformers' models of ``config`` (:func:`model_settings`: ``transducer``, ``ctc`` or
+    both) in float32, eval mode, the checkpoint's tensors loaded converted
+    (:func:`state_dicts`); a hybrid's CTC model shares the transducer's encoder module.
 
     Raises:
         AudioparityError: what :func:`check_convertible` refuses, or a model parameter the
@@ -202,7 +173,6 @@ def load_model(path: Path, config: ParakeetTDTConfig) -> TransformersParakeet:
     import torch
     import transformers
 
-    check_convertible(config, path)
     state, _ = read_state(path)
     classes = {"ParakeetTDTConfig": "ParakeetForTDT", "ParakeetRNNTConfig": "ParakeetForRNNT",
                "ParakeetCTCConfig": "ParakeetForCTC"}
@@ -226,13 +196,11 @@ def load_model(path: Path, config: ParakeetTDTConfig) -> TransformersParakeet:
         models[name] = model
     if "transducer" in models and "ctc" in models:
         models["ctc"].encoder = models["transducer"].encoder
-    extractor = transformers.ParakeetFeatureExtractor(
-        **feature_extractor_settings(config.preprocessor))
-    return TransformersParakeet(config, extractor, models.get("transducer"), models.get("ctc"),
-                                load_tokenizer(path))
+    return models
 
 
-def features(loaded: TransformersParakeet, samples: np.ndarray) -> tuple[Any, Any]:
+
+def features(loaded: Transformers, samples: np.ndarray) -> tuple[Any, Any]:
     """``ParakeetFeatureExtractor`` on one utterance as a user calls it (its sampling rate,
     torch tensors, the attention mask).
 
@@ -248,36 +216,24 @@ def features(loaded: TransformersParakeet, samples: np.ndarray) -> tuple[Any, An
     return out["input_features"], out["attention_mask"]
 
 
-def _tapped(encoder: Any, run: Any) -> tuple[dict[str, list[Any]], Any]:
-    """``run()`` with forward hooks on transformers' ``ParakeetEncoder``: the subsampling's
-    output (``pre_encode``), the ``position_embeddings`` passed to ``layers[0]`` (``pos_emb``)
-    and every ``layers[i]`` output; ``(tap name -> every value it saw, run's result)``."""
-    taps: dict[str, list[Any]] = {}
-
-    def keep(name: str, value: Any) -> None:
-        value = value[0] if isinstance(value, tuple) else value
-        taps.setdefault(name, []).append(None if value is None else value.detach().clone())
-
-    handles = [
-        encoder.subsampling.register_forward_hook(lambda m, i, o: keep("pre_encode", o)),
-        encoder.layers[0].register_forward_pre_hook(
-            lambda m, a, kw: keep("pos_emb", kw.get("position_embeddings")), with_kwargs=True),
-    ]
-    for index, layer in enumerate(encoder.layers):
-        handles.append(layer.register_forward_hook(lambda m, i, o, n=index: keep(f"layer_{n}", o)))
-    try:
-        result = run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return taps, result
+def _copy(value: Any) -> Any:
+    """A tapped tensor kept as a copy (transformers reuses some of its buffers)."""
+    return value.detach().clone()
 
 
-def encoder_stages(taps: Mapping[str, list[Any]], n_layers: int,
-                   n_frames: int) -> dict[str, np.ndarray]:
-    """Canonical arrays of :func:`_tapped`'s taps, valid frames only: ``pre_encode [T', D]``
+def tap_encoder(taps: Taps, encoder: Any) -> None:
+    """Tap transformers' ``ParakeetEncoder``: the subsampling's output (``pre_encode``), the
+    ``position_embeddings`` passed to ``layers[0]`` (``pos_emb``) and every ``layers[i]``
+    output (``layer_{i}``)."""
+    taps.output("pre_encode", encoder.subsampling)
+    taps.input("pos_emb", encoder.layers[0], "position_embeddings")
+    taps.outputs("layer_{}", encoder.layers)
+
+
+def encoder_stages(taps: Taps, n_layers: int, n_frames: int) -> dict[str, np.ndarray]:
+    """Canonical arrays of :func:`tap_encoder`'s taps, valid frames only: ``pre_encode [T', D]``
     (before ``scale_input``, as NeMo's ``pre_encode``), ``pos_emb [2T'-1, D]`` (the middle rows,
-    :func:`~.reference.valid_positions`), ``layer_{i} [T', D]``, ``enc_out [T', D]`` (the last
+    :func:`~.nemo.valid_positions`), ``layer_{i} [T', D]``, ``enc_out [T', D]`` (the last
     layer's output: ``ParakeetEncoder`` has no output projection).
 
     Raises:
@@ -285,11 +241,7 @@ def encoder_stages(taps: Mapping[str, list[Any]], n_layers: int,
     """
     out: dict[str, np.ndarray] = {}
     for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(n_layers))):
-        values = taps.get(name, [])
-        if len(values) != 1 or values[0] is None:
-            raise AudioparityError(f"transformers encoder tap {name!r}: expected one tensor, "
-                                   f"got {len(values)}")
-        array = values[0][0].float().numpy()
+        array = taps.once(name)[0].float().numpy()
         out[name] = (valid_positions(array, n_frames) if name == "pos_emb"
                      else array[:n_frames])
     out["enc_out"] = out[f"layer_{n_layers - 1}"]
@@ -331,7 +283,7 @@ def _longest_run(frames: list[int]) -> tuple[int, int]:
     return best, frame
 
 
-def transducer_stages(loaded: TransformersParakeet, input_features: Any, attention_mask: Any,
+def transducer_stages(loaded: Transformers, input_features: Any, attention_mask: Any,
                       n_frames: int) -> Outputs:
     """The encoder's and the transducer's stages of one utterance from one ``generate()`` of
     ``ParakeetForTDT``/``ParakeetForRNNT`` (greedy, batch 1, ``attention_mask`` None or passed): the
@@ -349,27 +301,15 @@ def transducer_stages(loaded: TransformersParakeet, input_features: Any, attenti
     import torch
 
     model, config = loaded.transducer, loaded.config
-    rows: list[Any] = []
-    states: list[Any] = []
-
-    def keep_rows(module: Any, inputs: Any, output: Any) -> None:
-        rows.append(output.reshape(-1, output.shape[-1]).float().clone())
-
-    def keep_state(module: Any, inputs: Any, output: Any) -> None:
-        if not states:
-            states.append(torch.stack([s[:, 0].float().clone() for s in output[1]], dim=1))
-
-    handles = [model.joint.register_forward_hook(keep_rows),
-               model.decoder.lstm.register_forward_hook(keep_state)]
-    try:
-        taps, generated = _tapped(model.encoder, lambda: model.generate(
-            input_features=input_features, attention_mask=attention_mask))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with Taps("transformers encoder", keep=_copy) as taps:
+        tap_encoder(taps, model.encoder)
+        taps.output("joint", model.joint, keep=lambda out: out.reshape(-1, out.shape[-1]).float())
+        taps.output("lstm", model.decoder.lstm, keep=lambda out: torch.stack(
+            [state[:, 0].float() for state in out[1]], dim=1))
+        generated = model.generate(input_features=input_features, attention_mask=attention_mask)
     yield from encoder_stages(taps, config.encoder.n_layers, n_frames).items()
     tdt = bool(config.durations)
-    joint_logits = torch.cat(rows).numpy()
+    joint_logits = torch.cat(taps.all("joint")).numpy()
     path, end = generated_path(generated.sequences[0].tolist(), generated.durations[0].tolist(),
                                config.blank_id, tdt)
     limit = None if tdt else config.max_symbols
@@ -393,7 +333,7 @@ def transducer_stages(loaded: TransformersParakeet, input_features: Any, attenti
                                "durations": list(config.durations),
                                "max_symbols": limit}})
     yield "joint_logits", joint_logits
-    yield "lstm_state_0", states[0].numpy()
+    yield "lstm_state_0", taps.all("lstm")[0].numpy()
     yield "decode", decode
     yield "decode_margins", decision_margins(joint_logits, path, len(config.durations))
     yield "decode_logits", joint_logits
@@ -402,13 +342,13 @@ def transducer_stages(loaded: TransformersParakeet, input_features: Any, attenti
              len(path.ids), len(joint_logits))
 
 
-def ctc_stages(loaded: TransformersParakeet, input_features: Any, attention_mask: Any,
-               n_frames: int, tap_encoder: bool) -> Outputs:
+def ctc_stages(loaded: Transformers, input_features: Any, attention_mask: Any,
+               n_frames: int, with_encoder: bool) -> Outputs:
     """The CTC decoder's stages from one ``ParakeetForCTC.generate()`` (its ``sequences``:
     the argmax of every frame; ``return_dict_in_generate`` for its ``logits``): ``ctc_logits
     [T', V+1]`` the log-softmax of its raw ``ctc_head`` logits (NeMo's ``ConvASRDecoder``
     returns log-probabilities), ``ctc_decode`` the sequence folded (:func:`~.greedy.
-    collapse_ctc`) and its margins; with ``tap_encoder``, the encoder's stages of that run
+    collapse_ctc`) and its margins; with ``with_encoder``, the encoder's stages of that run
     first.
 
     Raises:
@@ -417,16 +357,13 @@ def ctc_stages(loaded: TransformersParakeet, input_features: Any, attention_mask
     import torch
 
     model = loaded.ctc
-
-    def run() -> Any:
-        return model.generate(input_features=input_features, attention_mask=attention_mask,
-                              return_dict_in_generate=True)
-
-    if tap_encoder:
-        taps, generated = _tapped(model.encoder, run)
+    with Taps("transformers encoder", keep=_copy) as taps:
+        if with_encoder:
+            tap_encoder(taps, model.encoder)
+        generated = model.generate(input_features=input_features, attention_mask=attention_mask,
+                                   return_dict_in_generate=True)
+    if with_encoder:
         yield from encoder_stages(taps, loaded.config.encoder.n_layers, n_frames).items()
-    else:
-        generated = run()
     blank = loaded.config.blank_id
     ctc_logits = torch.log_softmax(generated.logits[0, :n_frames].float(), dim=-1).numpy()
     path = collapse_ctc(generated.sequences[0, :n_frames].tolist(), blank)
@@ -442,7 +379,7 @@ def ctc_stages(loaded: TransformersParakeet, input_features: Any, attention_mask
     log.info("reference parakeet-tdt (transformers): CTC decoded %d tokens", len(path.ids))
 
 
-def stages(loaded: TransformersParakeet, case: Case) -> Outputs:
+def stages(loaded: Transformers, case: Case) -> Outputs:
     """The reference's stages of one case under transformers, each phase named by the first
     stage it computes: the feature extractor's (``mel_features [T, n_mels]``, the valid frames
     of :func:`features`), then the transducer's ``generate()`` (:func:`transducer_stages`, the
@@ -468,4 +405,49 @@ def stages(loaded: TransformersParakeet, case: Case) -> Outputs:
     if loaded.ctc is not None:
         yield Phase("ctc_logits" if loaded.transducer is not None else "pre_encode")
         yield from ctc_stages(loaded, input_features, mask, n_frames,
-                              tap_encoder=loaded.transducer is None)
+                              with_encoder=loaded.transducer is None)
+
+
+class Transformers(ReferenceLibrary):
+    """transformers' Parakeet: our converter of the checkpoint (:func:`load_models`), its
+    ``ParakeetFeatureExtractor`` and ``generate()`` (:func:`stages`).
+
+    Attributes:
+        config: the family's config of the model.
+        extractor: the ``ParakeetFeatureExtractor``.
+        transducer: ``ParakeetForTDT`` or ``ParakeetForRNNT``, or None.
+        ctc: ``ParakeetForCTC`` (in a hybrid, sharing the transducer's encoder), or None.
+        tokenizer: ids -> text (:mod:`..tokenizer`: the model's own pieces).
+    """
+
+    @classmethod
+    def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
+        """What transformers cannot express (:func:`check_convertible`)."""
+        check_convertible(config, Path(model))
+
+    def __init__(self, model: Path, config: ParakeetTDTConfig, options: Mapping[str, Any]
+                 ) -> None:
+        """Load the models (:func:`load_models`; raises what :func:`check_convertible`
+        refuses), the feature extractor and the tokenizer."""
+        import transformers
+
+        super().__init__(model, config, options)
+        check_convertible(config, Path(model))
+        models = load_models(Path(model), config)
+        self.config = config
+        self.extractor = transformers.ParakeetFeatureExtractor(
+            **feature_extractor_settings(config.preprocessor))
+        self.transducer, self.ctc = models.get("transducer"), models.get("ctc")
+        self.tokenizer: Tokenizer = load_tokenizer(Path(model))
+
+    @property
+    def module(self) -> Any:
+        """The models loaded, as ``transducer.*`` and ``ctc.*``."""
+        import torch
+
+        return torch.nn.ModuleDict({name: model for name, model in
+                                    (("transducer", self.transducer), ("ctc", self.ctc))
+                                    if model is not None})
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self, case)

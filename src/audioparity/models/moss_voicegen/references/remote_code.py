@@ -34,20 +34,31 @@ Dump (canonical layouts, batch dropped; float32):
 Manifest fields ``modeling`` (:attr:`.MossTTSDelayConfig.modeling`) and ``request``: the
 prompt file's ``text``, ``instruction``, ``language`` (null when absent), what the seed tool's
 ``--prompt`` takes (:mod:`.seed`). Importing this module imports neither torch nor ggml.
+
+Replay (:func:`replayed`), the reference side of a MOSS-VoiceGenerator candidate's: torch runs
+each Qwen3 decoder layer on the candidate's own input to it, so a port that cannot be fed the
+reference's activations layer by layer (llama.cpp, openmoss) is still localised layer by layer
+(docs/candidates.md, "Replay").
+
+In one prefill of the reference's prompt rows, forward pre-hooks substitute the candidate's
+``layer_{i-1}`` ``[S, H]`` for the input of decoder layer ``i``, and its ``input_embeddings``
+for layer 0's. What layer ``i`` computes on it is ``layer_{i}_replayed`` ``[S, H]``; the compare
+measures the candidate's ``layer_{i}`` against it: the error of that layer alone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from audioparity.artifacts import Dump
 from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
-from audioparity.memory import reference_bytes, refuse_if_over
+from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import (
@@ -56,6 +67,7 @@ from audioparity.models.moss_voicegen.stages import (
     path_outputs,
     prefill_outputs,
 )
+from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 
@@ -143,36 +155,11 @@ def reference_prompt(model_dir: Path, config: MossTTSDelayConfig,
     return text_processor.EncodedPrompt(text=text, rows=np.asarray(rows, dtype=np.int64))
 
 
-def _hooks(layers, layer_inputs: dict, taps: dict) -> list:
-    """Hooks on the decoder ``layers``: forward hooks keeping each layer's output ``[n, H]`` in
-    ``taps`` by index, then forward pre-hooks giving each layer of ``layer_inputs`` its
-    ``[n, H]`` input instead of its predecessor's output; their handles."""
-    import torch
-
-    def keep(index):
-        def hook(module, args, output):
-            taps[index] = (output[0] if isinstance(output, tuple) else output)[0]
-        return hook
-
-    def substitute(index):
-        def hook(module, args, kwargs):
-            given = torch.from_numpy(layer_inputs[index])[None]
-            if args:
-                return (given, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": given}
-        return hook
-
-    handles = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
-    handles += [layers[i].register_forward_pre_hook(substitute(i), with_kwargs=True)
-                for i in layer_inputs]
-    return handles
-
-
 def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
     modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
     logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``, and, for
-    the replay, per-layer inputs substituted by forward pre-hooks (:func:`_hooks`).
+    the replay, per-layer inputs substituted by forward pre-hooks (:class:`~audioparity.taps.Taps`).
 
     The modules are driven one by one rather than through ``net.forward`` because upstream's
     forward returns its own ``ModelOutput`` subclass declaring ``past_key_values``, which
@@ -191,17 +178,16 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     """
     import torch
 
-    taps: dict[int, torch.Tensor] = {}
-    handles = _hooks(net.language_model.layers, layer_inputs or {}, taps)
-    try:
+    layers = net.language_model.layers
+    with Taps("decoder") as taps:
+        taps.outputs("layer_{}", layers)
+        for index, given in (layer_inputs or {}).items():
+            taps.replace_input(layers[index], torch.from_numpy(given)[None], "hidden_states")
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
         embeddings = net._compute_input_embeddings(rows)
         out = net.language_model(None, None, None, cache, inputs_embeds=embeddings,
                                  use_cache=True)
-    finally:
-        for handle in handles:
-            handle.remove()
     hidden = out.last_hidden_state[0]
     heads = [head(hidden)[-1] for head in net.lm_heads]  # all rows, as upstream (same GEMM)
     audio = torch.stack(heads[1:])
@@ -209,32 +195,11 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     result = Forward(
         embeddings=embeddings[0].numpy(),
         hidden=hidden.numpy(),
-        layers=np.stack([taps[i].numpy() for i in range(len(net.language_model.layers))]),
+        layers=np.stack([taps.once(f"layer_{i}")[0].numpy() for i in range(len(layers))]),
         text_logits=heads[0].numpy(),
         audio_logits=audio.numpy(),
     )
     return result, out.cache if hasattr(out, "cache") else out.past_key_values
-
-
-def check_memory(model: Path, config: MossTTSDelayConfig,
-                 requests: Sequence[text_processor.Prompt], generate_rows: int,
-                 emulates: bool) -> None:
-    """Refuse, before torch is imported, a job that would not fit the memory free: the model
-    as the reference holds it (:func:`~audioparity.memory.reference_bytes`: the stack, the
-    float32 weights, their saved originals when it ``emulates`` a weight type) and the
-    activations (:meth:`~.config.MossTTSDelayConfig.activation_bytes`) of the longest prompt
-    and its generated rows. A prompt's rows are bounded without its tokenizer: byte-level BPE
-    gives at most one token per byte of the rendered prompt, plus the ``audio_start`` row.
-
-    Raises:
-        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
-    """
-    rows = max(len(text_processor.render(r).encode()) for r in requests) + 1 + generate_rows
-    twice = ", twice: its quantization-aware passes keep the originals" if emulates else ""
-    refuse_if_over(reference_bytes(model, emulates) + config.activation_bytes(rows),
-                   f"{model}: the MOSS reference",
-                   "give it more memory" + (" or fewer --emulate weight types" if emulates else ""),
-                   f" (the float32 model{twice}; prompts of at most {rows} rows)")
 
 
 def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | None = None,
@@ -289,3 +254,93 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
                        f"{config.modeling} modeling code")
     log.info("moss reference %s: %d prompt rows, %d generated", case.path, n_rows,
              len(document["rows"]))
+
+
+def layer_inputs(candidate: Dump, n_layers: int, shape: tuple[int, int]
+                 ) -> tuple[dict[int, np.ndarray], dict[str, str], list[str]]:
+    """The candidate's input to each decoder layer: ``input_embeddings`` for layer 0,
+    ``layer_{i-1}`` for layer ``i``, each ``[S, H]`` float32.
+
+    Args:
+        candidate: the candidate's dump of the case.
+        n_layers: decoder layers of the checkpoint.
+        shape: ``(S, H)`` of the reference's prompt.
+
+    Returns:
+        ``(inputs, skipped, notes)``: ``{layer: array}``; for each ``layer_{i}_replayed`` that
+        cannot be replayed, why (the candidate lacks its input or has it in another shape);
+        notes. A candidate without ``input_embeddings`` (one fed the reference's, as llama.cpp
+        is) has layer 0 replayed on the reference's own, and a note says so.
+    """
+    inputs: dict[int, np.ndarray] = {}
+    skipped: dict[str, str] = {}
+    notes: list[str] = []
+    for layer in range(n_layers):
+        name = "input_embeddings" if layer == 0 else f"layer_{layer - 1}"
+        replayed = f"layer_{layer}_replayed"
+        if not candidate.has(name):
+            if layer == 0:
+                notes.append("layer_0 replayed on the reference's input_embeddings: the "
+                             "candidate dump has none")
+            else:
+                skipped[replayed] = f"the candidate dump has no {name}"
+            continue
+        array = candidate.tensor(name)
+        if array.shape != shape:
+            skipped[replayed] = (f"the candidate's {name} is {list(array.shape)}, the "
+                                 f"reference's input there is {list(shape)}")
+            continue
+        inputs[layer] = np.ascontiguousarray(array, dtype=np.float32)
+    return inputs, skipped, notes
+
+
+def replayed(net, case: Case, candidate: Dump) -> Outputs:
+    """The reference's decoder layers on a candidate's own inputs (module notes), with the loaded
+    ``net``: ``layer_{i}_replayed`` ``[S, H]`` of each layer the candidate gives an input for,
+    :class:`~audioparity.family.Skipped` with why for the others (one forward: phase
+    ``layer_0_replayed``).
+
+    Args:
+        net: the loaded ``MossTTSDelayModel`` (computing as the cell's weight type, for a
+            quantized cell's replay).
+        case: the case's request, rendered by the reference's own processor.
+        candidate: the candidate's dump of the case.
+    """
+    import torch
+
+    config = case.config
+    with torch.inference_mode():
+        yield Phase("layer_0_replayed")
+        rows = reference_prompt(case.model, config, case.data).rows
+        inputs, skipped, notes = layer_inputs(candidate, config.n_layers,
+                                              (len(rows), config.hidden_size))
+        full, _ = forward(net, torch.from_numpy(rows)[None], layer_inputs=inputs)
+    for layer, array in enumerate(full.layers):
+        if f"layer_{layer}_replayed" not in skipped:
+            yield f"layer_{layer}_replayed", array
+    for note in notes:
+        yield Note(note)
+    for stage, why in skipped.items():
+        yield Skipped(stage, why)
+    log.info("replay moss-voicegen: %s: %d layers replayed, %d not", candidate.path,
+             config.n_layers - len(skipped), len(skipped))
+
+
+class RemoteCode(ReferenceLibrary):
+    """The checkpoint's own ``MossTTSDelayModel`` (:func:`load_model`): its stages
+    (:func:`stages`) and its decoder layers on a candidate's inputs (:func:`~..replay.replayed`)."""
+
+    def __init__(self, model: Path, config: MossTTSDelayConfig, options: Mapping[str, Any]
+                 ) -> None:
+        super().__init__(model, config, options)
+        self.net = load_model(model, config)
+
+    @property
+    def module(self) -> Any:
+        return self.net
+
+    def stages(self, case: Case) -> Outputs:
+        return stages(self.net, case, case.options["generate_rows"])
+
+    def replay(self, case: Case, candidate: Any) -> Outputs:
+        return replayed(self.net, case, candidate)
