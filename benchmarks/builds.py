@@ -51,6 +51,7 @@ from checkpoints import SIZES  # noqa: E402
 from run import (  # noqa: E402
     ROOT,
     Plan,
+    add_run_arguments,
     ensure_checkpoint,
     failures,
     machine_info,
@@ -284,14 +285,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--merge", type=Path, metavar="JSON", action="append", default=[],
                         help="a previous builds.json (repeatable): its results for the models "
                              "not measured now (nor in an earlier --merge) are kept")
-    parser.add_argument("--wait-quiet", type=float, default=30.0, metavar="S",
-                        help="wait up to S s for other processes to quieten before each run")
     parser.add_argument("--openblas-coretype", default="auto",
                         help="OPENBLAS_CORETYPE for BLAS variants ('auto': see openblas_coretype;"
                              " '': OpenBLAS's own choice)")
-    parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
-        "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    add_run_arguments(parser)
     return parser.parse_args(argv)
 
 

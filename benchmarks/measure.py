@@ -166,6 +166,22 @@ def upload_family_weights(name: str, runtime, model: Path, weight_type: str) -> 
     return weights, config
 
 
+def _ggml_loaded(spec: dict, stages: Stages, family: str, seconds: dict) -> tuple[Any, Any, Any]:
+    """``(runtime, weights, config)``: the ggml runtime ``spec`` asks for and ``family``'s weights
+    of ``spec["model"]`` uploaded to it in ``spec["weight_type"]``, the host copies freed; the
+    time into ``seconds["load"]``, the process's memory staged at each step."""
+    start = time.perf_counter()
+    runtime = _runtime(spec["threads"], spec.get("accel", ""), spec.get("threadpool", False))
+    stages("host_weights")
+    weights, config = upload_family_weights(family, runtime, Path(spec["model"]),
+                                            spec["weight_type"])
+    stages("uploaded")
+    gc.collect()
+    stages("host_freed")
+    seconds["load"] = time.perf_counter() - start
+    return runtime, weights, config
+
+
 def _compute_buffer_bytes(runtime) -> int:
     """Bytes of the scheduler's compute buffers (the largest graph's activations so far)."""
     import ggml
@@ -250,21 +266,13 @@ def parakeet_torch(spec: dict, stages: Stages) -> dict:
 def parakeet_ggml(spec: dict, stages: Stages) -> dict:
     """ggml encoder and greedy TDT decoder (module docstring)."""
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
-    model = Path(spec["model"])
     start = time.perf_counter()
     from audioparity.models.parakeet_tdt.decoder import TdtDecoder
     from audioparity.models.parakeet_tdt.encoder import Encoder
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")
-    start = time.perf_counter()
-    runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
-    stages("host_weights")
-    weights, config = upload_family_weights(PARAKEET, runtime, model, spec["weight_type"])
-    stages("uploaded")
-    gc.collect()
-    stages("host_freed")
-    seconds["load"] = time.perf_counter() - start
+    runtime, weights, config = _ggml_loaded(spec, stages, PARAKEET, seconds)
     mel = np.load(work / "mel.npy")
     encoder = Encoder(weights, config, runtime)
     enc_ms, taps = repeat(lambda: encoder.forward(mel), reps)
@@ -348,17 +356,12 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
 def moss_ggml(spec: dict, stages: Stages) -> dict:
     """ggml prefill and cached steps (module docstring)."""
     threads, reps, work = spec["threads"], spec["reps"], Path(spec["work"])
-    model = Path(spec["model"])
     start = time.perf_counter()
     from audioparity.models.moss_voicegen.backbone import Backbone
 
     seconds = {"import": time.perf_counter() - start}
     stages("imported")
-    start = time.perf_counter()
-    runtime = _runtime(threads, spec.get("accel", ""), spec.get("threadpool", False))
-    uploaded, config = upload_family_weights(MOSS, runtime, model, spec["weight_type"])
-    stages("uploaded")
-    seconds["load"] = time.perf_counter() - start
+    runtime, uploaded, config = _ggml_loaded(spec, stages, MOSS, seconds)
     rows, step_rows = _moss_inputs(work)
     net = Backbone(runtime, uploaded, config, kv_cache_type="f32",
                    max_context=len(rows) + len(step_rows))

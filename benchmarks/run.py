@@ -392,13 +392,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threadpool", action="store_true",
                         help="ggml: one persistent CPU threadpool per process (not what the "
                              "project's Runtime does; for comparison)")
+    add_run_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark runner shares: ``--wait-quiet``, ``--cache`` (checkpoints
+    and inputs kept between runs) and ``--out`` (the results folder)."""
     parser.add_argument("--wait-quiet", type=float, default=30.0, metavar="S",
                         help="before each measurement, wait up to S seconds until other "
                              "processes use < 0.2 cores (0: do not wait)")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "AUDIOPARITY_BENCH_CACHE", Path.home() / ".cache" / "audioparity" / "bench")))
     parser.add_argument("--out", type=Path, default=HERE / "results")
-    return parser.parse_args(argv)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
