@@ -90,8 +90,8 @@ def build_parakeet(output: Path, shape: ParakeetShape, seed: int = 0) -> None:
     builder (:meth:`ParakeetTdt.fixture`): its v3 config with the sizes replaced, its seeded
     weight re-draw, its atomic save, and a tokenizer of ``shape.vocab_size`` pieces (its
     ``vocab_size`` option)."""
-    from audioparity.families import family
     from audioparity.models.parakeet_tdt import fixture
+    from audioparity.models.registry import family
 
     parakeet = family("parakeet_tdt")
     base_config = fixture.fixture_config
@@ -169,8 +169,8 @@ def build_moss(output: Path, shape: QwenShape, seed: int = 0) -> None:
     """Write a MOSS checkpoint directory of ``shape`` at ``output``: the project's fixture (its
     tokenizer, chat template and special ids) with ``config.json`` resized and
     ``model.safetensors`` replaced by :func:`write_bf16_safetensors` weights."""
-    from audioparity.families import family
     from audioparity.models.moss_voicegen.checkpoint import expected_shapes
+    from audioparity.models.registry import family
 
     moss = family("moss_voicegen")
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")

@@ -43,8 +43,8 @@ from run import ensure_checkpoint  # noqa: E402
 from sweep import CLIP, JFK, RATE, VOICES, check_sources, espeak  # noqa: E402
 
 log = logging.getLogger("audioparity.bench")
-#: The family (:func:`audioparity.families.family`) and the stages compared: the first layer's,
-#: and the last layer's isolated form (``{last}``: the model's last layer).
+#: The family (:func:`audioparity.models.registry.family`) and the stages compared: the first
+#: layer's, and the last layer's isolated form (``{last}``: the model's last layer).
 FAMILY = "parakeet_tdt"
 STAGES = ("mel_features", "pre_encode", "pos_emb", "layer_0", "layer_0_isolated",
           "layer_{last}", "layer_{last}_isolated", "enc_out", "decode_logits")
@@ -90,9 +90,9 @@ def compare(reference: Path, ggml: Path, output: Path) -> dict:
     that does not pass, with its reason (``failing``); and whether the decodes agree."""
     import yaml
 
-    from audioparity.artifacts import Dump
     from audioparity.compare.cell import compare_cell
     from audioparity.compare.gates import resolve_gates
+    from audioparity.dumping.artifacts import Dump
 
     section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]
     gates = resolve_gates(section, model="v3", backend="cpu", weight_type="f32")
@@ -136,7 +136,7 @@ sys.exit(main(sys.argv[1:]))
 
 def attention_note(reference: Path) -> str:
     """The reference manifest's note on how its attention was chunked, or ``one chunk``."""
-    from audioparity.artifacts import Dump
+    from audioparity.dumping.artifacts import Dump
 
     notes = Dump(reference).manifest.get("notes", [])
     return next((note for note in notes if note.startswith("attention:")), "one chunk")

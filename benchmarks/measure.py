@@ -18,7 +18,7 @@ imports and weight loading are timed separately and never mixed in):
 - ``parakeet_ggml``: ``encoder`` = :meth:`Encoder.forward` (graph build, allocation, compute,
   read-back of every tap, as a dump runs it); ``decoder`` = :meth:`TdtDecoder.greedy` on NeMo's
   ``enc_out`` (same input as NeMo's decoder). Weights are loaded as a dump loads them
-  (:func:`audioparity.driver.upload_weights` with the ggml side's default options, streamed
+  (:func:`audioparity.dumping.driver.upload_weights` with the ggml side's default options, streamed
   from the ``.nemo``).
 - ``moss_torch``: the model loaded as the reference dump loads it; ``prefill`` = the
   reference's modules on ``S`` rows with the heads at the last
@@ -28,7 +28,7 @@ imports and weight loading are timed separately and never mixed in):
   prefill, heads included.
 - ``moss_ggml``: ``prefill`` = :meth:`Backbone.prefill` of the ``S`` rows; ``step`` =
   :meth:`Backbone.step`. Weights are loaded as a dump loads them
-  (:func:`audioparity.driver.upload_weights`: streamed from the safetensors file a block of
+  (:func:`audioparity.dumping.driver.upload_weights`: streamed from the safetensors file a block of
   rows at a time, so that a 1.7B model fits in memory at f32).
 
 The ggml side reports parity with the reference run at the same thread count: ``enc_out``
@@ -57,7 +57,7 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 RESULT_MARK = "BENCH-RESULT "
 WARMUP = 1
-#: The registered families the kinds measure (:func:`audioparity.families.family`).
+#: The registered families the kinds measure (:func:`audioparity.models.registry.family`).
 PARAKEET, MOSS = "parakeet_tdt", "moss_voicegen"
 
 
@@ -154,10 +154,10 @@ def _runtime(threads: int, accel: str, threadpool: bool = False):
 
 def upload_family_weights(name: str, runtime, model: Path, weight_type: str) -> tuple[Any, Any]:
     """Family ``name``'s weights of ``model`` in ``runtime`` at ``weight_type``, as its ggml
-    dump uploads them (:func:`audioparity.driver.upload_weights` with the ggml side's default
-    options), and the model's config."""
-    from audioparity.driver import side_options, upload_weights
-    from audioparity.families import family
+    dump uploads them (:func:`audioparity.dumping.driver.upload_weights` with the ggml side's
+    default options), and the model's config."""
+    from audioparity.dumping.driver import side_options, upload_weights
+    from audioparity.models.registry import family
 
     chosen = family(name)
     config = chosen.config(model)
@@ -218,8 +218,8 @@ def parakeet_torch(spec: dict, stages: Stages) -> dict:
     torch = _set_torch_threads(threads)
     import nemo.collections.asr  # noqa: F401
 
-    from audioparity.families import family
     from audioparity.models.parakeet_tdt.references import nemo as reference
+    from audioparity.models.registry import family
 
     seconds = {"import": time.perf_counter() - start}
     parakeet, path = family(PARAKEET), Path(spec["model"])
@@ -308,8 +308,8 @@ def moss_torch(spec: dict, stages: Stages) -> dict:
     torch = _set_torch_threads(threads)
     import transformers
 
-    from audioparity.families import family
     from audioparity.models.moss_voicegen.references import remote_code as reference
+    from audioparity.models.registry import family
 
     seconds = {"import": time.perf_counter() - start}
     moss, model = family(MOSS), Path(spec["model"])

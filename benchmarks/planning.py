@@ -57,7 +57,7 @@ FAMILY, MODEL = "parakeet_tdt", "tiny"
 FIXTURE = f"results/fixtures/{FAMILY}/{MODEL}"
 #: The default config's weight types: each case is two jobs per weight type.
 WEIGHT_TYPES = ("native", "f32", "f16", "bf16", "q8_0")
-#: The weight types that have a quantization-aware reference (audioparity.storage).
+#: The weight types that have a quantization-aware reference (audioparity.dumping.storage).
 EMULATED = ("f16", "bf16", "q8_0")
 
 

@@ -48,8 +48,8 @@ from sweep import snakemake  # noqa: E402
 from audioparity.candidates import load_adapter  # noqa: E402
 from audioparity.compare.cell import compare_cell  # noqa: E402
 from audioparity.compare.gates import resolve_gates  # noqa: E402
-from audioparity.families import family as family_of  # noqa: E402
-from audioparity.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
+from audioparity.contract.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
+from audioparity.models.registry import family as family_of  # noqa: E402
 
 AUDIOPARITY = str(Path(sys.executable).with_name("audioparity"))
 PORTS = REPO / ".ports"

@@ -97,10 +97,10 @@ def _ggml_call(args, work: Path, runtime) -> Callable[[], Any]:
     from measure import MOSS, PARAKEET, upload_family_weights
 
     if args.family == "parakeet":
-        from audioparity.families import family
         from audioparity.models.parakeet_tdt.encoder import Encoder
         from audioparity.models.parakeet_tdt.frontend import mel_features
         from audioparity.models.parakeet_tdt.layout import FB, WINDOW
+        from audioparity.models.registry import family
 
         weights, config = upload_family_weights(PARAKEET, runtime, args.model,
                                                 args.weight_type)
@@ -145,7 +145,7 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
     torch.set_num_threads(args.threads)
     from measure import MOSS, PARAKEET
 
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     if args.family == "parakeet":
         from audioparity.models.parakeet_tdt.references import nemo as reference

@@ -53,7 +53,7 @@ sys.path.insert(0, str(HERE))
 
 from run import ensure_checkpoint, machine_info  # noqa: E402
 
-from audioparity.memory import host_free_bytes  # noqa: E402
+from audioparity.dumping.memory import host_free_bytes  # noqa: E402
 
 log = logging.getLogger("audioparity.bench")
 

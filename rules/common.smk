@@ -12,8 +12,8 @@ from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from audioparity.errors import AudioparityError
-from audioparity.families import registered
+from audioparity.contract.errors import AudioparityError
+from audioparity.models.registry import registered
 from audioparity.report.summary import write_cell_list
 from audioparity.workflow import paths, start
 from audioparity.workflow.outcome import outcome, record_run

@@ -1,7 +1,7 @@
 # Reference activations from the PyTorch/NeMo model: one job per model writes every case's dump
 # (results/reference/<family>/<model>/<case>/), and for each quantized weight type of the sweep
 # a quantization-aware one (<case>@<weight type>/: torch computing with the weights as ggml
-# stores them and each matmul input as its CPU backend rounds it, src/audioparity/storage.py),
+# stores them and each matmul input as its CPU backend rounds it, src/audioparity/dumping/storage.py),
 # so the reference stack is imported and the model loaded once, then a content digest of each
 # dump (<case>.sha256). Each dump is also kept in results/cache/reference/<family>/<model>/, by
 # a key of its code, model, input and settings: a job run again for a new case restores the

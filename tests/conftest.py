@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from audioparity.families import family
+from audioparity.models.registry import family
 from tests import RESOURCES
 
 # Hypothesis: HYPOTHESIS_PROFILE=ci runs 2000 examples per property (tests/test_fuzz.py);
@@ -76,7 +76,7 @@ def parakeet_reference(parakeet_model: Path, clip_wav: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The NeMo reference dump directory of ``clip_wav`` through ``parakeet_model`` (1 thread),
     with its q8_0 quantization-aware twin beside it (``clip@q8_0``)."""
-    from audioparity.driver import dump_reference
+    from audioparity.dumping.driver import dump_reference
 
     output = tmp_path_factory.mktemp("parakeet_reference") / "clip"
     dump_reference(family("parakeet_tdt"), parakeet_model, [(clip_wav, output)], options={},

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audioparity.artifacts import Dump
-from audioparity.families import family
-from audioparity.storage import EMULATED_TYPES, emulated_dir
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.storage import EMULATED_TYPES, emulated_dir
+from audioparity.models.registry import family
 from tests import REPO, cell_rows
 
 #: A planted bug: (file of the family's package, its exact original text, the replacement);

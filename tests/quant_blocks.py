@@ -1,5 +1,5 @@
 """ggml's quantized block formats in numpy, written from ggml's C source and independent of
-ggml and of :mod:`audioparity.storage`: the truths ``tests/test_quants.py`` holds both to.
+ggml and of :mod:`audioparity.dumping.storage`: the truths ``tests/test_quants.py`` holds both to.
 
 A row of ``n`` values of a block type is ``n / BLOCK_VALUES[type]`` blocks laid out back to
 back, each a packed little-endian C struct of ``ggml-common.h`` (:data:`LAYOUTS`, a numpy

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.artifacts import REFUSED, Dump, DumpWriter, sha256_of
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import REFUSED, Dump, DumpWriter, sha256_of
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def write_small_dump(path, model_file, layout="[T, D]", scale=1.0, seconds=0.5, 
 def test_digest_covers_what_later_stages_read_and_ignores_how_the_run_went(tmp_path,
                                                                          model_file):
     """Run times and notes change nothing downstream; a value, a layout or a document does."""
-    from audioparity.artifacts import content_digest, write_digest
+    from audioparity.dumping.artifacts import content_digest, write_digest
 
     write_small_dump(tmp_path / "a", model_file)
     write_small_dump(tmp_path / "b", model_file, seconds=9.0, note="run 2")
@@ -146,7 +146,7 @@ def test_a_model_digest_is_remembered_only_while_its_file_stays_the_same(tmp_pat
     import hashlib
     import os
 
-    from audioparity.provenance import model_digest
+    from audioparity.dumping.provenance import model_digest
 
     model = tmp_path / "model.nemo"
     model.write_bytes(b"first")

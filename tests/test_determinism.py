@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import MANIFEST, Dump, DumpWriter, dump_differences
+from audioparity.dumping.artifacts import MANIFEST, Dump, DumpWriter, dump_differences
 from tests import REPO
 
 PROMPT = REPO / "resources" / "moss" / "en_instruction.json"
@@ -57,8 +57,8 @@ def test_ggml_parakeet_dump_twice_is_byte_identical(parakeet_model, clip_wav, pa
 
 def test_nemo_reference_dump_twice_is_byte_identical(parakeet_model, clip_wav, parakeet_reference,
                                                      tmp_path):
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
 
     dump_reference(family("parakeet_tdt"), parakeet_model, [(clip_wav, tmp_path / "again")],
                    options={}, threads=1)
@@ -69,8 +69,8 @@ def test_nemo_reference_dump_twice_is_byte_identical(parakeet_model, clip_wav, p
 
 @pytest.mark.parametrize("weight_type", ["f32", "q8_0"])
 def test_ggml_moss_dump_twice_is_byte_identical(moss_model, weight_type, tmp_path):
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
 
     reference = tmp_path / "reference"  # the path its teacher-forced steps follow
     dump_reference(family("moss_voicegen"), moss_model, [(PROMPT, reference)],
@@ -87,8 +87,8 @@ def test_ggml_moss_dump_twice_is_byte_identical(moss_model, weight_type, tmp_pat
 
 
 def test_torch_moss_reference_dump_twice_is_byte_identical(moss_model, tmp_path):
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
 
     for run in ("run_1", "run_2"):
         dump_reference(family("moss_voicegen"), moss_model, [(PROMPT, tmp_path / run)],

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.drilldown import drill_cell
 from audioparity.compare.gates import resolve_gates
-from audioparity.drilldown import drill_cell
+from audioparity.dumping.artifacts import DumpWriter
 
 SECTION = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-6}]}}
 LABELS = {"family": "synthetic", "model": "m", "case": "c", "candidate": "audioparity",
@@ -98,7 +98,7 @@ def test_a_cell_not_compared_everywhere_never_agrees(tmp_path, cpu, vulkan, expe
 
 
 def test_the_line_names_a_few_stages_and_counts_the_rest(tmp_path):
-    from audioparity.drilldown import not_compared_text
+    from audioparity.compare.drilldown import not_compared_text
 
     rows = [{"side": "vulkan", "stage": "layer_1", "status": "crashed", "reason": ABORT}] + [
         {"side": "vulkan", "stage": f"layer_{k}", "status": "missing", "reason": "not computed"}
@@ -147,7 +147,7 @@ def first_not_float32(dump: Path, source_type: str) -> dict:
     ({}, "q8_0", "NMSE 3e-07: not float32 (ggml's tolerance 0.0005)"),
 ])
 def test_a_cuda_matmul_in_tf32_is_named_as_the_cause(tmp_path, env, weight, expected):
-    from audioparity.drilldown import first_bad_text, kernel_cause
+    from audioparity.compare.drilldown import first_bad_text, kernel_cause
 
     dump = cuda_dump(tmp_path, env)
     node = first_not_float32(dump, weight)
@@ -162,7 +162,7 @@ def test_a_cuda_matmul_in_tf32_is_named_as_the_cause(tmp_path, env, weight, expe
 
 
 def test_no_cuda_cause_is_named_on_another_backend(tmp_path):
-    from audioparity.drilldown import kernel_cause
+    from audioparity.compare.drilldown import kernel_cause
 
     dump = cuda_dump(tmp_path, {}, backend="vulkan")
     assert kernel_cause(dump, first_not_float32(dump, "f32")) is None

@@ -10,10 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
-from audioparity.driver import check_complete, storage_types, write_outputs
-from audioparity.errors import AudioparityError
-from audioparity.family import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
     FLOAT32,
     MATMUL,
     Family,
@@ -24,6 +22,8 @@ from audioparity.family import (
     Skipped,
     Stage,
 )
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.driver import check_complete, storage_types, write_outputs
 
 
 class Toy(Family):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.dump_cache import DumpCache
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.dump_cache import DumpCache
 
 
 def write_dump(directory: Path, text: str) -> None:

@@ -146,8 +146,8 @@ def weights_of_tiny(weight_type: str, other_model: str | None = None
     ``other_model`` a copy of the model holding one more file (another model)."""
 
     def make(cwd: Path, fx: Fixtures) -> None:
-        from audioparity.driver import save_weights
-        from audioparity.families import family
+        from audioparity.dumping.driver import save_weights
+        from audioparity.models.registry import family
 
         save_weights(family("parakeet_tdt"), fx.nemo, cwd / f"{weight_type}.gguf",
                      weight_type=weight_type, options={"conv_weight_type": "f32"})
@@ -242,7 +242,7 @@ def prompt_file(content: str) -> Callable[[Path, Fixtures], None]:
 
 
 def small_dump(path: Path, shape: tuple[int, ...], layout: str) -> None:
-    from audioparity.artifacts import DumpWriter
+    from audioparity.dumping.artifacts import DumpWriter
 
     with DumpWriter(path, producer="test") as writer:
         writer.add_tensor("enc_out", np.ones(shape, np.float32), layout)
@@ -344,7 +344,7 @@ CASES = (
          weights_of_tiny("q8_0", other_model="other.nemo")),
     Case("hf_missing_tensor", "model", "Hugging Face Parakeet directory missing a tensor",
          parakeet("hf", ggml_only=True), lambda cwd, fx: hf_directory_missing_a_tensor(cwd / "hf")),
-    # audio (both sides read it with audioparity.audio.load_audio before anything else)
+    # audio (both sides read it with audioparity.dumping.audio.load_audio before anything else)
     Case("audio_missing", "audio", "audio path that does not exist", parakeet(audio="none.wav")),
     Case("audio_empty", "audio", "audio file of 0 bytes", parakeet(audio="bad"), file_bytes(b"")),
     Case("audio_no_frames", "audio", "WAV with a header and no samples",
@@ -622,7 +622,7 @@ def left_behind(folder: Path, before: list[str], line: str, command: str) -> str
     """What a refused command left: nothing, or, for a refusal once stages were written, only
     `out.partial/` with them, its manifest holding the refusal's line (what the guard reads:
     never an `out/` that looks complete); removed for the next command."""
-    from audioparity.artifacts import MANIFEST, REFUSED
+    from audioparity.dumping.artifacts import MANIFEST, REFUSED
 
     left = set(listing(folder)) - set(before)
     if not left:
@@ -639,7 +639,7 @@ def left_behind(folder: Path, before: list[str], line: str, command: str) -> str
 
 def run_accepted(case: Accepted, folder: Path, fx: Fixtures) -> str:
     """Run an accepted case: each command succeeds and logs and records the same note."""
-    from audioparity.artifacts import Dump
+    from audioparity.dumping.artifacts import Dump
 
     fx.link_into(folder)
     case.make(folder, fx)
@@ -699,8 +699,8 @@ MOSS_PROMPT = REPO / "resources" / "moss" / "en_instruction.json"
 def moss_reference(model: Path, output: Path) -> Path:
     """The torch reference dump of :data:`MOSS_PROMPT` through ``model`` at ``output``, which a
     MOSS ggml dump reads (``--reference-dir``)."""
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
 
     dump_reference(family("moss_voicegen"), model, [(MOSS_PROMPT, output)], options={})
     return output
@@ -747,8 +747,8 @@ def test_a_refused_dump_removes_the_folders_it_made(tmp_path):
     """An input refused inside the first stage, before it wrote anything, leaves nothing, not
     even the folders made for the dump; one refused once a stage was written keeps the partial
     dump for the guard (tests/test_artifacts.py)."""
-    from audioparity.artifacts import DumpWriter
-    from audioparity.errors import AudioparityError
+    from audioparity.contract.errors import AudioparityError
+    from audioparity.dumping.artifacts import DumpWriter
 
     (tmp_path / "results").mkdir()
     with pytest.raises(AudioparityError, match="stage refused"):
@@ -794,7 +794,7 @@ def decode_wav(path: Path) -> np.ndarray:
 @pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"])
 @pytest.mark.parametrize("channels", [1, 2, 3])
 def test_samples_equal_numpy_float64_decoding(subtype, channels, tmp_path):
-    from audioparity.audio import load_audio
+    from audioparity.dumping.audio import load_audio
 
     path = tmp_path / "x.wav"
     rng = np.random.default_rng(channels)
@@ -809,7 +809,7 @@ def test_samples_equal_numpy_float64_decoding(subtype, channels, tmp_path):
 
 
 def test_resampling_keeps_a_sine_and_is_noted(tmp_path):
-    from audioparity.audio import load_audio
+    from audioparity.dumping.audio import load_audio
 
     path = tmp_path / "44k.wav"
     write_wav(path, sine(44100), rate=44100, subtype="FLOAT")
@@ -908,8 +908,8 @@ def write_doc(rows: dict[str, list[str]]) -> str:
 def main() -> None:
     """Build the fixtures, run every case (the check-dump cases last, in this process), and
     rewrite docs/errors.md."""
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
     from tests.candidates.test_check_dump import DOC_CASES, check_row
 
     with tempfile.TemporaryDirectory(prefix="audioparity_errors_") as scratch:

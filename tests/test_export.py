@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import f32json
 from audioparity.cli import main
-from audioparity.errors import AudioparityError
-from audioparity.export import FORMATS, export_dump
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.export import FORMATS, export_dump
 from tests import REPO
 
 COMPARE_TENSORS = REPO / ".ports" / "transcribe_cpp" / "scripts" / "compare_tensors.py"

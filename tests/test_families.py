@@ -14,11 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audioparity.artifacts import Dump
-from audioparity.driver import dump_ggml, dump_reference
-from audioparity.errors import AudioparityError
-from audioparity.families import family, registered, stage_key
-from audioparity.family import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
     IMPLEMENTATION,
     REFERENCES,
     Family,
@@ -29,8 +26,11 @@ from audioparity.family import (
     implements,
     reference_names,
 )
-from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
+from audioparity.contract.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_ggml, dump_reference
+from audioparity.dumping.storage import EMULATED_TYPES
+from audioparity.models.registry import family, registered, stage_key
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
 FAMILIES = list(registered().values())
@@ -79,7 +79,7 @@ def test_a_family_finds_its_reference_implementations_by_their_files(tmp_path, m
     (package / "__init__.py").write_text("")
     for name in ("transformers", "second_revision"):
         (package / REFERENCES / f"{name}.py").write_text(
-            "from audioparity.family import ReferenceLibrary\n\n\n"
+            "from audioparity.contract.family import ReferenceLibrary\n\n\n"
             f"class {name.title().replace('_', '')}(ReferenceLibrary):\n    pass\n")
     (package / REFERENCES / "empty.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,7 +1,7 @@
-"""The storage-matched reference (audioparity.storage.FileStorage): a torch model computing with
-the bytes a candidate's own file stores. Given the bytes ggml's own quantizer writes, it is the
-quantization-aware reference bit for bit; given other bytes, it computes with them, and the
-hashes it records are still ggml's quantization of the checkpoint."""
+"""The storage-matched reference (audioparity.dumping.storage.FileStorage): a torch model computing
+with the bytes a candidate's own file stores. Given the bytes ggml's own quantizer writes, it is the
+quantization-aware reference bit for bit; given other bytes, it computes with them, and the hashes
+it records are still ggml's quantization of the checkpoint."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from audioparity.candidates import WeightName
-from audioparity.errors import AudioparityError
-from audioparity.storage import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.storage import (
     BLOCK_SIZES,
     FileStorage,
     StoredTensor,
@@ -93,7 +93,7 @@ def test_it_computes_with_the_file_s_bytes_and_hashes_ggml_s(tmp_path) -> None:
         np.testing.assert_array_equal(net["linear"].weight.numpy(),
                                       dequantize(changed, "q8_0", (64, 256)))
     ours = read_stored(tmp_path / "w.gguf")["linear.weight"]
-    from audioparity.storage import block_hashes
+    from audioparity.dumping.storage import block_hashes
 
     theirs = block_hashes(ours.data, "q8_0", (64, 256))
     differ = np.flatnonzero(matched.hashes["linear.weight"] != theirs)

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from audioparity.artifacts import Dump, DumpWriter
-from audioparity.audio import Audio, load_audio
 from audioparity.compare import metrics as m
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.documents import document_metrics
 from audioparity.compare.stage import tensor_metrics
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.audio import Audio, load_audio
 from audioparity.models.moss_voicegen import text_processor
 
 #: A warning fails too: the readers and metrics promise clean errors, no overflow warnings.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 
 
 def guard(tmp_path, script: str) -> subprocess.CompletedProcess:
@@ -55,7 +55,7 @@ def test_a_dump_that_aborts_keeps_the_stages_it_finished(tmp_path):
     the process died in (the decoder's, say), so the cell's encoder stages are still compared."""
     out = tmp_path / "dump"
     script = (
-        "import os, numpy as np; from audioparity.artifacts import DumpWriter\n"
+        "import os, numpy as np; from audioparity.dumping.artifacts import DumpWriter\n"
         f"w = DumpWriter({str(out)!r}, producer='ggml').__enter__()\n"
         "with w.timed('encoder'): w.add_tensor('enc_out', np.ones((3, 2), np.float32), '[T, D]')\n"
         "with w.timed('decode'): os.abort()\n"
@@ -74,8 +74,8 @@ def test_a_dump_refused_halfway_keeps_the_stages_before_and_names_the_stage(tmp_
     keeps those stages, names the stage it was raised in, and keeps the refusal's line."""
     out = tmp_path / "dump"
     script = (
-        "import numpy as np; from audioparity.artifacts import DumpWriter\n"
-        "from audioparity.errors import AudioparityError\n"
+        "import numpy as np; from audioparity.dumping.artifacts import DumpWriter\n"
+        "from audioparity.contract.errors import AudioparityError\n"
         f"with DumpWriter({str(out)!r}, producer='ggml') as w:\n"
         "    with w.timed('encoder'):\n"
         "        w.add_tensor('enc_out', np.ones((3, 2), np.float32), '[T, D]')\n"

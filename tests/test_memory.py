@@ -7,8 +7,8 @@ import tarfile
 
 import pytest
 
-from audioparity.errors import AudioparityError
-from audioparity.memory import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.memory import (
     REFERENCE_STACK_BYTES,
     SMALLEST_VALUE_BYTES,
     float_values,

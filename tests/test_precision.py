@@ -1,5 +1,5 @@
-"""The precision search (audioparity.precision): the bisection and its pruning on a search whose
-answer is known, the sensitivities against float64, recipes read and refused, and the whole
+"""The precision search (audioparity.compare.precision): the bisection and its pruning on a search
+whose answer is known, the sensitivities against float64, recipes read and refused, and the whole
 search on the trained Parakeet, whose q4_0 decode changes words."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from audioparity.errors import AudioparityError
-from audioparity.precision import Trial, bisect, sensitivities
-from audioparity.storage import Recipe, read_recipe, stored
+from audioparity.compare.precision import Trial, bisect, sensitivities
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.storage import Recipe, read_recipe, stored
 from tests import RESOURCES
 from tests.test_storage import _emulated_product
 

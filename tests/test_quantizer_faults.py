@@ -9,10 +9,10 @@ import ctypes
 
 import pytest
 
-from audioparity import driver
-from audioparity.driver import dump_ggml, dump_reference
-from audioparity.families import family
-from audioparity.storage import emulated_dir
+from audioparity.dumping import driver
+from audioparity.dumping.driver import dump_ggml, dump_reference
+from audioparity.dumping.storage import emulated_dir
+from audioparity.models.registry import family
 from tests import RESOURCES, cell_rows
 
 pytestmark = pytest.mark.slow

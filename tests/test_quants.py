@@ -1,7 +1,7 @@
 """ggml's weight types held to independent truths: the numpy block formats of
 ``tests/quant_blocks.py`` (written from ggml's C source) against ggml itself
 (``ggml_quantize_chunk``, each type's ``to_float``, the CPU backend's ``from_float``) and against
-:mod:`audioparity.storage` (``stored``, ``matmul_input``, ``VEC_DOT_TYPES``,
+:mod:`audioparity.dumping.storage` (``stored``, ``matmul_input``, ``VEC_DOT_TYPES``,
 ``BITS_PER_WEIGHT``, ``BLOCK_SIZES``). Every comparison is bit for bit (float32 values compared
 as their uint32 bits, so -0.0, inf and NaN payloads count) unless a test says otherwise.
 
@@ -25,8 +25,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audioparity import storage
-from audioparity.vocabulary import STORAGE_TYPES
+from audioparity.contract.vocabulary import STORAGE_TYPES
+from audioparity.dumping import storage
 from tests import quant_blocks as qb
 
 #: The storage types stored in blocks (all but the floats f32, f16, bf16).

@@ -1,9 +1,9 @@
-"""The caches every checkout of a machine shares (audioparity.shared_cache): two runs building one
-entry at once, as two processes (a ``make ports`` in one clone while another clone's ``make test``
-builds the same port), build it once, the second saying what it waits for, and both end with a
-good entry; a build killed midway leaves nothing that looks built. For a port (a stand-in whose
-build waits for the test's word) and for the ggml-python wheel (setup/ggml-python.sh, its pip a
-stand-in)."""
+"""The caches every checkout of a machine shares (audioparity.dumping.shared_cache): two runs
+building one entry at once, as two processes (a ``make ports`` in one clone while another clone's
+``make test`` builds the same port), build it once, the second saying what it waits for, and both
+end with a good entry; a build killed midway leaves nothing that looks built. For a port (a stand-in
+whose build waits for the test's word) and for the ggml-python wheel (setup/ggml-python.sh, its pip
+a stand-in)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.candidates import ports
-from audioparity.shared_cache import cached_tree, fixture_entry, lock_path
+from audioparity.dumping.shared_cache import cached_tree, fixture_entry, lock_path
 from tests import REPO
 from tests.candidates.test_adapters import TOY, snapshot
 

@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import pytest
 
-from audioparity.families import registered
-from audioparity.family import FORMS, LAYER
+from audioparity.contract.family import FORMS, LAYER
+from audioparity.models.registry import registered
 from tests import REPO
 
 SRC = REPO / "src"
@@ -42,7 +42,7 @@ TENSOR_MAP = "TensorMap"
 #: (file relative to the checkout, literal, why it is allowed): a word that is also a stage name
 #: and means something else where it stands.
 ALLOWED: tuple[tuple[str, str, str], ...] = (
-    ("src/audioparity/vocabulary.py", "prompt",
+    ("src/audioparity/contract/vocabulary.py", "prompt",
      "INPUT_KINDS: a case that is a prompt file (--prompt), not MOSS's prompt document"),
 )
 #: The placeholder an f-string's replacement field stands for in :func:`literals`.

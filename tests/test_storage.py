@@ -1,6 +1,6 @@
-"""audioparity.storage against ggml itself: the stored values are the bytes ggml_quantize_chunk
-writes, read back by ggml; the CPU backend's matmul equals float64 arithmetic on the emulated
-operands; a torch model made to emulate a weight type computes that arithmetic."""
+"""audioparity.dumping.storage against ggml itself: the stored values are the bytes
+ggml_quantize_chunk writes, read back by ggml; the CPU backend's matmul equals float64 arithmetic on
+the emulated operands; a torch model made to emulate a weight type computes that arithmetic."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from audioparity.errors import AudioparityError
-from audioparity.ggml import Runtime
-from audioparity.storage import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import STORAGE_TYPES
+from audioparity.dumping.storage import (
     BITS_PER_WEIGHT,
     BLOCK_SIZES,
     EMULATED_TYPES,
@@ -25,7 +25,7 @@ from audioparity.storage import (
     storage_record,
     stored,
 )
-from audioparity.vocabulary import STORAGE_TYPES
+from audioparity.ggml import Runtime
 
 RNG = np.random.default_rng(11)
 
@@ -267,7 +267,7 @@ def test_emulations_one_at_a_time_then_float32_again() -> None:
 def test_a_weight_of_more_rows_than_one_pass_rounds_holds_ggml_s_bytes_everywhere(storage):
     """A large embedding is rounded a block of rows at a time (bounded temporaries): every
     row, those of the last partial block too, holds what ggml stores, and leaving restores it."""
-    from audioparity.storage import _ROWS_AT_ONCE, emulating
+    from audioparity.dumping.storage import _ROWS_AT_ONCE, emulating
 
     rows = 2 * _ROWS_AT_ONCE + 5
     embedding = torch.nn.Embedding(rows, 256)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.artifacts import Dump, dump_differences
-from audioparity.driver import dump_ggml, dump_reference, save_weights
-from audioparity.errors import AudioparityError
-from audioparity.families import family, registered
-from audioparity.family import Family
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Family
+from audioparity.dumping.artifacts import Dump, dump_differences
+from audioparity.dumping.driver import dump_ggml, dump_reference, save_weights
+from audioparity.models.registry import family, registered
 from tests import MOSS_PROMPTS
 
 
@@ -76,7 +76,7 @@ def test_our_weights_file_as_storage_is_the_quantization_aware_reference(
     reference computes what the quantization-aware reference of the weight type computes, bit
     for bit (every tensor, document and stored hash; q4_1 with its block minimums' term): the
     two references are one arithmetic for our port."""
-    from audioparity.storage import FileStorage
+    from audioparity.dumping.storage import FileStorage
 
     known = family(name)
     model = fixture_model(name)

@@ -11,8 +11,8 @@ import pytest
 
 from audioparity.candidates import Adapter, Port, f32json, load_adapter, ports, reading, running
 from audioparity.compare.stage import apply_view
-from audioparity.errors import AudioparityError
-from audioparity.families import family
+from audioparity.contract.errors import AudioparityError
+from audioparity.models.registry import family
 
 TRANSCRIBE = {"root": "/ports/t", "profile": "parakeet-tdt-0.6b-v2"}
 
@@ -122,7 +122,7 @@ def test_a_port_killed_by_a_signal_is_named_with_its_signal_and_stderr():
 
 
 def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compared(tmp_path):
-    from audioparity.artifacts import DumpWriter
+    from audioparity.dumping.artifacts import DumpWriter
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -141,8 +141,8 @@ def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compar
 
 
 def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
-    from audioparity.artifacts import DumpWriter
     from audioparity.compare.cell import compare_cell
+    from audioparity.dumping.artifacts import DumpWriter
 
     (tmp_path / "m").write_bytes(b"")
     ones = np.ones((3, 4), dtype=np.float32)

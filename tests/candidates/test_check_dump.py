@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.candidates import Adapter, TensorMap, load_adapter
 from audioparity.candidates.check import check_dump
 from audioparity.candidates.reading import not_exposed
 from audioparity.cli import main
-from audioparity.families import family
+from audioparity.dumping.artifacts import DumpWriter
+from audioparity.models.registry import family
 from tests import REPO
 from tests.test_errors import listing, row
 
@@ -466,7 +466,7 @@ def test_a_valid_f32json_folder_passes(cwd, capsys):
 
 def test_read_folder_refuses_the_first_problem(cwd):
     from audioparity.candidates.f32json import read_folder
-    from audioparity.errors import AudioparityError
+    from audioparity.contract.errors import AudioparityError
 
     raw = transcribe_folder(cwd / "raw")
     assert read_folder(raw)["enc.mel.in"].shape == (80, T_MEL + 1)

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.candidates import llama_cpp_convert as convert
 from audioparity.candidates import load_adapter
 from audioparity.candidates.reading import not_exposed
-from audioparity.families import family
+from audioparity.dumping.artifacts import DumpWriter
+from audioparity.models.registry import family
 
 
 def tokenizer(tmp_path, regex=convert.QWEN2_SPLIT, add_prefix_space=False):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from audioparity.candidates import load_adapter
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 OPENMOSS = load_adapter("openmoss")
 

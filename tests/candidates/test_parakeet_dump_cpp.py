@@ -13,12 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import load_adapter
 from audioparity.candidates.running import run_candidate
 from audioparity.compare.cell import compare_cell
-from audioparity.errors import AudioparityError
-from audioparity.families import family
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.models.registry import family
 from tests import REPO, config_gates
 
 STANDIN = REPO / "tests" / "standins" / "parakeet_dump_cpp.py"

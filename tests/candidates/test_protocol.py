@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import OUTPUTS, Adapter, TensorMap, check_adapter, load_adapter
 from audioparity.candidates.registry import registered
 from audioparity.cli import main
-from audioparity.errors import AudioparityError
-from audioparity.families import family
-from audioparity.families import registered as registered_families
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.models.registry import family
+from audioparity.models.registry import registered as registered_families
 
 #: A user's port adapter, as docs/candidates.md shows one: a tool that prints its decode (here
 #: a Python one-liner), read by ``parse``; one stage it says why it does not expose.
@@ -270,7 +270,7 @@ DUMP_TOOL = '''\
 import sys
 from pathlib import Path
 import numpy as np
-from audioparity.artifacts import DumpWriter
+from audioparity.dumping.artifacts import DumpWriter
 output = Path(sys.argv[sys.argv.index("--output-dir") + 1])
 if "--fail" in sys.argv:
     sys.exit("my-dump: no model")
@@ -311,7 +311,7 @@ def test_the_family_port_runs_in_process_and_dumps_what_audioparity_ggml_dumps(
     """``candidate run --adapter audioparity`` (the family's options overridden by the
     entry's, the weights mapped from ``--weights-file``) and ``audioparity ggml`` give
     identical dumps."""
-    from audioparity.driver import dump_reference
+    from audioparity.dumping.driver import dump_reference
 
     model = fixture_model("whisper")
     whisper = family("whisper")

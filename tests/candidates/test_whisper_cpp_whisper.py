@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import load_adapter, ports
 from audioparity.candidates.reading import not_exposed
 from audioparity.cli import main
-from audioparity.errors import AudioparityError
-from audioparity.families import family
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.models.registry import family
 from tests.candidates.test_adapters import TOY, snapshot
 from tests.checkpoints.test_ctranslate2 import JFK, JFK_TEXT, normalise
 

@@ -26,7 +26,7 @@ import pytest
 from audioparity.checkpoints.ctranslate2 import read_model_bin
 from audioparity.checkpoints.ctranslate2_whisper import write_whisper_checkpoint
 from audioparity.cli import main
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 

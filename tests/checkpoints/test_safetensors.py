@@ -18,7 +18,7 @@ from audioparity.checkpoints.safetensors import (
     file_entries,
     shard_files,
 )
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 torch = pytest.importorskip("torch")
 save_file = pytest.importorskip("safetensors.torch").save_file

@@ -15,7 +15,7 @@ import pytest
 
 from audioparity.checkpoints.nemo import read_nemo_member
 from audioparity.checkpoints.torch_zip import read_torch_state_dict
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.checkpoint import read_state
 
 torch = pytest.importorskip("torch")

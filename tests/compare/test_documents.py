@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.documents import document_metrics
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import DumpWriter
 from tests import RESOURCES
 
 INF = math.inf
@@ -236,8 +236,8 @@ def test_margins_attach_to_any_document_by_name(tmp_path: Path):
 
 def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path: Path,
                                                                        fixture_model):
-    from audioparity.driver import dump_ggml, dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_ggml, dump_reference
+    from audioparity.models.registry import family
 
     moss = family("moss_voicegen")
     request = RESOURCES / "moss" / "en_instruction.json"

@@ -1,4 +1,4 @@
-"""A case run again against its fresh run (audioparity.compare.fresh, audioparity.reuse):
+"""A case run again against its fresh run (audioparity.compare.fresh, audioparity.compare.reuse):
 identical or it fails, a NaN equal to a NaN at the same place, a stated bound with its reason,
 and a run that died recorded as such."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.compare.fresh import array_difference, fresh_rows
-from audioparity.errors import AudioparityError
-from audioparity.reuse import reuse_order
+from audioparity.compare.reuse import reuse_order
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import DumpWriter
 
 LABELS = {"family": "moss_voicegen", "model": "tiny", "case": "en", "candidate": "audioparity",
           "backend": "cpu", "weight_type": "f32"}

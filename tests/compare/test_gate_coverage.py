@@ -19,10 +19,10 @@ import yaml
 from snakemake.utils import update_config
 
 from audioparity.compare.gates import gate_for, gate_text, resolve_gates
-from audioparity.errors import AudioparityError
-from audioparity.families import registered
-from audioparity.family import FORMS, concrete
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FORMS, concrete
+from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind
+from audioparity.models.registry import registered
 from tests import REPO
 
 #: The layer a per-layer stage is named for (any layer: the patterns match by ``*``).

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import yaml
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.gates import (
     THRESHOLDS,
@@ -30,8 +29,9 @@ from audioparity.compare.scaling import (
     noise_floor,
 )
 from audioparity.compare.targets import recipe_row
-from audioparity.errors import AudioparityError
-from audioparity.families import stage_key
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.models.registry import stage_key
 from tests import REPO
 
 SECTION = {
@@ -778,7 +778,7 @@ def test_a_threshold_on_a_field_the_candidate_omits_is_not_read_and_any_other_is
 
 def test_every_stage_kind_has_a_comparison():
     from audioparity.compare.stage import ARRAY_METRICS, COMPARE
-    from audioparity.vocabulary import STAGE_KINDS
+    from audioparity.contract.vocabulary import STAGE_KINDS
 
     assert set(COMPARE) == set(STAGE_KINDS)
     assert set(ARRAY_METRICS) == {kind for kind in STAGE_KINDS if kind != "document"}

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.metrics import wer_known
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import DumpWriter
 
 #: What JFK said (the inaugural address, 1961), as a transcript writes it.
 JFK = "And so, my fellow Americans: ask not what your country can do for you, ask what you " \

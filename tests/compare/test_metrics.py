@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from audioparity.compare import metrics as m
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 FLOAT_METRICS = (m.cosine, m.std_ratio, m.nmse, m.median_row_nmse, m.max_abs, m.mean_abs,
                  m.max_rel)

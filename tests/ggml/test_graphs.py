@@ -13,7 +13,7 @@ import ggml
 import numpy as np
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Runtime
 from audioparity.ggml.graphs import (
     FLOAT32_NMSE,

@@ -12,9 +12,9 @@ import ggml
 import numpy as np
 import pytest
 
-from audioparity.artifacts import OPS_ON_CPU, DumpWriter
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.gates import resolve_gates
+from audioparity.dumping.artifacts import OPS_ON_CPU, DumpWriter
 from audioparity.ggml import open_runtime
 from audioparity.ggml.bindings import ggml as bound
 

@@ -8,7 +8,7 @@ import ggml
 import numpy as np
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import BackendUnavailable, Runtime, doctor, storage_supported
 
 RNG = np.random.default_rng(1234)

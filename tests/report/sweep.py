@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from audioparity.compare.cell import COLUMNS
+from audioparity.contract.vocabulary import STORAGE_TYPES
 from audioparity.report.culprit import CELL, culprits
-from audioparity.vocabulary import STORAGE_TYPES
 
 CANDIDATES = ("audioparity", "transcribe_cpp", "whisper_cpp", "port_a", "port_b")
 WEIGHT_TYPES = (*STORAGE_TYPES, "q4_K+recipe")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import DumpWriter
 from audioparity.compare.cell import compare_cell
+from audioparity.dumping.artifacts import DumpWriter
 from audioparity.report.summary import write_summary
 from tests.report.test_report import read_csv
 

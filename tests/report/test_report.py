@@ -13,7 +13,7 @@ import pytest
 
 from audioparity.cli import main
 from audioparity.compare.cell import COLUMNS
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.report.html import write_html
 from audioparity.report.summary import (
     read_cell_list,

@@ -43,9 +43,9 @@ def arg_value(argv: list[str], name: str, fallback: str) -> str:
 def _runtime_parts(model: Path, weight_type: str, backend: str, device: int):
     """The family, the model's config and the runtime its weights go on (the seed's asset
     loading); the weights are uploaded by :func:`_upload` inside the runtime."""
-    from audioparity.errors import AudioparityError
-    from audioparity.families import family
+    from audioparity.contract.errors import AudioparityError
     from audioparity.ggml import Runtime
+    from audioparity.models.registry import family
 
     if backend not in ("cpu", "cuda", "vulkan"):
         raise AudioparityError(f"unsupported --backend: {backend}")
@@ -57,7 +57,7 @@ def _runtime_parts(model: Path, weight_type: str, backend: str, device: int):
 def _upload(parakeet, runtime, model: Path, config, weight_type: str):
     """The weights at ``weight_type``, the convolution kernels f32 (the seed's weight loading,
     through the project's one storage policy)."""
-    from audioparity.driver import upload_weights
+    from audioparity.dumping.driver import upload_weights
 
     weights, _ = upload_weights(parakeet, runtime, model, config, weight_type,
                                 {"conv_weight_type": "f32"})
@@ -67,7 +67,7 @@ def _upload(parakeet, runtime, model: Path, config, weight_type: str):
 def decoder_replay(model: Path, enc_path: Path, output_dir: Path, weight_type: str,
                    backend: str, device: int) -> None:
     """``--decoder-input``: our greedy TDT decoder on a saved ``[T', D]`` encoder output."""
-    from audioparity.errors import AudioparityError
+    from audioparity.contract.errors import AudioparityError
     from audioparity.models.parakeet_tdt.decoder import TdtDecoder
 
     parakeet, config, runtime = _runtime_parts(model, weight_type, backend, device)
@@ -87,8 +87,8 @@ def decoder_replay(model: Path, enc_path: Path, output_dir: Path, weight_type: s
 def dump(model: Path, audio: Path, nemo_dir: Path, output_dir: Path, weight_type: str,
          backend: str, device: int, flash_attention: bool, encoder_only: bool) -> None:
     """Mel and encoder output end to end, then layer 0 alone on ``--nemo-dir``'s tensors."""
-    from audioparity.audio import load_audio
-    from audioparity.errors import AudioparityError
+    from audioparity.contract.errors import AudioparityError
+    from audioparity.dumping.audio import load_audio
     from audioparity.models.parakeet_tdt.encoder import Encoder
     from audioparity.models.parakeet_tdt.frontend import mel_features
     from audioparity.models.parakeet_tdt.layout import FB, WINDOW

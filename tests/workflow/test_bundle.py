@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import tests.workflow.workdir as wd
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.workflow.bundle import MANIFEST, RETURNED, merge
 from tests import REPO
 from tests.conftest import vulkan_or_skip

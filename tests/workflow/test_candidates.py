@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from audioparity.families import family as family_spec
+from audioparity.models.registry import family as family_spec
 from tests import MOSS_PROMPTS, REPO
 from tests.models.moss_voicegen.test_replay import LAYER_0_FAULT
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 STAND_IN = """\
 import subprocess, sys, tempfile
 from pathlib import Path
-from audioparity.artifacts import Dump, DumpWriter
+from audioparity.dumping.artifacts import Dump, DumpWriter
 family, *args = sys.argv[1:]
 output = Path(args[args.index("--output-dir") + 1])
 with tempfile.TemporaryDirectory() as work:
@@ -145,7 +145,7 @@ MY_TOOL = """\
 import json, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 model, case, reference, output = sys.argv[1:]
 names = {"mel_features": "mel", "pre_encode": "pre", "enc_out": "encoder_out"}
 with tempfile.TemporaryDirectory() as work:

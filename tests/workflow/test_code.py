@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from audioparity.candidates import load_adapter
-from audioparity.families import registered
-from audioparity.family import SIDE_METHODS
+from audioparity.contract.family import SIDE_METHODS
+from audioparity.models.registry import registered
 from audioparity.workflow import imports
 from audioparity.workflow.code import CLI, Code
 from audioparity.workflow.imports import Entry, Sources, entry_imports, parse
@@ -115,7 +115,7 @@ def test_a_familys_reference_side_runs_no_ggml_and_its_ggml_side_does(code, name
     for side, files in sides.items():
         assert cli <= set(files), side
         assert f"{package}__init__.py" in files, side
-        assert ("src/audioparity/driver.py" in files) == (side != "fixture"), side
+        assert ("src/audioparity/dumping/driver.py" in files) == (side != "fixture"), side
     assert not [f for f in sides["reference"] if f.startswith("src/audioparity/ggml/")]
     assert [f for f in sides["ggml"] if f.startswith("src/audioparity/ggml/")]
     assert [f for f in sides["weights"] if f.startswith("src/audioparity/ggml/")]
@@ -133,7 +133,7 @@ def test_a_precision_search_runs_the_reference_side_and_no_port(code, name):
     family = registered()[name]
     search = set(code.precision(family))
     assert set(code.side(family, "reference")) <= search
-    assert "src/audioparity/precision.py" in search
+    assert "src/audioparity/compare/precision.py" in search
     port = set(code.side(family, "ggml")) - set(code.side(family, "reference"))
     assert port and not port & search, sorted(port & search)
 
@@ -141,7 +141,7 @@ def test_a_precision_search_runs_the_reference_side_and_no_port(code, name):
 def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code):
     family = registered()["parakeet_tdt"]
     ours = code.candidate_run(family, load_adapter("audioparity"), "audioparity")
-    assert {"src/audioparity/guard.py", "src/audioparity/candidates/running.py",
+    assert {"src/audioparity/dumping/guard.py", "src/audioparity/candidates/running.py",
             "src/audioparity/candidates/audioparity.py"} <= set(ours)
     assert set(code.side(family, "ggml")) <= set(ours)
     theirs = code.candidate_run(family, load_adapter("transcribe_cpp"), "transcribe_cpp")

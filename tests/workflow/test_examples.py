@@ -66,7 +66,7 @@ def test_cuda_strict_takes_the_gates_of_cuda_the_cpus_at_float32(monkeypatch):
     from snakemake.utils import update_config, validate
 
     from audioparity.candidates import load_adapter
-    from audioparity.families import registered
+    from audioparity.models.registry import registered
     from audioparity.workflow.code import Code
     from audioparity.workflow.commands import Commands
     from audioparity.workflow.jobs import Jobs

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from audioparity.compare.gates import resolve_gates
-from audioparity.errors import AudioparityError
-from audioparity.families import registered
-from audioparity.memory import BASE_MEMORY_MB
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.memory import BASE_MEMORY_MB
+from audioparity.models.registry import registered
 from audioparity.workflow.code import Code
 from audioparity.workflow.commands import Commands
 from audioparity.workflow.jobs import Jobs

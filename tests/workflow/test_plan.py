@@ -10,8 +10,8 @@ import re
 import pytest
 
 from audioparity.candidates import load_adapter
-from audioparity.errors import AudioparityError
-from audioparity.families import registered
+from audioparity.contract.errors import AudioparityError
+from audioparity.models.registry import registered
 from audioparity.workflow.plan import CellKey, Sweep, check_keys
 from tests import REPO
 
@@ -199,7 +199,7 @@ def test_replay_where_the_family_has_no_replayed_stage_is_refused(monkeypatch):
     """Every shipped family replays: whisper's table is given none of its replayed forms."""
     import dataclasses
 
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     whisper = type(family("whisper"))
     monkeypatch.setattr(whisper, "spec", dataclasses.replace(whisper.spec, stages=tuple(

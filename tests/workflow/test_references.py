@@ -17,9 +17,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from audioparity.environments import CACHE_VARIABLE, RECORD, build, cache, check_built, digest
-from audioparity.errors import AudioparityError
-from audioparity.families import registered
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.environments import (
+    CACHE_VARIABLE,
+    RECORD,
+    build,
+    cache,
+    check_built,
+    digest,
+)
+from audioparity.models.registry import registered
 from audioparity.workflow.code import Code
 from audioparity.workflow.commands import Commands
 from audioparity.workflow.jobs import Jobs

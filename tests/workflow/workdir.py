@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from audioparity.environments import CACHE_VARIABLE
-from audioparity.environments import cache as environments_cache
+from audioparity.dumping.environments import CACHE_VARIABLE
+from audioparity.dumping.environments import cache as environments_cache
 from tests import REPO
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.family import LAYER, FamilySpec, Option, concrete, match_name
-from audioparity.storage import StoredTensor, matrix_shape
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import LAYER, FamilySpec, Option, concrete, match_name
+from audioparity.dumping.storage import StoredTensor, matrix_shape
 
 #: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
 #: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
@@ -199,7 +199,7 @@ class _EveryFamily:
     (:data:`EVERY_FAMILY`), read when asked (the families register after the adapters load)."""
 
     def __get__(self, adapter: Adapter | None, owner: type) -> tuple[str, ...]:
-        from audioparity.families import registered
+        from audioparity.models.registry import registered
 
         return tuple(registered())
 
@@ -246,10 +246,10 @@ class Adapter:
             (:meth:`prepare` writes it) to the reference's stage: ``unavailable`` in its cells,
             saying so.
         family_port: it is the family's own ggml port: its cells run the family's ggml dump
-            through :func:`audioparity.driver.dump_ggml`, in the ``audioparity`` process.
+            through :func:`audioparity.dumping.driver.dump_ggml`, in the ``audioparity`` process.
         several_cases: its candidate runs several cases in one process (the runtime, the
             weights and whatever it keeps between cases reused), so the workflow checks each
-            case run again there against its fresh run (:mod:`audioparity.reuse`). Only the
+            case run again there against its fresh run (:mod:`audioparity.compare.reuse`). Only the
             family's own port: :meth:`run` takes one case, and the shipped third-party tools,
             as their adapters drive them, take one input per run.
         replays: by default the reference replays its blocks (``audioparity replay``): for a
@@ -439,7 +439,7 @@ class Adapter:
 
     def recipe_options(self, recipe: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
         """Its options under which its quantizer writes ``recipe`` (a
-        :class:`~audioparity.storage.Recipe`: every matmul weight at its base type but those
+        :class:`~audioparity.dumping.storage.Recipe`: every matmul weight at its base type but those
         its overrides name) in its own syntax, its conversion and cells then run at the base
         type with them; None (the default) where its quantizer has no per-tensor types: its
         cells of a recipe are ``unavailable``, saying so."""
@@ -448,7 +448,7 @@ class Adapter:
     def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
                        ) -> str | None:
         """The type its quantizer is asked for ``tensor`` (a
-        :class:`~audioparity.storage.StoredTensor` of its model file) in a cell of
+        :class:`~audioparity.dumping.storage.StoredTensor` of its model file) in a cell of
         ``weight_type``, or None for a tensor it leaves alone: by default ``weight_type`` for
         a matmul weight, a 2-D tensor that no :attr:`unquantized` pattern names. A matmul weight
         stored as another type is a fallback, recorded with why."""

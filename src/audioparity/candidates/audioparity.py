@@ -1,11 +1,11 @@
 """This project's ggml port, the default candidate of every family: ``candidate run`` dumps its
-cells through :func:`audioparity.driver.dump_ggml`, the dump contract itself; it runs several
-cases in one process too (:func:`audioparity.driver.dump_ggml_cases`)."""
+cells through :func:`audioparity.dumping.driver.dump_ggml`, the dump contract itself; it runs
+several cases in one process too (:func:`audioparity.dumping.driver.dump_ggml_cases`)."""
 
 from __future__ import annotations
 
 from audioparity.candidates.adapter import EVERY_FAMILY, Adapter
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES
 
 
 class Audioparity(Adapter):

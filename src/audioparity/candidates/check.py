@@ -10,16 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import (
-    MANIFEST,
-    _convention_ok,
-    _not_exposed_ok,
-    _one_line,
-    _read_npy_header,
-    base_layout,
-    manifest_problems,
-    same_layout,
-)
 from audioparity.candidates.adapter import Adapter
 from audioparity.candidates.dump_checks import (
     FLOAT,
@@ -32,17 +22,27 @@ from audioparity.candidates.dump_checks import (
     value_problems,
 )
 from audioparity.candidates.registry import load_adapter
-from audioparity.driver import MARGINS
-from audioparity.errors import AudioparityError
-from audioparity.family import LAYER, FamilySpec
-from audioparity.storage import BLOCK_HASHES
-from audioparity.vocabulary import DUMP_STATUSES, StageKind
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import LAYER, FamilySpec
+from audioparity.contract.vocabulary import DUMP_STATUSES, StageKind
+from audioparity.dumping.artifacts import (
+    MANIFEST,
+    _convention_ok,
+    _not_exposed_ok,
+    _one_line,
+    _read_npy_header,
+    base_layout,
+    manifest_problems,
+    same_layout,
+)
+from audioparity.dumping.driver import MARGINS
+from audioparity.dumping.storage import BLOCK_HASHES
 
 #: Where our dump of a third-party candidate keeps the tool's own files (``candidate run``).
 RAW = "raw"
 #: Files besides the contract's that a dump directory may hold: Snakemake's marker of a
 #: directory output, and the block hashes of the weights it stored
-#: (:data:`~audioparity.storage.BLOCK_HASHES`).
+#: (:data:`~audioparity.dumping.storage.BLOCK_HASHES`).
 ALLOWED = (".snakemake_timestamp", BLOCK_HASHES)
 def check_dump(path: str | os.PathLike, family_name: str,
                adapter: str | Adapter | None = None) -> list[str]:
@@ -97,7 +97,7 @@ def check(path: str | os.PathLike, family_name: str,
     Raises:
         AudioparityError: as :func:`check_dump`.
     """
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     spec = family(family_name).spec
     if isinstance(adapter, str):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import MANIFEST, _one_line, _read_npy_header
 from audioparity.candidates import f32json
 from audioparity.candidates.adapter import Adapter, TensorMap
 from audioparity.candidates.dump_checks import (
@@ -25,9 +24,10 @@ from audioparity.candidates.dump_checks import (
     shape_problems,
     value_problems,
 )
-from audioparity.errors import AudioparityError
-from audioparity.family import LAYER, FamilySpec, Stage, concrete
-from audioparity.vocabulary import StageKind
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import LAYER, FamilySpec, Stage, concrete
+from audioparity.contract.vocabulary import StageKind
+from audioparity.dumping.artifacts import MANIFEST, _one_line, _read_npy_header
 
 
 @dataclass

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.candidates.adapter import EVERY_FAMILY, Adapter, Command, ggml_flags
-from audioparity.errors import AudioparityError
-from audioparity.family import FamilySpec, Option
-from audioparity.vocabulary import BACKENDS, WEIGHT_TYPES
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES
 
 #: The fields a command template may use.
 FIELDS = ("model", "case", "reference", "output", "weight_type", "backend", "threads", "options")

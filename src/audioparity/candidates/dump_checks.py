@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import _one_line, base_layout
-from audioparity.family import FamilySpec, Stage
-from audioparity.vocabulary import StageKind
+from audioparity.contract.family import FamilySpec, Stage
+from audioparity.contract.vocabulary import StageKind
+from audioparity.dumping.artifacts import _one_line, base_layout
 
 #: The dtype of every tensor stage ("float32 unless said otherwise": no stage says otherwise).
 FLOAT = "float32"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
 
 SIDECAR = ".json"
 DATA = ".f32"

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
-from audioparity.errors import AudioparityError
-from audioparity.family import FamilySpec, Option
-from audioparity.vocabulary import MIXES, STORAGE_TYPES
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.vocabulary import MIXES, STORAGE_TYPES
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
 EMBEDDINGS = "input_embeddings.raw"
@@ -32,8 +32,8 @@ CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
 QUANTIZE_TYPES = {"q8_0": "Q8_0", "q6_K": "Q6_K", "q5_1": "Q5_1", "q5_0": "Q5_0", "q5_K": "Q5_K",
                   "q4_1": "Q4_1", "q4_0": "Q4_0", "q4_K": "Q4_K", "iq4_nl": "IQ4_NL",
                   "mxfp4": "MXFP4_MOE", "q3_K": "Q3_K", "q2_K": "Q2_K"}
-#: The mixes people ship (:data:`~audioparity.vocabulary.MIXES`), each its ``llama-quantize``
-#: type without ``--pure``: the tool's own choice of type tensor by tensor.
+#: The mixes people ship (:data:`~audioparity.contract.vocabulary.MIXES`), each its
+#: ``llama-quantize`` type without ``--pure``: the tool's own choice of type tensor by tensor.
 MIX_TYPES = {mix: mix.replace("_k_", "_K_").upper() for mix in MIXES}
 
 
@@ -114,7 +114,7 @@ class LlamaCpp(Adapter):
 
     def check_options(self, values: Any, where: str) -> dict[str, Any]:
         """As :meth:`Adapter.check_options`, and ``tensor_types`` maps patterns to types of
-        :data:`~audioparity.vocabulary.STORAGE_TYPES`."""
+        :data:`~audioparity.contract.vocabulary.STORAGE_TYPES`."""
         checked = super().check_options(values, where)
         for pattern, kind in checked["tensor_types"].items():
             if not isinstance(pattern, str) or not pattern or kind not in STORAGE_TYPES:
@@ -197,7 +197,7 @@ class LlamaCpp(Adapter):
         Raises:
             AudioparityError: the reference dump is not ``ok`` or lacks one.
         """
-        from audioparity.artifacts import Dump
+        from audioparity.dumping.artifacts import Dump
 
         dump = Dump(reference)
         lacking = [m.stage for m in self.inputs if dump.status != "ok" or not dump.has(m.stage)]

@@ -1,8 +1,8 @@
 """A third-party port's own model file: its tensors (a GGUF file, or the legacy ggml format of
 whisper.cpp), what its quantizer stored (the cell's ``storage`` record), and the file renamed to
 the checkpoint's weights (:data:`STORAGE_FILE`), which a storage-matched reference computes
-with (:class:`audioparity.storage.FileStorage`; docs/quantization.md, "Judging the file a port
-ships")."""
+with (:class:`audioparity.dumping.storage.FileStorage`; docs/quantization.md, "Judging the file
+a port ships")."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.storage import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import MIXES
+from audioparity.dumping.storage import (
     StoredTensor,
     block_hashes,
     ggml_name,
@@ -27,7 +28,6 @@ from audioparity.storage import (
     tensor_hash,
     write_stored,
 )
-from audioparity.vocabulary import MIXES
 
 if TYPE_CHECKING:  # the adapter reads model files through this module
     from audioparity.candidates.adapter import Adapter
@@ -159,7 +159,7 @@ def storage_of(tensors: Sequence[StoredTensor], requested: Callable[[StoredTenso
     weight (``requested`` gives its type; None for a tensor the tool's quantizer leaves alone)
     stored as another type, whether its rows do not fill the requested type's blocks or the
     tool (``tool``, its title) chose otherwise. The same fields as our port's
-    (:func:`audioparity.storage.storage_record`)."""
+    (:func:`audioparity.dumping.storage.storage_record`)."""
     bits = sum(tensor.values * type_bits(tensor.type) for tensor in tensors)
     values = sum(tensor.values for tensor in tensors)
     types: dict[str, int] = collections.Counter(tensor.type for tensor in tensors)
@@ -250,8 +250,8 @@ def model_storage(adapter: Adapter, model: Path, options: Mapping[str, Any],
     :meth:`Adapter.model_tensors`): the manifest's ``storage`` field (:func:`storage_of`, and
     from its storage file (:func:`write_storage`) each mapped weight's type under its checkpoint
     name, ``tensor_types``, and the hash of its bytes, ``hashes``), each mapped weight's
-    :func:`~audioparity.storage.block_hashes`, and the lines for the cell's notes (tensors ggml
-    cannot use, :func:`unfilled`). None for an adapter that names no model file, or when one is
+    :func:`~audioparity.dumping.storage.block_hashes`, and the lines for the cell's notes (tensors
+    ggml cannot use, :func:`unfilled`). None for an adapter that names no model file, or when one is
     not there (its run then fails, saying so)."""
     paths = adapter.model_files(Path(model), options, weight_type)
     if not paths:

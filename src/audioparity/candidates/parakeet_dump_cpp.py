@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, TensorMap
-from audioparity.errors import AudioparityError
-from audioparity.families import on_reference_path
-from audioparity.family import FamilySpec, Option
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FamilySpec, Option
+from audioparity.models.registry import on_reference_path
 
 
 class ParakeetDumpCpp(Adapter):
@@ -49,8 +49,8 @@ class ParakeetDumpCpp(Adapter):
 
     def unavailable(self, stage: str) -> str | None:
         """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
-        (:attr:`~audioparity.family.Stage.reference_path`) needs that path fed to its decoder,
-        which runs free (``decoder_tokens.json``) and writes no joint logits."""
+        (:attr:`~audioparity.contract.family.Stage.reference_path`) needs that path fed to its
+        decoder, which runs free (``decoder_tokens.json``) and writes no joint logits."""
         if on_reference_path(self.families[0], stage):
             return (f"{self.title} does not expose it: its decoder runs free and writes no "
                     "joint logits")
@@ -72,7 +72,7 @@ class ParakeetDumpCpp(Adapter):
             AudioparityError: the reference dump is not a Parakeet-TDT dump of status ``ok``
                 holding those tensors.
         """
-        from audioparity.export import export_dump
+        from audioparity.dumping.export import export_dump
 
         export_dump(reference, "seed", folder, family="parakeet_tdt")
         return folder

@@ -13,12 +13,12 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from audioparity.artifacts import sha256_of
 from audioparity.candidates.adapter import VULKAN_MARK, Adapter, source_file
 from audioparity.candidates.registry import registered
 from audioparity.candidates.running import run_tool
-from audioparity.errors import AudioparityError
-from audioparity.shared_cache import building, replace_link
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import sha256_of
+from audioparity.dumping.shared_cache import building, replace_link
 
 log = logging.getLogger("audioparity")
 
@@ -41,8 +41,8 @@ def build_ports(source: Path, cache: Path, jobs: int = 2,
     has a Vulkan build (:attr:`Port.vulkan`) also gets it, patched, in a tree of its own linked
     as ``cache/<adapter>-vulkan``. The cache is shared by every checkout of the machine: each
     tree, and each download, is built by one run at a time (:func:`_build`,
-    :func:`~audioparity.shared_cache.building`); another run wanting it waits, saying so, and
-    reuses it.
+    :func:`~audioparity.dumping.shared_cache.building`); another run wanting it waits, saying so,
+    and reuses it.
 
     Raises:
         AudioparityError: no ``source`` folder, a snapshot missing or ambiguous, a build step

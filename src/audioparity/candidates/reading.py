@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import DumpWriter, viewed_layout
 from audioparity.candidates import f32json
 from audioparity.candidates.adapter import Adapter, TensorMap
-from audioparity.family import FamilySpec
+from audioparity.contract.family import FamilySpec
+from audioparity.dumping.artifacts import DumpWriter, viewed_layout
 
 log = logging.getLogger("audioparity")
 

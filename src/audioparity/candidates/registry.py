@@ -14,8 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 from audioparity.candidates.adapter import OUTPUTS, Adapter
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import StageKind
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import StageKind
 
 #: The entry-point group of adapters that installed distributions provide.
 ENTRY_POINTS = "audioparity.adapters"
@@ -174,7 +174,7 @@ def check_adapter(adapter: Adapter, where: str) -> None:
 def _check_stages(adapter: Adapter, label: str, family_name: str) -> None:
     """Refuse a map, printed document, input or ``unexposed`` entry of ``adapter`` that names
     no stage of family ``family_name`` (a printed one, no document stage)."""
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     try:
         spec = family(family_name).spec

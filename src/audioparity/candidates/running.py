@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import MANIFEST, DumpWriter, built_directory
 from audioparity.candidates.adapter import Adapter, Command
 from audioparity.candidates.model_file import model_storage, write_storage
 from audioparity.candidates.reading import RUN_WALL, read_tool_output
 from audioparity.candidates.registry import load_adapter
-from audioparity.errors import AudioparityError
-from audioparity.family import Family
-from audioparity.guard import describe_exit
-from audioparity.storage import Recipe, type_name
-from audioparity.vocabulary import RECIPE_SEPARATOR
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Family
+from audioparity.contract.vocabulary import RECIPE_SEPARATOR
+from audioparity.dumping.artifacts import MANIFEST, DumpWriter, built_directory
+from audioparity.dumping.guard import describe_exit
+from audioparity.dumping.storage import Recipe, type_name
 
 log = logging.getLogger("audioparity")
 
@@ -141,7 +141,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     """One cell of a candidate into a dump of the contract at ``output_dir``.
 
     The family's own port (:attr:`Adapter.family_port`) is dumped by
-    :func:`audioparity.driver.dump_ggml` in this process, its options the family's
+    :func:`audioparity.dumping.driver.dump_ggml` in this process, its options the family's
     (``family_options``, the config section's) with the entry's (``options``) overriding them,
     and its weights mapped from ``weights_file`` when given. A tool that writes the contract
     itself (output ``dump``) runs its commands with ``output_dir`` as their output. Any other
@@ -155,7 +155,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
             family, bad options, a tool that cannot start or writes what the adapter cannot
             read; for a tool of output ``dump``, one that fails or writes no dump.
     """
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     adapter, spec = load_adapter(adapter_name), family(family_name).spec
     if spec.name not in adapter.families:
@@ -201,13 +201,13 @@ def run_candidate_cases(adapter_name: str, family_name: str, options: dict[str, 
     """Several cases of a candidate in one process, each ``(case file, dump directory,
     reference dump or None)`` of ``runs`` in order, for an adapter that runs several
     (:attr:`Adapter.several_cases`: the family's own port, through
-    :func:`audioparity.driver.dump_ggml_cases`); otherwise as :func:`run_candidate`.
+    :func:`audioparity.dumping.driver.dump_ggml_cases`); otherwise as :func:`run_candidate`.
 
     Raises:
         AudioparityError: an adapter that runs one case per process, and as
             :func:`run_candidate`.
     """
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     adapter, spec = load_adapter(adapter_name), family(family_name).spec
     if not adapter.several_cases:
@@ -228,7 +228,7 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
                      weights_file: Path | None) -> None:
     """The family's ggml dump of each ``(case, dump directory, reference dump)`` in one
     process, as ``audioparity ggml <family>`` makes it (its ggml options)."""
-    from audioparity.driver import dump_ggml_cases
+    from audioparity.dumping.driver import dump_ggml_cases
 
     spec = family.spec
     if spec.ggml_reads_reference and any(reference is None for _, _, reference in runs):

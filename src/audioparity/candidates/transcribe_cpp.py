@@ -20,9 +20,9 @@ from audioparity.candidates.adapter import (
     TensorMap,
     WeightName,
 )
-from audioparity.errors import AudioparityError
-from audioparity.families import on_reference_path
-from audioparity.family import FamilySpec, Option
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FamilySpec, Option
+from audioparity.models.registry import on_reference_path
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
 FRAME_SECONDS = 0.08
@@ -129,8 +129,8 @@ class TranscribeCpp(Adapter):
 
     def unavailable(self, stage: str) -> str | None:
         """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
-        (:attr:`~audioparity.family.Stage.reference_path`) that it did not write (the decode
-        teacher-forced on its own encoder output) needs that path fed to its decoder, which
+        (:attr:`~audioparity.contract.family.Stage.reference_path`) that it did not write (the
+        decode teacher-forced on its own encoder output) needs that path fed to its decoder, which
         runs free."""
         if on_reference_path(self.families[0], stage):
             return (f"{self.title} does not expose it: its decoder runs free (it dumps the "

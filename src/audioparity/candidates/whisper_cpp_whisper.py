@@ -18,8 +18,8 @@ import numpy as np
 from audioparity.candidates.adapter import Adapter, Command, TensorMap, WeightName
 from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.candidates.whisper_cpp import PORT, QUANTIZED
-from audioparity.errors import AudioparityError
-from audioparity.family import FamilySpec, Option
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FamilySpec, Option
 
 #: The teacher-forced tokens as the driver reads them (raw little-endian int32 ``[S]``).
 TOKENS = "tokens.i32"
@@ -148,7 +148,7 @@ class WhisperCppWhisper(Adapter):
             AudioparityError: the reference dump is not ``ok`` or lacks its decode, its prompt
                 or (``mel`` ``reference``) its mel_features.
         """
-        from audioparity.artifacts import Dump
+        from audioparity.dumping.artifacts import Dump
 
         dump = Dump(reference)
         decode, mel = self.printed.stage, REFERENCE_MEL.stage

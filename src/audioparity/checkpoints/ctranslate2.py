@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints.floats import to_float32
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 #: Binary versions read (the per-variable type id, ``model.cc``, is there from version 4).
 VERSIONS = range(4, 7)

@@ -38,7 +38,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from audioparity.artifacts import built_directory
 from audioparity.checkpoints.ctranslate2 import (
     WhisperDims,
     check_scalars,
@@ -46,7 +45,8 @@ from audioparity.checkpoints.ctranslate2 import (
     whisper_dims,
     whisper_state,
 )
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import built_directory
 
 log = logging.getLogger("audioparity")
 
@@ -273,7 +273,7 @@ def _write(work: Path, name: str, value: object) -> None:
 
 def write_whisper_checkpoint(source: Path, output: Path) -> WhisperDims:
     """Write ``output``, a transformers Whisper checkpoint directory, from the CTranslate2
-    Whisper ``source`` (:func:`model_folder`), atomically (:func:`~audioparity.artifacts.
+    Whisper ``source`` (:func:`model_folder`), atomically (:func:`~audioparity.dumping.artifacts.
     built_directory`); return its dims.
 
     Raises:

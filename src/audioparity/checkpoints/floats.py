@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 def to_float32(raw: np.ndarray, kind: str) -> np.ndarray:

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 class FileWindow(io.RawIOBase):

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints.floats import non_finite, raise_non_finite, to_float32
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -19,7 +19,7 @@ import numpy as np
 
 from audioparity.checkpoints.floats import to_float32
 from audioparity.checkpoints.nemo import FileWindow
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 #: torch storage class (``torch.<name>``) -> (stored dtype, numpy dtype of its bytes).
 _TORCH_STORAGES = {"FloatStorage": ("f32", "<f4"), "HalfStorage": ("f16", "<f2"),

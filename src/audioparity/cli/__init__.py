@@ -1,7 +1,7 @@
 """The ``audioparity`` command line (docs/design.md, "Command line").
 
 ``fixture``, ``reference``, ``ggml``, ``weights``, ``replay`` and ``drilldown`` have one
-subcommand per model family, built from the family's table (:mod:`audioparity.family`): the
+subcommand per model family, built from the family's table (:mod:`audioparity.contract.family`): the
 same flags for every family, plus its own options. Exit codes: 0 done, 1 failed (one line on
 stderr), 2 usage.
 """
@@ -13,7 +13,7 @@ import os
 import sys
 
 from audioparity.cli.arguments import parser
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """The ``audioparity`` command's arguments: one parser per subcommand, built for the family
-commands from each family's table (:class:`~audioparity.family.FamilySpec`)."""
+commands from each family's table (:class:`~audioparity.contract.family.FamilySpec`)."""
 
 from __future__ import annotations
 
@@ -39,10 +39,16 @@ from audioparity.cli.commands import (
     train_parakeet_tdt,
     weights,
 )
-from audioparity.families import registered
-from audioparity.family import REPLAY, WEIGHTS, FamilySpec
-from audioparity.storage import EMULATED_TYPES
-from audioparity.vocabulary import BACKENDS, MIXES, RECIPE_SEPARATOR, STORAGE_TYPES, WEIGHT_TYPES
+from audioparity.contract.family import REPLAY, WEIGHTS, FamilySpec
+from audioparity.contract.vocabulary import (
+    BACKENDS,
+    MIXES,
+    RECIPE_SEPARATOR,
+    STORAGE_TYPES,
+    WEIGHT_TYPES,
+)
+from audioparity.dumping.storage import EMULATED_TYPES
+from audioparity.models.registry import registered
 
 
 def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None,

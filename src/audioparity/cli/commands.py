@@ -11,8 +11,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from audioparity.errors import AudioparityError
-from audioparity.family import WEIGHTS
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import WEIGHTS
 
 log = logging.getLogger("audioparity")
 
@@ -88,7 +88,7 @@ def _pairs(values: list[str], flag: str, form: str) -> dict[str, str]:
 
 def _family(args: argparse.Namespace):
     """The family of a family command's subcommand (its spec is ``args.spec``)."""
-    from audioparity.families import family
+    from audioparity.models.registry import family
 
     return family(args.spec.name)
 
@@ -112,13 +112,14 @@ def _recipes(args: argparse.Namespace) -> dict[str, Path]:
 
 def _weight_type(args: argparse.Namespace, text: str | None):
     """A weight type as the driver takes it: the name, or for ``<type>+<name>`` the recipe read
-    from the ``--recipe <type>+<name>=FILE`` given (:func:`~audioparity.storage.read_recipe`).
+    from the ``--recipe <type>+<name>=FILE`` given
+    (:func:`~audioparity.dumping.storage.read_recipe`).
 
     Raises:
         AudioparityError: a recipe's weight type without its ``--recipe``, or a bad file.
     """
-    from audioparity.storage import read_recipe
-    from audioparity.vocabulary import RECIPE_SEPARATOR
+    from audioparity.contract.vocabulary import RECIPE_SEPARATOR
+    from audioparity.dumping.storage import read_recipe
 
     if text is None or RECIPE_SEPARATOR not in text:
         return text
@@ -130,12 +131,12 @@ def _weight_type(args: argparse.Namespace, text: str | None):
 
 def _storage(args: argparse.Namespace):
     """The candidate's storage file of ``--storage <weight type>=FILE``
-    (:class:`~audioparity.storage.FileStorage`), None without one.
+    (:class:`~audioparity.dumping.storage.FileStorage`), None without one.
 
     Raises:
         AudioparityError: not a GGUF file.
     """
-    from audioparity.storage import FileStorage
+    from audioparity.dumping.storage import FileStorage
 
     if getattr(args, "storage", None) is None:
         return None
@@ -149,7 +150,7 @@ def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """``{"recipes": {weight type: {base, overrides}}}`` for a dump cache's key, or ``{}``: the
     recipe's content, never its file's other fields (the search's trials, timings), so a
     recipe found again the same restores its emulated dumps and a changed one computes them."""
-    from audioparity.storage import read_recipe
+    from audioparity.dumping.storage import read_recipe
 
     recipes = _recipes(args)
     if not recipes:
@@ -160,7 +161,7 @@ def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def precision(args: argparse.Namespace) -> None:
-    from audioparity.precision import find_recipe, write_recipe
+    from audioparity.compare.precision import find_recipe, write_recipe
 
     targets = _load_gates(args.targets, "--targets")
     if isinstance(targets, dict):
@@ -189,8 +190,8 @@ def precision(args: argparse.Namespace) -> None:
 def fixture(args: argparse.Namespace) -> None:
     """Build the fixture; with ``--code`` (the digest of the code that builds it), copy it from
     the shared cache when that code, seed, options and libraries built it before
-    (:func:`~audioparity.shared_cache.fixture_entry`), else build it and store it there."""
-    from audioparity.shared_cache import cached_tree, fixture_entry
+    (:func:`~audioparity.dumping.shared_cache.fixture_entry`), else build it and store it there."""
+    from audioparity.dumping.shared_cache import cached_tree, fixture_entry
 
     family, options = _family(args), _options(args, "fixture")
 
@@ -207,9 +208,9 @@ def fixture(args: argparse.Namespace) -> None:
 
 def reference(args: argparse.Namespace) -> None:
     """Dump the reference of every case, restoring from ``--cache-dir`` the dumps it holds
-    (:class:`~audioparity.dump_cache.DumpCache`): the model is loaded only when a case is left
-    to compute, and the dumps it writes are stored, even those written before an error."""
-    from audioparity.driver import dump_reference
+    (:class:`~audioparity.dumping.dump_cache.DumpCache`): the model is loaded only when a case is
+    left to compute, and the dumps it writes are stored, even those written before an error."""
+    from audioparity.dumping.driver import dump_reference
 
     if len(args.inputs) != len(args.output_dir):
         raise AudioparityError(f"reference: {len(args.inputs)} {args.spec.input_flag} but "
@@ -227,7 +228,7 @@ def reference(args: argparse.Namespace) -> None:
                        emulate=[_weight_type(args, t) for t in emulate], storage=storage)
 
     if args.unavailable_on_error:
-        from audioparity.driver import unavailable_reference
+        from audioparity.dumping.driver import unavailable_reference
 
         try:
             compute(cases, args.emulate)
@@ -238,7 +239,7 @@ def reference(args: argparse.Namespace) -> None:
     if args.cache_dir is None:
         compute(cases, args.emulate)
         return
-    from audioparity.dump_cache import DumpCache
+    from audioparity.dumping.dump_cache import DumpCache
 
     folder = args.cache_dir if storage is None else args.cache_dir / storage.digest[:16]
     cache = DumpCache(folder, args.model, {
@@ -255,7 +256,7 @@ def reference(args: argparse.Namespace) -> None:
 
 
 def ggml(args: argparse.Namespace) -> None:
-    from audioparity.driver import dump_ggml
+    from audioparity.dumping.driver import dump_ggml
 
     dump_ggml(_family(args), args.model, args.input, args.output_dir,
               weight_type=_weight_type(args, args.weight_type), backend=args.backend,
@@ -266,7 +267,7 @@ def ggml(args: argparse.Namespace) -> None:
 
 
 def weights(args: argparse.Namespace) -> None:
-    from audioparity.driver import save_weights
+    from audioparity.dumping.driver import save_weights
 
     save_weights(_family(args), args.model, args.output,
                  weight_type=_weight_type(args, args.weight_type),
@@ -274,7 +275,7 @@ def weights(args: argparse.Namespace) -> None:
 
 
 def replay(args: argparse.Namespace) -> None:
-    from audioparity.driver import dump_replay
+    from audioparity.dumping.driver import dump_replay
 
     storage = _storage(args)
     if storage is not None and args.emulate:
@@ -285,7 +286,7 @@ def replay(args: argparse.Namespace) -> None:
 
 
 def drilldown(args: argparse.Namespace) -> None:
-    from audioparity.drilldown import drill_cell
+    from audioparity.compare.drilldown import drill_cell
 
     drill_cell(_family(args), model=args.model, case=args.input,
                reference_dir=getattr(args, "reference_dir", None),
@@ -314,7 +315,7 @@ def train_parakeet_tdt(args: argparse.Namespace) -> None:
 
 
 def repro(args: argparse.Namespace) -> None:
-    from audioparity.drilldown import rerun_repro
+    from audioparity.compare.drilldown import rerun_repro
 
     print(rerun_repro(args.folder, args.backend, args.against, args.device, args.threads))
 
@@ -353,7 +354,7 @@ def candidate_run(args: argparse.Namespace) -> None:
 
 
 def candidate_reuse(args: argparse.Namespace) -> None:
-    from audioparity.reuse import check_reuse
+    from audioparity.compare.reuse import check_reuse
 
     command = (args.run_command[1:] if args.run_command[:1] == ["--"]
                else args.run_command)
@@ -383,7 +384,7 @@ def environments(args: argparse.Namespace) -> None:
     refused."""
     import yaml
 
-    from audioparity.environments import build_all
+    from audioparity.dumping.environments import build_all
 
     wanted: dict[str, dict] = {}
     for path in args.configs:
@@ -402,7 +403,7 @@ def environments(args: argparse.Namespace) -> None:
 
 
 def digest(args: argparse.Namespace) -> None:
-    from audioparity.artifacts import write_digest
+    from audioparity.dumping.artifacts import write_digest
 
     for dump in args.dumps:
         write_digest(dump)
@@ -415,7 +416,7 @@ def compare(args: argparse.Namespace) -> None:
     extra = None
     if args.recipe is not None:
         from audioparity.compare.targets import recipe_row
-        from audioparity.storage import read_recipe_document
+        from audioparity.dumping.storage import read_recipe_document
 
         extra = partial(recipe_row, recipe=read_recipe_document(args.recipe))
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
@@ -489,7 +490,7 @@ def _command_after(args: argparse.Namespace) -> list[str]:
 
 
 def guard(args: argparse.Namespace) -> int:
-    from audioparity.guard import run_guarded
+    from audioparity.dumping.guard import run_guarded
 
     command = _command_after(args)
     if not command:
@@ -501,7 +502,7 @@ def determinism_run(args: argparse.Namespace) -> int:
     """Run the dump command twice (``{output_dir}`` -> ``run_1``, ``run_2``), then compare."""
     import subprocess
 
-    from audioparity.guard import describe_exit
+    from audioparity.dumping.guard import describe_exit
 
     command = _command_after(args)
     if not any("{output_dir}" in arg for arg in command):
@@ -527,7 +528,7 @@ def _identical(a: Path, b: Path) -> int:
     Raises:
         AudioparityError: they differ (the count, in one line), or either is not a dump.
     """
-    from audioparity.artifacts import dump_differences
+    from audioparity.dumping.artifacts import dump_differences
 
     differences = dump_differences(a, b)
     for line in differences:
@@ -541,7 +542,7 @@ def _identical(a: Path, b: Path) -> int:
 
 
 def export(args: argparse.Namespace) -> None:
-    from audioparity.export import export_dump
+    from audioparity.dumping.export import export_dump
 
     for name in export_dump(args.dump, args.export_format, args.output_dir):
         print(args.output_dir / name)

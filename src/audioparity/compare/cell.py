@@ -16,11 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import (
-    OPS_ON_CPU,
-    Dump,
-    write_text_atomic,
-)
 from audioparity.compare.documents import known_text_metrics
 from audioparity.compare.gates import Verdict, check_resolved, status
 from audioparity.compare.plan import REFERENCE, Cell, Planned, availability, open_cell
@@ -32,17 +27,22 @@ from audioparity.compare.scaling import (
     noise_floor,
 )
 from audioparity.compare.stage import compare_stage, conventions, read_document, stage_kinds
-from audioparity.errors import AudioparityError
-from audioparity.families import (
-    on_reference_path,
-    reference_stage,
-)
-from audioparity.vocabulary import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import (
     MIXES,
     RECIPE_SEPARATOR,
     STORAGE,
     STORED_WEIGHTS,
     StageKind,
+)
+from audioparity.dumping.artifacts import (
+    OPS_ON_CPU,
+    Dump,
+    write_text_atomic,
+)
+from audioparity.models.registry import (
+    on_reference_path,
+    reference_stage,
 )
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ METRIC_COLUMNS = (
     "wer_known", "ref_wer_known",
 )
 #: The cost of a weight type: the candidate measured against the float32 reference, where a
-#: quantized cell's own reference is a quantization-aware one (``audioparity.storage``); empty
-#: for a stage whose rows follow the reference's own decisions (``Stage.reference_path``), and
+#: quantized cell's own reference is a quantization-aware one (``audioparity.dumping.storage``);
+#: empty for a stage whose rows follow the reference's own decisions (``Stage.reference_path``), and
 #: where the two do not line up. ``cost_<metric>`` is the metric ``<metric>`` of
 #: :data:`METRIC_COLUMNS` measured there: NMSE and cosine of a tensor or logits stage, KL of a
 #: logits stage, token match and WER of a document.
@@ -77,7 +77,7 @@ STORAGE_COLUMNS = ("bits_per_weight", "fallbacks", "fallback_tensors")
 #: joined, on every row compared where the cell has other references: the evidence a reference
 #: disagreement is excused by (docs/references.md); empty elsewhere.
 #: Every column of a cell row and of summary.csv; ``first_bad_op`` is filled by a drill-down
-#: (:mod:`audioparity.drilldown`) on the failing rows of a comparison with another backend,
+#: (:mod:`audioparity.compare.drilldown`) on the failing rows of a comparison with another backend,
 #: ``culprit`` by the summary on every row of a cell that has one
 #: (:mod:`audioparity.report.culprit`).
 COLUMNS = (*LABEL_COLUMNS, "stage", "status", *METRIC_COLUMNS, *COST_COLUMNS, *STORAGE_COLUMNS,
@@ -134,7 +134,7 @@ def _reason(cell: Cell, row: Planned, verdict: Verdict, measured: dict[str, Any]
 def ops_on_cpu(dump: Dump, stage: str) -> str:
     """The ops of the graphs ``dump`` computed in ``stage`` that its backend does not support,
     which ggml's scheduler ran on the CPU (manifest
-    :data:`~audioparity.artifacts.OPS_ON_CPU`), as a line: ``on the CPU, not cuda:
+    :data:`~audioparity.dumping.artifacts.OPS_ON_CPU`), as a line: ``on the CPU, not cuda:
     FLASH_ATTN_EXT (4 nodes)``; empty where there were none."""
     ops = [f"{e['op']} ({e['count']} node{'s' if e['count'] != 1 else ''})"
            for e in dump.manifest.get(OPS_ON_CPU, []) if e.get("phase") == stage]
@@ -143,9 +143,9 @@ def ops_on_cpu(dump: Dump, stage: str) -> str:
 
 def fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
                rule: str, problem: str | None, reason: str) -> dict[str, Any]:
-    """A row no gate list judges (:data:`~audioparity.vocabulary.STORAGE_ROWS`,
-    :data:`~audioparity.vocabulary.RECIPE_ROW`): ``fail`` with ``problem``, else ``pass`` with
-    ``reason``; a declared expected failure applies as to any stage."""
+    """A row no gate list judges (:data:`~audioparity.contract.vocabulary.STORAGE_ROWS`,
+    :data:`~audioparity.contract.vocabulary.RECIPE_ROW`): ``fail`` with ``problem``, else ``pass``
+    with ``reason``; a declared expected failure applies as to any stage."""
     verdict = status(stage, gates, problems=(problem,) if problem else (), rule=rule)
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)
@@ -159,15 +159,16 @@ def fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], s
 def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any]
                   ) -> list[dict[str, Any]]:
     """The rows of a quantized cell that judge the weights it computed with, where both dumps
-    record them (docs/quantization.md): :data:`~audioparity.vocabulary.STORAGE` (the file's
-    types against the weight type asked: :func:`~audioparity.storage.storage_verdict`, the
+    record them (docs/quantization.md): :data:`~audioparity.contract.vocabulary.STORAGE` (the file's
+    types against the weight type asked: :func:`~audioparity.dumping.storage.storage_verdict`, the
     reference naming the model's matmul weights) and
-    :data:`~audioparity.vocabulary.STORED_WEIGHTS` (the bytes against ggml's quantization of
+    :data:`~audioparity.contract.vocabulary.STORED_WEIGHTS` (the bytes against ggml's quantization
+    of
     the checkpoint, weight by weight: :func:`stored_weights_difference`). The stages are
     the third part, the arithmetic."""
     if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
         return []
-    from audioparity.storage import EMULATED_TYPES, storage_verdict
+    from audioparity.dumping.storage import EMULATED_TYPES, storage_verdict
 
     stores = [dump.manifest.get("storage") or {} for dump in (cell.reference, cell.candidate)]
     rows = []
@@ -331,7 +332,7 @@ def compare_cell(
         gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
             ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
-            compares against (:func:`audioparity.families.reference_stage`) and each stage's
+            compares against (:func:`audioparity.models.registry.reference_stage`) and each stage's
             kind.
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),

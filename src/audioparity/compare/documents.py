@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.compare import metrics as m
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 _ABSENT = object()
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import RUNNING, Dump
 from audioparity.compare.cell import COLUMNS
 from audioparity.compare.plan import crashed_stage
 from audioparity.compare.stage import MARGINS
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import FRESH
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import FRESH
+from audioparity.dumping.artifacts import RUNNING, Dump
 
 #: The gate of a stage without a stated bound.
 IDENTICAL = "identical"
@@ -107,7 +107,7 @@ def _compare(reused: Dump, fresh: Dump, stage: str, bound: float) -> tuple[dict[
 def _partial(run: Path) -> tuple[Dump | None, str | None]:
     """What a run that did not finish left: the dump of its finished stages (its
     ``.partial`` folder; None when it never started) and the stage it was computing (its
-    phase, :class:`~audioparity.family.Phase`)."""
+    phase, :class:`~audioparity.contract.family.Phase`)."""
     partial = run.with_name(run.name + ".partial")
     try:
         dump = Dump(partial)

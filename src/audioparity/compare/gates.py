@@ -125,8 +125,8 @@ from typing import Any, NamedTuple
 
 from audioparity.compare.metrics import SPREAD_FLOOR
 from audioparity.compare.scaling import CARRIED_NOISE, LENGTH_SCALING, check_rule
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import (
     BACKENDS,
     BLOCK_TYPES,
     MIXES,

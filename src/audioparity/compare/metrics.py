@@ -35,7 +35,7 @@ from typing import Any
 import jiwer
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 def _pair(cand: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

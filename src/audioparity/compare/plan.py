@@ -12,12 +12,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from audioparity.artifacts import (
+from audioparity.compare.stage import not_exposed, stage_kinds, stored_weights_difference
+from audioparity.dumping.artifacts import (
     CRASHED_IN,
     Dump,
 )
-from audioparity.compare.stage import not_exposed, stage_kinds, stored_weights_difference
-from audioparity.families import (
+from audioparity.models.registry import (
     form_of,
     reference_stage,
     registered,
@@ -158,9 +158,9 @@ def _crashed_port(candidate: Dump) -> bool:
 def crashed_stage(family: str | None, lacking: Sequence[str], running: str | None
                   ) -> str | None:
     """The stage a dump that died was computing, of the stages it lacks: ``running`` (the
-    stage its :class:`~audioparity.artifacts.DumpWriter` named as running, a family's
-    :class:`~audioparity.family.Phase`) when it lacks it, else the first it lacks in pipeline
-    order (a dump that names none: a third-party tool's); None when it lacks none. The
+    stage its :class:`~audioparity.dumping.artifacts.DumpWriter` named as running, a family's
+    :class:`~audioparity.contract.family.Phase`) when it lacks it, else the first it lacks in
+    pipeline order (a dump that names none: a third-party tool's); None when it lacks none. The
     crashed cell's rows (:data:`RULES`) and a run again that died
     (:func:`~audioparity.compare.fresh.fresh_rows`) both charge the crash to it."""
     if running in lacking:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 LENGTH_SCALING, CARRIED_NOISE = "length_scaling", "carried_noise"
 #: The thresholds a ``length_scaling`` rule may scale: bounds on float32 noise.

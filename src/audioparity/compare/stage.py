@@ -1,9 +1,10 @@
-"""One stage of two dumps measured: each stage by its kind (:attr:`audioparity.family.Stage.kind`,
-through :data:`COMPARE`), so every family uses the same code: a ``tensor`` by its float metrics, a
-``logits`` tensor by those and its top-1 agreement and KL over the classes of its last axis, a
-``document`` by its positions (:mod:`audioparity.compare.documents`). A stage's kind is its
-family's spec's; a stage of a family this install does not know (a summary from elsewhere) is
-compared as a tensor (a ``.npy``) or a document (a ``.json``).
+"""One stage of two dumps measured: each stage by its kind
+(:attr:`audioparity.contract.family.Stage.kind`, through :data:`COMPARE`), so every family uses the
+same code: a ``tensor`` by its float metrics, a ``logits`` tensor by those and its top-1 agreement
+and KL over the classes of its last axis, a ``document`` by its positions
+(:mod:`audioparity.compare.documents`). A stage's kind is its family's spec's; a stage of a family
+this install does not know (a summary from elsewhere) is compared as a tensor (a ``.npy``) or a
+document (a ``.json``).
 
 Auxiliary tensors: a tensor ``<doc>_margins`` in a dump that also holds the document ``<doc>``
 belongs to that document and is not a stage of its own (no row, no gate). It holds one decision
@@ -25,19 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import (
+from audioparity.compare import metrics as m
+from audioparity.compare.documents import document_metrics
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import VIEWS, StageKind
+from audioparity.dumping.artifacts import (
     Dump,
     base_layout,
     same_layout,
 )
-from audioparity.compare import metrics as m
-from audioparity.compare.documents import document_metrics
-from audioparity.errors import AudioparityError
-from audioparity.families import (
+from audioparity.models.registry import (
     registered,
     stage_kind,
 )
-from audioparity.vocabulary import VIEWS, StageKind
 
 #: A tensor named ``<document><MARGINS>`` is the document's auxiliary margins (module notes).
 MARGINS = "_margins"
@@ -188,7 +189,7 @@ def _compare_arrays(reference: Dump, candidate: Dump, stage: str, ref_stage: str
     return tensor_metrics(kind, cand, ref, decisions), tuple(problems)
 
 
-#: How a stage is compared, by its kind (:data:`~audioparity.vocabulary.STAGE_KINDS`).
+#: How a stage is compared, by its kind (:data:`~audioparity.contract.vocabulary.STAGE_KINDS`).
 COMPARE: dict[str, Callable[[Dump, Dump, str, str, str], Measured]] = {
     "tensor": _compare_arrays,
     "logits": _compare_arrays,
@@ -217,7 +218,7 @@ def not_exposed(dump: Dump, family: str | None, stage: str) -> str | None:
     """Why a candidate dump has no ``stage``, when its adapter declared that the candidate does
     not expose it (manifest ``not_exposed``: ``{stage of the family's spec: why}``, e.g. a port
     that prints only its decode), or a reference implementation skipped it (manifest
-    ``skipped``, :class:`~audioparity.family.Skipped`); None otherwise."""
+    ``skipped``, :class:`~audioparity.contract.family.Skipped`); None otherwise."""
     known = registered().get(family or "")
     located = known.spec.locate(stage) if known is not None else None
     name = located.stage.name if located is not None else stage
@@ -250,10 +251,10 @@ def apply_view(ref: np.ndarray, view: list) -> np.ndarray:
 def stored_weights_difference(reference: Dump, candidate: Dump) -> str | None:
     """The weights both dumps stored (manifest ``storage.hashes``, one per weight) whose bytes
     differ: the first one named with its first differing block (from each dump's
-    :data:`~audioparity.storage.BLOCK_HASHES`), and how many differ; None when all agree, or a
-    dump recorded none (a float32 reference, a third-party port).
+    :data:`~audioparity.dumping.storage.BLOCK_HASHES`), and how many differ; None when all agree, or
+    a dump recorded none (a float32 reference, a third-party port).
     """
-    from audioparity.storage import BLOCK_HASHES, BLOCK_SIZES
+    from audioparity.dumping.storage import BLOCK_HASHES, BLOCK_SIZES
 
     stores = [dump.manifest.get("storage") or {} for dump in (reference, candidate)]
     hashes = [store.get("hashes") or {} for store in stores]

@@ -1,10 +1,10 @@
 """A precision recipe's targets (docs/quantization.md): the stages a weight type with a recipe
 promises to keep, each judged against the float32 reference by the recipe's own gate entries.
 
-The search (:mod:`audioparity.precision`) measures each trial with them; every cell of a
+The search (:mod:`audioparity.compare.precision`) measures each trial with them; every cell of a
 recipe's weight type carries their verdict on its own dump in its row
-:data:`~audioparity.vocabulary.RECIPE_ROW`: the recipe verified on every case, candidate and
-backend of the sweep, by the compare that judges the cell's stages.
+:data:`~audioparity.contract.vocabulary.RECIPE_ROW`: the recipe verified on every case, candidate
+and backend of the sweep, by the compare that judges the cell's stages.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump
 from audioparity.compare.cell import fixed_row
 from audioparity.compare.gates import check_resolved, status
 from audioparity.compare.plan import Cell
 from audioparity.compare.stage import compare_stage, stage_kinds
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import RECIPE_ROW
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import RECIPE_ROW
+from audioparity.dumping.artifacts import Dump
 
 #: The metrics a target's row records (JSON-safe numbers).
 TARGET_METRICS = ("nmse", "max_rel", "cosine", "kl", "top1", "token_match", "wer", "exact")
@@ -91,12 +91,12 @@ def unmet(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 def recipe_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any],
                recipe: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The row :data:`~audioparity.vocabulary.RECIPE_ROW` of a cell of a recipe's weight type
-    (``recipe``: the document ``audioparity precision`` writes): ``fail`` where the search
-    found no recipe that meets its targets, or where the cell's own dump misses them against
-    the float32 reference (``cell.cost``), naming each stage and case; else ``pass``. A cell
-    whose candidate did not run (crashed, unavailable) has none, its own rows saying why; nor
-    does a recipe of the user's that names no targets.
+    """The row :data:`~audioparity.contract.vocabulary.RECIPE_ROW` of a cell of a recipe's weight
+    type (``recipe``: the document ``audioparity precision`` writes): ``fail`` where the search
+    found no recipe that meets its targets, or where the cell's own dump misses them against the
+    float32 reference (``cell.cost``), naming each stage and case; else ``pass``. A cell whose
+    candidate did not run (crashed, unavailable) has none, its own rows saying why; nor does a
+    recipe of the user's that names no targets.
 
     Raises:
         AudioparityError: the cell has no float32 reference to judge the targets against.

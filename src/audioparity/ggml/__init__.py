@@ -29,12 +29,12 @@ Usage::
             g.compute()                                          # cache.read("k")[5] == 1
 """
 
+from audioparity.dumping.storage import storage_or_fallback, storage_supported
 from audioparity.ggml.backends import BackendUnavailable, build_info, check_backend, doctor
 from audioparity.ggml.bindings import STORAGE_TYPES, numpy_shape, tensor_name
 from audioparity.ggml.graph import Graph
 from audioparity.ggml.runtime import Runtime, capturing_graphs, open_runtime
 from audioparity.ggml.tensors import MissingWeight, State, Weights
-from audioparity.storage import storage_or_fallback, storage_supported
 
 __all__ = [
     "STORAGE_TYPES",

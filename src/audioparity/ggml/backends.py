@@ -15,10 +15,10 @@ import re
 import sys
 import tempfile
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import BACKENDS
+from audioparity.dumping.memory import host_free_bytes
 from audioparity.ggml.bindings import ggml
-from audioparity.memory import host_free_bytes
-from audioparity.vocabulary import BACKENDS
 
 # ggml backend registry names of the backends this project drives.
 _REGISTRY_NAMES = {"cpu": b"CPU", "cuda": b"CUDA", "vulkan": b"Vulkan"}

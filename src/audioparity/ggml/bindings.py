@@ -17,14 +17,15 @@ import os
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import STORAGE_TYPES as STORAGE_NAMES
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import STORAGE_TYPES as STORAGE_NAMES
 
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 import ggml  # noqa: E402  (after GGML_NO_BACKTRACE)
 
-#: Storage type name -> ggml type (the names of :data:`audioparity.vocabulary.STORAGE_TYPES`).
+#: Storage type name -> ggml type (the names of
+#: :data:`audioparity.contract.vocabulary.STORAGE_TYPES`).
 STORAGE_TYPES = {name: getattr(ggml, f"GGML_TYPE_{name.upper()}") for name in STORAGE_NAMES}
 
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from audioparity.vocabulary import FLOAT_TYPES
+from audioparity.contract.vocabulary import FLOAT_TYPES
 
 #: The environment variable that turns TF32 off in ggml-cuda (our patch): any value.
 DISABLE_TF32 = "GGML_CUDA_DISABLE_TF32"

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.memory import MEMORY_LIMIT
 from audioparity.ggml.backends import free_bytes
 from audioparity.ggml.bindings import _ne, _numpy_shape, _ptr, address, ggml
-from audioparity.memory import MEMORY_LIMIT
 
 if TYPE_CHECKING:
     from audioparity.ggml.runtime import Runtime

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.compare import metrics
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml.backends import build_info
 from audioparity.ggml.bindings import address, ggml, tensor_bytes, tensor_values
 
@@ -543,7 +543,7 @@ def _strict(value):
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m audioparity.ggml.graphs PAIRS.json DONE.jsonl --baseline B --target T``:
     :func:`drill_pairs` of the ``[number, baseline, target]`` entries of PAIRS.json (the child
-    process of :mod:`audioparity.drilldown`)."""
+    process of :mod:`audioparity.compare.drilldown`)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m audioparity.ggml.graphs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ggml
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml.bindings import tensor_name
 from audioparity.ggml.tensors import Weights
 

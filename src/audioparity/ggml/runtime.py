@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import OPS_ON_CPU
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import BACKENDS
+from audioparity.dumping.artifacts import OPS_ON_CPU
 from audioparity.ggml.backends import (
     BackendUnavailable,
     backend_env,
@@ -34,7 +35,6 @@ from audioparity.ggml.backends import (
 from audioparity.ggml.bindings import ggml
 from audioparity.ggml.graph import Graph
 from audioparity.ggml.tensors import State, Weights
-from audioparity.vocabulary import BACKENDS
 
 DEFAULT_GRAPH_SIZE = 16384
 
@@ -130,10 +130,10 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
     """The runtime a ggml dump computes on, what it is recorded in the dump's manifest
     (``device_description`` and ``ggml_build``, :func:`build_info`), and on a backend other
     than the CPU the ops it runs on the CPU
-    (:data:`~audioparity.artifacts.OPS_ON_CPU`).
+    (:data:`~audioparity.dumping.artifacts.OPS_ON_CPU`).
 
     Args:
-        writer: the dump being written (an :class:`audioparity.artifacts.DumpWriter`).
+        writer: the dump being written (an :class:`audioparity.dumping.artifacts.DumpWriter`).
         backend, device, threads: as :class:`Runtime` takes them.
 
     Returns:

@@ -6,10 +6,10 @@ mapped from a GGUF file) and :class:`State` (zero-filled, written by graphs).
 (usage ``WEIGHTS``) allocated from the weights' shapes and storage types
 before any value is read, then filled one block (a tensor, or a range of its rows) at a time,
 each host copy dropped before the next: a process holds its weights once, in their storage type.
-Conversion uses ggml's own ``ggml_quantize_chunk`` (:func:`audioparity.storage.quantize`), so
-the bytes are what a C++ converter would write. The storage type is a property of the tensor;
-graph code is the same for every type. :meth:`Weights.save` writes those bytes as a GGUF file
-and :meth:`Weights.mapped` maps one back (a CPU backend computes on the mapped pages in place).
+Conversion uses ggml's own ``ggml_quantize_chunk`` (:func:`audioparity.dumping.storage.quantize`),
+so the bytes are what a C++ converter would write. The storage type is a property of the tensor;
+graph code is the same for every type. :meth:`Weights.save` writes those bytes as a GGUF file and
+:meth:`Weights.mapped` maps one back (a CPU backend computes on the mapped pages in place).
 
 :class:`State` holds persistent mutable tensors (a KV cache): one zero-filled backend buffer that
 outlives graphs and is not marked as weights. Graphs write into it with ``ggml_cpy`` nodes added
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.storage import StoredTensor, quantize, storage_supported, write_stored
 from audioparity.ggml.bindings import STORAGE_TYPES, _ne, _ptr, ggml, tensor_bytes, tensor_values
-from audioparity.storage import StoredTensor, quantize, storage_supported, write_stored
 
 if TYPE_CHECKING:
     from audioparity.ggml.runtime import Runtime
@@ -169,7 +169,7 @@ class Weights(_Tensors):
     Attributes:
         buffers: host-side arrays a dump reads that are no graph weights (a frontend's
             filterbank), name -> array; empty unless the dump driver sets them
-            (:attr:`audioparity.family.CheckpointWeights.buffers`).
+            (:attr:`audioparity.contract.family.CheckpointWeights.buffers`).
 
     Raises:
         AudioparityError: a name without a storage type, an unknown type, or a shape the type
@@ -270,8 +270,8 @@ class Weights(_Tensors):
 
     def save(self, path: Path, metadata: Mapping[str, str] | None = None) -> None:
         """Write the weights, each in its storage type (the bytes ggml holds), as a storage
-        file (:func:`~audioparity.storage.write_stored`: a GGUF file, string ``metadata`` under
-        ``audioparity.*``), atomically: a file at ``path`` is always complete."""
+        file (:func:`~audioparity.dumping.storage.write_stored`: a GGUF file, string ``metadata``
+        under ``audioparity.*``), atomically: a file at ``path`` is always complete."""
         write_stored(Path(path), (StoredTensor(name, self._shapes[name], self._storage[name],
                                                tensor_bytes(tensor))
                                   for name, tensor in self._tensors.items()), metadata)

@@ -1,3 +1,3 @@
 """Model families, one package each: its ``Family`` class and table in the package's
-``__init__``, its tiny fixture, its reference and its ggml port (:mod:`audioparity.families`
+``__init__``, its tiny fixture, its reference and its ggml port (:mod:`audioparity.models.registry`
 lists them)."""

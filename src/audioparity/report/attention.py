@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from audioparity.families import reference_stage
+from audioparity.models.registry import reference_stage
 from audioparity.report.culprit import SEPARATOR
 
 #: Statuses that need attention, the most severe first (a cause takes its rows' most severe).

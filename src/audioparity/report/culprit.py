@@ -2,7 +2,7 @@
 
 A cell (family, model, case, candidate, backend, weight type, against) whose stages do not all
 pass has culprits, named in data-flow order (each family's stages declare their ``inputs`` and
-``parts``: :class:`audioparity.family.Stage`):
+``parts``: :class:`audioparity.contract.family.Stage`):
 
 - a stage's local form that fails (``layer_3_isolated``: the candidate's block on the
   reference's input; ``layer_3_replayed``: the reference's block on the candidate's input):
@@ -12,7 +12,8 @@ pass has culprits, named in data-flow order (each family's stages declare their 
   has none, it says so;
 - a stage that crashed (the one the dump died in); the stages ``missing`` after it are what the
   crash left uncomputed (the isolated forms a crashed port owed included), never culprits;
-- a precision recipe's row (:data:`~audioparity.vocabulary.RECIPE_ROW`: its targets missed on
+- a precision recipe's row (:data:`~audioparity.contract.vocabulary.RECIPE_ROW`: its targets missed
+on
   the cell's dump against the float32 reference) where no other row of the cell needs
   attention: the recipe itself, not the port, misses them; it is computed from every stage of
   the cell, so any other that fails, crashed or went missing is named instead (a declared
@@ -38,14 +39,14 @@ references agree stays the port's, and so does one the candidate is not closer t
 reference on.
 
 The rows of another reference against the primary are a cell too, its culprits named the
-same way along that reference's own data flow (:attr:`audioparity.family.Stage.reference_inputs`):
-a stage the candidate computes on the primary's values, such as Parakeet's joint along the
-primary's greedy path, is computed by that reference from its own, so a joint on another path
-(another frame count) is what its encoder's difference upstream explains, not a culprit of
-its own.
+same way along that reference's own data flow
+(:attr:`audioparity.contract.family.Stage.reference_inputs`): a stage the candidate computes on the
+primary's values, such as Parakeet's joint along the primary's greedy path, is computed by that
+reference from its own, so a joint on another path (another frame count) is what its encoder's
+difference upstream explains, not a culprit of its own.
 
 A case run again in one process compared with its fresh run (``against fresh``,
-:mod:`audioparity.reuse`) is a cell of its own, its culprits named the same way: the first
+:mod:`audioparity.compare.reuse`) is a cell of its own, its culprits named the same way: the first
 stage that reads what a previous case left behind.
 """
 
@@ -56,10 +57,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from audioparity import families
 from audioparity.compare.gates import STALE
-from audioparity.families import reference_stage, stage_key
-from audioparity.vocabulary import FRESH, RECIPE_ROW
+from audioparity.contract.vocabulary import FRESH, RECIPE_ROW
+from audioparity.models import registry
+from audioparity.models.registry import reference_stage, stage_key
 
 #: Statuses that make a cell need attention (a declared ``xfail`` does not).
 FAILING = ("fail", "crashed", "missing")
@@ -185,9 +186,9 @@ def _depths(flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> dict
 @functools.lru_cache(maxsize=1024)
 def _flow(family: str, names: tuple[str, ...], reference: bool
           ) -> tuple[dict[str, tuple[tuple[str, ...], tuple[str, ...]]], dict[str, int]]:
-    """:func:`audioparity.families.flow` of a cell's stage names and their :func:`_depths`,
+    """:func:`audioparity.models.registry.flow` of a cell's stage names and their :func:`_depths`,
     once for every cell of a sweep with the same stages (read only)."""
-    flow = families.flow(family, list(names), reference=reference)
+    flow = registry.flow(family, list(names), reference=reference)
     if RECIPE_ROW in flow:  # the recipe's targets are measured on the cell's own stages
         flow[RECIPE_ROW] = (tuple(n for n in names if n != RECIPE_ROW), ())
     return flow, _depths(flow)

@@ -38,11 +38,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS
 from audioparity.compare.gates import STALE, unmeasured_mark
 from audioparity.compare.plan import REFERENCE
-from audioparity.families import stage_key
+from audioparity.contract.vocabulary import (
+    BACKENDS,
+    FRESH,
+    NOT_COMPARED,
+    OUR_PORT,
+    STATUSES,
+    WEIGHT_TYPES,
+)
+from audioparity.dumping.artifacts import write_text_atomic
+from audioparity.models.registry import stage_key
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
@@ -54,14 +62,6 @@ from audioparity.report.summary import (
     shown_cases,
 )
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
-from audioparity.vocabulary import (
-    BACKENDS,
-    FRESH,
-    NOT_COMPARED,
-    OUR_PORT,
-    STATUSES,
-    WEIGHT_TYPES,
-)
 
 #: Status -> (background, text colour): green passes, red fails, amber declared failures.
 STATUS_COLOURS = {
@@ -153,7 +153,7 @@ def _status_css() -> str:
 
 def key_metric(row: pd.Series) -> str:
     """What a matrix cell shows: NMSE for a tensor, token match for a document, max_abs for a
-    case run again against its fresh run (:mod:`audioparity.reuse`), else the status."""
+    case run again against its fresh run (:mod:`audioparity.compare.reuse`), else the status."""
     if row["status"] in NOT_COMPARED:
         return {"unavailable": "n/a", "crashed": "crashed", "missing": "missing"}[row["status"]]
     if row["nmse"] != "":

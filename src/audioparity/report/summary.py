@@ -4,11 +4,11 @@ One row per (family, model, case, candidate, backend, weight_type, against, stag
 exactly :data:`audioparity.compare.cell.COLUMNS`. Rows are sorted in reading order: family,
 model and case naturally (``clip2`` before ``clip10``), candidates with this project's port
 first, then naturally, backends and weight types in the vocabulary's
-order (:data:`~audioparity.vocabulary.BACKENDS`, :data:`~audioparity.vocabulary.WEIGHT_TYPES`;
-others after, natural), the comparison
-with the reference before those with another backend, stages in the
-pipeline order of the family's spec, layer numbers numeric, a stage's isolated form after it
-(:func:`audioparity.families.stage_key`). Values are written as
+order (:data:`~audioparity.contract.vocabulary.BACKENDS`,
+:data:`~audioparity.contract.vocabulary.WEIGHT_TYPES`; others after, natural), the comparison with
+the reference before those with another backend, stages in the pipeline order of the family's spec,
+layer numbers numeric, a stage's isolated form after it
+(:func:`audioparity.models.registry.stage_key`). Values are written as
 text: floats at full precision (``repr``), non-finite ones as ``nan``/``inf``/``-inf``, a metric
 that does not apply as an empty field.
 """
@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audioparity.artifacts import write_text_atomic
 from audioparity.compare.cell import COLUMNS, KEY_COLUMNS, read_cell
 from audioparity.compare.plan import REFERENCE
-from audioparity.errors import AudioparityError
-from audioparity.families import natural_key, stage_key
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
+from audioparity.dumping.artifacts import write_text_atomic
+from audioparity.models.registry import natural_key, stage_key
 from audioparity.report.culprit import CELL, FAILING, culprits
-from audioparity.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
 
 #: The columns whose values repeat from cell to cell, held once each while a summary is
 #: merged (a fourth less memory for 100,000 cells).

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from audioparity.compare.cell import COST_COLUMNS, FALLBACK_SEPARATOR
-from audioparity.families import locate, on_reference_path, reference_stage, stage_key
+from audioparity.contract.vocabulary import OUR_PORT, WEIGHT_TYPES
+from audioparity.models.registry import locate, on_reference_path, reference_stage, stage_key
 from audioparity.report.summary import ordered, rows_of
-from audioparity.vocabulary import OUR_PORT, WEIGHT_TYPES
 
 
 @dataclass(frozen=True)

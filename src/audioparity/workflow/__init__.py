@@ -5,7 +5,7 @@ arguments of each rule's command (:mod:`.commands`), and what a finished run pri
 (:mod:`.outcome`); and a sweep's cells on a backend packed for a host without the network,
 their results merged back (:mod:`.bundle`, which runs Snakemake as a command). Nothing else
 here imports Snakemake: the rules' glue (rules/common.smk) turns an
-:class:`~audioparity.errors.AudioparityError` into Snakemake's one-line refusal.
+:class:`~audioparity.contract.errors.AudioparityError` into Snakemake's one-line refusal.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def start(config: dict, src: Path):
         AudioparityError: the config's first problem, in one line.
     """
     from audioparity.candidates import load_adapter
-    from audioparity.families import registered
+    from audioparity.models.registry import registered
     from audioparity.workflow import paths
     from audioparity.workflow.code import Code, write_if_changed
     from audioparity.workflow.commands import Commands

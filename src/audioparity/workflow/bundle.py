@@ -34,8 +34,8 @@ from types import SimpleNamespace
 import tomllib
 import yaml
 
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import FRESH
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import FRESH
 from audioparity.workflow import paths
 from audioparity.workflow.plan import BASELINE_BACKEND, CellKey, Sweep
 
@@ -78,7 +78,7 @@ def load_config(workdir: Path, configfiles: list[Path]) -> dict:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import update_config, validate
 
-    from audioparity.families import registered
+    from audioparity.models.registry import registered
     from audioparity.workflow.plan import check_keys
 
     config: dict = {}

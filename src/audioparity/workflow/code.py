@@ -7,11 +7,12 @@ exactly the jobs that run the edited file, and a touched file reruns nothing (do
 "Reruns"). Which files a kind of job runs (:class:`Code`):
 
 - a family's side (fixture, reference, ggml, weights, replay): the module-level imports of the
-  family's package, the imports inside the methods of its :class:`~audioparity.family.Family`
-  class that the side runs (:data:`~audioparity.family.SIDE_METHODS`), for the reference and
-  replay sides every module of its reference implementations (``references/``), the dump
-  driver's function of the side (:data:`DRIVER_ENTRIES`), each followed transitively
-  (:mod:`.imports`), and the command line's files (:data:`CLI`, not followed: it dispatches);
+  family's package, the imports inside the methods of its
+  :class:`~audioparity.contract.family.Family` class that the side runs
+  (:data:`~audioparity.contract.family.SIDE_METHODS`), for the reference and replay sides every
+  module of its reference implementations (``references/``), the dump driver's function of the side
+  (:data:`DRIVER_ENTRIES`), each followed transitively (:mod:`.imports`), and the command line's
+  files (:data:`CLI`, not followed: it dispatches);
 - a candidate's dump (``audioparity guard ... candidate run``): the guard, the code that runs a
   candidate, its adapter (a module of ours and what it imports, or the user's file), and for
   our own port the family's ggml side;
@@ -27,24 +28,26 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.family import REFERENCES, REPLAY, SIDE_METHODS, WEIGHTS, Family
-from audioparity.vocabulary import Side
+from audioparity.contract.family import REFERENCES, REPLAY, SIDE_METHODS, WEIGHTS, Family
+from audioparity.contract.vocabulary import Side
 from audioparity.workflow import paths
 from audioparity.workflow.imports import Entry, Sources
 
 #: The command line's modules: part of every job that runs ``audioparity``, not followed.
 CLI = ("audioparity.cli", "audioparity.cli.arguments", "audioparity.cli.commands")
-DRIVER = "audioparity.driver"
+DRIVER = "audioparity.dumping.driver"
 #: The driver's functions each dump side runs.
 DRIVER_ENTRIES = {"reference": ("dump_reference",), "ggml": ("dump_ggml", "dump_ggml_cases"),
                   WEIGHTS: ("save_weights",), REPLAY: ("dump_replay",)}
 #: Modules whose functions import what only some jobs run: the driver (each side its
 #: function), the registries of families and adapters (each job its own).
-SHALLOW = frozenset({DRIVER, "audioparity.families", "audioparity.candidates.registry"})
+SHALLOW = frozenset({DRIVER, "audioparity.models.registry", "audioparity.candidates.registry"})
 #: The modules that run a candidate, and the crash guard around a dump.
-RUNNER, GUARD = "audioparity.candidates.running", "audioparity.guard"
+RUNNER, GUARD = "audioparity.candidates.running", "audioparity.dumping.guard"
 #: The check of a case run again against its fresh run (rule compare_fresh).
-REUSE = "audioparity.reuse"
+REUSE = "audioparity.compare.reuse"
+#: The precision search (rule precision).
+PRECISION = "audioparity.compare.precision"
 
 
 def shallow(name: str) -> bool:
@@ -140,14 +143,14 @@ class Code:
 
     def drilldown(self, family: Family) -> list[str]:
         """A drill-down's files: its own, the graphs it saves, the family's ggml side."""
-        return self.files(["audioparity.drilldown", "audioparity.ggml.graphs"],
+        return self.files(["audioparity.compare.drilldown", "audioparity.ggml.graphs"],
                           self.side_entries(family, "ggml"))
 
     def precision(self, family: Family) -> list[str]:
         """A precision search's files (rule precision): the search, which runs the family's
         reference side for its trials and never a port's (a sweep verifies the recipe in its
         cells: :meth:`compare`)."""
-        return self.files(["audioparity.precision", *self.side_modules(family, Side.REFERENCE)],
+        return self.files([PRECISION, *self.side_modules(family, Side.REFERENCE)],
                           self.side_entries(family, Side.REFERENCE))
 
     def report(self, module: str, families: Iterable[Family]) -> list[str]:

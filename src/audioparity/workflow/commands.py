@@ -17,8 +17,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from audioparity.compare.gates import EXPECTED_LISTS, resolve_gates
-from audioparity.family import WEIGHTS
-from audioparity.vocabulary import RECIPE_SEPARATOR
+from audioparity.contract.family import WEIGHTS
+from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.jobs import Jobs
 from audioparity.workflow.plan import BASELINE_BACKEND, REFERENCE_WEIGHT_TYPE, WIDE

@@ -156,7 +156,7 @@ class Sources:
 
     Args:
         root: the source folder (``src``).
-        shallow: whether a module (``audioparity.driver``) is shallow (module docstring).
+        shallow: whether a module (``audioparity.dumping.driver``) is shallow (module docstring).
         cache: the JSON file of parses; None: none kept.
         package: the top-level package whose modules are followed.
     """

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audioparity.environments import RECORD, check_built
-from audioparity.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
-from audioparity.vocabulary import MIXES, RECIPE_SEPARATOR
+from audioparity.contract.vocabulary import MIXES, RECIPE_SEPARATOR
+from audioparity.dumping.environments import RECORD, check_built
+from audioparity.dumping.memory import BASE_MEMORY_MB, job_memory_mb, refuse_over_limit
 from audioparity.workflow import paths
 from audioparity.workflow.code import Code
 from audioparity.workflow.plan import (
@@ -382,9 +382,10 @@ class Jobs:
 
     def memory_mb(self, side: str, w: Any, model: str | None, limit: float | None,
                   copies: int = 1) -> int:
-        """The memory (MiB) a job of ``side`` asks for (:func:`~audioparity.memory.job_memory_mb`:
-        a replay emulates its cell's weight type, a reference job its sweep's), once its model
-        exists; before, the ggml side's base (Snakemake asks again before the job runs).
+        """The memory (MiB) a job of ``side`` asks for
+        (:func:`~audioparity.dumping.memory.job_memory_mb`: a replay emulates its cell's weight
+        type, a reference job its sweep's), once its model exists; before, the ggml side's base
+        (Snakemake asks again before the job runs).
 
         Raises:
             AudioparityError: it would not fit ``limit`` (``--resources mem_mb``).

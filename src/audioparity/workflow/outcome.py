@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from audioparity.artifacts import write_text_atomic
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import write_text_atomic
 
 #: The last run's state, beside the summary: ``{"state", "started", "ended", "log"}``.
 RUN_FILE = "run.json"

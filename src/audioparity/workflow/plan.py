@@ -2,7 +2,7 @@
 (:class:`Sweep`) of families, models, cases, backends and candidates, the cells they make, the
 wildcard constraints, and each reference job's plan.
 
-Every refusal is one line (an :class:`~audioparity.errors.AudioparityError`), raised in the
+Every refusal is one line (an :class:`~audioparity.contract.errors.AudioparityError`), raised in the
 order the config is read: the top-level keys, the families and their options, the fixtures,
 the backends, the models and cases, the candidates.
 """
@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from audioparity.compare.gates import unmeasured_lists
+from audioparity.compare.precision import check_targets
 from audioparity.compare.targets import target_gates
-from audioparity.environments import check_built
-from audioparity.errors import AudioparityError
-from audioparity.family import IMPLEMENTATION, Family, FamilySpec
-from audioparity.precision import check_targets
-from audioparity.storage import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import IMPLEMENTATION, Family, FamilySpec
+from audioparity.contract.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
+from audioparity.dumping.environments import check_built
+from audioparity.dumping.storage import (
     BITS_PER_WEIGHT,
     EMULATED_TYPES,
     read_recipe,
     read_recipe_document,
 )
-from audioparity.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.
@@ -110,7 +110,7 @@ class Reference:
         name: its name: the ``against`` label of the cells compared with it (the primary), the
             ``candidate`` label of its own comparison with the primary (any other).
         implementation: the family's implementation it runs (:attr:`FamilySpec.references`).
-        environment: the reference environment it runs in (:mod:`audioparity.environments`),
+        environment: the reference environment it runs in (:mod:`audioparity.dumping.environments`),
             None for the project's own.
         options: the family's reference-side options it runs with, over the section's.
         differences: expected failures of its comparison with the primary, with why.
@@ -485,7 +485,7 @@ class Sweep:
     Args:
         config: the workflow's config, validated against config/schema.yaml (defaults
             filled in); family options and fixture entries get their defaults here too.
-        known: the registered families (:func:`audioparity.families.registered`).
+        known: the registered families (:func:`audioparity.models.registry.registered`).
         load_adapter: finds a candidate's adapter by what its entry names
             (:func:`audioparity.candidates.load_adapter`).
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from audioparity.artifacts import Dump
-from audioparity.driver import dump_reference
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_reference
 from tests import MOSS_PROMPTS
 from tests.models.moss_voicegen import FAMILY, options
 

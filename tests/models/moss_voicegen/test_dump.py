@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
 from audioparity.compare.metrics import max_rel, non_finite
-from audioparity.driver import dump_ggml, dump_reference, storage_types
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_ggml, dump_reference, storage_types
 from audioparity.ggml import doctor
 from audioparity.models.moss_voicegen.checkpoint import expected_shapes
 from audioparity.models.moss_voicegen.config import load_config
@@ -105,7 +105,7 @@ def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path
     checkpoint or mapped from a converted file alike."""
     from safetensors.torch import load_file, save_file
 
-    from audioparity.driver import save_weights
+    from audioparity.dumping.driver import save_weights
 
     model = tmp_path / "model"
     shutil.copytree(moss_model, model)

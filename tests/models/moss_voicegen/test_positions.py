@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from tests import RESOURCES
 from tests.models.moss_voicegen import FAMILY, options
 from tests.planted import Patch, clean_and_planted, failing
@@ -42,7 +42,7 @@ FAR_ROPE_CLAMPED: list[Patch] = [(
 @pytest.fixture(scope="module")
 def long_case(moss_model, tmp_path_factory):
     """The long prompt file and its reference dump."""
-    from audioparity.driver import dump_reference
+    from audioparity.dumping.driver import dump_reference
 
     root = tmp_path_factory.mktemp("moss_positions")
     text = json.loads((RESOURCES / "moss" / "en_no_instruction.json").read_text())["text"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.driver import dump_reference
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_reference
 from audioparity.models.moss_voicegen.config import load_config
 from tests.models.moss_voicegen import FAMILY, PROMPT, options
 

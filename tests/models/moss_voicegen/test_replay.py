@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
 from audioparity.compare.cell import compare_cell
-from audioparity.driver import dump_replay
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_replay
 from audioparity.models.moss_voicegen.references.remote_code import layer_inputs
 from tests import config_gates
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
@@ -73,7 +73,7 @@ def test_a_one_layer_fault_spikes_at_that_layer_alone_when_replayed(rows):
 def test_layer_inputs_say_why_a_layer_is_not_replayed(moss_references, tmp_path):
     """Each layer's input is the candidate's tensor before it; one missing or misshapen skips
     that layer with its reason, a missing input_embeddings falls back to the reference's."""
-    from audioparity.artifacts import DumpWriter
+    from audioparity.dumping.artifacts import DumpWriter
 
     ref = moss_references[PROMPT.stem]
     rows_, hidden = ref.tensor("layer_0").shape
@@ -92,7 +92,7 @@ def test_layer_inputs_say_why_a_layer_is_not_replayed(moss_references, tmp_path)
 def test_a_replay_names_what_it_skipped_and_why(moss_model, moss_references, tmp_path):
     """A candidate without ``layer_0`` gets ``layer_0_replayed`` on its own input embeddings
     and ``layer_1_replayed`` skipped, the reason in the manifest."""
-    from audioparity.artifacts import DumpWriter
+    from audioparity.dumping.artifacts import DumpWriter
 
     ref = moss_references[PROMPT.stem]
     with DumpWriter(tmp_path / "cand", producer="external") as writer:

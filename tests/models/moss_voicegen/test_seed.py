@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
-from audioparity.errors import AudioparityError
-from audioparity.export import export_dump
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.export import export_dump
 from tests import MOSS_PROMPTS
 
 REQUEST = {"text": "Hello there.", "instruction": "A calm voice.", "language": "English"}

@@ -13,17 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
 from audioparity.candidates import load_adapter
 from audioparity.candidates.reading import not_exposed
 from audioparity.compare.metrics import nmse
-from audioparity.driver import dump_reference
-from audioparity.errors import AudioparityError
-from audioparity.family import Phase
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Phase
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.driver import dump_reference
+from audioparity.dumping.storage import emulated_dir
 from audioparity.models.moss_voicegen.config import load_config
 from audioparity.models.moss_voicegen.port import reference_path
 from audioparity.models.moss_voicegen.stages import Forward, teacher_forced_outputs
-from audioparity.storage import emulated_dir
 from tests import config_gates
 from tests.models.moss_voicegen import FAMILY, PROMPT, options
 from tests.planted import planted_dump, planted_rows

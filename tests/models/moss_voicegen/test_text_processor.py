@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.moss_voicegen import text_processor as tp
 from audioparity.models.moss_voicegen.config import load_config
 from audioparity.models.moss_voicegen.references.remote_code import reference_prompt

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
 from audioparity.cli import main
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics
-from audioparity.driver import dump_reference, dump_replay
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_reference, dump_replay
 from audioparity.models.moss_voicegen.references import transformers as tr
 from tests import MOSS_PROMPTS
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options

@@ -1,5 +1,5 @@
 """Tests of the Parakeet family; the helpers run its dumps and weights through
-:mod:`audioparity.driver` with :class:`~audioparity.models.parakeet_tdt.ParakeetTdt`, as the
+:mod:`audioparity.dumping.driver` with :class:`~audioparity.models.parakeet_tdt.ParakeetTdt`, as the
 command line does."""
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ GGML_OPTIONS = {"conv_weight_type": "f32", "flash_attention": 0}
 
 
 def reference_dump(model: Path, cases: list[tuple[Path, Path]], **kwargs: Any) -> None:
-    """:func:`audioparity.driver.dump_reference` of the family (no family options)."""
-    from audioparity.driver import dump_reference
+    """:func:`audioparity.dumping.driver.dump_reference` of the family (no family options)."""
+    from audioparity.dumping.driver import dump_reference
 
     dump_reference(PARAKEET, model, cases, options={}, **kwargs)
 
 
 def ggml_dump(model: Path, audio: Path, output: Path, *, reference_dir: Path,
               weight_type: str = "f32", **options: Any) -> None:
-    """:func:`audioparity.driver.dump_ggml` of the family on the CPU, one thread, ``options``
-    over :data:`GGML_OPTIONS`."""
-    from audioparity.driver import dump_ggml
+    """:func:`audioparity.dumping.driver.dump_ggml` of the family on the CPU, one thread,
+    ``options`` over :data:`GGML_OPTIONS`."""
+    from audioparity.dumping.driver import dump_ggml
 
     dump_ggml(PARAKEET, model, audio, output, weight_type=weight_type, backend="cpu",
               options={**GGML_OPTIONS, **options}, reference_dir=reference_dir)
@@ -34,8 +34,8 @@ def ggml_dump(model: Path, audio: Path, output: Path, *, reference_dir: Path,
 
 def uploaded(runtime: Any, model: Path, weight_type: str = "f32", conv_weight_type: str = "f32"):
     """The model's weights in ``runtime`` as a ggml dump uploads them
-    (:func:`audioparity.driver.upload_weights`)."""
-    from audioparity.driver import upload_weights
+    (:func:`audioparity.dumping.driver.upload_weights`)."""
+    from audioparity.dumping.driver import upload_weights
 
     weights, _ = upload_weights(PARAKEET, runtime, model, PARAKEET.config(model), weight_type,
                                 {"conv_weight_type": conv_weight_type})

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
 from audioparity.models.parakeet_tdt.config import load_config
@@ -176,7 +176,7 @@ def test_port_default_chunks_are_one_for_a_short_clip_and_bounded_for_a_long_one
 def test_port_encoder_in_chunks_equals_one_chunk_on_the_fixture(parakeet_model: Path,
                                                                  clip_wav: Path) -> None:
     """The tiny fixture's whole encoder, attention in chunks of 3 rows against one chunk."""
-    from audioparity.audio import load_audio
+    from audioparity.dumping.audio import load_audio
     from audioparity.models.parakeet_tdt.frontend import mel_features
 
     config = load_config(parakeet_model)

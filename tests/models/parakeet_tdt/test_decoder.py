@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import (
     DecoderConfig,
     EncoderConfig,
@@ -289,7 +289,7 @@ def test_joint_step_after_projection_matches_nemo(nemo_modules, ggml_decoder):
 
 
 def test_fixture_replay_equals_reference_decode(parakeet_model, parakeet_reference):
-    from audioparity.artifacts import Dump
+    from audioparity.dumping.artifacts import Dump
     from audioparity.ggml import Runtime
     from audioparity.models.parakeet_tdt.config import load_config
     from audioparity.models.parakeet_tdt.greedy import replay_path

@@ -11,7 +11,7 @@ from pathlib import Path
 import ggml
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from audioparity.models.parakeet_tdt.greedy import replay_path
 
 FIELDS = ("family", "backend", "weight_type", "conv_weight_type", "threads", "flash_attention",

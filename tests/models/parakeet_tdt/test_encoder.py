@@ -11,9 +11,9 @@ import re
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
-from audioparity.driver import storage_types
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import storage_types
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
 from audioparity.models.parakeet_tdt.checkpoint import expected_shapes, read_state

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.audio import load_audio
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.audio import load_audio
 from audioparity.models.parakeet_tdt.fixture import build_fixture
 
 torch = pytest.importorskip("torch")

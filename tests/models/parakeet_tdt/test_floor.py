@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audioparity.audio import load_audio
+from audioparity.dumping.audio import load_audio
 from tests import REPO
 
 pytest.importorskip("nemo.collections.asr")

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.audio import load_audio
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.audio import load_audio
 from audioparity.models.parakeet_tdt.config import PreprocessorConfig
 from audioparity.models.parakeet_tdt.fixture import fixture_config
 from audioparity.models.parakeet_tdt.frontend import mel_features, mel_filterbank
@@ -91,7 +91,7 @@ def test_unsupported_settings_and_short_audio_raise():
 
 
 def resample(samples: np.ndarray, rate: int, to: int) -> np.ndarray:
-    """soxr HQ, as :func:`audioparity.audio.load_audio` resamples a file for the model."""
+    """soxr HQ, as :func:`audioparity.dumping.audio.load_audio` resamples a file for the model."""
     import soxr
 
     return soxr.resample(samples.astype(np.float64), rate, to, quality="HQ").astype(np.float32)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from tests.planted import (
     Patch,
     failing,
@@ -218,8 +218,8 @@ def test_a_prediction_network_fault_past_a_near_tie_is_caught_step_by_step(tmp_p
     decode still passes, parting first at that same near tie. decode_logits, the decode
     teacher-forced along the reference's path, judges every step: the clean port flips only
     the near tie, the planted one flips steps where the reference's margin is clear."""
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
     from tests import RESOURCES
 
     model = RESOURCES / "models" / "parakeet-tdt-espeak" / "model.nemo"

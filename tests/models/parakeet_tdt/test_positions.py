@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from tests.planted import Patch, clean_and_planted, failing
 
 pytestmark = pytest.mark.slow
@@ -44,8 +44,8 @@ ENCODER_PREFIXES = ("mel_features", "pre_encode", "pos_emb", "layer_", "enc_out"
 @pytest.fixture(scope="module")
 def long_case(parakeet_model, clip_wav, tmp_path_factory):
     """The tiled clip and its NeMo reference dump (1 thread)."""
-    from audioparity.driver import dump_reference
-    from audioparity.families import family
+    from audioparity.dumping.driver import dump_reference
+    from audioparity.models.registry import family
 
     root = tmp_path_factory.mktemp("parakeet_positions")
     clip, rate = soundfile.read(clip_wav, dtype="float32")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from audioparity.artifacts import Dump
-from audioparity.audio import load_audio
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.audio import load_audio
 from audioparity.models.parakeet_tdt.greedy import replay_path
 from tests import config_gates
 from tests.models.parakeet_tdt import ggml_dump, reference_dump

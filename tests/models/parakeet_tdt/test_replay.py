@@ -13,7 +13,7 @@ import json
 import pytest
 
 from audioparity.compare.cell import compare_cell
-from audioparity.driver import dump_replay
+from audioparity.dumping.driver import dump_replay
 from tests import config_gates
 from tests.models.parakeet_tdt import PARAKEET
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump, DumpWriter
-from audioparity.errors import AudioparityError
-from audioparity.export import export_dump
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.export import export_dump
 from audioparity.models.parakeet_tdt.seed import FILES
 
 

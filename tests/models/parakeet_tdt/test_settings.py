@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import from_nemo_config
 from audioparity.models.parakeet_tdt.fixture import VOCAB_SIZE, fixture_config
 from audioparity.models.parakeet_tdt.settings import LIMITED, SETTINGS, markdown
@@ -200,7 +200,7 @@ def test_the_mel_of_a_null_or_named_setting_is_nemos(edit, clip_wav):
     with the same setting."""
     from nemo.collections.asr.modules import AudioToMelSpectrogramPreprocessor
 
-    from audioparity.audio import load_audio
+    from audioparity.dumping.audio import load_audio
     from audioparity.models.parakeet_tdt.frontend import mel_features
     from tests.models.parakeet_tdt.test_frontend import agreement, nemo_mel
 

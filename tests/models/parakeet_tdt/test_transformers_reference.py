@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
-from audioparity.family import Note, Phase
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Note, Phase
+from audioparity.dumping.artifacts import Dump
 from audioparity.models.parakeet_tdt.references import transformers as transformers_reference
 from tests import RESOURCES
 from tests.models.parakeet_tdt import PARAKEET

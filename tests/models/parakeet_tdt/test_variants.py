@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from tests import cell_rows
 from tests.models.parakeet_tdt.test_dump import run_dump
 
@@ -152,8 +152,8 @@ def test_ctc_decode_is_nemos_own_transcription(variant_dumps, clip_wav, name):
     import torch
     from nemo.collections.asr.models import ASRModel
 
-    from audioparity.audio import load_audio
     from audioparity.candidates.check import check_dump
+    from audioparity.dumping.audio import load_audio
 
     model_path, reference, ggml = variant_dumps(name)
     model = ASRModel.restore_from(str(model_path), map_location="cpu").eval()

@@ -19,7 +19,7 @@ def whisper_reference(whisper_model: Path, clip_wav: Path,
                       tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The transformers reference dump directory of ``clip_wav`` (1 thread), with its q8_0
     quantization-aware twin beside it (``clip@q8_0``)."""
-    from audioparity.driver import dump_reference
+    from audioparity.dumping.driver import dump_reference
     from audioparity.models.whisper import Whisper
 
     output = tmp_path_factory.mktemp("whisper_reference") / "clip"

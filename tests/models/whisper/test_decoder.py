@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Runtime
 from audioparity.models.whisper.config import parse_config
 from audioparity.models.whisper.decoder import Decoder

@@ -11,10 +11,10 @@ from pathlib import Path
 import ggml
 import pytest
 
-from audioparity.artifacts import Dump
 from audioparity.compare.metrics import nmse
-from audioparity.driver import dump_ggml
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_ggml
 from audioparity.models.whisper import Whisper
 
 FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers",
@@ -116,7 +116,7 @@ def test_q8_0_cell_passes_against_its_quantization_aware_reference(whisper_model
     does with q8_0 matmul weights, the decoder's and the tied embeddings' included): every stage
     passes the q8_0 gates, and the decoder's stages fed the reference's inputs are far closer
     to it than to the float32 reference (their cost)."""
-    from audioparity.storage import emulated_dir
+    from audioparity.dumping.storage import emulated_dir
     from tests import cell_rows
 
     emulated = emulated_dir(whisper_reference, "q8_0")

@@ -12,10 +12,11 @@ import ggml
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
 from audioparity.compare.metrics import cosine, max_rel, nmse
-from audioparity.driver import storage_types, upload_weights
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import storage_types, upload_weights
+from audioparity.dumping.storage import emulated_dir
 from audioparity.ggml import Runtime
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper import encoder as enc
@@ -26,7 +27,6 @@ from audioparity.models.whisper.checkpoint import (
 )
 from audioparity.models.whisper.config import load_config, parse_config
 from audioparity.models.whisper.fixture import redraw_weights
-from audioparity.storage import emulated_dir
 from tests.models.whisper import gate
 
 torch = pytest.importorskip("torch")

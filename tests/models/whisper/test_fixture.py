@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.artifacts import Dump
-from audioparity.driver import storage_types
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import storage_types
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.checkpoint import read_weights
 from audioparity.models.whisper.config import load_config

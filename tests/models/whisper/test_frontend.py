@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audioparity.audio import load_audio
 from audioparity.compare.metrics import cosine, max_rel, nmse
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.audio import load_audio
 from audioparity.models.whisper import frontend
 from audioparity.models.whisper.config import FeatureExtractorConfig
 

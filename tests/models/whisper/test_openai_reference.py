@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity import storage
-from audioparity.artifacts import Dump
 from audioparity.cli import main
-from audioparity.driver import dump_reference, dump_replay
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping import storage
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.driver import dump_reference, dump_replay
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.checkpoint import expected_shapes
 from audioparity.models.whisper.config import load_config

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from audioparity.artifacts import Dump
+from audioparity.dumping.artifacts import Dump
 from tests.planted import Patch, failing, planted_statuses
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from audioparity.artifacts import Dump
-from audioparity.audio import load_audio
-from audioparity.driver import dump_reference as drive_reference
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.audio import load_audio
+from audioparity.dumping.driver import dump_reference as drive_reference
 from audioparity.models.whisper import Whisper
 
 torch = pytest.importorskip("torch")
@@ -151,8 +151,8 @@ def test_a_bad_checkpoint_is_refused_before_torch_is_imported(whisper_model: Pat
     (broken / "config.json").write_text(text)
     code = (
         "import sys\n"
-        "from audioparity.errors import AudioparityError\n"
-        "from audioparity.driver import dump_reference\n"
+        "from audioparity.contract.errors import AudioparityError\n"
+        "from audioparity.dumping.driver import dump_reference\n"
         "from audioparity.models.whisper import Whisper\n"
         "try:\n"
         f"    dump_reference(Whisper(), {str(broken)!r},\n"

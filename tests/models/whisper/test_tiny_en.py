@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.audio import load_audio
 from audioparity.compare.metrics import wer_known
-from audioparity.driver import upload_weights
+from audioparity.dumping.audio import load_audio
+from audioparity.dumping.driver import upload_weights
 from audioparity.ggml import Runtime
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.config import load_config

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.family import (
+from audioparity.contract.family import (
     FLOAT32,
     MATMUL,
     Case,
@@ -20,7 +20,7 @@ from audioparity.family import (
     Stage,
     reference_names,
 )
-from audioparity.vocabulary import FLOAT_STORAGE_TYPES
+from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 
 
 class MossVoicegen(Family):

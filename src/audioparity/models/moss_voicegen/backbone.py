@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import ggml
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import Forward
-from audioparity.vocabulary import FLOAT_STORAGE_TYPES
 
 F32_ROW = ggml.GGML_TYPE_F32
 I32 = ggml.GGML_TYPE_I32

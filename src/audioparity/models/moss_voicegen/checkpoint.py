@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints.safetensors import Entry, checkpoint_entries
-from audioparity.errors import AudioparityError
-from audioparity.memory import reference_bytes, refuse_if_over
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.memory import reference_bytes, refuse_if_over
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
@@ -136,14 +136,14 @@ def check_memory(model: Path, config: MossTTSDelayConfig,
                  requests: Sequence[text_processor.Prompt], generate_rows: int,
                  emulates: bool) -> None:
     """Refuse, before torch is imported, a job that would not fit the memory free: the model
-    as the reference holds it (:func:`~audioparity.memory.reference_bytes`: the stack, the
+    as the reference holds it (:func:`~audioparity.dumping.memory.reference_bytes`: the stack, the
     float32 weights, their saved originals when it ``emulates`` a weight type) and the
     activations (:meth:`~.config.MossTTSDelayConfig.activation_bytes`) of the longest prompt
     and its generated rows. A prompt's rows are bounded without its tokenizer: byte-level BPE
     gives at most one token per byte of the rendered prompt, plus the ``audio_start`` row.
 
     Raises:
-        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
+        AudioparityError: that exceeds :func:`~audioparity.dumping.memory.host_free_bytes`.
     """
     rows = max(len(text_processor.render(r).encode()) for r in requests) + 1 + generate_rows
     twice = ", twice: its quantization-aware passes keep the originals" if emulates else ""

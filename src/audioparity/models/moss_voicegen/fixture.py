@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import built_directory
+from audioparity.dumping.artifacts import built_directory
 
 log = logging.getLogger("audioparity")
 
@@ -292,7 +292,7 @@ def _save_bf16(weights: dict[str, np.ndarray], path: Path) -> None:
 def build_fixture(output: Path, seed: int = 0, massive_activation: bool = False,
                   remote_code: bool = False) -> None:
     """Write the tiny checkpoint directory ``output`` (atomically:
-    :func:`~audioparity.artifacts.built_directory`).
+    :func:`~audioparity.dumping.artifacts.built_directory`).
 
     The same arguments give the same bytes.
 

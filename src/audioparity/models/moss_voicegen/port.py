@@ -26,9 +26,9 @@ import logging
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Note, Outputs, Phase
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Case, Note, Outputs, Phase
+from audioparity.dumping.artifacts import Dump
 from audioparity.ggml import Runtime, Weights
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.backbone import Backbone

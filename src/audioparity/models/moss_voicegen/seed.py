@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import Dump, sha256_of
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, sha256_of
 from audioparity.models.moss_voicegen.text_processor import PROMPT_KEYS, load_prompt
 
 #: The files :func:`write_seed` writes.

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.family import Outputs, Phase
+from audioparity.contract.family import Outputs, Phase
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
 

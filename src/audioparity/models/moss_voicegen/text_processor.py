@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 
 TOKENIZER_FILE = "tokenizer.json"

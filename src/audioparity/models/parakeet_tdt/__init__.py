@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.family import Case, CheckpointWeights, Family, Outputs
+from audioparity.contract.family import Case, CheckpointWeights, Family, Outputs
 from audioparity.models.parakeet_tdt.spec import CTC, SPEC, TRANSDUCER
 
 
@@ -25,7 +25,7 @@ class ParakeetTdt(Family):
 
     def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
                   ) -> Case:
-        from audioparity.audio import load_audio
+        from audioparity.dumping.audio import load_audio
 
         sound = load_audio(path, sample_rate=config.preprocessor.sample_rate,
                            min_samples=config.min_samples, purpose="one encoder frame")

@@ -29,8 +29,8 @@ from audioparity.checkpoints.floats import check_finite
 from audioparity.checkpoints.nemo import copy_nemo_member
 from audioparity.checkpoints.renames import Renames
 from audioparity.checkpoints.torch_zip import torch_entries
-from audioparity.errors import AudioparityError
-from audioparity.memory import reference_bytes, refuse_if_over
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.memory import reference_bytes, refuse_if_over
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 
 #: NeMo parameter names against transformers' Parakeet names (transformers'
@@ -274,14 +274,14 @@ def check_attention_memory(audio: Path, model: Path, encoder_config, n_frames: i
                            emulates: bool = False) -> None:
     """Refuse a clip that would not fit the memory free, before NeMo is imported (a process
     killed for memory says nothing): the model as the reference holds it
-    (:func:`~audioparity.memory.reference_bytes`: the stack, the float32 weights, their saved
-    originals when it ``emulates`` a weight type, the checkpoint's tensors NeMo's restore
-    leaves) and the encoder's activations over the clip's
-    encoder frames (:meth:`~.config.EncoderConfig.attention_bytes`: attention in chunks of
-    query rows, the rest linear in T' but for a few ``[T', T']`` bool masks).
+    (:func:`~audioparity.dumping.memory.reference_bytes`: the stack, the float32 weights, their
+    saved originals when it ``emulates`` a weight type, the checkpoint's tensors NeMo's restore
+    leaves) and the encoder's activations over the clip's encoder frames
+    (:meth:`~.config.EncoderConfig.attention_bytes`: attention in chunks of query rows, the rest
+    linear in T' but for a few ``[T', T']`` bool masks).
 
     Raises:
-        AudioparityError: that exceeds :func:`~audioparity.memory.host_free_bytes`.
+        AudioparityError: that exceeds :func:`~audioparity.dumping.memory.host_free_bytes`.
     """
     refuse_if_over(reference_bytes(model, emulates) + encoder_config.attention_bytes(n_frames),
                    f"{audio}: T'={n_frames} encoder frames; the NeMo reference",

@@ -18,17 +18,18 @@ INF_VAL = 10000.0
 
 def attention_row_bytes(n_heads: int, n_frames: int) -> int:
     """The bytes :func:`chunked_rel_pos_attention` holds per query row of a chunk, every head:
-    :data:`~audioparity.memory.REFERENCE_SCORE_COPIES` float32 rows of ``T`` (padded frames)."""
-    from audioparity.memory import REFERENCE_SCORE_COPIES
+    :data:`~audioparity.dumping.memory.REFERENCE_SCORE_COPIES` float32 rows of ``T`` (padded
+    frames)."""
+    from audioparity.dumping.memory import REFERENCE_SCORE_COPIES
 
     return REFERENCE_SCORE_COPIES * n_heads * n_frames * 4
 
 
 def attention_chunk_rows(n_heads: int, n_frames: int) -> int:
     """Query rows per chunk of :func:`chunked_rel_pos_attention` over ``n_frames`` (padded)
-    frames: as many as fit :data:`audioparity.memory.ATTENTION_CHUNK_BYTES`
+    frames: as many as fit :data:`audioparity.dumping.memory.ATTENTION_CHUNK_BYTES`
     (:func:`attention_row_bytes`); all of them for a clip within it."""
-    from audioparity.memory import attention_chunk_rows as rows
+    from audioparity.dumping.memory import attention_chunk_rows as rows
 
     return rows(n_frames, attention_row_bytes(n_heads, n_frames))
 

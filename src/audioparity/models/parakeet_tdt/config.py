@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints.nemo import read_nemo_member
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.settings import SETTINGS, refusal, refused
 
 #: ``torch.nn.LayerNorm`` / ``torch.nn.BatchNorm1d`` default eps (NeMo does not override it).
@@ -153,9 +153,10 @@ class EncoderConfig:
 
         - attention: full context (``RelPositionMultiHeadAttention``) runs in chunks of query
           rows (:func:`~.chunked_attention.chunked_rel_pos_attention`), one chunk's
-          :data:`~audioparity.memory.REFERENCE_SCORE_COPIES` ``[H, r, T']`` tensors, within
-          :data:`~audioparity.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local window
-          ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T', 2w+1]``;
+          :data:`~audioparity.dumping.memory.REFERENCE_SCORE_COPIES` ``[H, r, T']`` tensors, within
+          :data:`~audioparity.dumping.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local
+          window ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T',
+          2w+1]``;
         - ``ConformerEncoder._create_masks``: ``[T', T']`` bools (full context only), counted 8
           times;
         - ``ConvSubsampling``: the first conv's output ``[C, T_mel/2, n_mels/2]`` (``T_mel =
@@ -165,12 +166,12 @@ class EncoderConfig:
           ``n_layers + 16`` ``[T', D]``.
 
         Calibrated on the v3 shape (peak RSS of the reference, BENCHMARKS.md "Long audio"): with
-        :func:`~audioparity.memory.reference_bytes` it gives 10.2 and 20.5 GiB at 10 and 30
+        :func:`~audioparity.dumping.memory.reference_bytes` it gives 10.2 and 20.5 GiB at 10 and 30
         minutes (T' 7501 and 22501), where the reference peaked at 9.5 and 19.4 GiB. Counting
         4 masks, the number ``_create_masks`` builds by its code, fell 0.9 GiB short at 30
         minutes: the peak's growth between the two is quadratic beyond the linear terms.
         """
-        from audioparity.memory import (
+        from audioparity.dumping.memory import (
             REFERENCE_SCORE_COPIES,
             attention_chunk_rows,
         )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import ggml
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Graph, Runtime, Weights
 from audioparity.ggml.ops import linear
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig

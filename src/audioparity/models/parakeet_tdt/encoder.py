@@ -16,7 +16,8 @@ reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``; 4-D c
 convolutions this equals NeMo's masked convolutions on those frames, and attention needs no
 mask (batch size 1) but the band of local attention (``rel_pos_local_attn``).
 
-Every weight's storage type (any of :data:`~audioparity.vocabulary.STORAGE_TYPES`) is carried by
+Every weight's storage type (any of :data:`~audioparity.contract.vocabulary.STORAGE_TYPES`) is
+carried by
 the tensor itself: the same graph builders serve every weight type and backend.
 """
 
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Sequence
 import ggml
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
 from audioparity.ggml.ops import (
     SGEMM_INNER_MULTIPLE,
@@ -216,9 +217,9 @@ def attention_row_bytes(cfg: EncoderConfig, n_frames: int) -> int:
 
 def attention_chunk_rows(cfg: EncoderConfig, n_frames: int) -> int:
     """Query rows per chunk of :func:`rel_pos_attention` over ``n_frames`` frames: as many as
-    fit :data:`audioparity.memory.ATTENTION_CHUNK_BYTES` (:func:`attention_row_bytes`), in at
-    most :data:`MAX_ATTENTION_CHUNKS` chunks."""
-    from audioparity.memory import attention_chunk_rows as rows
+    fit :data:`audioparity.dumping.memory.ATTENTION_CHUNK_BYTES` (:func:`attention_row_bytes`), in
+    at most :data:`MAX_ATTENTION_CHUNKS` chunks."""
+    from audioparity.dumping.memory import attention_chunk_rows as rows
 
     return rows(n_frames, attention_row_bytes(cfg, n_frames), MAX_ATTENTION_CHUNKS)
 
@@ -421,7 +422,7 @@ class Encoder:
     """The NeMo ``ConformerEncoder`` of a Parakeet-TDT model on a ggml runtime.
 
     Args:
-        weights: uploaded weights (:func:`audioparity.driver.upload_weights`), NeMo names
+        weights: uploaded weights (:func:`audioparity.dumping.driver.upload_weights`), NeMo names
             in the graph layout (:mod:`.layout`).
         config: the model config (its ``encoder`` part is used).
         runtime: the runtime the weights live on.

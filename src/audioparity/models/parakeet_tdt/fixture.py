@@ -31,8 +31,8 @@ import string
 import time
 from pathlib import Path
 
-from audioparity.artifacts import built_directory
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import built_directory
 from audioparity.models.parakeet_tdt.spec import SPEC
 
 log = logging.getLogger("audioparity")
@@ -470,7 +470,8 @@ def build_fixture(output: Path, seed: int = 0, vocab_size: int = VOCAB_SIZE,
     switches v3 turns off and NeMo's defaults keep, the decoders.
 
     Offline and deterministic: the same seed gives the same ``state_dict``. Written atomically
-    (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete.
+    (:func:`~audioparity.dumping.artifacts.built_directory`): ``output`` is either absent or
+    complete.
 
     Raises:
         AudioparityError: the parent directory cannot be written; an option

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.config import PreprocessorConfig
 
 #: NeMo's ``CONSTANT`` added to the per-feature std (``features.py``).

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 #: Decoding strategy of the reference: NeMo's label-looping greedy TDT decoder.
 STRATEGY = "greedy_batch"

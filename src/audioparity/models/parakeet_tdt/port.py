@@ -32,9 +32,9 @@ import logging
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Case, Fields, Note, Outputs, Phase
+from audioparity.dumping.artifacts import Dump
 from audioparity.ggml import Runtime, Weights
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.ctc import CtcDecoder

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump
 
 #: The files :func:`write_seed` writes.
 FILES = ("pre_encode.npy", "pos_emb.npy", "enc_out.npy")

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from audioparity.family import FamilySpec, Option, Stage, reference_names
-from audioparity.vocabulary import FLOAT_STORAGE_TYPES
+from audioparity.contract.family import FamilySpec, Option, Stage, reference_names
+from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
 #: prediction network and joint) and a CTC decoder (``ConvASRDecoder``).

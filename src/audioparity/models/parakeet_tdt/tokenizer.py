@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from audioparity.checkpoints.nemo import read_nemo_member
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.parakeet_tdt.greedy import CtcPath, GreedyPath
 
 

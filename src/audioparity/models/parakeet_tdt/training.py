@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from audioparity.artifacts import built_directory
+from audioparity.dumping.artifacts import built_directory
 from audioparity.models.parakeet_tdt.fixture import (
     DURATIONS,
     fixture_config,
@@ -242,8 +242,8 @@ def train(output: Path, seed: int = 0, run: TrainingRun = TrainingRun()) -> dict
     """Train the model of :func:`model_config` on :func:`~.training_data.split` and write
     ``output/model.nemo`` (weights float32) and ``output/training.json`` (the run, the loss
     curve, the held-out WERs). Every ``run.checkpoint_every`` steps the directory is rewritten
-    whole (:func:`~audioparity.artifacts.built_directory`), so a run stopped early leaves its
-    last checkpoint.
+    whole (:func:`~audioparity.dumping.artifacts.built_directory`), so a run stopped early leaves
+    its last checkpoint.
 
     Returns:
         The ``training.json`` record.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 #: Sample rate of the utterances (the model's).
 SAMPLE_RATE = 16000

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.errors import AudioparityError
-from audioparity.family import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
     FLOAT32,
     MATMUL,
     Case,
@@ -89,7 +89,7 @@ class Whisper(Family):
 
     def open_case(self, model: Path, config: Any, path: Path, options: Mapping[str, Any]
                   ) -> Case:
-        from audioparity.audio import load_audio
+        from audioparity.dumping.audio import load_audio
         from audioparity.models.whisper.decoding import prompt_ids
         from audioparity.models.whisper.frontend import trim_note
         from audioparity.models.whisper.tokenizer import TOKENIZER_FILE

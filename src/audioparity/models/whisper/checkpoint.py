@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from audioparity.checkpoints.safetensors import Entry, checkpoint_entries
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.whisper.config import WhisperModelConfig
 
 #: Key prefixes of ``WhisperModel``'s tensors, by the class that saves them, tried in this order.
@@ -170,7 +170,7 @@ def checked_entries(model_dir: Path, config: WhisperModelConfig) -> WhisperTenso
 
 def read_weights(model_dir: Path, config: WhisperModelConfig) -> dict[str, np.ndarray]:
     """Every tensor as a float32 array, ``WhisperModel`` names (for tests and analysis; the
-    dump streams them into ggml, :meth:`~audioparity.driver.upload_weights`).
+    dump streams them into ggml, :meth:`~audioparity.dumping.driver.upload_weights`).
 
     Raises:
         AudioparityError: see :func:`check_weights`.

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 CONFIG_FILE = "config.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"

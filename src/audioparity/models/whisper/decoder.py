@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import ggml
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Graph, Runtime, State, Weights
 from audioparity.ggml.ops import layer_norm, linear
 from audioparity.models.whisper.config import LAYER_NORM_EPS, WhisperModelConfig
@@ -185,8 +185,8 @@ class Decoder:
     """transformers' ``WhisperDecoder`` and ``proj_out`` on a ggml runtime, with its caches.
 
     Args:
-        weights: uploaded weights (:func:`audioparity.driver.upload_weights`), ``WhisperModel``
-            names.
+        weights: uploaded weights (:func:`audioparity.dumping.driver.upload_weights`),
+            ``WhisperModel`` names.
         config: the model config.
         runtime: the runtime the weights live on.
 

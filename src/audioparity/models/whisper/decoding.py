@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.whisper.config import WhisperModelConfig
 
 #: The tasks of a multilingual model's prompt.

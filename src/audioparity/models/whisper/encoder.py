@@ -14,7 +14,8 @@ is the reverse, so a ``[T, D]`` activation is a ggml tensor with ``ne = [D, T]``
 inputs are channel-major ``[C, T]`` (``ne = [T, C]``), as ``nn.Conv1d`` takes them. Batch size
 1 and no attention mask, as ``WhisperEncoder`` runs (it takes no mask).
 
-Every weight's storage type (any of :data:`~audioparity.vocabulary.STORAGE_TYPES`) is carried by
+Every weight's storage type (any of :data:`~audioparity.contract.vocabulary.STORAGE_TYPES`) is
+carried by
 the tensor itself: the same graph builders serve every weight type and backend.
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 import ggml
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
 from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, layer_norm, linear
 from audioparity.models.whisper.config import (
@@ -195,7 +196,7 @@ class Encoder:
     """transformers' ``WhisperEncoder`` on a ggml runtime.
 
     Args:
-        weights: uploaded weights (:func:`audioparity.driver.upload_weights`),
+        weights: uploaded weights (:func:`audioparity.dumping.driver.upload_weights`),
             ``WhisperModel`` names.
         config: the model config (its ``encoder`` part is used).
         runtime: the runtime the weights live on.

@@ -38,8 +38,8 @@ import math
 import time
 from pathlib import Path
 
-from audioparity.artifacts import built_directory
 from audioparity.checkpoints.ctranslate2_whisper import tokenizer_files
+from audioparity.dumping.artifacts import built_directory
 
 log = logging.getLogger("audioparity")
 
@@ -161,8 +161,9 @@ def tokenizer_json() -> dict:
 def build_fixture(output: Path, seed: int = 0) -> None:
     """Write the tiny Whisper checkpoint directory ``output`` (the family spec's
     ``fixture_model`` is "": the directory is the model), atomically
-    (:func:`~audioparity.artifacts.built_directory`): ``output`` is either absent or complete,
-    an existing one replaced. Offline and deterministic: the same seed gives the same tensors.
+    (:func:`~audioparity.dumping.artifacts.built_directory`): ``output`` is either absent or
+    complete, an existing one replaced. Offline and deterministic: the same seed gives the same
+    tensors.
 
     Raises:
         AudioparityError: the parent directory cannot be written.

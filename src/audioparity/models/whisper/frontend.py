@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 from audioparity.models.whisper.config import FeatureExtractorConfig
 
 #: The floor of the mel energies before the log (``torch.clamp(mel, min=1e-10)``).

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from audioparity.artifacts import Dump
-from audioparity.family import Case, Outputs, Phase
+from audioparity.contract.family import Case, Outputs, Phase
+from audioparity.dumping.artifacts import Dump
 from audioparity.ggml import Runtime, Weights
 from audioparity.models.whisper.decoder import Decoder
 from audioparity.models.whisper.decoding import prompt_ids

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.family import Case, Outputs, Phase, Skipped
+from audioparity.contract.family import Case, Outputs, Phase, Skipped
+from audioparity.dumping.artifacts import Dump
 
 
 def stages(loaded, case: Case, candidate: Dump) -> Outputs:

@@ -1,7 +1,7 @@
 """The encoder and decoder taps both Whisper references take (transformers' and openai-whisper's
 modules differ in names only): conv_out, layer_{i} and enc_out from one encoder run, and
 decoder_layer_{i} and decoder_logits from one teacher-forced decoder run, through
-:class:`~audioparity.taps.Taps`. Importing this module imports no torch.
+:class:`~audioparity.contract.taps.Taps`. Importing this module imports no torch.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.taps import Taps
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.taps import Taps
 
 
 def encoder_stages(conv2: Any, layers: Sequence[Any], positions: Callable[[int], Any],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 TOKENIZER_FILE = "tokenizer.json"
 

@@ -56,9 +56,18 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
+    Case,
+    Fields,
+    Note,
+    Outputs,
+    Phase,
+    ReferenceLibrary,
+    Skipped,
+)
+from audioparity.contract.taps import Taps
+from audioparity.dumping.artifacts import Dump
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import (
@@ -67,7 +76,6 @@ from audioparity.models.moss_voicegen.stages import (
     path_outputs,
     prefill_outputs,
 )
-from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 
@@ -159,7 +167,8 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     """``MossTTSDelayModel.forward`` (default ``hidden_out_layers=None``) through the model's own
     modules: ``_compute_input_embeddings``, ``language_model``, ``lm_heads`` with the audio pad
     logit ``-inf``; per-layer outputs from forward hooks on ``language_model.layers``, and, for
-    the replay, per-layer inputs substituted by forward pre-hooks (:class:`~audioparity.taps.Taps`).
+    the replay, per-layer inputs substituted by forward pre-hooks
+    (:class:`~audioparity.contract.taps.Taps`).
 
     The modules are driven one by one rather than through ``net.forward`` because upstream's
     forward returns its own ``ModelOutput`` subclass declaring ``past_key_values``, which
@@ -297,7 +306,7 @@ def layer_inputs(candidate: Dump, n_layers: int, shape: tuple[int, int]
 def replayed(net, case: Case, candidate: Dump) -> Outputs:
     """The reference's decoder layers on a candidate's own inputs (module notes), with the loaded
     ``net``: ``layer_{i}_replayed`` ``[S, H]`` of each layer the candidate gives an input for,
-    :class:`~audioparity.family.Skipped` with why for the others (one forward: phase
+    :class:`~audioparity.contract.family.Skipped` with why for the others (one forward: phase
     ``layer_0_replayed``).
 
     Args:

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Outputs, ReferenceLibrary
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Case, Outputs, ReferenceLibrary
+from audioparity.contract.taps import Taps
 from audioparity.models.moss_voicegen.config import CONFIG_FILE, MossTTSDelayConfig
 from audioparity.models.moss_voicegen.stages import Forward
-from audioparity.taps import Taps
 
 #: The checkpoint's prefix of the backbone's weights (``MossTTSDelayModel.language_model``).
 BACKBONE_PREFIX = "language_model."
@@ -215,7 +215,7 @@ class Transformers(ReferenceLibrary):
     @classmethod
     def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
         """Refuse a quantization-aware reference: the embeddings and heads are tensors, not the
-        modules :func:`~audioparity.storage.emulating` rounds.
+        modules :func:`~audioparity.dumping.storage.emulating` rounds.
 
         Raises:
             AudioparityError: ``emulates``.

@@ -42,9 +42,18 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
+    Case,
+    Fields,
+    Note,
+    Outputs,
+    Phase,
+    ReferenceLibrary,
+    Skipped,
+)
+from audioparity.contract.taps import Taps
+from audioparity.dumping.artifacts import Dump
 from audioparity.models.parakeet_tdt.chunked_attention import chunk_note, chunked_attention
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.floor import floor_note, noise_floor
@@ -58,7 +67,6 @@ from audioparity.models.parakeet_tdt.greedy import (
     replay_path,
 )
 from audioparity.models.parakeet_tdt.spec import SPEC
-from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 
@@ -115,7 +123,7 @@ def encoder(model: Any, features: Any, length: Any,
             chunks: list[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
     """NeMo ``model.encoder`` (``ConformerEncoder``) with taps on its sub-modules, its
     full-context attention computed in chunks of query rows (:func:`chunked_attention`: one
-    chunk for a clip within :data:`audioparity.memory.ATTENTION_CHUNK_BYTES`).
+    chunk for a clip within :data:`audioparity.dumping.memory.ATTENTION_CHUNK_BYTES`).
 
     Hooks: ``pre_encode`` output (``ConvSubsampling``), ``pos_emb`` as passed to ``layers[0]``
     (forward pre-hook with kwargs), every ``layers[i]`` output. ``chunks``, when given,

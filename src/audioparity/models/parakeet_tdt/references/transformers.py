@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
+from audioparity.contract.taps import Taps
 from audioparity.models.parakeet_tdt.checkpoint import (
     NEMO_TRANSFORMERS,
     expected_shapes,
@@ -38,7 +39,6 @@ from audioparity.models.parakeet_tdt.greedy import (
 )
 from audioparity.models.parakeet_tdt.references.nemo import valid_positions
 from audioparity.models.parakeet_tdt.tokenizer import Tokenizer, load_tokenizer
-from audioparity.taps import Taps
 
 log = logging.getLogger("audioparity")
 

@@ -31,12 +31,12 @@ transformers reference (:mod:`.reference`):
   (no cache) over the prompt then the decoded ids, hooks on ``decoder.blocks[i]``; its logits
   are ``ln(x) @ token_embedding.weight.T``.
 
-What openai-whisper cannot compute is yielded as :class:`~audioparity.family.Skipped` with why:
-the decoder stages of a checkpoint whose ``decoder_ffn_dim`` is not ``4 * d_model``
-(``ResidualAttentionBlock`` fixes the MLP at ``n_state * 4``), and the decode and the
-teacher-forced stages of one whose special tokens are not those of openai-whisper's tokenizer
-for its vocabulary (the tiny fixture's 64 ids). Attention is openai-whisper's default
-(``MultiHeadAttention.use_sdpa``: torch's ``scaled_dot_product_attention``).
+What openai-whisper cannot compute is yielded as :class:`~audioparity.contract.family.Skipped` with
+why: the decoder stages of a checkpoint whose ``decoder_ffn_dim`` is not ``4 * d_model``
+(``ResidualAttentionBlock`` fixes the MLP at ``n_state * 4``), and the decode and the teacher-forced
+stages of one whose special tokens are not those of openai-whisper's tokenizer for its vocabulary
+(the tiny fixture's 64 ids). Attention is openai-whisper's default (``MultiHeadAttention.use_sdpa``:
+torch's ``scaled_dot_product_attention``).
 
 Importing this module imports neither torch nor openai-whisper.
 """
@@ -51,8 +51,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from audioparity.checkpoints.renames import Renames
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary, Skipped
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
+    Case,
+    Fields,
+    Note,
+    Outputs,
+    Phase,
+    ReferenceLibrary,
+    Skipped,
+)
 from audioparity.models.whisper.checkpoint import read_weights
 from audioparity.models.whisper.config import WhisperModelConfig
 from audioparity.models.whisper.decoding import choose, max_length, prompt_ids
@@ -243,7 +251,7 @@ def transformers_view(model: Any) -> Any:
     transformers' ``WhisperForConditionalGeneration`` gives them
     (``model.encoder.layers.{i}.self_attn.q_proj``, ``...fc1``, ``model.decoder.embed_tokens``,
     ...), the same module objects: what the quantization-aware references round
-    (:func:`~audioparity.storage.emulating`), which name each weight as the port does.
+    (:func:`~audioparity.dumping.storage.emulating`), which name each weight as the port does.
     ``TextDecoder`` multiplies by ``token_embedding.weight`` outside any module, so its logits
     see the rounded weight but not a rounded input (transformers' tied ``proj_out`` rounds it).
     """
@@ -377,7 +385,7 @@ def teacher_forced(net: Any, enc_out: np.ndarray, tokens: list[int]) -> dict[str
 
 def stages(loaded: Loaded, case: Case) -> Outputs:
     """openai-whisper's stages of one case (module docstring), each phase timed by the driver;
-    the decoder's as :class:`~audioparity.family.Skipped` when it cannot compute them."""
+    the decoder's as :class:`~audioparity.contract.family.Skipped` when it cannot compute them."""
     config = case.config
     yield Phase("mel_features")
     features = mel_features(case.data.samples, config.feature_extractor.feature_size)

@@ -34,9 +34,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from audioparity.audio import Audio
-from audioparity.errors import AudioparityError
-from audioparity.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
+from audioparity.dumping.audio import Audio
 from audioparity.models.whisper.decoding import Decode, greedy, prompt_ids
 from audioparity.models.whisper.taps import decoder_stages, encoder_stages
 

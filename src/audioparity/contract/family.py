@@ -1,6 +1,6 @@
 """The contract of a model family: its table (:class:`FamilySpec`: stages, options, input) and
 its code (:class:`Family`: one method per thing a side computes). docs/adding-a-family.md walks
-through writing one; :mod:`audioparity.driver` runs every family's code the same way.
+through writing one; :mod:`audioparity.dumping.driver` runs every family's code the same way.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS, Side, StageKind
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS, Side, StageKind
 
 #: The placeholder of a per-layer stage name: ``layer_{i}`` is ``layer_0``, ``layer_1``, ...
 LAYER = "{i}"
@@ -75,8 +75,8 @@ class Stage:
     Attributes:
         name: the tensor or document name both sides dump; ``layer_{i}`` stands for one stage
             per layer (``layer_0``, ``layer_1``, ...).
-        kind: :data:`~audioparity.vocabulary.STAGE_KINDS`: ``tensor`` (a ``.npy``), ``logits``
-            (a ``.npy`` whose last axis is classes: top-1 and KL are measured too) or
+        kind: :data:`~audioparity.contract.vocabulary.STAGE_KINDS`: ``tensor`` (a ``.npy``),
+            ``logits`` (a ``.npy`` whose last axis is classes: top-1 and KL are measured too) or
             ``document`` (a ``.json``).
         layout: a tensor's axes in the reference's notation, batch dropped (``[T, D]``); a
             document's fields (``{ids, frames, durations, text}``).
@@ -185,7 +185,7 @@ class Option:
         name: the config key (``conv_weight_type``); the flag is ``--conv-weight-type``.
         default: its value when the config does not set it (``bool`` makes a flag without value).
         help: one line for ``--help`` and the docs.
-        sides: the commands that take it (:data:`~audioparity.vocabulary.SIDES`, and
+        sides: the commands that take it (:data:`~audioparity.contract.vocabulary.SIDES`, and
             :data:`WEIGHTS` for one the weight conversion takes).
         choices: the values allowed (empty: any of the default's type).
         minimum: the least value of an integer option.
@@ -242,7 +242,7 @@ RUNS_IN = "runs_in"
 
 def runs_in(*sides: str) -> Callable[[Callable], Callable]:
     """Mark a :class:`Family` method as code the jobs of ``sides`` run (the
-    :data:`~audioparity.vocabulary.SIDES`, :data:`WEIGHTS`, :data:`REPLAY`), whence
+    :data:`~audioparity.contract.vocabulary.SIDES`, :data:`WEIGHTS`, :data:`REPLAY`), whence
     :data:`SIDE_METHODS`."""
 
     def mark(method: Callable) -> Callable:
@@ -262,8 +262,8 @@ class FamilySpec:
             summary.csv (``parakeet_tdt``).
         command: its subcommand of ``audioparity fixture|reference|ggml`` (``parakeet-tdt``).
         title: one line naming the model and the reference it is checked against.
-        input: what a case is, :data:`~audioparity.vocabulary.INPUT_KINDS`: ``audio`` (a file
-            soundfile reads, flag ``--audio``) or ``prompt`` (a JSON file, ``--prompt``).
+        input: what a case is, :data:`~audioparity.contract.vocabulary.INPUT_KINDS`: ``audio`` (a
+            file soundfile reads, flag ``--audio``) or ``prompt`` (a JSON file, ``--prompt``).
         model: what ``--model`` takes, for ``--help``.
         stages: the dump contract, in pipeline order (summary and report rows follow it).
         options: family-specific settings (config section ``options``, command flags).
@@ -484,7 +484,7 @@ class Case:
         config: the family's config of that model (:meth:`Family.config`).
         options: the family's options (config ``options``; a candidate entry's).
         path: the case's file.
-        data: what the family read of it (an :class:`~audioparity.audio.Audio`, a prompt).
+        data: what the family read of it (an :class:`~audioparity.dumping.audio.Audio`, a prompt).
         notes: lines for the dump's manifest (a resample, a trim to a window).
         fields: manifest fields (``{"audio": the file's format}``).
     """
@@ -506,7 +506,7 @@ class Phase:
     The driver checks the contract declares it, times the work until the next phase into the
     manifest's ``seconds[name]`` (the summary's ``seconds`` of that stage) and names it as
     running: the stage a crash meanwhile is charged to, the stage a drill-down's graphs are
-    labelled with (:meth:`~audioparity.artifacts.DumpWriter.timed`)."""
+    labelled with (:meth:`~audioparity.dumping.artifacts.DumpWriter.timed`)."""
 
     name: str
 
@@ -655,8 +655,8 @@ class Family:
 
     A dump method (:meth:`ggml`, a reference implementation's
     :meth:`ReferenceLibrary.stages` and :meth:`ReferenceLibrary.replay`) yields its stages
-    (:data:`Outputs`); :mod:`audioparity.driver` opens the model and the runtime, uploads the
-    weights, writes the dump, times the phases and checks each stage against :attr:`spec`.
+    (:data:`Outputs`); :mod:`audioparity.dumping.driver` opens the model and the runtime, uploads
+    the weights, writes the dump, times the phases and checks each stage against :attr:`spec`.
     """
 
     #: The table: stages, options, input kind (:class:`FamilySpec`).
@@ -667,7 +667,7 @@ class Family:
     #: The distributions whose versions a ggml dump's manifest records.
     ggml_versions: ClassVar[tuple[str, ...]] = ("ggml-python",)
     #: Modules of the reference model that the port keeps in float32, left float32 by the
-    #: quantization-aware references (:func:`audioparity.storage.emulating`).
+    #: quantization-aware references (:func:`audioparity.dumping.storage.emulating`).
     reference_keeps: ClassVar[tuple[str, ...]] = ()
     #: What the reference model's parameter names carry before the checkpoint's weight names
     #: (``model.`` for a transformers model whose checkpoint the port reads without it): the

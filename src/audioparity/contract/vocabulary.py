@@ -66,7 +66,7 @@ FLOAT_STORAGE_TYPES = ("f32", "f16")
 WEIGHT_TYPES = ("native", *STORAGE_TYPES)
 
 #: The ``against`` label of a case run again in one process (after another case, or twice)
-#: compared with the same candidate's fresh run of it (:mod:`audioparity.reuse`).
+#: compared with the same candidate's fresh run of it (:mod:`audioparity.compare.reuse`).
 FRESH = "fresh"
 
 #: Status of a dump (its manifest): ``ok``, all tensors written; ``unavailable``, the backend is

@@ -1,7 +1,7 @@
 """Which matmul weights must stay wider for a weight type to pass its targets: the search
 behind ``audioparity precision``, after Polygraphy's ``debug precision`` (rank, then bisect).
 
-Every trial runs the quantization-aware reference (:func:`~audioparity.storage.emulating`):
+Every trial runs the quantization-aware reference (:func:`~audioparity.dumping.storage.emulating`):
 what ggml's CPU backend computes with those storage types, without a port; the search never
 runs a port's code. By hand, the recipe found is then verified by our ggml port itself
 (:func:`verify`); in a sweep, every cell of the recipe's weight type verifies it on its own
@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump
 from audioparity.compare.targets import target_gates, target_rows, unmet
-from audioparity.errors import AudioparityError
-from audioparity.family import Family
-from audioparity.storage import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Family
+from audioparity.contract.vocabulary import RECIPE_SEPARATOR
+from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.storage import (
     BITS_PER_WEIGHT,
     EMULATED_TYPES,
     Recipe,
@@ -39,7 +40,6 @@ from audioparity.storage import (
     storage_record,
     stored,
 )
-from audioparity.vocabulary import RECIPE_SEPARATOR
 
 log = logging.getLogger("audioparity")
 
@@ -129,9 +129,9 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
 
 def _weight_nmse(w: np.ndarray, weight_type: str, x: np.ndarray | None = None) -> float:
     """NMSE of weight ``w`` ``[out, K]`` stored as ``weight_type`` (or its fallback,
-    :func:`~audioparity.storage.storage_or_fallback`) against float64: of ``x @ w.T`` as ggml's
-    CPU computes it (input rounded, q8_1's :func:`~audioparity.storage.min_term` added) where
-    its inputs ``x`` are known, else of the stored values themselves."""
+    :func:`~audioparity.dumping.storage.storage_or_fallback`) against float64: of ``x @ w.T`` as
+    ggml's CPU computes it (input rounded, q8_1's :func:`~audioparity.dumping.storage.min_term`
+    added) where its inputs ``x`` are known, else of the stored values themselves."""
     storage = storage_or_fallback("w", weight_type, w.shape, [])
     w_stored = stored(w, storage)
     if x is None:
@@ -173,7 +173,7 @@ class Search:
     def __init__(self, family: Family, model: Path, cases: Sequence[Path], weight_type: str,
                  wide: str, targets: Sequence[Mapping[str, Any]],
                  options: Mapping[str, Any], workdir: Path) -> None:
-        from audioparity.driver import open_cases, side_options
+        from audioparity.dumping.driver import open_cases, side_options
 
         if weight_type not in EMULATED_TYPES or RECIPE_SEPARATOR in weight_type:
             raise AudioparityError(f"precision: weight type {weight_type!r}; expected one of "
@@ -197,7 +197,7 @@ class Search:
         return self.workdir / label / f"case{case_index}"
 
     def _dump(self, label: str) -> list[Path]:
-        from audioparity.driver import reference_case
+        from audioparity.dumping.driver import reference_case
 
         dirs = []
         for index, case in enumerate(self.cases):
@@ -242,13 +242,13 @@ class Search:
 
 def check_targets(spec: Any, targets: Sequence[Mapping[str, Any]]) -> None:
     """Refuse targets that name no stage of the family (``spec``: its
-    :class:`~audioparity.family.FamilySpec`), before any model is loaded.
+    :class:`~audioparity.contract.family.FamilySpec`), before any model is loaded.
 
     Raises:
         AudioparityError: no targets, an entry without ``stage``, or a stage pattern that
             matches none of the family's stages (the message lists them).
     """
-    from audioparity.family import concrete
+    from audioparity.contract.family import concrete
 
     if not targets:
         raise AudioparityError("precision: no targets: give gate entries on the stages the "
@@ -335,12 +335,12 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
         "trials": {uniform, recipe, wide} (rows), "search": {"met", "unmet", "trials",
         "seconds"}, "sensitivity", "forms"}``, with ``ggml_options`` also ``"verified":
         {"passed", "rows"}`` and ``"bits_per_weight": {uniform, recipe, wide}``; ``base`` and
-        ``overrides`` are what :func:`~audioparity.storage.read_recipe` reads.
+        ``overrides`` are what :func:`~audioparity.dumping.storage.read_recipe` reads.
 
     Raises:
         AudioparityError: bad inputs (a weight type, wide type, target, model or case).
     """
-    from audioparity.threads import torch_threads
+    from audioparity.dumping.threads import torch_threads
 
     start = time.perf_counter()
     with _workdir(workdir) as folder, torch_threads(threads):
@@ -376,10 +376,10 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
 
 def verify(search: Search, recipe: Recipe, ggml_options: Mapping[str, Any], folder: Path,
            threads: int) -> dict[str, Any]:
-    """Our ggml port on the CPU with ``recipe`` (:func:`~audioparity.driver.dump_ggml`), each
-    case's targets judged against the float32 reference: ``{"passed", "rows"}`` (by hand; a
+    """Our ggml port on the CPU with ``recipe`` (:func:`~audioparity.dumping.driver.dump_ggml`),
+    each case's targets judged against the float32 reference: ``{"passed", "rows"}`` (by hand; a
     sweep judges every cell of the recipe's weight type the same way, its row ``recipe``)."""
-    from audioparity.driver import dump_ggml
+    from audioparity.dumping.driver import dump_ggml
 
     rows = []
     for index, (case, reference) in enumerate(zip(search.cases, search.reference, strict=True)):
@@ -395,8 +395,8 @@ def verify(search: Search, recipe: Recipe, ggml_options: Mapping[str, Any], fold
 def bits_per_weight(family: Family, model: Path, config: Any, weight_type: str | Recipe,
                     ggml_options: Mapping[str, Any]) -> float:
     """Bits per weight of every graph weight of ``model`` as our ggml port stores them at
-    ``weight_type`` (:func:`~audioparity.driver.storage_types`, fallbacks included)."""
-    from audioparity.driver import side_options, storage_types
+    ``weight_type`` (:func:`~audioparity.dumping.driver.storage_types`, fallbacks included)."""
+    from audioparity.dumping.driver import side_options, storage_types
 
     checkpoint = family.weights(Path(model), config)
     try:

@@ -103,7 +103,7 @@ def fixture_entry(family: str, seed: int, options: dict, code: Path) -> Path:
     import json
     from importlib.metadata import PackageNotFoundError, version
 
-    from audioparity.errors import AudioparityError
+    from audioparity.contract.errors import AudioparityError
 
     try:
         digest = Path(code).read_text().split("\n", 1)[0].strip()

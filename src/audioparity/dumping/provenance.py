@@ -11,7 +11,7 @@ import os
 import platform
 from pathlib import Path
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 def sha256_of(path: str | os.PathLike) -> str:

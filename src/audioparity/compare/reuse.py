@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import Dump, write_text_atomic
 from audioparity.compare.fresh import fresh_rows
-from audioparity.errors import AudioparityError
-from audioparity.families import family
-from audioparity.guard import describe_exit, run_child
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import Dump, write_text_atomic
+from audioparity.dumping.guard import describe_exit, run_child
+from audioparity.models.registry import family
 
 log = logging.getLogger("audioparity")
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 log = logging.getLogger("audioparity")
 

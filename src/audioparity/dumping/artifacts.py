@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.provenance import library_versions, model_digest, sha256_of
-from audioparity.vocabulary import DUMP_STATUSES, VIEWS
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import DUMP_STATUSES, VIEWS
+from audioparity.dumping.provenance import library_versions, model_digest, sha256_of
 
 MANIFEST = "manifest.json"
 #: The key of a partial dump's manifest naming the stage being timed when it was last written.
@@ -67,7 +67,7 @@ class DumpWriter:
     directory is renamed to ``output_dir`` on a clean exit (after the manifest is written). The
     partial directory's manifest is rewritten as each stage lands, with the stage being timed
     (``running``), so a process that dies leaves a record of what it finished
-    (:func:`audioparity.guard.run_guarded` makes a ``crashed`` dump of it). On an
+    (:func:`audioparity.dumping.guard.run_guarded` makes a ``crashed`` dump of it). On an
     :class:`AudioparityError` (a refused input) before any stage was written, the partial
     directory is removed, and so are the (empty) parent folders the writer created for it; on one
     raised once a stage was written, or on another exception (a fault), it is kept, its manifest
@@ -84,7 +84,7 @@ class DumpWriter:
         versions: distributions whose versions to record besides python and numpy.
         weights: the converted weights file the dump maps (``weights_file`` in the manifest);
             the model's sha256 is the one it records
-            (:func:`audioparity.provenance.model_digest`).
+            (:func:`audioparity.dumping.provenance.model_digest`).
     """
 
     def __init__(
@@ -171,8 +171,8 @@ class DumpWriter:
     def add_storage(self, record: dict[str, Any], hashes: dict[str, np.ndarray]) -> None:
         """Record the weights a dump computed with: the manifest's ``storage`` field
         (``record``: types, bits per weight, fallbacks, one hash per weight) and each weight's
-        block hashes in :data:`~audioparity.storage.BLOCK_HASHES`."""
-        from audioparity.storage import BLOCK_HASHES
+        block hashes in :data:`~audioparity.dumping.storage.BLOCK_HASHES`."""
+        from audioparity.dumping.storage import BLOCK_HASHES
 
         self.manifest["storage"] = record
         with open(self.partial / BLOCK_HASHES, "wb") as file:

@@ -1,14 +1,14 @@
-"""The registered model families (:class:`~audioparity.family.Family` classes, one per package
-under :mod:`audioparity.models`), and what the summary and the report ask of a family's stages
-by its name, also for a family this install does not know (a summary from elsewhere).
+"""The registered model families (:class:`~audioparity.contract.family.Family` classes, one per
+package under :mod:`audioparity.models`), and what the summary and the report ask of a family's
+stages by its name, also for a family this install does not know (a summary from elsewhere).
 """
 
 from __future__ import annotations
 
 import functools
 
-from audioparity.errors import AudioparityError
-from audioparity.family import FORMS, Family, Located, natural_key
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import FORMS, Family, Located, natural_key
 
 
 @functools.cache
@@ -42,7 +42,7 @@ def family(name: str) -> Family:
 
 def _form_of(stage: str) -> tuple[str, int]:
     """``(stage, form index)`` of a name by the suffix convention ``<stage>_<form>``
-    (:data:`~audioparity.family.FORMS`), for a family this install does not know."""
+    (:data:`~audioparity.contract.family.FORMS`), for a family this install does not know."""
     for index, form in enumerate(FORMS[1:], 1):
         suffix = f"_{form}"
         if stage.endswith(suffix) and stage != suffix:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.errors import AudioparityError
-from audioparity.vocabulary import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.vocabulary import (
     FLOAT_STORAGE_TYPES,
     FLOAT_TYPES,
     RECIPE_SEPARATOR,
@@ -288,7 +288,7 @@ class Recipe:
     """A weight type that keeps some matmul weights wider: every matmul weight stored as
     ``base`` but those of ``overrides`` (weight name, as the checkpoint names it -> storage
     type). Its weight type is ``<base>+<name>`` (``q4_K+recipe``); ``audioparity precision``
-    writes one (:mod:`audioparity.precision`)."""
+    writes one (:mod:`audioparity.compare.precision`)."""
 
     name: str
     base: str
@@ -487,7 +487,7 @@ class FileStorage:
         Raises:
             AudioparityError: not a GGUF file.
         """
-        from audioparity.provenance import sha256_of
+        from audioparity.dumping.provenance import sha256_of
 
         return cls(Path(path), read_stored(Path(path)), sha256_of(Path(path)), weight_type)
 
@@ -580,7 +580,7 @@ _ROWS_AT_ONCE = 4096
 class StoredWeights:
     """What a port (or an emulation) stored: a note per weight stored as its fallback, and each
     weight's storage type and :func:`block_hashes`; a dump records it
-    (:meth:`~audioparity.artifacts.DumpWriter.add_storage`)."""
+    (:meth:`~audioparity.dumping.artifacts.DumpWriter.add_storage`)."""
 
     notes: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """One driver for every family's dumps: it reads and checks the inputs, opens the reference
 model or the ggml runtime, stores and uploads the weights under one storage policy, runs the
-family's dump method (:class:`~audioparity.family.Family`), and writes what it yields into an
-atomic dump directory, each stage checked against the family's contract and laid out as it
+family's dump method (:class:`~audioparity.contract.family.Family`), and writes what it yields into
+an atomic dump directory, each stage checked against the family's contract and laid out as it
 declares (docs/design.md, "Dump contract").
 """
 
@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.artifacts import Dump, DumpWriter
-from audioparity.errors import AudioparityError
-from audioparity.family import (
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import (
     FLOAT32,
     IMPLEMENTATION,
     MATMUL,
@@ -34,8 +33,10 @@ from audioparity.family import (
     Skipped,
     Stage,
 )
-from audioparity.provenance import model_record
-from audioparity.storage import (
+from audioparity.contract.vocabulary import RECIPE_SEPARATOR, StageKind
+from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.provenance import model_record
+from audioparity.dumping.storage import (
     EMULATED_TYPES,
     FileStorage,
     Recipe,
@@ -47,8 +48,7 @@ from audioparity.storage import (
     storage_record,
     type_name,
 )
-from audioparity.threads import torch_threads
-from audioparity.vocabulary import RECIPE_SEPARATOR, StageKind
+from audioparity.dumping.threads import torch_threads
 
 log = logging.getLogger("audioparity")
 
@@ -170,13 +170,13 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
     all (:meth:`Family.load_reference`: the implementation ``options`` name), and again for each
     weight type of ``emulate`` as ggml's CPU backend computes with it
-    (:func:`~audioparity.storage.emulations`) into ``<directory>@<type>``; or, given a
+    (:func:`~audioparity.dumping.storage.emulations`) into ``<directory>@<type>``; or, given a
     candidate's ``storage``, only as ggml's CPU backend computes with those stored weights, into
     each directory (the storage-matched reference).
 
-    Every input is checked first, before torch is imported: the config, each case, then
-    :meth:`Family.check_reference` (the checkpoint, the memory) and the implementation's
-    :meth:`~audioparity.family.ReferenceLibrary.check`, and each recipe's overrides
+    Every input is checked first, before torch is imported: the config, each case, then the
+    implementation's :meth:`~audioparity.contract.family.ReferenceLibrary.check` and
+    :meth:`Family.check_reference` (the checkpoint, the memory), and each recipe's overrides
     against the model's matmul weights (:func:`check_recipe`).
 
     Raises:
@@ -190,8 +190,8 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
     emulates = bool(emulate) or storage is not None
-    family.check_reference(model, config, opened, emulates=emulates)
     family.library(options).check(model, config, opened, emulates=emulates)
+    family.check_reference(model, config, opened, emulates=emulates)
     recipes = [recipe for recipe in emulate if isinstance(recipe, Recipe)]
     if recipes:
         checkpoint = family.weights(model, config)
@@ -235,7 +235,7 @@ def reference_case(family: Family, loaded: ReferenceLibrary, case: Case, output_
                    stored: StoredWeights | None = None) -> None:
     """One case of the loaded reference (:meth:`ReferenceLibrary.stages`) dumped into
     ``output_dir``, as the model computes now: float32, or within
-    :func:`~audioparity.storage.emulating`, whose ``stored`` weights the dump records."""
+    :func:`~audioparity.dumping.storage.emulating`, whose ``stored`` weights the dump records."""
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=case.options[IMPLEMENTATION], model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
@@ -256,15 +256,15 @@ def storage_types(family: Family, shapes: Mapping[str, tuple[int, ...]],
                   native: Mapping[str, str], weight_type: str | Recipe,
                   options: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     """The storage type of every graph weight (:meth:`Family.weight_kind`): a matmul weight's
-    is the weight type (``native``: the checkpoint's dtype; a :class:`~audioparity.storage.
+    is the weight type (``native``: the checkpoint's dtype; a :class:`~audioparity.dumping.storage.
     Recipe`: the one it gives that weight), a float32 one's ``f32``, any other's the option
     the kind names; a block type that cannot hold a weight's rows falls back
-    (:func:`~audioparity.storage.storage_or_fallback`), one note each.
+    (:func:`~audioparity.dumping.storage.storage_or_fallback`), one note each.
 
     Raises:
         AudioparityError: an unknown weight type, or a kind the family has no option for.
     """
-    from audioparity.vocabulary import WEIGHT_TYPES
+    from audioparity.contract.vocabulary import WEIGHT_TYPES
 
     recipe = weight_type if isinstance(weight_type, Recipe) else Recipe.uniform(weight_type)
     if recipe.base not in WEIGHT_TYPES or (recipe.overrides and recipe.base == "native"):
@@ -310,7 +310,7 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
     (:func:`storage_types`): streamed from the checkpoint a block at a time
     (:meth:`Runtime.load`), or mapped from ``weights_file`` (:func:`save_weights` of the same
     model, type and options) when one is given; and the manifest's ``storage`` field
-    (:func:`~audioparity.storage.storage_record`: bits per weight, tensors per type, the
+    (:func:`~audioparity.dumping.storage.storage_record`: bits per weight, tensors per type, the
     fallbacks) with the checkpoint's own dtypes.
 
     Raises:
@@ -334,7 +334,7 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
 
 
 def stored_weights(weights: Any) -> StoredWeights:
-    """Each weight's storage type and :func:`~audioparity.storage.block_hashes` of the bytes
+    """Each weight's storage type and :func:`~audioparity.dumping.storage.block_hashes` of the bytes
     its backend holds (read back: what the graphs compute with)."""
     from audioparity.ggml.bindings import tensor_bytes
 
@@ -416,7 +416,7 @@ def dump_ggml_cases(family: Family, model: Path,
     gives each dump ``unavailable`` and returns normally), then each case's stages written
     into its directory. A case may come more than once, each time into its own directory: the
     runtime, the weights and whatever the port keeps between cases are reused, which the
-    workflow's check of a reused run against a fresh one reads (:mod:`audioparity.reuse`).
+    workflow's check of a reused run against a fresh one reads (:mod:`audioparity.compare.reuse`).
     Each dump's manifest says how many cases this process ran before it (``runs_before``).
 
     Raises:

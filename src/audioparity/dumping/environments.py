@@ -23,8 +23,8 @@ import venv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from audioparity.errors import AudioparityError
-from audioparity.shared_cache import building, replace_link
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.shared_cache import building, replace_link
 
 log = logging.getLogger("audioparity")
 
@@ -82,8 +82,8 @@ def check_built(name: str, packages: Sequence[str], where: Path | None = None) -
 def build(name: str, packages: Sequence[str], cache: Path) -> Path:
     """Environment ``name`` with ``packages`` (pip requirement strings), built into
     ``cache/<name>-<digest>`` unless it is there already, and ``cache/<name>`` pointed at it.
-    One run at a time builds it (:func:`~audioparity.shared_cache.building`), in a folder of its
-    own renamed into place; a run that waited reuses what the other built.
+    One run at a time builds it (:func:`~audioparity.dumping.shared_cache.building`), in a folder of
+    its own renamed into place; a run that waited reuses what the other built.
 
     Returns:
         The environment's folder.

@@ -5,9 +5,9 @@ process is gone, and with it anything it would have reported. The guard runs the
 as a child process, passes its stderr through (to the job's log), and when the child exits
 non-zero or is killed by a signal it makes a dump directory of what the child left: whose
 manifest says ``status: crashed``, the signal or exit code, the last lines of stderr, and, when
-the child's :class:`~audioparity.artifacts.DumpWriter` had got that far, the stages it finished
-(kept, and compared) and the one it died in (``crashed_in``). The guard then exits 0, so the
-sweep goes on and the report shows what the cell computed and where it crashed.
+the child's :class:`~audioparity.dumping.artifacts.DumpWriter` had got that far, the stages it
+finished (kept, and compared) and the one it died in (``crashed_in``). The guard then exits 0, so
+the sweep goes on and the report shows what the cell computed and where it crashed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audioparity.artifacts import CRASHED_IN, MANIFEST, RUNNING, DumpWriter, write_text_atomic
+from audioparity.dumping.artifacts import (
+    CRASHED_IN,
+    MANIFEST,
+    RUNNING,
+    DumpWriter,
+    write_text_atomic,
+)
 
 log = logging.getLogger("audioparity")
 

@@ -7,7 +7,7 @@ Formats (:data:`FORMATS`):
   ``scripts/compare_tensors.py`` reads;
 - ``seed``: the files the family's seed tool (``../shared/seeds``, the C++ programs this
   project grew from) reads from a reference dump, written by the family's
-  :meth:`~audioparity.family.Family.export_seed` (the family is the manifest's ``family``).
+  :meth:`~audioparity.contract.family.Family.export_seed` (the family is the manifest's ``family``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from audioparity.artifacts import Dump, built_directory
 from audioparity.candidates import f32json
-from audioparity.errors import AudioparityError
-from audioparity.families import family as registered_family
-from audioparity.family import implements
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import implements
+from audioparity.dumping.artifacts import Dump, built_directory
+from audioparity.models.registry import family as registered_family
 
 #: The formats :func:`export_dump` writes.
 FORMATS = ("f32json", "seed")
@@ -31,7 +31,7 @@ def _seed_writer(dump: Dump, expected_family: str | None):
     Raises:
         AudioparityError: the manifest names no family, another one than ``expected_family``,
             an unknown family, or a family without a seed format (no
-            :meth:`~audioparity.family.Family.export_seed`).
+            :meth:`~audioparity.contract.family.Family.export_seed`).
     """
     name = dump.manifest.get("family")
     if not isinstance(name, str) or not name:

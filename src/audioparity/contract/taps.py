@@ -1,6 +1,6 @@
 """Taps: forward hooks that keep what a reference library's own modules compute, the one way every
-reference implementation (:class:`~audioparity.family.ReferenceLibrary`) takes its stages, so
-each dumped tensor is what the library computed in its own run.
+reference implementation (:class:`~audioparity.contract.family.ReferenceLibrary`) takes its stages,
+so each dumped tensor is what the library computed in its own run.
 
 ```python
 with Taps("encoder") as taps:
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from audioparity.errors import AudioparityError
+from audioparity.contract.errors import AudioparityError
 
 
 def _first(value: Any) -> Any:

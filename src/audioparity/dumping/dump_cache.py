@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import MANIFEST, built_directory
-from audioparity.errors import AudioparityError
-from audioparity.provenance import sha256_of, stat_key
-from audioparity.storage import emulated_dir
+from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.artifacts import MANIFEST, built_directory
+from audioparity.dumping.provenance import sha256_of, stat_key
+from audioparity.dumping.storage import emulated_dir
 
-log = logging.getLogger("audioparity.dump_cache")
+log = logging.getLogger("audioparity.dumping.dump_cache")
 
 
 class DumpCache:
@@ -102,7 +102,7 @@ class DumpCache:
 
 def _link_tree(source: Path, target: Path) -> None:
     """Make ``target`` a copy of the flat folder ``source`` by hard links (copies where links
-    fail), built beside it and renamed into place (:func:`~audioparity.artifacts.
+    fail), built beside it and renamed into place (:func:`~audioparity.dumping.artifacts.
     built_directory`), so a reader never sees half of it."""
     with built_directory(target) as work:
         for file in source.iterdir():

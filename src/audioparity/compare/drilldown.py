@@ -21,9 +21,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from audioparity.artifacts import built_directory, write_text_atomic
-from audioparity.errors import AudioparityError
-from audioparity.family import Family
+from audioparity.contract.errors import AudioparityError
+from audioparity.contract.family import Family
+from audioparity.dumping.artifacts import built_directory, write_text_atomic
 
 log = logging.getLogger("audioparity")
 
@@ -49,7 +49,7 @@ def failing_stages(cell: Path) -> list[str]:
 
 def not_compared(cell: Path, backend: str, against: str) -> list[dict[str, str]]:
     """The rows of a cell file (``backend``'s dump compared with ``against``'s) whose stage was
-    not compared (:data:`~audioparity.vocabulary.NOT_COMPARED`: a dump crashed, is
+    not compared (:data:`~audioparity.contract.vocabulary.NOT_COMPARED`: a dump crashed, is
     unavailable, or lacks the stage), each as ``{side, stage, status, reason}``: ``side`` is
     ``against`` where that dump lacked the stage
     (:func:`~audioparity.compare.plan.lacked_by`), else ``backend``.
@@ -59,7 +59,7 @@ def not_compared(cell: Path, backend: str, against: str) -> list[dict[str, str]]
     """
     from audioparity.compare.cell import read_cell
     from audioparity.compare.plan import lacked_by
-    from audioparity.vocabulary import NOT_COMPARED
+    from audioparity.contract.vocabulary import NOT_COMPARED
 
     return [{"side": against if lacked_by(str(row.get("reason") or ""), against) else backend,
              "stage": row["stage"], "status": row["status"], "reason": row.get("reason") or ""}
@@ -100,8 +100,8 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
         cell_output: where to write the cell's rows again, each failing row with its
             ``first_bad_op``.
         phases: only the graphs computed in the phases of these dump stages, shell patterns
-            (:class:`~audioparity.family.Phase`: ``pre_encode``, ``layer_*_isolated``, ...);
-            default every graph.
+            (:class:`~audioparity.contract.family.Phase`: ``pre_encode``, ``layer_*_isolated``,
+            ...); default every graph.
 
     Returns:
         What ``drilldown.json`` holds: ``status`` (``drilled``; ``not needed`` when every stage
@@ -152,7 +152,7 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
 def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir,
            weight_type, backend, against, device, threads, options, phases) -> dict:
     """The drill-down into ``out`` (built in place of ``final``, the folder it becomes)."""
-    from audioparity.driver import dump_ggml
+    from audioparity.dumping.driver import dump_ggml
     from audioparity.ggml import capturing_graphs
     from audioparity.ggml.graphs import GRAPHS, GraphCapture
 
@@ -185,7 +185,7 @@ def kernel_cause(dump: Path, node: Mapping[str, Any]) -> str | None:
     """Why a drill-down's ``node`` (``graph``, ``position``) differs, as the kernel the
     backend of ``dump`` (a drill-down's dump, with its ``graphs/``) computed it with says:
     TF32 on CUDA (:func:`audioparity.ggml.cuda.node_cause`); None where it says nothing."""
-    from audioparity.artifacts import Dump
+    from audioparity.dumping.artifacts import Dump
     from audioparity.ggml.cuda import node_cause
     from audioparity.ggml.graphs import GRAPH, GRAPHS
 
