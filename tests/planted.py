@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.storage import EMULATED_TYPES, emulated_dir
+from audioparity.dumping.emulation import emulated_dir
+from audioparity.dumping.storage import EMULATED_TYPES
 from audioparity.models.registry import family
 from tests import REPO, cell_rows
 

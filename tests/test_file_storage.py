@@ -1,7 +1,7 @@
-"""The storage-matched reference (audioparity.dumping.storage.FileStorage): a torch model computing
-with the bytes a candidate's own file stores. Given the bytes ggml's own quantizer writes, it is the
-quantization-aware reference bit for bit; given other bytes, it computes with them, and the hashes
-it records are still ggml's quantization of the checkpoint."""
+"""The storage-matched reference (audioparity.dumping.weight_files.FileStorage): a torch model
+computing with the bytes a candidate's own file stores. Given the bytes ggml's own quantizer writes,
+it is the quantization-aware reference bit for bit; given other bytes, it computes with them, and
+the hashes it records are still ggml's quantization of the checkpoint."""
 
 from __future__ import annotations
 
@@ -11,18 +11,20 @@ import torch
 
 from audioparity.candidates import WeightName
 from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.emulation import emulating
 from audioparity.dumping.storage import (
     BLOCK_SIZES,
-    FileStorage,
-    StoredTensor,
     dequantize,
-    emulating,
     matmul_input,
     quantize,
-    read_stored,
     storage_or_fallback,
-    storage_verdict,
     stored,
+)
+from audioparity.dumping.weight_files import (
+    FileStorage,
+    StoredTensor,
+    read_stored,
+    storage_verdict,
     write_stored,
 )
 

@@ -15,7 +15,8 @@ import torch
 
 from audioparity.compare.precision import Trial, bisect, sensitivities
 from audioparity.contract.errors import AudioparityError
-from audioparity.dumping.storage import Recipe, read_recipe, stored
+from audioparity.dumping.storage import stored
+from audioparity.dumping.weight_files import Recipe, read_recipe
 from tests import RESOURCES
 from tests.test_storage import _emulated_product
 

@@ -11,7 +11,7 @@ import pytest
 
 from audioparity.dumping import driver
 from audioparity.dumping.driver import dump_ggml, dump_reference
-from audioparity.dumping.storage import emulated_dir
+from audioparity.dumping.emulation import emulated_dir
 from audioparity.models.registry import family
 from tests import RESOURCES, cell_rows
 

@@ -11,14 +11,12 @@ import torch
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import STORAGE_TYPES
+from audioparity.dumping.emulation import emulated_dir, emulating, emulations
 from audioparity.dumping.storage import (
     BITS_PER_WEIGHT,
     BLOCK_SIZES,
     EMULATED_TYPES,
     VEC_DOT_TYPES,
-    emulated_dir,
-    emulating,
-    emulations,
     matmul_input,
     min_term,
     storage_or_fallback,
@@ -267,7 +265,7 @@ def test_emulations_one_at_a_time_then_float32_again() -> None:
 def test_a_weight_of_more_rows_than_one_pass_rounds_holds_ggml_s_bytes_everywhere(storage):
     """A large embedding is rounded a block of rows at a time (bounded temporaries): every
     row, those of the last partial block too, holds what ggml stores, and leaving restores it."""
-    from audioparity.dumping.storage import _ROWS_AT_ONCE, emulating
+    from audioparity.dumping.emulation import _ROWS_AT_ONCE, emulating
 
     rows = 2 * _ROWS_AT_ONCE + 5
     embedding = torch.nn.Embedding(rows, 256)

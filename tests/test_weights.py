@@ -76,7 +76,7 @@ def test_our_weights_file_as_storage_is_the_quantization_aware_reference(
     reference computes what the quantization-aware reference of the weight type computes, bit
     for bit (every tensor, document and stored hash; q4_1 with its block minimums' term): the
     two references are one arithmetic for our port."""
-    from audioparity.dumping.storage import FileStorage
+    from audioparity.dumping.weight_files import FileStorage
 
     known = family(name)
     model = fixture_model(name)

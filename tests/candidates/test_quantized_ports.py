@@ -28,7 +28,7 @@ from audioparity.candidates.whisper_cpp import PARAKEET_HEADER
 from audioparity.candidates.whisper_cpp_whisper import WHISPER_HEADER
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import MIXES
-from audioparity.dumping.storage import StoredTensor
+from audioparity.dumping.weight_files import StoredTensor
 from tests import RESOURCES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -430,7 +430,7 @@ def test_a_recipe_is_written_in_llama_quantizes_syntax_and_its_file_honours_it(
     says (a codebook embedding, which llama.cpp does not hold, asks nothing of it), and the
     storage verdict with the recipe's overrides holds. transcribe.cpp's quantizer takes
     presets only: its recipe cells say so."""
-    from audioparity.dumping.storage import Recipe, read_stored, storage_verdict
+    from audioparity.dumping.weight_files import Recipe, read_stored, storage_verdict
 
     adapter, _, _ = llama
     recipe = Recipe("recipe", "q4_0", {"language_model.layers.1.mlp.down_proj.weight": "q8_0",

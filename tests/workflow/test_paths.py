@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from audioparity.dumping.storage import emulated_dir
+from audioparity.dumping.emulation import emulated_dir
 from audioparity.workflow import paths
 from tests import REPO
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import LAYER, FamilySpec, Option, concrete, match_name
-from audioparity.dumping.storage import StoredTensor, matrix_shape
+from audioparity.dumping.storage import matrix_shape
+from audioparity.dumping.weight_files import StoredTensor
 
 #: How a candidate hands over what it computed: our dump contract (``dump``), transcribe.cpp's
 #: ``<name>.f32`` + ``<name>.json`` files (``f32json``), ``<name>.npy`` and ``<name>.json``
@@ -439,16 +440,16 @@ class Adapter:
 
     def recipe_options(self, recipe: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
         """Its options under which its quantizer writes ``recipe`` (a
-        :class:`~audioparity.dumping.storage.Recipe`: every matmul weight at its base type but those
-        its overrides name) in its own syntax, its conversion and cells then run at the base
-        type with them; None (the default) where its quantizer has no per-tensor types: its
-        cells of a recipe are ``unavailable``, saying so."""
+        :class:`~audioparity.dumping.weight_files.Recipe`: every matmul weight at its base type but
+        those its overrides name) in its own syntax, its conversion and cells then run at the base
+        type with them; None (the default) where its quantizer has no per-tensor types: its cells of
+        a recipe are ``unavailable``, saying so."""
         return None
 
     def requested_type(self, tensor: Any, weight_type: str, options: Mapping[str, Any]
                        ) -> str | None:
         """The type its quantizer is asked for ``tensor`` (a
-        :class:`~audioparity.dumping.storage.StoredTensor` of its model file) in a cell of
+        :class:`~audioparity.dumping.weight_files.StoredTensor` of its model file) in a cell of
         ``weight_type``, or None for a tensor it leaves alone: by default ``weight_type`` for
         a matmul weight, a 2-D tensor that no :attr:`unquantized` pattern names. A matmul weight
         stored as another type is a fallback, recorded with why."""

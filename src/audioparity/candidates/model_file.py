@@ -1,7 +1,7 @@
 """A third-party port's own model file: its tensors (a GGUF file, or the legacy ggml format of
 whisper.cpp), what its quantizer stored (the cell's ``storage`` record), and the file renamed to
 the checkpoint's weights (:data:`STORAGE_FILE`), which a storage-matched reference computes
-with (:class:`audioparity.dumping.storage.FileStorage`; docs/quantization.md, "Judging the file
+with (:class:`audioparity.dumping.weight_files.FileStorage`; docs/quantization.md, "Judging the file
 a port ships")."""
 
 from __future__ import annotations
@@ -19,15 +19,8 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import MIXES
-from audioparity.dumping.storage import (
-    StoredTensor,
-    block_hashes,
-    ggml_name,
-    matrix_shape,
-    read_stored,
-    tensor_hash,
-    write_stored,
-)
+from audioparity.dumping.storage import block_hashes, matrix_shape, tensor_hash
+from audioparity.dumping.weight_files import StoredTensor, ggml_name, read_stored, write_stored
 
 if TYPE_CHECKING:  # the adapter reads model files through this module
     from audioparity.candidates.adapter import Adapter

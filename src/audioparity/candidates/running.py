@@ -23,7 +23,7 @@ from audioparity.contract.family import Family
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.dumping.artifacts import MANIFEST, DumpWriter, built_directory
 from audioparity.dumping.guard import describe_exit
-from audioparity.dumping.storage import Recipe, type_name
+from audioparity.dumping.weight_files import Recipe, type_name
 
 log = logging.getLogger("audioparity")
 

@@ -113,13 +113,13 @@ def _recipes(args: argparse.Namespace) -> dict[str, Path]:
 def _weight_type(args: argparse.Namespace, text: str | None):
     """A weight type as the driver takes it: the name, or for ``<type>+<name>`` the recipe read
     from the ``--recipe <type>+<name>=FILE`` given
-    (:func:`~audioparity.dumping.storage.read_recipe`).
+    (:func:`~audioparity.dumping.weight_files.read_recipe`).
 
     Raises:
         AudioparityError: a recipe's weight type without its ``--recipe``, or a bad file.
     """
     from audioparity.contract.vocabulary import RECIPE_SEPARATOR
-    from audioparity.dumping.storage import read_recipe
+    from audioparity.dumping.weight_files import read_recipe
 
     if text is None or RECIPE_SEPARATOR not in text:
         return text
@@ -131,12 +131,12 @@ def _weight_type(args: argparse.Namespace, text: str | None):
 
 def _storage(args: argparse.Namespace):
     """The candidate's storage file of ``--storage <weight type>=FILE``
-    (:class:`~audioparity.dumping.storage.FileStorage`), None without one.
+    (:class:`~audioparity.dumping.weight_files.FileStorage`), None without one.
 
     Raises:
         AudioparityError: not a GGUF file.
     """
-    from audioparity.dumping.storage import FileStorage
+    from audioparity.dumping.weight_files import FileStorage
 
     if getattr(args, "storage", None) is None:
         return None
@@ -150,7 +150,7 @@ def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """``{"recipes": {weight type: {base, overrides}}}`` for a dump cache's key, or ``{}``: the
     recipe's content, never its file's other fields (the search's trials, timings), so a
     recipe found again the same restores its emulated dumps and a changed one computes them."""
-    from audioparity.dumping.storage import read_recipe
+    from audioparity.dumping.weight_files import read_recipe
 
     recipes = _recipes(args)
     if not recipes:
@@ -416,7 +416,7 @@ def compare(args: argparse.Namespace) -> None:
     extra = None
     if args.recipe is not None:
         from audioparity.compare.targets import recipe_row
-        from audioparity.dumping.storage import read_recipe_document
+        from audioparity.dumping.weight_files import read_recipe_document
 
         extra = partial(recipe_row, recipe=read_recipe_document(args.recipe))
     compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),

@@ -160,7 +160,8 @@ def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any
                   ) -> list[dict[str, Any]]:
     """The rows of a quantized cell that judge the weights it computed with, where both dumps
     record them (docs/quantization.md): :data:`~audioparity.contract.vocabulary.STORAGE` (the file's
-    types against the weight type asked: :func:`~audioparity.dumping.storage.storage_verdict`, the
+    types against the weight type asked: :func:`~audioparity.dumping.weight_files.storage_verdict`,
+        the
     reference naming the model's matmul weights) and
     :data:`~audioparity.contract.vocabulary.STORED_WEIGHTS` (the bytes against ggml's quantization
     of
@@ -168,7 +169,8 @@ def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any
     the third part, the arithmetic."""
     if cell.candidate is None or cell.same_stages or cell.candidate.status != "ok":
         return []
-    from audioparity.dumping.storage import EMULATED_TYPES, storage_verdict
+    from audioparity.dumping.storage import EMULATED_TYPES
+    from audioparity.dumping.weight_files import storage_verdict
 
     stores = [dump.manifest.get("storage") or {} for dump in (cell.reference, cell.candidate)]
     rows = []

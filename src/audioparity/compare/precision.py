@@ -1,11 +1,11 @@
 """Which matmul weights must stay wider for a weight type to pass its targets: the search
 behind ``audioparity precision``, after Polygraphy's ``debug precision`` (rank, then bisect).
 
-Every trial runs the quantization-aware reference (:func:`~audioparity.dumping.storage.emulating`):
-what ggml's CPU backend computes with those storage types, without a port; the search never
-runs a port's code. By hand, the recipe found is then verified by our ggml port itself
-(:func:`verify`); in a sweep, every cell of the recipe's weight type verifies it on its own
-dump (:func:`~audioparity.compare.targets.recipe_row`).
+Every trial runs the quantization-aware reference
+(:func:`~audioparity.dumping.emulation.emulating`): what ggml's CPU backend computes with those
+storage types, without a port; the search never runs a port's code. By hand, the recipe found is
+then verified by our ggml port itself (:func:`verify`); in a sweep, every cell of the recipe's
+weight type verifies it on its own dump (:func:`~audioparity.compare.targets.recipe_row`).
 """
 
 from __future__ import annotations
@@ -28,18 +28,17 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.dumping.artifacts import Dump
+from audioparity.dumping.emulation import emulating, matmul_modules
 from audioparity.dumping.storage import (
     BITS_PER_WEIGHT,
     EMULATED_TYPES,
-    Recipe,
-    emulating,
     matmul_input,
-    matmul_modules,
     min_term,
     storage_or_fallback,
     storage_record,
     stored,
 )
+from audioparity.dumping.weight_files import Recipe
 
 log = logging.getLogger("audioparity")
 
@@ -335,7 +334,7 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
         "trials": {uniform, recipe, wide} (rows), "search": {"met", "unmet", "trials",
         "seconds"}, "sensitivity", "forms"}``, with ``ggml_options`` also ``"verified":
         {"passed", "rows"}`` and ``"bits_per_weight": {uniform, recipe, wide}``; ``base`` and
-        ``overrides`` are what :func:`~audioparity.dumping.storage.read_recipe` reads.
+        ``overrides`` are what :func:`~audioparity.dumping.weight_files.read_recipe` reads.
 
     Raises:
         AudioparityError: bad inputs (a weight type, wide type, target, model or case).

@@ -667,7 +667,7 @@ class Family:
     #: The distributions whose versions a ggml dump's manifest records.
     ggml_versions: ClassVar[tuple[str, ...]] = ("ggml-python",)
     #: Modules of the reference model that the port keeps in float32, left float32 by the
-    #: quantization-aware references (:func:`audioparity.dumping.storage.emulating`).
+    #: quantization-aware references (:func:`audioparity.dumping.emulation.emulating`).
     reference_keeps: ClassVar[tuple[str, ...]] = ()
     #: What the reference model's parameter names carry before the checkpoint's weight names
     #: (``model.`` for a transformers model whose checkpoint the port reads without it): the

@@ -35,20 +35,17 @@ from audioparity.contract.family import (
 )
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR, StageKind
 from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.emulation import emulating, emulations
 from audioparity.dumping.provenance import model_record
 from audioparity.dumping.storage import (
     EMULATED_TYPES,
-    FileStorage,
-    Recipe,
     StoredWeights,
     block_hashes,
-    emulating,
-    emulations,
     storage_or_fallback,
     storage_record,
-    type_name,
 )
 from audioparity.dumping.threads import torch_threads
+from audioparity.dumping.weight_files import FileStorage, Recipe, type_name
 
 log = logging.getLogger("audioparity")
 
@@ -170,7 +167,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
     all (:meth:`Family.load_reference`: the implementation ``options`` name), and again for each
     weight type of ``emulate`` as ggml's CPU backend computes with it
-    (:func:`~audioparity.dumping.storage.emulations`) into ``<directory>@<type>``; or, given a
+    (:func:`~audioparity.dumping.emulation.emulations`) into ``<directory>@<type>``; or, given a
     candidate's ``storage``, only as ggml's CPU backend computes with those stored weights, into
     each directory (the storage-matched reference).
 
@@ -235,7 +232,7 @@ def reference_case(family: Family, loaded: ReferenceLibrary, case: Case, output_
                    stored: StoredWeights | None = None) -> None:
     """One case of the loaded reference (:meth:`ReferenceLibrary.stages`) dumped into
     ``output_dir``, as the model computes now: float32, or within
-    :func:`~audioparity.dumping.storage.emulating`, whose ``stored`` weights the dump records."""
+    :func:`~audioparity.dumping.emulation.emulating`, whose ``stored`` weights the dump records."""
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=case.options[IMPLEMENTATION], model=case.model,
                     inputs={family.spec.input: case.path}, fields={**fields, **case.fields},

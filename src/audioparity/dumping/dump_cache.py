@@ -14,8 +14,8 @@ from typing import Any
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import MANIFEST, built_directory
+from audioparity.dumping.emulation import emulated_dir
 from audioparity.dumping.provenance import sha256_of, stat_key
-from audioparity.dumping.storage import emulated_dir
 
 log = logging.getLogger("audioparity.dumping.dump_cache")
 

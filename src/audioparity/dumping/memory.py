@@ -83,8 +83,8 @@ def _float_values(model: Path, mtime_ns: int, size: int) -> int:
 def reference_bytes(model: Path, emulates: bool) -> int:
     """What a reference process holds for ``model`` besides its activations: the stack
     (:data:`REFERENCE_STACK_BYTES`), the model in float32 (:func:`float_values`), when it
-    emulates a weight type (:func:`audioparity.dumping.storage.emulations`) the float32 originals it
-    saves, a second copy, and for a ``.nemo`` a third: NeMo's ``restore_from`` loads the
+    emulates a weight type (:func:`audioparity.dumping.emulation.emulations`) the float32 originals
+    it saves, a second copy, and for a ``.nemo`` a third: NeMo's ``restore_from`` loads the
     checkpoint's tensors beside the model's, and the allocator keeps most of them (the v3
     shape: 1.9 GB of its 2.4 GB, measured before the encoder runs)."""
     copies = 1 + emulates + (Path(model).suffix == ".nemo")

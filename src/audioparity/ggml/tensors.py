@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.dumping.storage import StoredTensor, quantize, storage_supported, write_stored
+from audioparity.dumping.storage import quantize, storage_supported
+from audioparity.dumping.weight_files import StoredTensor, write_stored
 from audioparity.ggml.bindings import STORAGE_TYPES, _ne, _ptr, ggml, tensor_bytes, tensor_values
 
 if TYPE_CHECKING:
@@ -270,8 +271,8 @@ class Weights(_Tensors):
 
     def save(self, path: Path, metadata: Mapping[str, str] | None = None) -> None:
         """Write the weights, each in its storage type (the bytes ggml holds), as a storage
-        file (:func:`~audioparity.dumping.storage.write_stored`: a GGUF file, string ``metadata``
-        under ``audioparity.*``), atomically: a file at ``path`` is always complete."""
+        file (:func:`~audioparity.dumping.weight_files.write_stored`: a GGUF file, string
+        ``metadata`` under ``audioparity.*``), atomically: a file at ``path`` is always complete."""
         write_stored(Path(path), (StoredTensor(name, self._shapes[name], self._storage[name],
                                                tensor_bytes(tensor))
                                   for name, tensor in self._tensors.items()), metadata)

@@ -28,7 +28,6 @@ the message of any error.
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import re
@@ -39,19 +38,31 @@ from pathlib import Path
 import pandas as pd
 
 from audioparity.compare.cell import COLUMNS, COST_COLUMNS, METRIC_COLUMNS
-from audioparity.compare.gates import STALE, unmeasured_mark
+from audioparity.compare.gates import STALE
 from audioparity.compare.plan import REFERENCE
 from audioparity.contract.vocabulary import (
     BACKENDS,
     FRESH,
-    NOT_COMPARED,
     OUR_PORT,
     STATUSES,
     WEIGHT_TYPES,
 )
 from audioparity.dumping.artifacts import write_text_atomic
 from audioparity.models.registry import stage_key
+from audioparity.report.assets import CSS, SCRIPT, status_css
 from audioparity.report.attention import Cause, causes, compact
+from audioparity.report.cells import (
+    FILTERS,
+    cost_metric,
+    esc,
+    filter_attrs,
+    key_metric,
+    short,
+    status_class,
+    tooltip,
+    unmeasured_lines,
+    unmeasured_marks,
+)
 from audioparity.report.culprit import REFERENCE_BACKEND, SEPARATOR
 from audioparity.report.plots import by_weight_type, layer_curves, pareto_plot, weight_type_colours
 from audioparity.report.summary import (
@@ -63,175 +74,8 @@ from audioparity.report.summary import (
 )
 from audioparity.report.weight_types import Sweep, pareto_front, sweeps
 
-#: Status -> (background, text colour): green passes, red fails, amber declared failures.
-STATUS_COLOURS = {
-    "pass": ("#cdebd3", "#14532d"),
-    "fail": ("#f5b5b0", "#7f1d1d"),
-    "xfail": ("#fbe3a6", "#713f12"),
-    "crashed": ("#9f1239", "#ffffff"),
-    "missing": ("#d4d4d8", "#27272a"),
-    "unavailable": ("#f4f4f5", "#71717a"),
-}
 #: Statuses listed under "Needs attention".
 ATTENTION = ("fail", "crashed", "missing")
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#18181b;
-margin:24px 32px;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
-#e4e4e7;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
-.sub{color:#52525b;margin:0 0 14px}.note{color:#52525b;font-size:12.5px;margin:4px 0 10px}
-.badges{display:flex;gap:10px;flex-wrap:wrap;margin:10px 0}
-.badge{border-radius:8px;padding:8px 14px;min-width:84px;text-align:center}
-.badge b{display:block;font-size:24px;line-height:1.1}
-.badge.zero{background:#fafafa;color:#a1a1aa}
-.verdict{font-size:15px;font-weight:600;margin:6px 0}
-table{border-collapse:collapse;font-size:12.5px}
-th,td{border:1px solid #e4e4e7;padding:3px 7px;text-align:left;vertical-align:top}
-thead th{background:#f4f4f5;position:sticky;top:0}
-table.matrix td{text-align:center;font-variant-numeric:tabular-nums;min-width:54px;
-padding:2px 5px;white-space:nowrap}table.matrix .edge{border-left:2px solid #71717a}
-table.matrix th.stage{font-weight:500;font-family:ui-monospace,Menlo,monospace;font-size:12px}
-table.matrix tr.group th{background:#fafafa;font-weight:600;text-align:left}
-td.empty{background:repeating-linear-gradient(45deg,#fff,#fff 4px,#f4f4f5 4px,#f4f4f5 8px)}
-table.full td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-table.full td.reason{max-width:520px}table.full td.gate{white-space:nowrap;font-size:11.5px}
-.legend span{display:inline-block;border-radius:4px;padding:1px 8px;margin-right:6px}
-img{max-width:100%;display:block;margin:6px 0 14px}
-table.matrix small.cost{color:#52525b;font-size:10.5px}
-table.matrix td.unmeasured{outline:2px dashed #a16207;outline-offset:-3px}
-small.unmeasured,p.unmeasured b{color:#a16207;font-size:10.5px;font-weight:600}
-[hidden]{display:none!important}
-table.matrix th.stage,table.matrix th.corner{position:sticky;left:0;background:#fff;z-index:1}
-table.matrix th.corner{background:#f4f4f5;z-index:2}
-form.filters{background:#fafafa;border:1px solid #e4e4e7;border-radius:8px;padding:6px 10px;
-margin:10px 0;font-size:12.5px}form.filters fieldset{border:0;margin:2px 0;padding:0}
-form.filters legend{font-weight:600;float:left;min-width:92px}
-form.filters label{margin-right:9px;white-space:nowrap;display:inline-block}
-form.filters button{font-size:11px;padding:0 5px;margin-right:4px}
-.cause{border-left:4px solid #e4e4e7;padding:2px 0 2px 10px;margin:8px 0}
-.cause p{margin:0 0 2px}.cause ul{margin:0;padding-left:18px;font-size:12.5px}
-.cause .family{color:#52525b}.pill{border-radius:4px;padding:0 6px;font-size:12px}
-table.sweep td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-table.sweep td.front{font-weight:700}table.sweep td.fallbacks{font-size:11.5px}
-details.lines summary{cursor:pointer}details.lines div{font-family:ui-monospace,Menlo,
-monospace;font-size:11px;white-space:pre;max-height:240px;overflow:auto}
-"""
-
-
-def _num(text: str) -> float | None:
-    """A summary field as a float (None when empty or not a number)."""
-    try:
-        return float(text) if text != "" else None
-    except ValueError:
-        return None
-
-
-#: Columns whose values sit near 1, shown as the distance from 1 (``1−5.4e-15``).
-NEAR_ONE = ("cosine", "std_ratio")
-
-
-def _short(column: str, text: str) -> str:
-    """A metric field for reading: 3 significant digits, or ``1−d`` / ``1+d`` for a ratio that
-    differs from 1 by less than 1e-3; integers and other text unchanged."""
-    value = _num(text)
-    if value is None or re.fullmatch(r"-?\d+", text):
-        return text
-    if column in NEAR_ONE and 0 < abs(1 - value) < 1e-3:
-        return f"1{'−' if value < 1 else '+'}{abs(1 - value):.2g}"
-    return f"{value:.3g}"
-
-
-def _status_class(status: str) -> str:
-    return f"st-{status}" if status in STATUSES else "st-unknown"
-
-
-def _status_css() -> str:
-    return "".join(
-        f".st-{s}{{background:{bg};color:{fg}}}" for s, (bg, fg) in STATUS_COLOURS.items()
-    )
-
-
-def key_metric(row: pd.Series) -> str:
-    """What a matrix cell shows: NMSE for a tensor, token match for a document, max_abs for a
-    case run again against its fresh run (:mod:`audioparity.compare.reuse`), else the status."""
-    if row["status"] in NOT_COMPARED:
-        return {"unavailable": "n/a", "crashed": "crashed", "missing": "missing"}[row["status"]]
-    if row["nmse"] != "":
-        value = _num(row["nmse"])
-        return "NaN" if value is None or math.isnan(value) else f"{value:.1e}"
-    if row["token_match"] != "":
-        return f"{100 * float(row['token_match']):.4g}%"
-    if row["against"] == FRESH and row["max_abs"] != "":  # a case run again: its difference
-        return f"{float(row['max_abs']):.1e}"
-    return row["status"]
-
-
-def cost_metric(row: pd.Series) -> str:
-    """The weight type's cost a matrix cell shows under its own value: the candidate's NMSE
-    (or token match) against the float32 reference, where its own reference is
-    quantization-aware; else empty."""
-    if row["cost_nmse"] != "":
-        return f"f32 {float(row['cost_nmse']):.1e}"
-    if row["cost_token_match"] != "":
-        return f"f32 {100 * float(row['cost_token_match']):.4g}%"
-    return ""
-
-
-#: A bound of a gate's text (``nmse<=1e-08``): metric, comparison.
-_BOUND = re.compile(r"(\w+)(<=|>=)")
-
-
-def passing_bounds(row: pd.Series) -> str:
-    """The tightest bounds the row would still have passed: each bound of its gate set to the
-    value measured (``nmse<=3.2e-13, cosine>=1−1.6e-13``); empty for exact gates."""
-    bounds = []
-    for metric, op in dict.fromkeys(_BOUND.findall(row["gate"].partition(": ")[2])):
-        if metric in METRIC_COLUMNS and row[metric] != "":
-            bounds.append(f"{metric}{op}{_short(metric, row[metric])}")
-    return ", ".join(bounds)
-
-
-def _tooltip(row: pd.Series) -> str:
-    lines = [f"{row['stage']} — {row['status']}"]
-    if row["reason"]:
-        lines.append(row["reason"])
-    lines.append(f"gate {row['gate']}")
-    if passing_bounds(row):
-        lines.append(f"would pass down to {passing_bounds(row)}")
-    shown = [f"{c} {_short(c, row[c])}" for c in METRIC_COLUMNS if row[c] != ""]
-    lines.extend(", ".join(shown[i : i + 3]) for i in range(0, len(shown), 3))
-    cost = [f"{metric} {_short(metric, row[c])}" for c in COST_COLUMNS
-            if row[c] != "" for metric in [c.removeprefix("cost_")]]
-    if cost:
-        lines.append("against the float32 reference (the weight type's cost): "
-                     + ", ".join(cost))
-    return "\n".join(lines)
-
-
-def _marks(gates: pd.Series) -> dict[str, str | None]:
-    """Each distinct text of a ``gate`` column -> its unmeasured mark
-    (:func:`~audioparity.compare.gates.unmeasured_mark`), None for a measured list's."""
-    return {gate: unmeasured_mark(gate) for gate in gates.unique()}
-
-
-def _unmeasured_lines(rows: pd.DataFrame, marks: Mapping[str, str | None]) -> str:
-    """A line per backend and mark under a family's matrix: the weight types of its cells that
-    a gate list no device of that backend has measured judged, and why (``marks``: gate text
-    -> mark)."""
-    found: dict[tuple[str, str], set[str]] = {}
-    for backend, weight_type, gate in zip(rows["backend"], rows["weight_type"], rows["gate"],
-                                          strict=True):
-        if marks[gate]:
-            found.setdefault((backend, marks[gate]), set()).add(weight_type)
-    return "".join(
-        f'<p class="note unmeasured"{_filter_attrs({"backend": backend})}><b>unmeasured</b> '
-        f"{_esc(backend)} \u00b7 {_esc(', '.join(ordered(list(types), WEIGHT_TYPES)))}: gates "
-        f"{_esc(mark)}</p>"
-        for (backend, mark), types in found.items())
-
-
-def _esc(text: str) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
@@ -240,7 +84,7 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
     backends, and one on the cases run again against their fresh runs."""
     counts = frame["status"].value_counts()
     badges = "".join(
-        f'<div class="badge {_status_class(s)}{"" if counts.get(s, 0) else " zero"}">'
+        f'<div class="badge {status_class(s)}{"" if counts.get(s, 0) else " zero"}">'
         f"<b>{counts.get(s, 0)}</b>{s}</div>"
         for s in STATUSES
     )
@@ -253,7 +97,7 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
     else:
         verdict = f"All {total} stages pass, or fail as declared, or are unavailable."
     passing = frame.loc[frame["status"] == "pass", "gate"]
-    unmeasured = int(passing.map(_marks(passing)).notna().sum())
+    unmeasured = int(passing.map(unmeasured_marks(passing)).notna().sum())
     if unmeasured:
         verdict += (f" Of the {len(passing)} stages that pass, {unmeasured} passed on gates no "
                     "device of their backend has measured (cells marked \u201cunmeasured\u201d).")
@@ -266,22 +110,11 @@ def _headline(frame: pd.DataFrame, against_backend: pd.DataFrame,
         verdict += (f" Run again in one process, {failing} of {len(against_fresh)} stages "
                     "differ from their fresh runs (\u201cFresh against reused\u201d)"
                     + (", which fails the check." if failing else "."))
-    return f'<p class="verdict">{_esc(verdict)}</p><div class="badges">{badges}</div>'
+    return f'<p class="verdict">{esc(verdict)}</p><div class="badges">{badges}</div>'
 
 
 #: Columns other than metrics shown as numbers.
 _NUMBERS = ("seconds", "bits_per_weight", "fallbacks")
-#: The labels the page filters by (module docstring), as summary columns.
-FILTERS = ("candidate", "backend", "weight_type")
-
-
-def _filter_attrs(labels: Mapping[str, str] | pd.Series) -> str:
-    """The ``data-candidate``, ``data-backend``, ``data-weight-type`` attributes of an element
-    that shows the labels of :data:`FILTERS` that ``labels`` holds (a leading space each)."""
-    return "".join(f' data-{key.replace("_", "-")}="{_esc(labels[key])}"'
-                   for key in FILTERS if key in labels and labels[key] != "")
-
-
 #: The most cases of a model a status matrix shows, and the most rows a table of rows does: a
 #: sweep of a thousand cases would make a page of hundreds of MB, which no browser opens
 #: (summary.csv holds them all).
@@ -293,7 +126,7 @@ def _row_table(rows: pd.DataFrame | Sequence[Mapping[str, str]], columns: Sequen
     """An HTML table of the ``columns`` of ``rows`` (a table, or its rows as dicts): status
     coloured, numbers shortened; each row carries its candidate, backend and weight type for
     the filters. The first :data:`SHOWN_ROWS` rows, a note saying how many are left out."""
-    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = []
     total = len(rows)
     rows = rows.iloc[:SHOWN_ROWS] if isinstance(rows, pd.DataFrame) else rows[:SHOWN_ROWS]
@@ -303,13 +136,13 @@ def _row_table(rows: pd.DataFrame | Sequence[Mapping[str, str]], columns: Sequen
         cells = []
         for c in columns:
             if c == "status":
-                cells.append(f'<td class="{_status_class(row[c])}">{_esc(row[c])}</td>')
+                cells.append(f'<td class="{status_class(row[c])}">{esc(row[c])}</td>')
             elif c in METRIC_COLUMNS or c in COST_COLUMNS or c in _NUMBERS:
-                cells.append(f'<td class="num">{_esc(_short(c.removeprefix("cost_"), row[c]))}'
+                cells.append(f'<td class="num">{esc(short(c.removeprefix("cost_"), row[c]))}'
                              "</td>")
             else:
-                cells.append(f'<td class="{c}">{_esc(row[c])}</td>')
-        body.append(f"<tr{_filter_attrs(row)}>{''.join(cells)}</tr>")
+                cells.append(f'<td class="{c}">{esc(row[c])}</td>')
+        body.append(f"<tr{filter_attrs(row)}>{''.join(cells)}</tr>")
     return (
         f'<table class="{css}"><thead><tr>{head}</tr></thead>'
         f'<tbody>{"".join(body)}</tbody></table>{left}'
@@ -331,11 +164,11 @@ def _cause(cause: Cause) -> str:
             covered.cases, covered.culprits, strict=True)), *(
             f"{case} {stage} — {status}" + (f": {reason}" if reason else "")
             for case, stage, status, reason in covered.rows)])
-        lines.append(f'<li{_filter_attrs(labels)} title="{_esc(tip)}">{_esc(where)} — '
-                     f"stages: {_esc(compact(covered.stages))}</li>")
-    return (f'<div class="cause"><p><span class="pill {_status_class(cause.status)}">'
-            f'{_esc(cause.status)}</span> <span class="family">{_esc(family)}</span> '
-            f"{'<br>'.join(map(_esc, cause.text.split(SEPARATOR)))} "
+        lines.append(f'<li{filter_attrs(labels)} title="{esc(tip)}">{esc(where)} — '
+                     f"stages: {esc(compact(covered.stages))}</li>")
+    return (f'<div class="cause"><p><span class="pill {status_class(cause.status)}">'
+            f'{esc(cause.status)}</span> <span class="family">{esc(family)}</span> '
+            f"{'<br>'.join(map(esc, cause.text.split(SEPARATOR)))} "
             f"<small>({cause.stages} stage{'s' if cause.stages != 1 else ''}"
             f")</small></p><ul>{''.join(lines)}</ul></div>")
 
@@ -405,12 +238,12 @@ def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
                    and columns[i + span][: level + 1] == columns[i][: level + 1]):
                 span += 1
             if level == last:
-                attrs = _filter_attrs(dict(zip(FILTERS, columns[i], strict=True)))
+                attrs = filter_attrs(dict(zip(FILTERS, columns[i], strict=True)))
                 css = f"leaf{edge[i]}"
             else:
                 attrs, css = f' data-first="{i}" data-span="{span}"', f"span{edge[i]}"
             cells.append(f'<th class="{css}"{attrs} colspan="{span}">'
-                         f"{_esc(columns[i][level])}</th>")
+                         f"{esc(columns[i][level])}</th>")
             i += span
         rows.append("".join(cells))
     return rows
@@ -427,15 +260,15 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
     (:func:`~audioparity.report.summary.shown_cases`)."""
     parts = [
         '<p class="note legend">'
-        + "".join(f'<span class="{_status_class(s)}">{s}</span>' for s in STATUSES)
-        + f"<br>{_esc(note)}</p>"
+        + "".join(f'<span class="{status_class(s)}">{s}</span>' for s in STATUSES)
+        + f"<br>{esc(note)}</p>"
     ]
     shown, left = shown_cases(frame, SHOWN_CASES)
     if left:
         parts.append(f'<p class="note">{left} case{"s" if left != 1 else ""} not shown: at '
                      f"most {SHOWN_CASES} of each model, those with a stage that needs "
                      "attention first (summary.csv holds every case).</p>")
-    marks = _marks(frame["gate"])
+    marks = unmeasured_marks(frame["gate"])
     for family, rows in frame[shown].groupby("family", sort=False):
         labels = list(dict.fromkeys(zip(rows["candidate"], rows["backend"],
                                         rows["weight_type"], strict=True)))
@@ -453,7 +286,7 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
         for (model, case), group in rows.groupby(["model", "case"], sort=False):
             body.append(
                 f'<tr class="group"><th colspan="{len(columns) + 1}">'
-                f"{_esc(model)} · {_esc(case)}</th></tr>"
+                f"{esc(model)} · {esc(case)}</th></tr>"
             )
             cells = {(r["stage"], r["candidate"], r["backend"], r["weight_type"]): r
                      for r in rows_of(group)}
@@ -461,26 +294,26 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
                 tds = []
                 for i, column in enumerate(columns):
                     row = cells.get((stage, *column))
-                    attrs = _filter_attrs(dict(zip(FILTERS, column, strict=True)))
+                    attrs = filter_attrs(dict(zip(FILTERS, column, strict=True)))
                     if row is None:
                         tds.append(f'<td class="empty{edge[i]}"{attrs}></td>')
                     else:
                         cost = cost_metric(row)
                         unmeasured = " unmeasured" if marks[row["gate"]] else ""
                         tds.append(
-                            f'<td class="{_status_class(row["status"])}{unmeasured}{edge[i]}"'
-                            f'{attrs} title="{_esc(_tooltip(row))}">{_esc(key_metric(row))}'
-                            + (f'<br><small class="cost">{_esc(cost)}</small>' if cost else "")
+                            f'<td class="{status_class(row["status"])}{unmeasured}{edge[i]}"'
+                            f'{attrs} title="{esc(tooltip(row))}">{esc(key_metric(row))}'
+                            + (f'<br><small class="cost">{esc(cost)}</small>' if cost else "")
                             + ('<br><small class="unmeasured">unmeasured</small>'
                                if unmeasured else "")
                             + "</td>"
                         )
-                body.append(f'<tr><th class="stage">{_esc(stage)}</th>{"".join(tds)}</tr>')
+                body.append(f'<tr><th class="stage">{esc(stage)}</th>{"".join(tds)}</tr>')
         stage_th = f'<th class="corner" rowspan="{len(header)}">stage</th>'
         head = "".join(f"<tr>{stage_th if i == 0 else ''}{cells}</tr>"
                        for i, cells in enumerate(header))
         parts.append(
-            f"<h3>{_esc(family)}</h3>{_unmeasured_lines(rows, marks)}"
+            f"<h3>{esc(family)}</h3>{unmeasured_lines(rows, marks)}"
             f"<table class=\"matrix\"><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"
         )
     return "".join(parts)
@@ -587,8 +420,8 @@ def _verdict(counts: Counter) -> str:
     others = sorted(set(counts) - set(_WORST))
     worst = next(s for s in (*_WORST, *others) if counts.get(s))
     tip = ", ".join(f"{s} {counts[s]}" for s in (*STATUSES, *others) if counts.get(s))
-    return (f'<td class="{_status_class(worst)}" title="{_esc(tip)}">'
-            f"{_esc(worst)} {counts[worst]}/{total}</td>")
+    return (f'<td class="{status_class(worst)}" title="{esc(tip)}">'
+            f"{esc(worst)} {counts[worst]}/{total}</td>")
 
 
 def _cost_text(value: float | None) -> str:
@@ -606,8 +439,8 @@ def _fallbacks(count: int | None, lines: list[str]) -> str:
     if not lines:
         return f'<td class="fallbacks num">{count}</td>'
     text = "\n".join(lines)
-    return (f'<td class="fallbacks" title="{_esc(text)}"><details class="lines"><summary>'
-            f"{count} tensor{'s' if count != 1 else ''}</summary><div>{_esc(text)}</div>"
+    return (f'<td class="fallbacks" title="{esc(text)}"><details class="lines"><summary>'
+            f"{count} tensor{'s' if count != 1 else ''}</summary><div>{esc(text)}</div>"
             "</details></td>")
 
 
@@ -617,24 +450,24 @@ def _sweep_table(sweep: Sweep) -> str:
     fronts = [set(pareto_front({w: (sweep.bits[w], v) for w, v in m.values.items()
                                 if sweep.bits.get(w) is not None and v is not None}))
               for m in sweep.costs]
-    head = "".join(f"<th>{_esc(h)}</th>" for h in (
+    head = "".join(f"<th>{esc(h)}</th>" for h in (
         "weight type", "bits per weight", *(m.title for m in sweep.costs), "stages",
         "fallbacks"))
     body = []
     for weight_type in sweep.weight_types:
         bits = sweep.bits[weight_type]
-        cells = [f'<td class="weight_type">{_esc(weight_type)}</td>',
+        cells = [f'<td class="weight_type">{esc(weight_type)}</td>',
                  f'<td class="num">{"" if bits is None else f"{bits:.4g}"}</td>']
         for measured, front in zip(sweep.costs, fronts, strict=True):
             value = measured.values.get(weight_type)
             on = weight_type in front
             tip = ("on the Pareto front" if on else
                    f"not measured in every case ({len(sweep.cases)})" if value is None else "")
-            cells.append(f'<td class="num{" front" if on else ""}" title="{_esc(tip)}">'
-                         f"{_esc(_cost_text(value))}</td>")
+            cells.append(f'<td class="num{" front" if on else ""}" title="{esc(tip)}">'
+                         f"{esc(_cost_text(value))}</td>")
         cells.append(_verdict(sweep.statuses[weight_type]))
         cells.append(_fallbacks(sweep.fallbacks[weight_type], sweep.fallback_lines[weight_type]))
-        attrs = _filter_attrs({**sweep.labels, "weight_type": weight_type})
+        attrs = filter_attrs({**sweep.labels, "weight_type": weight_type})
         body.append(f"<tr{attrs}>{''.join(cells)}</tr>")
     return (f'<table class="sweep"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
@@ -662,11 +495,11 @@ def _weight_types(frame: pd.DataFrame) -> str:
     found = [s for s in sweeps(frame) if len(s.weight_types) > 1]
     if not found:
         return '<p class="note">No candidate here was swept over two weight types.</p>'
-    parts = [f'<p class="note">{_esc(_WEIGHT_TYPES_NOTE)}</p>']
+    parts = [f'<p class="note">{esc(_WEIGHT_TYPES_NOTE)}</p>']
     for sweep in found:
         labels = sweep.labels
         title = " · ".join(labels[k] for k in ("family", "model", "candidate", "backend"))
-        parts.append(f'<div class="sweep"{_filter_attrs(labels)}><h3>{_esc(title)}</h3>'
+        parts.append(f'<div class="sweep"{filter_attrs(labels)}><h3>{esc(title)}</h3>'
                      f"{pareto_plot(sweep)}{_sweep_table(sweep)}</div>")
     return "".join(parts)
 
@@ -678,126 +511,13 @@ def _filters(frame: pd.DataFrame) -> str:
     sets = []
     for key in FILTERS:
         values = ordered(list(frame[key].unique()), orders[key])
-        boxes = "".join(f'<label><input type="checkbox" name="{key}" value="{_esc(v)}" '
-                        f"checked> {_esc(v)}</label>" for v in values)
-        sets.append(f"<fieldset><legend>{_esc(key.replace('_', ' '))}</legend>"
+        boxes = "".join(f'<label><input type="checkbox" name="{key}" value="{esc(v)}" '
+                        f"checked> {esc(v)}</label>" for v in values)
+        sets.append(f"<fieldset><legend>{esc(key.replace('_', ' '))}</legend>"
                     f'<button type="button" data-all="{key}" data-on="1">all</button>'
                     f'<button type="button" data-all="{key}" data-on="0">none</button>'
                     f"{boxes}</fieldset>")
     return f'<form id="filters" class="filters">{"".join(sets)}</form>'
-
-
-#: The filters' script (module docstring): reads the fragment and the checkboxes, hides what
-#: they leave out, narrows the matrices' spanning headers, hides the matrix rows and causes
-#: left with nothing to show, writes the fragment back on a change.
-SCRIPT = """
-(function () {
-  "use strict";
-  var body = document.body;
-  window.addEventListener("error", function (e) {
-    body.setAttribute("data-js-error", String(e.message));
-  });
-  var DIMS = ["candidate", "backend", "weight_type"];
-  var form = document.getElementById("filters");
-  function each(list, fn) { Array.prototype.forEach.call(list, fn); }
-  function boxes(dim) {
-    return Array.prototype.slice.call(form.querySelectorAll('input[name="' + dim + '"]'));
-  }
-  function chosen() {
-    var out = {};
-    DIMS.forEach(function (dim) {
-      var all = boxes(dim);
-      var on = all.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
-      out[dim] = on.length === all.length ? null : on;
-    });
-    return out;
-  }
-  function readHash() {
-    var hash = location.hash.slice(1);
-    if (hash.indexOf("=") < 0) { return false; }
-    var wanted = {};
-    hash.split("&").forEach(function (part) {
-      var eq = part.indexOf("=");
-      if (eq > 0) {
-        wanted[decodeURIComponent(part.slice(0, eq))] =
-          part.slice(eq + 1).split(",").map(decodeURIComponent);
-      }
-    });
-    DIMS.forEach(function (dim) {
-      boxes(dim).forEach(function (b) {
-        b.checked = !wanted[dim] || wanted[dim].indexOf(b.value) >= 0;
-      });
-    });
-    return true;
-  }
-  function selection(sel) {
-    return DIMS.filter(function (d) { return sel[d]; }).map(function (d) {
-      return d + "=" + sel[d].map(encodeURIComponent).join(",");
-    }).join("&");
-  }
-  function writeHash(sel) {
-    var text = selection(sel);
-    try {
-      history.replaceState(null, "", text ? "#" + text : location.pathname + location.search);
-    } catch (err) { /* the page filters all the same */ }
-  }
-  function shows(el, sel) {
-    return DIMS.every(function (d) {
-      var v = el.getAttribute("data-" + d.replace("_", "-"));
-      return v === null || !sel[d] || sel[d].indexOf(v) >= 0;
-    });
-  }
-  function apply() {
-    var sel = chosen(), hidden = 0;
-    each(document.querySelectorAll("[data-candidate],[data-backend],[data-weight-type]"),
-      function (el) { el.hidden = !shows(el, sel); if (el.hidden) { hidden += 1; } });
-    each(document.querySelectorAll("table.matrix"), function (table) {
-      var leaves = table.querySelectorAll("thead th.leaf"), any = false;
-      each(table.querySelectorAll("thead th.span"), function (th) {
-        var first = +th.getAttribute("data-first"), n = +th.getAttribute("data-span"), seen = 0;
-        for (var i = first; i < first + n; i += 1) { if (!leaves[i].hidden) { seen += 1; } }
-        th.hidden = seen === 0;
-        if (seen) { th.colSpan = seen; }
-      });
-      var group = null, groupShown = false;
-      each(table.querySelectorAll("tbody tr"), function (tr) {
-        if (tr.classList.contains("group")) {
-          if (group) { group.hidden = !groupShown; }
-          group = tr; groupShown = false;
-          return;
-        }
-        var shown = Array.prototype.some.call(tr.querySelectorAll("td"), function (td) {
-          return !td.hidden && !td.classList.contains("empty");
-        });
-        tr.hidden = !shown;
-        groupShown = groupShown || shown;
-        any = any || shown;
-      });
-      if (group) { group.hidden = !groupShown; }
-      table.hidden = !any;
-    });
-    each(document.querySelectorAll(".cause"), function (cause) {
-      cause.hidden = !cause.querySelector("li:not([hidden])");
-    });
-    body.setAttribute("data-hidden", String(hidden));
-    body.setAttribute("data-selection", selection(sel));
-  }
-  form.addEventListener("change", function () { writeHash(chosen()); apply(); });
-  each(form.querySelectorAll("button[data-all]"), function (button) {
-    button.addEventListener("click", function () {
-      boxes(button.getAttribute("data-all")).forEach(function (b) {
-        b.checked = button.getAttribute("data-on") === "1";
-      });
-      writeHash(chosen());
-      apply();
-    });
-  });
-  window.addEventListener("hashchange", function () { if (readHash()) { apply(); } });
-  readHash();
-  apply();
-  body.setAttribute("data-filters", "ready");
-})();
-"""
 
 
 def _anchor(title: str) -> str:
@@ -839,14 +559,14 @@ def build_html(frame: pd.DataFrame, source: str) -> str:
          + (f"; the first {SHOWN_ROWS} rows, summary.csv holds every one"
             if total > SHOWN_ROWS else "") + ".</p>" + _row_table(shown, _ALL_ROWS, "full")),
     ]
-    body = "".join(f'<h2 id="{_anchor(title)}">{_esc(title)}</h2>{content}'
+    body = "".join(f'<h2 id="{_anchor(title)}">{esc(title)}</h2>{content}'
                    for title, content in sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>audioparity report</title>"
-        f"<style>{CSS}{_status_css()}</style></head><body>"
+        f"<style>{CSS}{status_css()}</style></head><body>"
         "<h1>audioparity: ggml port vs reference</h1>"
-        f'<p class="sub">From {_esc(source)}: {_esc(described)}.</p>'
+        f'<p class="sub">From {esc(source)}: {esc(described)}.</p>'
         f"{_headline(frame, against_backend, against_fresh)}"
         f"{_filters(pd.concat([part[list(FILTERS)] for part in every[:3]]))}"
         f"{body}<script>{SCRIPT}</script></body></html>\n"

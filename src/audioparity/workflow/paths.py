@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from audioparity.dumping.storage import EMULATED_SEPARATOR
+from audioparity.dumping.emulation import EMULATED_SEPARATOR
 
 RESULTS = "results"
 #: The key of one cell, in the order of its folders.

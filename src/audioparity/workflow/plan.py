@@ -24,12 +24,8 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import IMPLEMENTATION, Family, FamilySpec
 from audioparity.contract.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.dumping.environments import check_built
-from audioparity.dumping.storage import (
-    BITS_PER_WEIGHT,
-    EMULATED_TYPES,
-    read_recipe,
-    read_recipe_document,
-)
+from audioparity.dumping.storage import BITS_PER_WEIGHT, EMULATED_TYPES
+from audioparity.dumping.weight_files import read_recipe, read_recipe_document
 from audioparity.workflow import paths
 
 #: Top-level config keys that are settings; every other is a family's section.

@@ -20,7 +20,7 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Phase
 from audioparity.dumping.artifacts import Dump, DumpWriter
 from audioparity.dumping.driver import dump_reference
-from audioparity.dumping.storage import emulated_dir
+from audioparity.dumping.emulation import emulated_dir
 from audioparity.models.moss_voicegen.config import load_config
 from audioparity.models.moss_voicegen.port import reference_path
 from audioparity.models.moss_voicegen.stages import Forward, teacher_forced_outputs

@@ -116,7 +116,7 @@ def test_q8_0_cell_passes_against_its_quantization_aware_reference(whisper_model
     does with q8_0 matmul weights, the decoder's and the tied embeddings' included): every stage
     passes the q8_0 gates, and the decoder's stages fed the reference's inputs are far closer
     to it than to the float32 reference (their cost)."""
-    from audioparity.dumping.storage import emulated_dir
+    from audioparity.dumping.emulation import emulated_dir
     from tests import cell_rows
 
     emulated = emulated_dir(whisper_reference, "q8_0")

@@ -16,7 +16,7 @@ from audioparity.compare.metrics import cosine, max_rel, nmse
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import storage_types, upload_weights
-from audioparity.dumping.storage import emulated_dir
+from audioparity.dumping.emulation import emulated_dir
 from audioparity.ggml import Runtime
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper import encoder as enc

@@ -16,7 +16,7 @@ import pytest
 
 from audioparity.cli import main
 from audioparity.contract.errors import AudioparityError
-from audioparity.dumping import storage
+from audioparity.dumping import emulation
 from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import dump_reference, dump_replay
 from audioparity.models.whisper import Whisper
@@ -136,7 +136,7 @@ def test_a_matmul_input_the_twin_leaves_unrounded_fails_the_q8_0_bound(
     """The planted fault: openai-whisper's twin stores every weight as transformers' does (the
     same hashes) but leaves layer 0's fc1 input in float32; the stages from that layer on leave
     the bound, the convolutions before it stay in."""
-    round_input = storage._Emulation.round_input
+    round_input = emulation._Emulation.round_input
     skipped = []
 
     def planted(self, module, stored, channels_last):
@@ -146,7 +146,7 @@ def test_a_matmul_input_the_twin_leaves_unrounded_fails_the_q8_0_bound(
             return
         round_input(self, module, stored, channels_last)
 
-    monkeypatch.setattr(storage._Emulation, "round_input", planted)
+    monkeypatch.setattr(emulation._Emulation, "round_input", planted)
     output = tmp_path / "clip"
     dump_reference(Whisper(), whisper_model, [(clip_wav, output)],
                    options={"implementation": OPENAI_WHISPER}, threads=1, emulate=["q8_0"])

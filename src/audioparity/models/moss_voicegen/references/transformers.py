@@ -215,7 +215,7 @@ class Transformers(ReferenceLibrary):
     @classmethod
     def check(cls, model: Path, config: Any, cases: list[Case], *, emulates: bool) -> None:
         """Refuse a quantization-aware reference: the embeddings and heads are tensors, not the
-        modules :func:`~audioparity.dumping.storage.emulating` rounds.
+        modules :func:`~audioparity.dumping.emulation.emulating` rounds.
 
         Raises:
             AudioparityError: ``emulates``.

@@ -251,7 +251,7 @@ def transformers_view(model: Any) -> Any:
     transformers' ``WhisperForConditionalGeneration`` gives them
     (``model.encoder.layers.{i}.self_attn.q_proj``, ``...fc1``, ``model.decoder.embed_tokens``,
     ...), the same module objects: what the quantization-aware references round
-    (:func:`~audioparity.dumping.storage.emulating`), which name each weight as the port does.
+    (:func:`~audioparity.dumping.emulation.emulating`), which name each weight as the port does.
     ``TextDecoder`` multiplies by ``token_embedding.weight`` outside any module, so its logits
     see the rounded weight but not a rounded input (transformers' tied ``proj_out`` rounds it).
     """
