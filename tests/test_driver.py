@@ -11,17 +11,8 @@ import numpy as np
 import pytest
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import (
-    FLOAT32,
-    MATMUL,
-    Family,
-    FamilySpec,
-    Fields,
-    Note,
-    Phase,
-    Skipped,
-    Stage,
-)
+from audioparity.contract.family import Family, Fields, Note, Phase, Skipped
+from audioparity.contract.spec import FLOAT32, MATMUL, FamilySpec, Stage
 from audioparity.dumping.artifacts import Dump, DumpWriter
 from audioparity.dumping.driver import check_complete, storage_types, write_outputs
 

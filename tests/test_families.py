@@ -16,16 +16,13 @@ import yaml
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import (
-    IMPLEMENTATION,
     REFERENCES,
     Family,
-    FamilySpec,
-    Option,
     ReferenceLibrary,
-    Stage,
     implements,
     reference_names,
 )
+from audioparity.contract.spec import IMPLEMENTATION, FamilySpec, Option, Stage
 from audioparity.contract.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
 from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import dump_ggml, dump_reference

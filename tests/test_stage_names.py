@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import pytest
 
-from audioparity.contract.family import FORMS, LAYER
+from audioparity.contract.spec import FORMS, LAYER
 from audioparity.models.registry import registered
 from tests import REPO
 

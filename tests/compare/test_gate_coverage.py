@@ -20,7 +20,7 @@ from snakemake.utils import update_config
 
 from audioparity.compare.gates import gate_for, gate_text, resolve_gates
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FORMS, concrete
+from audioparity.contract.spec import FORMS, concrete
 from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind
 from audioparity.models.registry import registered
 from tests import REPO

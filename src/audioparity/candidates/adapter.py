@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import LAYER, FamilySpec, Option, concrete, match_name
+from audioparity.contract.spec import LAYER, FamilySpec, Option, concrete, match_name
 from audioparity.dumping.storage import matrix_shape
 from audioparity.dumping.weight_files import StoredTensor
 

@@ -23,7 +23,7 @@ from audioparity.candidates.dump_checks import (
 )
 from audioparity.candidates.registry import load_adapter
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import LAYER, FamilySpec
+from audioparity.contract.spec import LAYER, FamilySpec
 from audioparity.contract.vocabulary import DUMP_STATUSES, StageKind
 from audioparity.dumping.artifacts import (
     MANIFEST,

@@ -25,7 +25,7 @@ from audioparity.candidates.dump_checks import (
     value_problems,
 )
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import LAYER, FamilySpec, Stage, concrete
+from audioparity.contract.spec import LAYER, FamilySpec, Stage, concrete
 from audioparity.contract.vocabulary import StageKind
 from audioparity.dumping.artifacts import MANIFEST, _one_line, _read_npy_header
 

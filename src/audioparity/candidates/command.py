@@ -10,7 +10,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import EVERY_FAMILY, Adapter, Command, ggml_flags
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES
 
 #: The fields a command template may use.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.contract.family import FamilySpec, Stage
+from audioparity.contract.spec import FamilySpec, Stage
 from audioparity.contract.vocabulary import StageKind
 from audioparity.dumping.artifacts import _one_line, base_layout
 

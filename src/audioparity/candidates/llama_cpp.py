@@ -16,7 +16,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 from audioparity.contract.vocabulary import MIXES, STORAGE_TYPES
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).

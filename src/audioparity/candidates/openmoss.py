@@ -17,7 +17,7 @@ from typing import Any
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
 from audioparity.candidates.llama_cpp import QWEN3_WEIGHTS
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 from audioparity.models.registry import on_reference_path
 
 #: The stdout line that carries openmoss's prompt rows.
@@ -75,7 +75,7 @@ class Openmoss(Adapter):
 
     def unavailable(self, stage: str) -> str | None:
         """As :meth:`Adapter.unavailable`; a stage along the reference's path
-        (:attr:`~audioparity.contract.family.Stage.reference_path`: the generation's teacher-forced
+        (:attr:`~audioparity.contract.spec.Stage.reference_path`: the generation's teacher-forced
         steps) needs the reference's generated rows fed, which its driver does not take."""
         if on_reference_path(self.families[0], stage):
             return (f"{self.title} does not expose it: its driver runs one prefill and one "

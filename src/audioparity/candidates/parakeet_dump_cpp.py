@@ -19,7 +19,7 @@ from typing import Any
 
 from audioparity.candidates.adapter import Adapter, Command, TensorMap
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 from audioparity.models.registry import on_reference_path
 
 
@@ -49,7 +49,7 @@ class ParakeetDumpCpp(Adapter):
 
     def unavailable(self, stage: str) -> str | None:
         """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
-        (:attr:`~audioparity.contract.family.Stage.reference_path`) needs that path fed to its
+        (:attr:`~audioparity.contract.spec.Stage.reference_path`) needs that path fed to its
         decoder, which runs free (``decoder_tokens.json``) and writes no joint logits."""
         if on_reference_path(self.families[0], stage):
             return (f"{self.title} does not expose it: its decoder runs free and writes no "

@@ -14,7 +14,7 @@ import numpy as np
 
 from audioparity.candidates import f32json
 from audioparity.candidates.adapter import Adapter, TensorMap
-from audioparity.contract.family import FamilySpec
+from audioparity.contract.spec import FamilySpec
 from audioparity.dumping.artifacts import DumpWriter, viewed_layout
 
 log = logging.getLogger("audioparity")

@@ -21,7 +21,7 @@ from audioparity.candidates.adapter import (
     WeightName,
 )
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 from audioparity.models.registry import on_reference_path
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
@@ -129,7 +129,7 @@ class TranscribeCpp(Adapter):
 
     def unavailable(self, stage: str) -> str | None:
         """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
-        (:attr:`~audioparity.contract.family.Stage.reference_path`) that it did not write (the
+        (:attr:`~audioparity.contract.spec.Stage.reference_path`) that it did not write (the
         decode teacher-forced on its own encoder output) needs that path fed to its decoder, which
         runs free."""
         if on_reference_path(self.families[0], stage):

@@ -15,7 +15,7 @@ from typing import Any
 from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
 from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 
 #: A token row of ``-ps``: ``[ 9] id=  571 frame=  9 dur_idx= 0 dur_val= 0 ...``.
 TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx=\s*\d+\s+"

@@ -19,7 +19,7 @@ from audioparity.candidates.adapter import Adapter, Command, TensorMap, WeightNa
 from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.candidates.whisper_cpp import PORT, QUANTIZED
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FamilySpec, Option
+from audioparity.contract.spec import FamilySpec, Option
 
 #: The teacher-forced tokens as the driver reads them (raw little-endian int32 ``[S]``).
 TOKENS = "tokens.i32"

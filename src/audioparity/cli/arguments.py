@@ -1,5 +1,5 @@
 """The ``audioparity`` command's arguments: one parser per subcommand, built for the family
-commands from each family's table (:class:`~audioparity.contract.family.FamilySpec`)."""
+commands from each family's table (:class:`~audioparity.contract.spec.FamilySpec`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from audioparity.cli.commands import (
     train_parakeet_tdt,
     weights,
 )
-from audioparity.contract.family import REPLAY, WEIGHTS, FamilySpec
+from audioparity.contract.spec import REPLAY, WEIGHTS, FamilySpec
 from audioparity.contract.vocabulary import (
     BACKENDS,
     MIXES,

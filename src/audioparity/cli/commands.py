@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import WEIGHTS
+from audioparity.contract.spec import WEIGHTS
 
 log = logging.getLogger("audioparity")
 

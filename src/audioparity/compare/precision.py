@@ -241,13 +241,13 @@ class Search:
 
 def check_targets(spec: Any, targets: Sequence[Mapping[str, Any]]) -> None:
     """Refuse targets that name no stage of the family (``spec``: its
-    :class:`~audioparity.contract.family.FamilySpec`), before any model is loaded.
+    :class:`~audioparity.contract.spec.FamilySpec`), before any model is loaded.
 
     Raises:
         AudioparityError: no targets, an entry without ``stage``, or a stage pattern that
             matches none of the family's stages (the message lists them).
     """
-    from audioparity.contract.family import concrete
+    from audioparity.contract.spec import concrete
 
     if not targets:
         raise AudioparityError("precision: no targets: give gate entries on the stages the "

@@ -1,5 +1,5 @@
 """One stage of two dumps measured: each stage by its kind
-(:attr:`audioparity.contract.family.Stage.kind`, through :data:`COMPARE`), so every family uses the
+(:attr:`audioparity.contract.spec.Stage.kind`, through :data:`COMPARE`), so every family uses the
 same code: a ``tensor`` by its float metrics, a ``logits`` tensor by those and its top-1 agreement
 and KL over the classes of its last axis, a ``document`` by its positions
 (:mod:`audioparity.compare.documents`). A stage's kind is its family's spec's; a stage of a family

@@ -19,20 +19,16 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import (
-    FLOAT32,
-    IMPLEMENTATION,
-    MATMUL,
     Case,
     Family,
-    FamilySpec,
     Fields,
     Note,
     Outputs,
     Phase,
     ReferenceLibrary,
     Skipped,
-    Stage,
 )
+from audioparity.contract.spec import FLOAT32, IMPLEMENTATION, MATMUL, FamilySpec, Stage
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR, StageKind
 from audioparity.dumping.artifacts import Dump, DumpWriter
 from audioparity.dumping.emulation import emulating, emulations

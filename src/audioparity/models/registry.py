@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import FORMS, Family, Located, natural_key
+from audioparity.contract.family import Family
+from audioparity.contract.spec import FORMS, Located, natural_key
 
 
 @functools.cache
@@ -42,7 +43,7 @@ def family(name: str) -> Family:
 
 def _form_of(stage: str) -> tuple[str, int]:
     """``(stage, form index)`` of a name by the suffix convention ``<stage>_<form>``
-    (:data:`~audioparity.contract.family.FORMS`), for a family this install does not know."""
+    (:data:`~audioparity.contract.spec.FORMS`), for a family this install does not know."""
     for index, form in enumerate(FORMS[1:], 1):
         suffix = f"_{form}"
         if stage.endswith(suffix) and stage != suffix:

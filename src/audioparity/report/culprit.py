@@ -2,7 +2,7 @@
 
 A cell (family, model, case, candidate, backend, weight type, against) whose stages do not all
 pass has culprits, named in data-flow order (each family's stages declare their ``inputs`` and
-``parts``: :class:`audioparity.contract.family.Stage`):
+``parts``: :class:`audioparity.contract.spec.Stage`):
 
 - a stage's local form that fails (``layer_3_isolated``: the candidate's block on the
   reference's input; ``layer_3_replayed``: the reference's block on the candidate's input):
@@ -40,7 +40,7 @@ reference on.
 
 The rows of another reference against the primary are a cell too, its culprits named the
 same way along that reference's own data flow
-(:attr:`audioparity.contract.family.Stage.reference_inputs`): a stage the candidate computes on the
+(:attr:`audioparity.contract.spec.Stage.reference_inputs`): a stage the candidate computes on the
 primary's values, such as Parakeet's joint along the primary's greedy path, is computed by that
 reference from its own, so a joint on another path (another frame count) is what its encoder's
 difference upstream explains, not a culprit of its own.

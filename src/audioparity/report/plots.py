@@ -17,13 +17,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from audioparity.contract.family import FORMS
+from audioparity.contract.spec import FORMS
 from audioparity.contract.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
 from audioparity.models.registry import locate, stage_key
 from audioparity.report.summary import ordered, rows_of, shown_cases
 from audioparity.report.weight_types import Measured, Sweep, pareto_front
 
-#: The marker of each form of a per-layer stage (:data:`~audioparity.contract.family.FORMS`): end to
+#: The marker of each form of a per-layer stage (:data:`~audioparity.contract.spec.FORMS`): end to
 #: end, isolated, replayed.
 FORM_MARKERS = dict(zip(FORMS, ("o", "s", "^"), strict=True))
 #: A colour per weight type (and per stage of the key stages), in the vocabulary's order: 16,

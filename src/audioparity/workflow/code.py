@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from audioparity.contract.family import REFERENCES, REPLAY, SIDE_METHODS, WEIGHTS, Family
+from audioparity.contract.family import REFERENCES, SIDE_METHODS, Family
+from audioparity.contract.spec import REPLAY, WEIGHTS
 from audioparity.contract.vocabulary import Side
 from audioparity.workflow import paths
 from audioparity.workflow.imports import Entry, Sources

@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from audioparity.compare.gates import EXPECTED_LISTS, resolve_gates
-from audioparity.contract.family import WEIGHTS
+from audioparity.contract.spec import WEIGHTS
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
 from audioparity.workflow.jobs import Jobs

@@ -21,7 +21,8 @@ from audioparity.compare.gates import unmeasured_lists
 from audioparity.compare.precision import check_targets
 from audioparity.compare.targets import target_gates
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import IMPLEMENTATION, Family, FamilySpec
+from audioparity.contract.family import Family
+from audioparity.contract.spec import IMPLEMENTATION, FamilySpec
 from audioparity.contract.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
 from audioparity.dumping.environments import check_built
 from audioparity.dumping.storage import BITS_PER_WEIGHT, EMULATED_TYPES

@@ -8,18 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.contract.family import (
-    FLOAT32,
-    MATMUL,
-    Case,
-    CheckpointWeights,
-    Family,
-    FamilySpec,
-    Option,
-    Outputs,
-    Stage,
-    reference_names,
-)
+from audioparity.contract.family import Case, CheckpointWeights, Family, Outputs, reference_names
+from audioparity.contract.spec import FLOAT32, MATMUL, FamilySpec, Option, Stage
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 
 

@@ -77,7 +77,7 @@ def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
         rerun: the stages after the mel on other features (``[1, n_mels, T_padded]``), by
             name, as ``outputs`` holds them.
         carries: whether a stage carries the mel's error end to end (the contract's
-            :meth:`~audioparity.contract.family.FamilySpec.carries`): the stages the floor names.
+            :meth:`~audioparity.contract.spec.FamilySpec.carries`): the stages the floor names.
 
     Returns:
         ``{"from": "mel_features", "mel_nmse": x, "stages": {stage: {"nmse", "max_rel",

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audioparity.contract.family import FLOAT32, MATMUL, CheckpointWeights
+from audioparity.contract.family import CheckpointWeights
+from audioparity.contract.spec import FLOAT32, MATMUL
 from audioparity.models.parakeet_tdt.checkpoint import Checkpoint, expected_shapes
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 
@@ -68,8 +69,8 @@ def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarr
 
 
 def weight_kind(name: str, shape: tuple[int, ...]) -> str:
-    """:data:`~audioparity.contract.family.MATMUL`, :data:`CONV_KIND` (4-D 3x3 and depthwise
-    kernels) or :data:`~audioparity.contract.family.FLOAT32` (norms, biases, ``pos_bias_u/v``) for a
+    """:data:`~audioparity.contract.spec.MATMUL`, :data:`CONV_KIND` (4-D 3x3 and depthwise
+    kernels) or :data:`~audioparity.contract.spec.FLOAT32` (norms, biases, ``pos_bias_u/v``) for a
     graph weight's canonical name and graph shape (pointwise kernels already squeezed to 2-D)."""
     if _NORM_WEIGHT.search(name) or not (name.endswith(".weight") or ".weight_" in name):
         return FLOAT32

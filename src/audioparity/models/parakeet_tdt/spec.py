@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from audioparity.contract.family import FamilySpec, Option, Stage, reference_names
+from audioparity.contract.family import reference_names
+from audioparity.contract.spec import FamilySpec, Option, Stage
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT

@@ -10,18 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import (
-    FLOAT32,
-    MATMUL,
-    Case,
-    CheckpointWeights,
-    Family,
-    FamilySpec,
-    Option,
-    Outputs,
-    Stage,
-    reference_names,
-)
+from audioparity.contract.family import Case, CheckpointWeights, Family, Outputs, reference_names
+from audioparity.contract.spec import FLOAT32, MATMUL, FamilySpec, Option, Stage
 
 #: The weights that enter a matmul as its first operand: ``nn.Linear`` of the layers (both
 #: attentions' projections, ``fc1``, ``fc2``) and the decoder's ``embed_tokens``, which is also
