@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from audioparity.compare.cell import compare_cell
-from audioparity.compare.drilldown import drill_cell
+from audioparity.compare.drilldown import Drill, drill_cell
 from audioparity.compare.gates import resolve_gates
 from audioparity.dumping.artifacts import DumpWriter
+from audioparity.dumping.driver import GgmlSettings
 
 SECTION = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-6}]}}
 LABELS = {"family": "synthetic", "model": "m", "case": "c", "candidate": "audioparity",
@@ -46,9 +47,8 @@ def drilled(tmp_path: Path, cpu: Path, vulkan: Path) -> dict:
                           against="cpu", ggml_backend="vulkan")
     cell = tmp_path / "cell.json"
     compare_cell(cpu, vulkan, json.loads(json.dumps(gates)), LABELS, cell)
-    return drill_cell(None, model=tmp_path, case=tmp_path, reference_dir=None,
-                      weight_type="f32", backend="vulkan", against="cpu", options={},
-                      output_dir=tmp_path / "drilldown", cell=cell)
+    return drill_cell(None, tmp_path, tmp_path, GgmlSettings("f32", "vulkan", {}),
+                      Drill("cpu", tmp_path / "drilldown", cell))
 
 
 ALL = list(STAGES)

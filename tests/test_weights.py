@@ -12,7 +12,7 @@ import pytest
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
 from audioparity.dumping.artifacts import Dump, dump_differences
-from audioparity.dumping.driver import dump_ggml, dump_reference, save_weights
+from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference, save_weights
 from audioparity.models.registry import family, registered
 from tests import MOSS_PROMPTS
 
@@ -23,9 +23,10 @@ def defaults(known: Family, side: str) -> dict:
 
 
 def dump(known: Family, model: Path, case: Path, output: Path, reference: Path | None,
-         **weights):
-    dump_ggml(known, model, case, output, weight_type="q8_0", backend="cpu",
-              options=defaults(known, "ggml"), reference_dir=reference, **weights)
+         weights_file: Path | None = None):
+    dump_ggml(known, model, case, output,
+              GgmlSettings("q8_0", "cpu", defaults(known, "ggml"), weights_file=weights_file),
+              reference)
 
 
 @pytest.mark.parametrize("name", [n for n, f in registered().items() if f.spec.converts_weights])

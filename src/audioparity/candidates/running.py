@@ -228,7 +228,7 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
                      weights_file: Path | None) -> None:
     """The family's ggml dump of each ``(case, dump directory, reference dump)`` in one
     process, as ``audioparity ggml <family>`` makes it (its ggml options)."""
-    from audioparity.dumping.driver import dump_ggml_cases
+    from audioparity.dumping.driver import GgmlSettings, dump_ggml_cases
 
     spec = family.spec
     if spec.ggml_reads_reference and any(reference is None for _, _, reference in runs):
@@ -236,10 +236,10 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
                                "case: give --reference-dir")
     dump_ggml_cases(family, model, [(case, output, reference if spec.ggml_reads_reference
                                      else None) for case, output, reference in runs],
-                    weight_type=weight_type, backend=backend,
-                    options={option.name: options[option.name]
-                             for option in spec.options_for("ggml")},
-                    threads=threads, weights_file=weights_file)
+                    GgmlSettings(weight_type, backend,
+                                 {option.name: options[option.name]
+                                  for option in spec.options_for("ggml")},
+                                 threads=threads, weights_file=weights_file))
 
 
 def _unavailable(cell: CandidateRun, why: str) -> None:

@@ -256,14 +256,13 @@ def reference(args: argparse.Namespace) -> None:
 
 
 def ggml(args: argparse.Namespace) -> None:
-    from audioparity.dumping.driver import dump_ggml
+    from audioparity.dumping.driver import GgmlSettings, dump_ggml
 
     dump_ggml(_family(args), args.model, args.input, args.output_dir,
-              weight_type=_weight_type(args, args.weight_type), backend=args.backend,
-              device=args.device,
-              threads=args.threads, options=_options(args, "ggml"),
-              reference_dir=getattr(args, "reference_dir", None),
-              weights_file=getattr(args, "weights_file", None))
+              GgmlSettings(_weight_type(args, args.weight_type), args.backend,
+                           _options(args, "ggml"), args.device, args.threads,
+                           getattr(args, "weights_file", None)),
+              getattr(args, "reference_dir", None))
 
 
 def weights(args: argparse.Namespace) -> None:
@@ -286,14 +285,14 @@ def replay(args: argparse.Namespace) -> None:
 
 
 def drilldown(args: argparse.Namespace) -> None:
-    from audioparity.compare.drilldown import drill_cell
+    from audioparity.compare.drilldown import Drill, drill_cell
+    from audioparity.dumping.driver import GgmlSettings
 
-    drill_cell(_family(args), model=args.model, case=args.input,
-               reference_dir=getattr(args, "reference_dir", None),
-               weight_type=args.weight_type, backend=args.backend, against=args.against,
-               device=args.device, threads=args.threads, options=_options(args, "ggml"),
-               output_dir=args.output_dir, cell=args.cell, cell_output=args.cell_output,
-               phases=args.phase)
+    drill_cell(_family(args), args.model, args.input,
+               GgmlSettings(args.weight_type, args.backend, _options(args, "ggml"), args.device,
+                            args.threads),
+               Drill(args.against, args.output_dir, args.cell, args.cell_output, args.phase),
+               getattr(args, "reference_dir", None))
 
 
 def convert_ct2(args: argparse.Namespace) -> None:

@@ -17,13 +17,18 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
 from audioparity.dumping.artifacts import built_directory, write_text_atomic
+from audioparity.dumping.weight_files import type_name
+
+if TYPE_CHECKING:
+    from audioparity.dumping.driver import GgmlSettings
 
 log = logging.getLogger("audioparity")
 
@@ -81,18 +86,12 @@ def not_compared_text(rows: Sequence[Mapping[str, str]]) -> str:
     return "; ".join(parts)
 
 
-def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path | None,
-               weight_type: str, backend: str, against: str = "cpu", device: int = 0,
-               threads: int = 1, options: Mapping[str, Any], output_dir: Path,
-               cell: Path | None = None, cell_output: Path | None = None,
-               phases: Sequence[str] = ()) -> dict:
-    """Drill into one cell of ``family``'s ggml port on ``backend`` against ``against``.
+@dataclass(frozen=True)
+class Drill:
+    """What a drill-down compares and writes.
 
-    Args:
-        family: the family; its ggml port is run on both backends in this process.
-        model, case, reference_dir, weight_type, device, threads, options: the cell's dump, as
-            ``audioparity ggml`` takes them (``reference_dir`` for a family whose dump reads it).
-        backend, against: the ggml backend of the cell and the one it is compared with.
+    Attributes:
+        against: the ggml backend the cell is compared with.
         output_dir: the drill-down folder (module docstring), written atomically.
         cell: the cell's comparison with ``against`` (``audioparity compare --label
             against=...``): without a failing stage (and no ``phases``) nothing is run and
@@ -102,6 +101,25 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
         phases: only the graphs computed in the phases of these dump stages, shell patterns
             (:class:`~audioparity.contract.family.Phase`: ``pre_encode``, ``layer_*_isolated``,
             ...); default every graph.
+    """
+
+    against: str
+    output_dir: Path
+    cell: Path | None = None
+    cell_output: Path | None = None
+    phases: Sequence[str] = ()
+
+
+def drill_cell(family: Family, model: Path, case: Path, settings: GgmlSettings, drill: Drill,
+               reference_dir: Path | None = None) -> dict:
+    """Drill into one cell of ``family``'s ggml port on ``settings.backend`` against
+    ``drill.against``.
+
+    Args:
+        family: the family; its ggml port is run on both backends in this process.
+        model, case, settings, reference_dir: the cell's dump, as ``audioparity ggml`` takes
+            them (``reference_dir`` for a family whose dump reads it).
+        drill: what is compared and written (:class:`Drill`).
 
     Returns:
         What ``drilldown.json`` holds: ``status`` (``drilled``; ``not needed`` when every stage
@@ -116,9 +134,12 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
         AudioparityError: an unreadable cell, a dump the port refuses, or graphs that cannot be
             paired (the two dumps computed different numbers of graphs in a phase asked for).
     """
+    backend, against, cell, phases = settings.backend, drill.against, drill.cell, drill.phases
+    output_dir = drill.output_dir
     failing = failing_stages(cell) if cell is not None else []
     missed = not_compared(cell, backend, against) if cell is not None else []
-    result: dict[str, Any] = {"backend": backend, "against": against, "weight_type": weight_type,
+    result: dict[str, Any] = {"backend": backend, "against": against,
+                              "weight_type": type_name(settings.weight_type),
                               "failing_stages": failing, "not_compared": missed}
     with built_directory(output_dir) as out:
         if cell is not None and not failing and missed and not phases:
@@ -135,34 +156,31 @@ def drill_cell(family: Family, *, model: Path, case: Path, reference_dir: Path |
                           "the same ops in this one process")
         else:
             result.update(status="drilled", **_drill(family, out, Path(output_dir), model=model,
-                                                     case=case,
-                                                     reference_dir=reference_dir,
-                                                     weight_type=weight_type, backend=backend,
-                                                     against=against, device=device,
-                                                     threads=threads, options=options,
-                                                     phases=phases))
+                                                     case=case, reference_dir=reference_dir,
+                                                     settings=settings, drill=drill))
         write_text_atomic(out / DRILLDOWN, json.dumps(result, indent=1, default=str) + "\n")
-    if cell_output is not None:
-        _rows_with_first_bad_op(cell, cell_output, result)
+    if drill.cell_output is not None:
+        _rows_with_first_bad_op(cell, drill.cell_output, result)
     log.info("drilldown %s on %s vs %s: %s", output_dir, backend, against,
              first_bad_text(result) or result["status"])
     return result
 
 
-def _drill(family: Family, out: Path, final: Path, *, model, case, reference_dir,
-           weight_type, backend, against, device, threads, options, phases) -> dict:
+def _drill(family: Family, out: Path, final: Path, *, model: Path, case: Path,
+           reference_dir: Path | None, settings: GgmlSettings, drill: Drill) -> dict:
     """The drill-down into ``out`` (built in place of ``final``, the folder it becomes)."""
     from audioparity.dumping.driver import dump_ggml
     from audioparity.ggml import capturing_graphs
     from audioparity.ggml.graphs import GRAPHS, GraphCapture
 
+    backend, against, phases = settings.backend, drill.against, drill.phases
+    device, threads = settings.device, settings.threads
     dumps = {}
     with capturing_graphs(GraphCapture.of_dump):
         for name in (against, backend):
             dumps[name] = out / DUMPS / name
-            dump_ggml(family, model, case, dumps[name], weight_type=weight_type, backend=name,
-                      device=device, threads=threads, options=options,
-                      reference_dir=reference_dir)
+            dump_ggml(family, model, case, dumps[name], replace(settings, backend=name),
+                      reference_dir)
     pairs = _pairs(dumps[against] / GRAPHS, dumps[backend] / GRAPHS, phases)
     graphs = _compare_graphs(pairs, against, backend, device, threads, out)
     first_bad = next(({**(g.get("first_bad") or {"verdict": "aborted", "why": g["aborted"]}),

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -381,27 +381,35 @@ def _reference_for(family: Family, reference_dir: Path | None, heads: Sequence[s
     return reference
 
 
-def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path, *,
-              weight_type: str | Recipe, backend: str, options: Mapping[str, Any],
-              device: int = 0,
-              threads: int = 1, reference_dir: Path | None = None,
-              weights_file: Path | None = None) -> None:
+@dataclass(frozen=True)
+class GgmlSettings:
+    """How a ggml dump runs, as ``audioparity ggml`` takes it: the weight type (or recipe) its
+    weights are stored in, the backend, device and threads of its runtime, the family's ggml
+    options and the converted weights file to map (None: convert in the process); one process
+    opens its runtime and uploads the weights so once for all its cases."""
+
+    weight_type: str | Recipe
+    backend: str
+    options: Mapping[str, Any]
+    device: int = 0
+    threads: int = 1
+    weights_file: Path | None = None
+
+
+def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path,
+              settings: GgmlSettings, reference_dir: Path | None = None) -> None:
     """The family's ggml port on one case into ``output_dir``: :func:`dump_ggml_cases` of that
     one case.
 
     Raises:
         AudioparityError: as :func:`dump_ggml_cases`.
     """
-    dump_ggml_cases(family, model, [(case_path, output_dir, reference_dir)],
-                    weight_type=weight_type, backend=backend, options=options, device=device,
-                    threads=threads, weights_file=weights_file)
+    dump_ggml_cases(family, model, [(case_path, output_dir, reference_dir)], settings)
 
 
 def dump_ggml_cases(family: Family, model: Path,
-                    runs: Sequence[tuple[Path, Path, Path | None]], *,
-                    weight_type: str | Recipe, backend: str, options: Mapping[str, Any],
-                    device: int = 0, threads: int = 1,
-                    weights_file: Path | None = None) -> None:
+                    runs: Sequence[tuple[Path, Path, Path | None]],
+                    settings: GgmlSettings) -> None:
     """The family's ggml port (:meth:`Family.ggml`) on each ``(case file, dump directory,
     reference dump or None)`` of ``runs``, in their order, in this process: the config, every
     case and every reference dump checked first, then the runtime opened and the weights
@@ -419,12 +427,14 @@ def dump_ggml_cases(family: Family, model: Path,
     spec, model, start = family.spec, Path(model), time.perf_counter()
     if not runs:
         raise AudioparityError(f"ggml {spec.command}: no {spec.input} file given")
-    options = side_options(family, "ggml", options)
+    options = side_options(family, "ggml", settings.options)
+    settings = replace(settings, options=options)
+    weight_type, backend = settings.weight_type, settings.backend
     config, cases = open_cases(family, model, [path for path, _, _ in runs], options)
     heads = family.heads(config)
     references = [_reference_for(family, reference_dir, heads) for _, _, reference_dir in runs]
-    fields = {"family": spec.name, "backend": backend, "device": device,
-              "weight_type": type_name(weight_type), "threads": threads, **options,
+    fields = {"family": spec.name, "backend": backend, "device": settings.device,
+              "weight_type": type_name(weight_type), "threads": settings.threads, **options,
               **({"recipe": dict(weight_type.overrides)} if isinstance(weight_type, Recipe)
                  else {}),
               **family.manifest_fields(config, options)}
@@ -437,12 +447,12 @@ def dump_ggml_cases(family: Family, model: Path,
                       **({"reference": reference.path} if reference else {})}
             with DumpWriter(output_dir, producer="ggml", model=model, inputs=inputs,
                             fields={**fields, **case.fields, "runs_before": index},
-                            versions=family.ggml_versions, weights=weights_file) as writer:
+                            versions=family.ggml_versions,
+                            weights=settings.weights_file) as writer:
                 for note in case.notes:
                     writer.note(note)
                 if loaded is None:
-                    loaded = _load(writer, family, model, config, Loading(
-                        weight_type, backend, device, threads, options, weights_file))
+                    loaded = _load(writer, family, model, config, settings)
                     if loaded is None:  # the backend is not built: so is every later dump
                         _unavailable(spec, model, fields, writer.manifest["message"],
                                      [(later.path, run[1]) for later, run in
@@ -457,19 +467,6 @@ def dump_ggml_cases(family: Family, model: Path,
                      case.path.stem, backend, type_name(weight_type), output_dir,
                      time.perf_counter() - start)
             start = time.perf_counter()
-
-
-@dataclass(frozen=True)
-class Loading:
-    """How a ggml dump opens its runtime and uploads the weights (:func:`dump_ggml_cases`'s
-    arguments of that name)."""
-
-    weight_type: str | Recipe
-    backend: str
-    device: int
-    threads: int
-    options: Mapping[str, Any]
-    weights_file: Path | None
 
 
 @dataclass(frozen=True)
@@ -492,7 +489,7 @@ class Loaded:
         writer.add_storage({**self.record, **self.stored.record()}, self.stored.hashes)
 
 
-def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: Loading
+def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: GgmlSettings
           ) -> Loaded | None:
     """Open the runtime (:func:`~audioparity.ggml.open_runtime`, recorded in ``writer``) and
     upload the weights in phase ``load``; None where the backend is not built (``writer``'s

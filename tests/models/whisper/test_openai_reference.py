@@ -109,9 +109,9 @@ def test_fixture_stages_agree_with_transformers_to_float32_noise(openai_dump, wh
 
 def test_q8_0_twin_rounds_the_same_weights_as_transformers(openai_dump, whisper_reference):
     """The quantization-aware reference rounds openai-whisper's modules under the port's names
-    (:func:`~audioparity.models.whisper.references.openai_whisper.transformers_view`): the same
-    weights stored, the same block hashes, and the encoder as transformers' q8_0 twin computes
-    it."""
+    (:func:`~audioparity.models.whisper.references.openai_whisper.transformers_view`): the
+    same weights stored, the same block hashes, and the encoder as transformers' q8_0 twin
+    computes it."""
     ours = Dump(openai_dump.with_name("clip@q8_0"))
     theirs = Dump(whisper_reference.with_name("clip@q8_0"))
     stored = [{key: {name: value for name, value in dump.manifest["storage"][key].items()
