@@ -14,7 +14,7 @@ from audioparity.compare.cell import compare_cell
 from audioparity.compare.drilldown import Drill, drill_cell
 from audioparity.compare.gates import resolve_gates
 from audioparity.dumping.artifacts import DumpWriter
-from audioparity.dumping.driver import GgmlSettings
+from audioparity.dumping.driver import RunSettings
 
 SECTION = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-6}]}}
 LABELS = {"family": "synthetic", "model": "m", "case": "c", "candidate": "audioparity",
@@ -47,7 +47,7 @@ def drilled(tmp_path: Path, cpu: Path, vulkan: Path) -> dict:
                           against="cpu", ggml_backend="vulkan")
     cell = tmp_path / "cell.json"
     compare_cell(cpu, vulkan, json.loads(json.dumps(gates)), LABELS, cell)
-    return drill_cell(None, tmp_path, tmp_path, GgmlSettings("f32", "vulkan", {}),
+    return drill_cell(None, tmp_path, tmp_path, RunSettings("f32", "vulkan", {}),
                       Drill("cpu", tmp_path / "drilldown", cell))
 
 

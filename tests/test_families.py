@@ -25,7 +25,7 @@ from audioparity.contract.family import (
 from audioparity.contract.spec import IMPLEMENTATION, FamilySpec, Option, Stage
 from audioparity.contract.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, WEIGHT_TYPES
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference
+from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference
 from audioparity.dumping.storage import EMULATED_TYPES
 from audioparity.models.registry import family, registered, stage_key
 from tests import MOSS_PROMPTS, REPO, RESOURCES
@@ -259,7 +259,7 @@ def test_dumps_of_each_side_hold_exactly_the_declared_stages(known: Family, fixt
         return {option.name: option.default for option in spec.options_for(side)}
 
     dump_reference(known, model, [(case, tmp_path / "reference")], options=options("reference"))
-    dump_ggml(known, model, case, tmp_path / "ggml", GgmlSettings("f32", "cpu", options("ggml")),
+    dump_ggml(known, model, case, tmp_path / "ggml", RunSettings("f32", "cpu", options("ggml")),
               tmp_path / "reference")
     for side in ("reference", "ggml"):
         dump = Dump(tmp_path / side)

@@ -10,7 +10,7 @@ import ctypes
 import pytest
 
 from audioparity.dumping import driver
-from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference
+from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference
 from audioparity.dumping.emulation import emulated_dir
 from audioparity.models.registry import family
 from tests import RESOURCES, cell_rows
@@ -61,7 +61,7 @@ def test_a_scale_one_step_off_fails_the_cell_and_names_the_block(planted, refere
     if planted:
         monkeypatch.setattr(driver, "upload_weights", _plant(driver.upload_weights))
     dump_ggml(family("parakeet_tdt"), MODEL, CASE, tmp_path / "ggml",
-              GgmlSettings("q4_K", "cpu", {}), emulated)
+              RunSettings("q4_K", "cpu", {}), emulated)
     rows = cell_rows(emulated, tmp_path / "ggml", tmp_path / "cell.json",
                      weight_type="q4_K", cost=f32)
     failing = {stage: row["reason"] for stage, row in rows.items() if row["status"] == "fail"}

@@ -40,8 +40,6 @@ OVER: dict[str, set[str]] = {
         'audioparity.candidates.openmoss:Openmoss.run',
         'audioparity.candidates.parakeet_dump_cpp:ParakeetDumpCpp.run',
         'audioparity.candidates.reading:read_tool_output',
-        'audioparity.candidates.running:run_candidate',
-        'audioparity.candidates.running:run_candidate_cases',
         'audioparity.candidates.transcribe_cpp:TranscribeCpp.run',
         'audioparity.candidates.whisper_cpp:WhisperCpp.run',
         'audioparity.candidates.whisper_cpp_whisper:WhisperCppWhisper.run',

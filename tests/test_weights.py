@@ -12,7 +12,7 @@ import pytest
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
 from audioparity.dumping.artifacts import Dump, dump_differences
-from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference, save_weights
+from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference, save_weights
 from audioparity.models.registry import family, registered
 from tests import MOSS_PROMPTS
 
@@ -25,7 +25,7 @@ def defaults(known: Family, side: str) -> dict:
 def dump(known: Family, model: Path, case: Path, output: Path, reference: Path | None,
          weights_file: Path | None = None):
     dump_ggml(known, model, case, output,
-              GgmlSettings("q8_0", "cpu", defaults(known, "ggml"), weights_file=weights_file),
+              RunSettings("q8_0", "cpu", defaults(known, "ggml"), weights_file=weights_file),
               reference)
 
 

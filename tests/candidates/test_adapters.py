@@ -12,6 +12,7 @@ import pytest
 from audioparity.candidates import Adapter, Port, f32json, load_adapter, ports, reading, running
 from audioparity.compare.stage import apply_view
 from audioparity.contract.errors import AudioparityError
+from audioparity.dumping.driver import RunSettings
 from audioparity.models.registry import family
 
 TRANSCRIBE = {"root": "/ports/t", "profile": "parakeet-tdt-0.6b-v2"}
@@ -98,9 +99,9 @@ def test_a_view_makes_the_reference_what_the_candidate_holds():
 
 def test_a_cell_the_port_does_not_run_is_unavailable_and_says_why(tmp_path, clip_wav):
     (tmp_path / "m").write_bytes(b"")
-    running.run_candidate("transcribe_cpp", "parakeet_tdt", TRANSCRIBE, tmp_path / "m",
-                          clip_wav, tmp_path / "dump", reference_dir=None, weight_type="bf16",
-                          backend="cpu", threads=1)
+    running.run_candidate(running.CandidateEntry("transcribe_cpp", "parakeet_tdt"),
+                          tmp_path / "m", clip_wav, tmp_path / "dump",
+                          RunSettings("bf16", "cpu", TRANSCRIBE))
     manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
     assert manifest["status"] == "unavailable"
     assert "no weight type bf16" in manifest["message"]
@@ -110,9 +111,9 @@ def test_a_failing_port_fails_in_one_line_and_leaves_no_dump(tmp_path, clip_wav)
     options = {**TRANSCRIBE, "root": str(tmp_path / "nowhere")}
     (tmp_path / "m").write_bytes(b"")
     with pytest.raises(AudioparityError, match="cannot run"):
-        running.run_candidate("transcribe_cpp", "parakeet_tdt", options, tmp_path / "m",
-                              clip_wav, tmp_path / "dump", reference_dir=None,
-                              weight_type="f32", backend="cpu", threads=1)
+        running.run_candidate(running.CandidateEntry("transcribe_cpp", "parakeet_tdt"),
+                              tmp_path / "m", clip_wav, tmp_path / "dump",
+                              RunSettings("f32", "cpu", options))
     assert not (tmp_path / "dump").exists()
 
 
@@ -259,9 +260,9 @@ def test_a_port_that_dies_after_writing_some_tensors_keeps_them_in_a_crashed_dum
     cli.chmod(0o755)
     model = tmp_path / "converted"
     (model / "models/parakeet-tdt-0.6b-v2").mkdir(parents=True)
-    running.run_candidate("transcribe_cpp", "parakeet_tdt", {**TRANSCRIBE, "root": str(root)},
-                          model, clip_wav, tmp_path / "dump", reference_dir=None,
-                          weight_type="f32", backend="cpu", threads=1)
+    running.run_candidate(running.CandidateEntry("transcribe_cpp", "parakeet_tdt"), model, clip_wav,
+                          tmp_path / "dump",
+                          RunSettings("f32", "cpu", {**TRANSCRIBE, "root": str(root)}))
     manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
     assert manifest["status"] == "crashed"
     assert "exit code 3" in manifest["message"] and "GGML_ASSERT" in manifest["message"]

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from audioparity.candidates import load_adapter
-from audioparity.candidates.running import run_candidate
+from audioparity.candidates.running import CandidateEntry, run_candidate
 from audioparity.compare.cell import compare_cell
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump, DumpWriter
+from audioparity.dumping.driver import RunSettings
 from audioparity.models.registry import family
 from tests import REPO, config_gates
 
@@ -133,9 +134,8 @@ def test_standin_refuses_a_decoder_input_of_another_width(parakeet_model, clip_w
 def test_a_cell_through_the_standin_passes_at_f32(parakeet_model, parakeet_reference, clip_wav,
                                                    tmp_path):
     output = tmp_path / "cell"
-    run_candidate("parakeet_dump_cpp", "parakeet_tdt", {"binary": BINARY}, parakeet_model,
-                  clip_wav, output, reference_dir=parakeet_reference, weight_type="f32",
-                  backend="cpu", threads=1)
+    run_candidate(CandidateEntry("parakeet_dump_cpp", "parakeet_tdt"), parakeet_model, clip_wav,
+                  output, RunSettings("f32", "cpu", {"binary": BINARY}), parakeet_reference)
     dump, reference = Dump(output), Dump(parakeet_reference)
     assert dump.status == "ok"
     assert sorted(dump.tensor_names) == ["enc_out", "layer_0_isolated", "mel_features"]

@@ -28,6 +28,7 @@ from audioparity.candidates.whisper_cpp import PARAKEET_HEADER
 from audioparity.candidates.whisper_cpp_whisper import WHISPER_HEADER
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import MIXES
+from audioparity.dumping.driver import RunSettings
 from audioparity.dumping.weight_files import StoredTensor
 from tests import RESOURCES
 
@@ -375,9 +376,8 @@ def test_a_cell_of_a_quantized_port_carries_its_storage_in_its_manifest(whisper,
                                                                        tmp_path):
     adapter, folder, _ = whisper
     options = {"root": str(PORTS / adapter.name)}
-    running.run_candidate(adapter.name, "parakeet_tdt", options, folder, clip_wav,
-                          tmp_path / "dump", reference_dir=None, weight_type="q4_K",
-                          backend="cpu", threads=1)
+    running.run_candidate(running.CandidateEntry(adapter.name, "parakeet_tdt"), folder, clip_wav,
+                          tmp_path / "dump", RunSettings("q4_K", "cpu", options))
     manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
     assert manifest["status"] == "ok"
     assert manifest["storage"] == model_storage(adapter, folder, options, "q4_K")[0]
@@ -470,10 +470,10 @@ def test_whisper_cpps_k_quants_of_whisper_tiny_en_are_refused_by_its_own_loader(
     assert record["types"] == {"f16": 2, "f32": 100, "q4_0": 65} and record["fallbacks"] == []
     assert notes == []
     options = {"root": str(PORTS / adapter.name)}
-    running.run_candidate(adapter.name, "whisper", options, tmp_path / "ggml", clip_wav,
-                          tmp_path / "dump", reference_dir=reference_dump(tmp_path / "ref"),
-                          weight_type="q4_K", backend="cpu", threads=1,
-                          family_options={"language": "", "task": "transcribe"})
+    running.run_candidate(
+        running.CandidateEntry(adapter.name, "whisper", {"language": "", "task": "transcribe"}),
+        tmp_path / "ggml", clip_wav, tmp_path / "dump", RunSettings("q4_K", "cpu", options),
+        reference_dump(tmp_path / "ref"))
     manifest = json.loads((tmp_path / "dump/manifest.json").read_text())
     assert manifest["status"] == "crashed"
     assert manifest["storage"]["types"] == {"f16": 2, "f32": 100, "q4_K": 65}

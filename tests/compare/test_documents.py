@@ -236,7 +236,7 @@ def test_margins_attach_to_any_document_by_name(tmp_path: Path):
 
 def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path: Path,
                                                                        fixture_model):
-    from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference
+    from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference
     from audioparity.models.registry import family
 
     moss = family("moss_voicegen")
@@ -245,7 +245,7 @@ def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path:
     dump_reference(moss, model, [(request, tmp_path / "ref")], options={"generate_rows": 4})
     for weight_type in ("f32", "f16"):
         dump_ggml(moss, model, request, tmp_path / weight_type,
-                  GgmlSettings(weight_type, "cpu", {"kv_cache_type": "f32", "generate_rows": 4}),
+                  RunSettings(weight_type, "cpu", {"kv_cache_type": "f32", "generate_rows": 4}),
                   tmp_path / "ref")
     limits = {"f32": (1e-5, 1e-9), "f16": (1e-2, 1e-4)}  # max_rel, kl
 

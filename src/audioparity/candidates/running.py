@@ -10,9 +10,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audioparity.candidates.adapter import Adapter, Command
 from audioparity.candidates.model_file import model_storage, write_storage
@@ -24,6 +24,9 @@ from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.dumping.artifacts import MANIFEST, DumpWriter, built_directory
 from audioparity.dumping.guard import describe_exit
 from audioparity.dumping.weight_files import Recipe, type_name
+
+if TYPE_CHECKING:
+    from audioparity.dumping.driver import RunSettings
 
 log = logging.getLogger("audioparity")
 
@@ -133,17 +136,26 @@ class CandidateRun:
             reference=reference)
 
 
-def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], model: Path,
-                  case: Path, output_dir: Path, *, reference_dir: Path | None,
-                  weight_type: str | Recipe, backend: str, threads: int,
-                  family_options: dict[str, Any] | None = None,
-                  weights_file: Path | None = None) -> None:
-    """One cell of a candidate into a dump of the contract at ``output_dir``.
+@dataclass(frozen=True)
+class CandidateEntry:
+    """A candidate as ``candidate run`` names it: its adapter (a shipped adapter's name, a
+    ``.py`` file defining one, or an entry point), its family, and the family's options of the
+    config section (the family's own port's options under its entry's)."""
+
+    adapter: str
+    family: str
+    family_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_candidate(port: CandidateEntry, model: Path, case: Path, output_dir: Path,
+                  settings: RunSettings, reference_dir: Path | None = None) -> None:
+    """One cell of a candidate into a dump of the contract at ``output_dir``; ``settings`` its
+    weight type, backend, threads, its entry's options and the weights file to map.
 
     The family's own port (:attr:`Adapter.family_port`) is dumped by
     :func:`audioparity.dumping.driver.dump_ggml` in this process, its options the family's
-    (``family_options``, the config section's) with the entry's (``options``) overriding them,
-    and its weights mapped from ``weights_file`` when given. A tool that writes the contract
+    (``port.family_options``) with the entry's overriding them, and its weights mapped from
+    ``settings.weights_file`` when given. A tool that writes the contract
     itself (output ``dump``) runs its commands with ``output_dir`` as their output. Any other
     runs its commands into ``<dump>/raw/``, whose files are read into the dump
     (:func:`~audioparity.candidates.reading.read_tool_output`); one that dies gives a
@@ -157,11 +169,13 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
     """
     from audioparity.models.registry import family
 
+    adapter_name, family_name, options = port.adapter, port.family, settings.options
+    weight_type, backend, threads = settings.weight_type, settings.backend, settings.threads
     adapter, spec = load_adapter(adapter_name), family(family_name).spec
     if spec.name not in adapter.families:
         raise AudioparityError(f"adapter {adapter.name!r} implements "
                                f"{', '.join(adapter.families)}, not {spec.name}")
-    section = spec.check_options(family_options or {}, f"family {spec.name} options")
+    section = spec.check_options(port.family_options, f"family {spec.name} options")
     if adapter.family_port:
         merged = spec.check_options({**section, **options}, f"adapter {adapter.name!r} options")
         why = adapter.cannot_run(merged, type_name(weight_type).partition(RECIPE_SEPARATOR)[0],
@@ -172,9 +186,7 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
                               type_name(weight_type), backend, threads), why)
             return
         _run_family_port(family(family_name), merged, Path(model),
-                         [(Path(case), Path(output_dir), reference_dir)],
-                         weight_type=weight_type, backend=backend, threads=threads,
-                         weights_file=weights_file)
+                         [(Path(case), Path(output_dir), reference_dir)], settings)
         return
     if adapter.reads_reference and reference_dir is None:
         raise AudioparityError(f"{adapter.title} reads the reference dump of the case: give "
@@ -193,11 +205,9 @@ def run_candidate(adapter_name: str, family_name: str, options: dict[str, Any], 
         _run_tool_cell(cell)
 
 
-def run_candidate_cases(adapter_name: str, family_name: str, options: dict[str, Any],
-                        model: Path, runs: Sequence[tuple[Path, Path, Path | None]], *,
-                        weight_type: str | Recipe, backend: str, threads: int,
-                        family_options: dict[str, Any] | None = None,
-                        weights_file: Path | None = None) -> None:
+def run_candidate_cases(port: CandidateEntry, model: Path,
+                        runs: Sequence[tuple[Path, Path, Path | None]],
+                        settings: RunSettings) -> None:
     """Several cases of a candidate in one process, each ``(case file, dump directory,
     reference dump or None)`` of ``runs`` in order, for an adapter that runs several
     (:attr:`Adapter.several_cases`: the family's own port, through
@@ -209,26 +219,24 @@ def run_candidate_cases(adapter_name: str, family_name: str, options: dict[str, 
     """
     from audioparity.models.registry import family
 
-    adapter, spec = load_adapter(adapter_name), family(family_name).spec
+    adapter, spec = load_adapter(port.adapter), family(port.family).spec
     if not adapter.several_cases:
         raise AudioparityError(f"adapter {adapter.name!r} runs one case per process; give one "
                                "--audio|--prompt")
-    section = spec.check_options(family_options or {}, f"family {spec.name} options")
-    merged = spec.check_options({**section, **options}, f"adapter {adapter.name!r} options")
-    _run_family_port(family(family_name), merged, Path(model),
+    section = spec.check_options(port.family_options, f"family {spec.name} options")
+    merged = spec.check_options({**section, **settings.options},
+                                f"adapter {adapter.name!r} options")
+    _run_family_port(family(port.family), merged, Path(model),
                      [(Path(case), Path(output), None if reference is None else Path(reference))
-                      for case, output, reference in runs],
-                     weight_type=weight_type, backend=backend, threads=threads,
-                     weights_file=weights_file)
+                      for case, output, reference in runs], settings)
 
 
 def _run_family_port(family: Family, options: dict[str, Any], model: Path,
-                     runs: Sequence[tuple[Path, Path, Path | None]], *,
-                     weight_type: str | Recipe, backend: str, threads: int,
-                     weights_file: Path | None) -> None:
+                     runs: Sequence[tuple[Path, Path, Path | None]], settings: RunSettings
+                     ) -> None:
     """The family's ggml dump of each ``(case, dump directory, reference dump)`` in one
     process, as ``audioparity ggml <family>`` makes it (its ggml options)."""
-    from audioparity.dumping.driver import GgmlSettings, dump_ggml_cases
+    from audioparity.dumping.driver import dump_ggml_cases
 
     spec = family.spec
     if spec.ggml_reads_reference and any(reference is None for _, _, reference in runs):
@@ -236,10 +244,8 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
                                "case: give --reference-dir")
     dump_ggml_cases(family, model, [(case, output, reference if spec.ggml_reads_reference
                                      else None) for case, output, reference in runs],
-                    GgmlSettings(weight_type, backend,
-                                 {option.name: options[option.name]
-                                  for option in spec.options_for("ggml")},
-                                 threads=threads, weights_file=weights_file))
+                    replace(settings, options={option.name: options[option.name]
+                                               for option in spec.options_for("ggml")}))
 
 
 def _unavailable(cell: CandidateRun, why: str) -> None:

@@ -256,10 +256,10 @@ def reference(args: argparse.Namespace) -> None:
 
 
 def ggml(args: argparse.Namespace) -> None:
-    from audioparity.dumping.driver import GgmlSettings, dump_ggml
+    from audioparity.dumping.driver import RunSettings, dump_ggml
 
     dump_ggml(_family(args), args.model, args.input, args.output_dir,
-              GgmlSettings(_weight_type(args, args.weight_type), args.backend,
+              RunSettings(_weight_type(args, args.weight_type), args.backend,
                            _options(args, "ggml"), args.device, args.threads,
                            getattr(args, "weights_file", None)),
               getattr(args, "reference_dir", None))
@@ -286,10 +286,10 @@ def replay(args: argparse.Namespace) -> None:
 
 def drilldown(args: argparse.Namespace) -> None:
     from audioparity.compare.drilldown import Drill, drill_cell
-    from audioparity.dumping.driver import GgmlSettings
+    from audioparity.dumping.driver import RunSettings
 
     drill_cell(_family(args), args.model, args.input,
-               GgmlSettings(args.weight_type, args.backend, _options(args, "ggml"), args.device,
+               RunSettings(args.weight_type, args.backend, _options(args, "ggml"), args.device,
                             args.threads),
                Drill(args.against, args.output_dir, args.cell, args.cell_output, args.phase),
                getattr(args, "reference_dir", None))
@@ -329,7 +329,8 @@ def candidate_convert(args: argparse.Namespace) -> None:
 def candidate_run(args: argparse.Namespace) -> None:
     """One case, or several in one process (each ``--audio|--prompt`` with its
     ``--output-dir`` and, where given, ``--reference-dir``, in order)."""
-    from audioparity.candidates.running import run_candidate, run_candidate_cases
+    from audioparity.candidates.running import CandidateEntry, run_candidate, run_candidate_cases
+    from audioparity.dumping.driver import RunSettings
 
     references = args.reference_dir or []
     if len(args.output_dir) != len(args.case) or len(references) not in (0, len(args.case)):
@@ -337,19 +338,18 @@ def candidate_run(args: argparse.Namespace) -> None:
                                f"{len(args.output_dir)} --output-dir and {len(references)} "
                                "--reference-dir; give each case its own (references: all or "
                                "none)")
-    cell = {"weight_type": _weight_type(args, args.weight_type), "backend": args.backend,
-            "threads": args.threads,
-            "family_options": _json_object(args.family_options, "--family-options"),
-            "weights_file": args.weights_file}
-    options = _json_object(args.options, "--options")
+    port = CandidateEntry(args.adapter, args.family,
+                _json_object(args.family_options, "--family-options"))
+    settings = RunSettings(_weight_type(args, args.weight_type), args.backend,
+                           _json_object(args.options, "--options"), threads=args.threads,
+                           weights_file=args.weights_file)
     if len(args.case) == 1:
-        run_candidate(args.adapter, args.family, options, args.model, args.case[0],
-                      args.output_dir[0], reference_dir=references[0] if references else None,
-                      **cell)
+        run_candidate(port, args.model, args.case[0], args.output_dir[0], settings,
+                      references[0] if references else None)
         return
-    run_candidate_cases(args.adapter, args.family, options, args.model,
-                        list(zip(args.case, args.output_dir,
-                                 references or [None] * len(args.case), strict=True)), **cell)
+    run_candidate_cases(port, args.model, list(zip(args.case, args.output_dir,
+                                                   references or [None] * len(args.case),
+                                                   strict=True)), settings)
 
 
 def candidate_reuse(args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ from audioparity.dumping.artifacts import built_directory, write_text_atomic
 from audioparity.dumping.weight_files import type_name
 
 if TYPE_CHECKING:
-    from audioparity.dumping.driver import GgmlSettings
+    from audioparity.dumping.driver import RunSettings
 
 log = logging.getLogger("audioparity")
 
@@ -110,7 +110,7 @@ class Drill:
     phases: Sequence[str] = ()
 
 
-def drill_cell(family: Family, model: Path, case: Path, settings: GgmlSettings, drill: Drill,
+def drill_cell(family: Family, model: Path, case: Path, settings: RunSettings, drill: Drill,
                reference_dir: Path | None = None) -> dict:
     """Drill into one cell of ``family``'s ggml port on ``settings.backend`` against
     ``drill.against``.
@@ -167,7 +167,7 @@ def drill_cell(family: Family, model: Path, case: Path, settings: GgmlSettings, 
 
 
 def _drill(family: Family, out: Path, final: Path, *, model: Path, case: Path,
-           reference_dir: Path | None, settings: GgmlSettings, drill: Drill) -> dict:
+           reference_dir: Path | None, settings: RunSettings, drill: Drill) -> dict:
     """The drill-down into ``out`` (built in place of ``final``, the folder it becomes)."""
     from audioparity.dumping.driver import dump_ggml
     from audioparity.ggml import capturing_graphs

@@ -378,14 +378,14 @@ def verify(search: Search, recipe: Recipe, ggml_options: Mapping[str, Any], fold
     """Our ggml port on the CPU with ``recipe`` (:func:`~audioparity.dumping.driver.dump_ggml`),
     each case's targets judged against the float32 reference: ``{"passed", "rows"}`` (by hand; a
     sweep judges every cell of the recipe's weight type the same way, its row ``recipe``)."""
-    from audioparity.dumping.driver import GgmlSettings, dump_ggml
+    from audioparity.dumping.driver import RunSettings, dump_ggml
 
     rows = []
     for index, (case, reference) in enumerate(zip(search.cases, search.reference, strict=True)):
         output = folder / "verify" / f"case{index}"
         shutil.rmtree(output, ignore_errors=True)
         dump_ggml(search.family, search.model, case.path, output,
-                  GgmlSettings(recipe, "cpu", ggml_options, threads=threads),
+                  RunSettings(recipe, "cpu", ggml_options, threads=threads),
                   reference if search.family.spec.ggml_reads_reference else None)
         rows.extend(search.measure(Dump(reference), Dump(output), case.path.stem))
     return {"passed": all(r["status"] == "pass" for r in rows), "rows": rows}

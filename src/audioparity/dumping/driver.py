@@ -382,11 +382,12 @@ def _reference_for(family: Family, reference_dir: Path | None, heads: Sequence[s
 
 
 @dataclass(frozen=True)
-class GgmlSettings:
-    """How a ggml dump runs, as ``audioparity ggml`` takes it: the weight type (or recipe) its
-    weights are stored in, the backend, device and threads of its runtime, the family's ggml
-    options and the converted weights file to map (None: convert in the process); one process
-    opens its runtime and uploads the weights so once for all its cases."""
+class RunSettings:
+    """How one cell runs, as ``audioparity ggml`` and ``audioparity candidate run`` take it: the
+    weight type (or recipe) its weights are stored in, the backend, device and threads of its
+    runtime, the options of what runs it (the family's ggml options; a candidate's, its
+    entry's) and the converted weights file to map (None: convert in the process). One ggml
+    process opens its runtime and uploads the weights so once for all its cases."""
 
     weight_type: str | Recipe
     backend: str
@@ -397,7 +398,7 @@ class GgmlSettings:
 
 
 def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path,
-              settings: GgmlSettings, reference_dir: Path | None = None) -> None:
+              settings: RunSettings, reference_dir: Path | None = None) -> None:
     """The family's ggml port on one case into ``output_dir``: :func:`dump_ggml_cases` of that
     one case.
 
@@ -409,7 +410,7 @@ def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path,
 
 def dump_ggml_cases(family: Family, model: Path,
                     runs: Sequence[tuple[Path, Path, Path | None]],
-                    settings: GgmlSettings) -> None:
+                    settings: RunSettings) -> None:
     """The family's ggml port (:meth:`Family.ggml`) on each ``(case file, dump directory,
     reference dump or None)`` of ``runs``, in their order, in this process: the config, every
     case and every reference dump checked first, then the runtime opened and the weights
@@ -489,7 +490,7 @@ class Loaded:
         writer.add_storage({**self.record, **self.stored.record()}, self.stored.hashes)
 
 
-def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: GgmlSettings
+def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: RunSettings
           ) -> Loaded | None:
     """Open the runtime (:func:`~audioparity.ggml.open_runtime`, recorded in ``writer``) and
     upload the weights in phase ``load``; None where the backend is not built (``writer``'s

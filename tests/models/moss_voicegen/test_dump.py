@@ -13,7 +13,7 @@ import pytest
 
 from audioparity.compare.metrics import max_rel, non_finite
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import GgmlSettings, dump_ggml, dump_reference, storage_types
+from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference, storage_types
 from audioparity.ggml import doctor
 from audioparity.models.moss_voicegen.checkpoint import expected_shapes
 from audioparity.models.moss_voicegen.config import load_config
@@ -25,7 +25,7 @@ def ggml_dump(model: Path, prompt: Path, output: Path, reference: Dump,
               weight_type: str = "f32", kv_cache_type: str = "f32", backend: str = "cpu"
               ) -> Dump:
     dump_ggml(FAMILY, model, prompt, output,
-              GgmlSettings(weight_type, backend, options("ggml", kv_cache_type=kv_cache_type)),
+              RunSettings(weight_type, backend, options("ggml", kv_cache_type=kv_cache_type)),
               reference.path)
     return Dump(output)
 
@@ -118,7 +118,7 @@ def test_a_nonzero_pad_row_is_noted_as_uploaded(tmp_path: Path, moss_model: Path
     ref = moss_references[PROMPT.stem]
     streamed = ggml_dump(model, PROMPT, tmp_path / "streamed", ref, weight_type="q8_0")
     dump_ggml(FAMILY, model, PROMPT, tmp_path / "mapped",
-              GgmlSettings("q8_0", "cpu", options("ggml"), weights_file=tmp_path / "q8_0.gguf"),
+              RunSettings("q8_0", "cpu", options("ggml"), weights_file=tmp_path / "q8_0.gguf"),
               ref.path)
     for dump in (streamed, Dump(tmp_path / "mapped")):
         assert note in dump.manifest["notes"]

@@ -26,10 +26,10 @@ def ggml_dump(model: Path, audio: Path, output: Path, *, reference_dir: Path,
               weight_type: str = "f32", **options: Any) -> None:
     """:func:`audioparity.dumping.driver.dump_ggml` of the family on the CPU, one thread,
     ``options`` over :data:`GGML_OPTIONS`."""
-    from audioparity.dumping.driver import GgmlSettings, dump_ggml
+    from audioparity.dumping.driver import RunSettings, dump_ggml
 
     dump_ggml(PARAKEET, model, audio, output,
-              GgmlSettings(weight_type, "cpu", {**GGML_OPTIONS, **options}), reference_dir)
+              RunSettings(weight_type, "cpu", {**GGML_OPTIONS, **options}), reference_dir)
 
 
 def uploaded(runtime: Any, model: Path, weight_type: str = "f32", conv_weight_type: str = "f32"):

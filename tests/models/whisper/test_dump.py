@@ -14,7 +14,7 @@ import pytest
 from audioparity.compare.metrics import nmse
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import GgmlSettings, dump_ggml
+from audioparity.dumping.driver import RunSettings, dump_ggml
 from audioparity.models.whisper import Whisper
 
 FIELDS = ("family", "backend", "device", "weight_type", "threads", "n_layers",
@@ -100,7 +100,7 @@ def test_a_reference_lacking_a_stage_is_refused_and_nothing_is_left(whisper_mode
     (reference / "manifest.json").write_text(manifest.replace('"conv_out": {', '"gone": {'))
     output = tmp_path / "out"
     with pytest.raises(AudioparityError, match="reference dump lacks conv_out"):
-        dump_ggml(Whisper(), whisper_model, clip_wav, output, GgmlSettings("f32", "cpu", {}),
+        dump_ggml(Whisper(), whisper_model, clip_wav, output, RunSettings("f32", "cpu", {}),
                   reference)
     assert not output.exists() and not (tmp_path / "out.partial").exists()
     result = run_dump(whisper_model, tmp_path / "missing.wav", whisper_reference, output)
