@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from audioparity.candidates import load_adapter
+from audioparity.candidates import ToolCall, load_adapter
 from audioparity.candidates.running import CandidateEntry, run_candidate
 from audioparity.compare.cell import compare_cell
 from audioparity.contract.errors import AudioparityError
@@ -37,11 +37,10 @@ def standin(*args, timeout=300):
 
 
 def test_run_gives_the_main_run_then_the_decoder_replay(tmp_path):
-    commands = ADAPTER.run(tmp_path / "m.nemo", tmp_path / "a.wav", tmp_path / "raw",
-                           spec=family("parakeet_tdt").spec,
-                           family_options={"flash_attention": 1},
-                           options={"binary": "python3 'my tools/dump.py'"}, weight_type="q8_0",
-                           backend="cuda", threads=4, reference=tmp_path / "raw" / "inputs")
+    commands = ADAPTER.run(ToolCall(tmp_path / "m.nemo", tmp_path / "a.wav", tmp_path / "raw",
+                                    family("parakeet_tdt").spec, {"flash_attention": 1},
+                                    {"binary": "python3 'my tools/dump.py'"}, "q8_0", "cuda", 4,
+                                    tmp_path / "raw" / "inputs"))
     common = ["python3", "my tools/dump.py", "--model", str(tmp_path / "m.nemo"), "--audio",
               str(tmp_path / "a.wav"), "--output-dir", str(tmp_path / "raw"),
               "--matmul-weight-type", "q8_0", "--backend", "cuda", "--flash-attention", "1"]
@@ -66,9 +65,8 @@ def test_the_adapter_is_registered_with_the_seeds_cells():
 @pytest.mark.parametrize("binary", ["", "  ", "tool 'unclosed"])
 def test_an_empty_or_unsplittable_binary_is_refused(tmp_path, binary):
     with pytest.raises(AudioparityError, match="option 'binary'"):
-        ADAPTER.run(tmp_path, tmp_path, tmp_path, spec=family("parakeet_tdt").spec,
-                    family_options={}, options={"binary": binary}, weight_type="f32",
-                    backend="cpu", threads=1, reference=tmp_path)
+        ADAPTER.run(ToolCall(tmp_path, tmp_path, tmp_path, family("parakeet_tdt").spec, {},
+                             {"binary": binary}, "f32", "cpu", 1, tmp_path))
 
 
 def test_prepare_writes_the_rank3_nemo_dir(tmp_path):

@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.candidates import OUTPUTS, Adapter, TensorMap, check_adapter, load_adapter
+from audioparity.candidates import (
+    OUTPUTS,
+    Adapter,
+    TensorMap,
+    ToolCall,
+    check_adapter,
+    load_adapter,
+)
 from audioparity.candidates.registry import registered
 from audioparity.cli import main
 from audioparity.contract.errors import AudioparityError
@@ -42,8 +49,7 @@ class MyPort(Adapter):
     unexposed = {"enc_out": "its encoder output lives in a fused kernel"}
     replays = False
 
-    def run(self, model, case, output, *, spec, family_options, options, weight_type,
-            backend, threads, reference):
+    def run(self, call):
         return [([sys.executable, "-c", "print('3 0 1'); print('5 2 0')"], {})]
 
     def parse(self, stdout, stderr, model, *, options):
@@ -96,9 +102,8 @@ def test_the_family_port_serves_every_family_and_runs_no_commands():
     ours = load_adapter("audioparity")
     assert ours.family_port and set(ours.families) == set(registered_families())
     with pytest.raises(AudioparityError, match="has no commands to run"):
-        ours.run(Path("m"), Path("c"), Path("o"), spec=family("parakeet_tdt").spec,
-                 family_options={}, options={}, weight_type="f32", backend="cpu", threads=1,
-                 reference=None)
+        ours.run(ToolCall(Path("m"), Path("c"), Path("o"), family("parakeet_tdt").spec, {}, {},
+                          "f32", "cpu", 1, None))
 
 
 BASE = {"name": "mine", "title": "mine", "families": ("parakeet_tdt",), "output": "f32json",
@@ -355,10 +360,9 @@ def test_the_adapter_docs_candidates_md_shows_loads_by_path_and_gives_its_comman
                                       ".ports/my_cpp/scripts/convert.py"]
     (convert,) = adapter.convert(Path("m.nemo"), "q8_0", Path("out"), options=options)
     assert convert[1:] == [".ports/my_cpp/scripts/convert.py", "m.nemo", "out/model-q8_0.gguf"]
-    ((argv, env),) = adapter.run(Path("out"), Path("a.wav"), Path("raw"),
-                                 spec=family("parakeet_tdt").spec, family_options={},
-                                 options=options, weight_type="q8_0", backend="cpu", threads=1,
-                                 reference=None)
+    ((argv, env),) = adapter.run(ToolCall(Path("out"), Path("a.wav"), Path("raw"),
+                                          family("parakeet_tdt").spec, {}, options, "q8_0", "cpu",
+                                          1, None))
     assert argv == [".ports/my_cpp/build/bin/my-cli", "-m", "out/model-q8_0.gguf", "--dump",
                     "raw", "a.wav"] and env == {}
     assert adapter.unavailable("pos_emb") == (

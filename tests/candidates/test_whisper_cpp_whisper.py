@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audioparity.candidates import load_adapter, ports
+from audioparity.candidates import ToolCall, load_adapter, ports
 from audioparity.candidates.reading import not_exposed
 from audioparity.cli import main
 from audioparity.contract.errors import AudioparityError
@@ -84,20 +84,18 @@ def test_the_driver_is_fed_the_references_prompt_then_its_ids(tmp_path, adapter)
                              options=OPTIONS)
     tokens = np.fromfile(inputs / "tokens.i32", dtype="<i4")
     assert tokens.tolist() == [50257, 50362, 843, 523, 13]
-    (argv, env), = adapter.run(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
-                               spec=family("whisper").spec, family_options=ENGLISH_ONLY,
-                               options=OPTIONS, weight_type="q8_0", backend="cpu", threads=2,
-                               reference=inputs)
+    (argv, env), = adapter.run(ToolCall(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
+                                        family("whisper").spec, ENGLISH_ONLY, OPTIONS, "q8_0",
+                                        "cpu", 2, inputs))
     assert argv == ["/w/build/bin/whisper-cpp-dump", "--model",
                     str(tmp_path / "model/ggml-model-q8_0.bin"), "--audio",
                     str(tmp_path / "jfk.wav"), "--tokens", str(inputs / "tokens.i32"),
                     "--output-dir", str(tmp_path / "raw"), "--threads", "2", "--flash-attn",
                     "on", "--language", "en", "--task", "transcribe"] and env == {}
-    (argv, _), = adapter.run(tmp_path / "model", tmp_path / "a.wav", tmp_path / "raw",
-                             spec=family("whisper").spec,
-                             family_options={"language": "<|de|>", "task": "translate"},
-                             options=OPTIONS, weight_type="f32", backend="cpu", threads=1,
-                             reference=inputs)
+    (argv, _), = adapter.run(ToolCall(tmp_path / "model", tmp_path / "a.wav", tmp_path / "raw",
+                                      family("whisper").spec,
+                                      {"language": "<|de|>", "task": "translate"}, OPTIONS, "f32",
+                                      "cpu", 1, inputs))
     assert argv[-4:] == ["--language", "de", "--task", "translate"]
 
 
@@ -107,10 +105,9 @@ def test_with_the_references_mel_the_driver_gets_it_band_major(tmp_path, adapter
                              options=options)
     mel = np.fromfile(inputs / "mel.f32", dtype="<f4")
     assert mel.tolist() == [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]  # [n_mels, T]
-    (argv, _), = adapter.run(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
-                             spec=family("whisper").spec, family_options=ENGLISH_ONLY,
-                             options=options,
-                             weight_type="f32", backend="cpu", threads=1, reference=inputs)
+    (argv, _), = adapter.run(ToolCall(tmp_path / "model", tmp_path / "jfk.wav", tmp_path / "raw",
+                                      family("whisper").spec, ENGLISH_ONLY, options, "f32", "cpu",
+                                      1, inputs))
     assert argv[-2:] == ["--mel", str(inputs / "mel.f32")]
     own = adapter.prepare(reference_dump(tmp_path / "ref2", mel=False), tmp_path / "own",
                           options=OPTIONS)

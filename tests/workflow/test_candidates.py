@@ -134,10 +134,9 @@ class MyPort(Adapter):
     def files(self, options):
         return [str(TOOL)]
 
-    def run(self, model, case, output, *, spec, family_options, options, weight_type,
-            backend, threads, reference):
-        return [([sys.executable, str(TOOL), str(model), str(case), str(reference),
-                  str(output)], {})]
+    def run(self, call):
+        return [([sys.executable, str(TOOL), str(call.model), str(call.case), str(call.reference),
+                  str(call.output)], {})]
 """
 
 #: The tool :data:`MY_PORT` runs: our port's dump, handed over as its own files.

@@ -10,10 +10,11 @@ from audioparity.candidates.adapter import (
     Command,
     Port,
     TensorMap,
+    ToolCall,
     WeightName,
     ggml_flags,
 )
 from audioparity.candidates.registry import ENTRY_POINTS, check_adapter, load_adapter, registered
 
 __all__ = ["ENTRY_POINTS", "OUTPUTS", "VULKAN_MARK", "Adapter", "Command", "Port", "TensorMap",
-           "WeightName", "check_adapter", "ggml_flags", "load_adapter", "registered"]
+           "ToolCall", "WeightName", "check_adapter", "ggml_flags", "load_adapter", "registered"]

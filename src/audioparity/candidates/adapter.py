@@ -31,6 +31,35 @@ Command = tuple[list[str], dict[str, str]]
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One cell of a candidate, as its adapter's commands are made for it (:meth:`Adapter.run`).
+
+    Attributes:
+        model: the folder :meth:`Adapter.convert` wrote (the model of the config, for an
+            adapter that converts nothing).
+        case: the case's file (audio or prompt).
+        output: the folder its commands write their raw output into.
+        spec: the family's table.
+        family_options: the family's options (the config section's).
+        options: the entry's options, checked against the adapter's.
+        weight_type, backend, threads: the cell's.
+        reference: what :meth:`Adapter.prepare` gave (by default the case's reference dump), or
+            None.
+    """
+
+    model: Path
+    case: Path
+    output: Path
+    spec: FamilySpec
+    family_options: Mapping[str, Any]
+    options: Mapping[str, Any]
+    weight_type: str
+    backend: str
+    threads: int
+    reference: Path | None
+
+
+@dataclass(frozen=True)
 class TensorMap:
     """A tensor (or JSON document) a candidate writes, and the stage of the family's contract it
     is.
@@ -381,12 +410,9 @@ class Adapter:
         folder ``folder`` and returns it."""
         return reference
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
-        """Its commands for one cell, in order; they write their raw output into the folder
-        ``output`` or on stdout. ``model`` is the folder :meth:`convert` wrote (the model of
-        the config without :attr:`converts`), ``reference`` what :meth:`prepare` gave.
+    def run(self, call: ToolCall) -> list[Command]:
+        """Its commands for one cell (:class:`ToolCall`), in order; they write their raw output
+        into the folder ``call.output`` or on stdout.
 
         Raises:
             AudioparityError: it runs no commands of its own (the family's port).

@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
-from audioparity.candidates.adapter import EVERY_FAMILY, Adapter, Command, ggml_flags
+from audioparity.candidates.adapter import EVERY_FAMILY, Adapter, Command, ToolCall, ggml_flags
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES
 
 #: The fields a command template may use.
@@ -28,25 +25,22 @@ class CommandTool(Adapter):
     options = (Option("command", "", "the command template; fields " + ", ".join(
         f"{{{name}}}" for name in FIELDS)),)
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """The template filled in (each field shell-quoted; ``{options}`` the family's ggml
         options as our flags), split into argv; ``output`` is the dump directory to write.
 
         Raises:
             AudioparityError: no template, or one naming an unknown field.
         """
-        template = options["command"]
+        template = call.options["command"]
         if not template.strip():
             raise AudioparityError("candidate of adapter 'command': option 'command' is empty; "
                                    "expected a command template")
-        fields = {"model": model, "case": case, "reference": reference, "output": output,
-                  "weight_type": weight_type, "backend": backend, "threads": threads}
+        fields = {name: getattr(call, name) for name in FIELDS if name != "options"}
         try:
             line = template.format(
                 **{key: shlex.quote(str(value)) for key, value in fields.items()},
-                options=shlex.join(ggml_flags(spec, family_options)))
+                options=shlex.join(ggml_flags(call.spec, call.family_options)))
         except (KeyError, IndexError, ValueError) as err:
             raise AudioparityError(f"command template {template!r}: {err!r}; fields: "
                                    f"{', '.join(FIELDS)}") from None

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, ToolCall, WeightName
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 from audioparity.contract.vocabulary import MIXES, STORAGE_TYPES
 
 #: The prompt's input embeddings as the driver reads them (raw float32 ``[S, H]``).
@@ -209,15 +209,15 @@ class LlamaCpp(Adapter):
             dump.tensor(mapping.stage).astype("<f4").tofile(folder / mapping.source)
         return folder
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """The driver on the converted model and the prepared embeddings, writing into
         ``output``."""
-        return [([str(self.root(options) / "build" / "bin" / "llama-moss-dump"), "--model",
-                  str(_gguf(model, weight_type)), "--embeddings", str(reference / EMBEDDINGS),
-                  "--output-dir", str(output), "--threads", str(threads), "--flash-attn",
-                  options["flash_attn"], "--kv-type", options["kv_cache_type"]], {})]
+        return [([str(self.root(call.options) / "build" / "bin" / "llama-moss-dump"),
+                  "--model", str(_gguf(call.model, call.weight_type)),
+                  "--embeddings", str(call.reference / EMBEDDINGS),
+                  "--output-dir", str(call.output), "--threads", str(call.threads),
+                  "--flash-attn", call.options["flash_attn"],
+                  "--kv-type", call.options["kv_cache_type"]], {})]
 
 
 def _gguf(model_dir: Path, weight_type: str) -> Path:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, ToolCall, WeightName
 from audioparity.candidates.llama_cpp import QWEN3_WEIGHTS
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 from audioparity.models.registry import on_reference_path
 
 #: The stdout line that carries openmoss's prompt rows.
@@ -99,15 +99,13 @@ class Openmoss(Adapter):
         backbone = _gguf(model, weight_type)
         return [backbone, backbone.with_suffix(".extras.gguf")]
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """The driver on the converted model and the case's prompt file, writing into
         ``output``."""
-        return [([str(self.root(options) / "build" / "bin" / "openmoss-moss-dump"), "--model",
-                  str(_gguf(model, weight_type)), "--prompt", str(case), "--output-dir",
-                  str(output), "--threads", str(threads), "--flash-attn", options["flash_attn"]],
-                 {})]
+        return [([str(self.root(call.options) / "build" / "bin" / "openmoss-moss-dump"),
+                  "--model", str(_gguf(call.model, call.weight_type)), "--prompt", str(call.case),
+                  "--output-dir", str(call.output), "--threads", str(call.threads),
+                  "--flash-attn", call.options["flash_attn"]], {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
               options: Mapping[str, Any]) -> dict:

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, TensorMap
+from audioparity.candidates.adapter import Adapter, Command, TensorMap, ToolCall
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 from audioparity.models.registry import on_reference_path
 
 
@@ -77,9 +77,7 @@ class ParakeetDumpCpp(Adapter):
         export_dump(reference, "seed", folder, family="parakeet_tdt")
         return folder
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """Two runs of the tool writing into ``output``: the main one (``mel_features.npy``,
         ``enc_out.npy``, ``layer_0.npy``; ``--nemo-dir`` is ``reference``, the folder
         :meth:`prepare` wrote), then the decoder replay of the reference's ``enc_out``
@@ -90,11 +88,11 @@ class ParakeetDumpCpp(Adapter):
         Raises:
             AudioparityError: the ``binary`` option is empty or unsplittable.
         """
-        prepared = Path(reference)
-        common = [*_binary(options), "--model", str(model), "--audio", str(case),
-                  "--output-dir", str(output), "--matmul-weight-type", weight_type, "--backend",
-                  backend, "--flash-attention",
-                  str(int(family_options.get("flash_attention", 0)))]
+        prepared = Path(call.reference)
+        common = [*_binary(call.options), "--model", str(call.model), "--audio", str(call.case),
+                  "--output-dir", str(call.output), "--matmul-weight-type", call.weight_type,
+                  "--backend", call.backend, "--flash-attention",
+                  str(int(call.family_options.get("flash_attention", 0)))]
         return [([*common, "--nemo-dir", str(prepared)], {}),
                 ([*common, "--decoder-input", str(prepared / "enc_out.npy")], {})]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from audioparity.candidates.adapter import Adapter, Command
+from audioparity.candidates.adapter import Adapter, Command, ToolCall
 from audioparity.candidates.model_file import model_storage, write_storage
 from audioparity.candidates.reading import RUN_WALL, read_tool_output
 from audioparity.candidates.registry import load_adapter
@@ -129,11 +129,9 @@ class CandidateRun:
 
     def commands(self, output: Path, reference: Path | None) -> list[Command]:
         """The adapter's commands for this cell, writing into ``output``."""
-        return self.adapter.run(
-            self.model, self.case, output, spec=self.family.spec,
-            family_options=self.family_options, options=self.options,
-            weight_type=self.weight_type, backend=self.backend, threads=self.threads,
-            reference=reference)
+        return self.adapter.run(ToolCall(
+            self.model, self.case, output, self.family.spec, self.family_options, self.options,
+            self.weight_type, self.backend, self.threads, reference))
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from audioparity.candidates.adapter import (
     Command,
     Port,
     TensorMap,
+    ToolCall,
     WeightName,
 )
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 from audioparity.models.registry import on_reference_path
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
@@ -175,14 +176,13 @@ class TranscribeCpp(Adapter):
                    "make ports; the Vulkan build is .ports/transcribe_cpp-vulkan)")
         return why
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """``transcribe-cli`` on the converted model, every tensor dumped into ``output``."""
-        return [([str(self.root(options) / "build" / "bin" / "transcribe-cli"), "-m",
-                  str(self._gguf(model, options, weight_type)), "--threads", str(threads),
-                  "--backend", backend, "--timestamps", "token", "-q", str(case)],
-                 {"TRANSCRIBE_DUMP_DIR": str(output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
+        return [([str(self.root(call.options) / "build" / "bin" / "transcribe-cli"),
+                  "-m", str(self._gguf(call.model, call.options, call.weight_type)),
+                  "--threads", str(call.threads), "--backend", call.backend,
+                  "--timestamps", "token", "-q", str(call.case)],
+                 {"TRANSCRIBE_DUMP_DIR": str(call.output), "TRANSCRIBE_DUMP_ALL_BLOCKS": "1"})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
               options: Mapping[str, Any]) -> dict:

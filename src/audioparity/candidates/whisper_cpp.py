@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, WeightName
+from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, ToolCall, WeightName
 from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 
 #: A token row of ``-ps``: ``[ 9] id=  571 frame=  9 dur_idx= 0 dur_val= 0 ...``.
 TOKEN_ROW = re.compile(r"^\s*\[\s*\d+\]\s+id=\s*(\d+)\s+frame=\s*(\d+)\s+dur_idx=\s*\d+\s+"
@@ -112,13 +112,11 @@ class WhisperCpp(Adapter):
         """The tensors of its legacy ggml ``.bin`` (:data:`PARAKEET_HEADER`)."""
         return ggml_bin_tensors(path, PARAKEET_HEADER)
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """``parakeet-cli -ps`` on the converted model (CPU: ``-ng``)."""
-        return [([str(self.root(options) / "build" / "bin" / "parakeet-cli"), "-m",
-                  str(_model(model, weight_type)), "-f", str(case), "-ps", "-t", str(threads),
-                  *(["-ng"] if backend == "cpu" else [])], {})]
+        return [([str(self.root(call.options) / "build" / "bin" / "parakeet-cli"),
+                  "-m", str(_model(call.model, call.weight_type)), "-f", str(call.case), "-ps",
+                  "-t", str(call.threads), *(["-ng"] if call.backend == "cpu" else [])], {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
               options: Mapping[str, Any]) -> dict:

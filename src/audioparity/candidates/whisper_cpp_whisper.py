@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.candidates.adapter import Adapter, Command, TensorMap, WeightName
+from audioparity.candidates.adapter import Adapter, Command, TensorMap, ToolCall, WeightName
 from audioparity.candidates.model_file import ggml_bin_tensors
 from audioparity.candidates.whisper_cpp import PORT, QUANTIZED
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import FamilySpec, Option
+from audioparity.contract.spec import Option
 
 #: The teacher-forced tokens as the driver reads them (raw little-endian int32 ``[S]``).
 TOKENS = "tokens.i32"
@@ -165,20 +165,18 @@ class WhisperCppWhisper(Adapter):
                 folder / REFERENCE_MEL.source)
         return folder
 
-    def run(self, model: Path, case: Path, output: Path, *, spec: FamilySpec,
-            family_options: Mapping[str, Any], options: Mapping[str, Any], weight_type: str,
-            backend: str, threads: int, reference: Path | None) -> list[Command]:
+    def run(self, call: ToolCall) -> list[Command]:
         """The driver on the converted model, the case's audio and the prepared tokens; its
         transcript in the family's language (``en`` or ``<|en|>``; English for an English-only
         model, whose prompt has none) and task."""
-        language = family_options["language"].removeprefix("<|").removesuffix("|>") or "en"
-        return [([str(self.root(options) / "build" / "bin" / "whisper-cpp-dump"), "--model",
-                  str(Path(model) / MODEL_FILES[weight_type]), "--audio", str(case),
-                  "--tokens", str(reference / TOKENS), "--output-dir", str(output),
-                  "--threads", str(threads), "--flash-attn", options["flash_attn"],
-                  "--language", language, "--task", family_options["task"],
-                  *(["--mel", str(reference / REFERENCE_MEL.source)]
-                    if options["mel"] == "reference" else [])],
+        language = call.family_options["language"].removeprefix("<|").removesuffix("|>") or "en"
+        return [([str(self.root(call.options) / "build" / "bin" / "whisper-cpp-dump"), "--model",
+                  str(Path(call.model) / MODEL_FILES[call.weight_type]), "--audio", str(call.case),
+                  "--tokens", str(call.reference / TOKENS), "--output-dir", str(call.output),
+                  "--threads", str(call.threads), "--flash-attn", call.options["flash_attn"],
+                  "--language", language, "--task", call.family_options["task"],
+                  *(["--mel", str(call.reference / REFERENCE_MEL.source)]
+                    if call.options["mel"] == "reference" else [])],
                  {})]
 
     def parse(self, stdout: str, stderr: str, model: Path | None, *,
