@@ -91,7 +91,7 @@ def compare(reference: Path, ggml: Path, output: Path) -> dict:
     import yaml
 
     from audioparity.compare.cell import compare_cell
-    from audioparity.compare.gates import resolve_gates
+    from audioparity.compare.gate_lists import resolve_gates
     from audioparity.dumping.artifacts import Dump
 
     section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]

@@ -47,7 +47,7 @@ from sweep import snakemake  # noqa: E402
 
 from audioparity.candidates import load_adapter  # noqa: E402
 from audioparity.compare.cell import compare_cell  # noqa: E402
-from audioparity.compare.gates import resolve_gates  # noqa: E402
+from audioparity.compare.gate_lists import resolve_gates  # noqa: E402
 from audioparity.contract.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
 from audioparity.models.registry import family as family_of  # noqa: E402
 

@@ -15,7 +15,7 @@ MOSS_PROMPTS = sorted((RESOURCES / "moss").glob("*.json"))
 def config_gates(family: str, weight_type: str, model: str = "tiny") -> dict:
     """The gates config/config.yaml gives ``model`` of ``family`` on the CPU at ``weight_type``
     (:func:`audioparity.compare.resolve_gates`)."""
-    from audioparity.compare.gates import resolve_gates
+    from audioparity.compare.gate_lists import resolve_gates
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     return resolve_gates(config[family], model=model, backend="cpu", weight_type=weight_type)

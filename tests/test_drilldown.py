@@ -12,7 +12,7 @@ import pytest
 
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.drilldown import Drill, drill_cell
-from audioparity.compare.gates import resolve_gates
+from audioparity.compare.gate_lists import resolve_gates
 from audioparity.dumping.artifacts import DumpWriter
 from audioparity.dumping.driver import RunSettings
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from audioparity.compare import metrics as m
+from audioparity.compare import sequences as seq
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.documents import document_metrics
 from audioparity.compare.stage import tensor_metrics
@@ -316,11 +317,11 @@ TOKENS = st.lists(st.integers(0, 5) | st.tuples(st.integers(0, 3), st.integers(0
 @given(cand=TOKENS, ref=TOKENS, cand_text=st.text(max_size=30), ref_text=st.text(max_size=30),
        margins=hnp.arrays(np.float64, st.integers(0, 9), elements=st.floats() | SPECIAL))
 def test_token_metrics_return_numbers_or_a_clean_error(cand, ref, cand_text, ref_text, margins):
-    match = m.token_match(cand, ref)
+    match = seq.token_match(cand, ref)
     assert 0.0 <= match <= 1.0
-    divergence = m.first_divergence(cand, ref)
+    divergence = seq.first_divergence(cand, ref)
     assert divergence is None or 0 <= divergence <= min(len(cand), len(ref))
-    assert m.wer(cand_text, ref_text) >= 0.0
-    allowed(m.logit_gap, cand, ref, margins)
+    assert seq.wer(cand_text, ref_text) >= 0.0
+    allowed(seq.logit_gap, cand, ref, margins)
     documents = ({"ids": cand, "text": cand_text}, {"ids": ref, "text": ref_text})
     allowed(document_metrics, *documents, ref_margins=margins, cand_margins=margins)

@@ -22,8 +22,6 @@ MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 60, 6
 OVER: dict[str, set[str]] = {
     "module_lines": {
         'audioparity.cli.arguments',
-        'audioparity.compare.gates',
-        'audioparity.compare.metrics',
         'audioparity.models.parakeet_tdt.encoder',
         'audioparity.workflow.plan',
     },
@@ -37,7 +35,7 @@ OVER: dict[str, set[str]] = {
         'audioparity.candidates.reading:read_tool_output',
         'audioparity.compare.cell:compare_cell',
         'audioparity.compare.cell:fixed_row',
-        'audioparity.compare.gates:resolve_gates',
+        'audioparity.compare.gate_lists:resolve_gates',
         'audioparity.compare.plan:open_cell',
         'audioparity.compare.precision:find_recipe',
         'audioparity.dumping.driver:dump_reference',

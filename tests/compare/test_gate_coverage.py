@@ -18,7 +18,8 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from audioparity.compare.gates import gate_for, gate_text, resolve_gates
+from audioparity.compare.gate_lists import resolve_gates
+from audioparity.compare.gates import gate_for, gate_text
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.spec import FORMS, concrete
 from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind

@@ -13,14 +13,8 @@ import pytest
 import yaml
 
 from audioparity.compare.cell import COLUMNS, compare_cell
-from audioparity.compare.gates import (
-    THRESHOLDS,
-    check_resolved,
-    gate_for,
-    resolve_gates,
-    status,
-    unmeasured_mark,
-)
+from audioparity.compare.gate_lists import check_resolved, resolve_gates
+from audioparity.compare.gates import THRESHOLDS, gate_for, status, unmeasured_mark
 from audioparity.compare.scaling import (
     GAIN_LIMIT,
     LENGTH_SCALED,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.compare.cell import compare_cell
-from audioparity.compare.metrics import wer_known
+from audioparity.compare.sequences import wer_known
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import DumpWriter
 

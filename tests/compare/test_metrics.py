@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from audioparity.compare import metrics as m
+from audioparity.compare import sequences as seq
 from audioparity.contract.errors import AudioparityError
 
 FLOAT_METRICS = (m.cosine, m.std_ratio, m.nmse, m.median_row_nmse, m.max_abs, m.mean_abs,
@@ -196,15 +197,15 @@ def test_kl_drops_agreed_infinities_and_never_passes_a_nan():
 
 def test_logit_gap_is_the_nearest_tie_the_candidate_broke():
     margins = np.array([INF, 0.5, 0.25, INF])
-    assert m.logit_gap([1, 5, 7, 0], [1, 6, 8, 0], margins) == 0.25
-    assert m.logit_gap([1, 5, 8, 0], [1, 6, 8, 0], margins) == 0.5
-    assert m.logit_gap([2, 6, 8, 0], [1, 6, 8, 0], margins) == INF  # only a forced value differs
-    assert m.logit_gap([1, 6], [1, 6, 8, 0], margins) == 0.25  # values the candidate lacks
-    assert m.logit_gap([1, 6, 8, 0], [1, 6, 8, 0], margins) is None
-    assert m.logit_gap([9, 9], [1, 6], np.array([0.125])) == 0.125  # one margin per position
-    assert math.isnan(m.logit_gap([1, 5], [1, 6], np.array([INF, NAN])))
+    assert seq.logit_gap([1, 5, 7, 0], [1, 6, 8, 0], margins) == 0.25
+    assert seq.logit_gap([1, 5, 8, 0], [1, 6, 8, 0], margins) == 0.5
+    assert seq.logit_gap([2, 6, 8, 0], [1, 6, 8, 0], margins) == INF  # only a forced value differs
+    assert seq.logit_gap([1, 6], [1, 6, 8, 0], margins) == 0.25  # values the candidate lacks
+    assert seq.logit_gap([1, 6, 8, 0], [1, 6, 8, 0], margins) is None
+    assert seq.logit_gap([9, 9], [1, 6], np.array([0.125])) == 0.125  # one margin per position
+    assert math.isnan(seq.logit_gap([1, 5], [1, 6], np.array([INF, NAN])))
     with pytest.raises(AudioparityError, match="3 margins for a position of 2 values"):
-        m.logit_gap([1, 5], [1, 6], np.zeros(3))
+        seq.logit_gap([1, 5], [1, 6], np.zeros(3))
 
 
 def test_a_nan_never_passes():
@@ -289,21 +290,21 @@ def test_shape_mismatch_raises():
 
 
 def test_token_match_and_first_divergence():
-    assert m.token_match([1, 2, 3], [1, 2, 4, 5]) == 0.5  # 2 equal over the longer length 4
-    assert m.token_match([], []) == 1.0
-    assert m.token_match([(1, 0, 1), (2, 1, 2)], [(1, 0, 1), (2, 1, 3)]) == 0.5
-    assert m.first_divergence([1, 2, 3], [1, 2, 4]) == 2
-    assert m.first_divergence([1, 2], [1, 2, 3]) == 2
-    assert m.first_divergence([1, 2, 3], [1, 2, 3]) is None
-    assert m.first_divergence([], []) is None
+    assert seq.token_match([1, 2, 3], [1, 2, 4, 5]) == 0.5  # 2 equal over the longer length 4
+    assert seq.token_match([], []) == 1.0
+    assert seq.token_match([(1, 0, 1), (2, 1, 2)], [(1, 0, 1), (2, 1, 3)]) == 0.5
+    assert seq.first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert seq.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert seq.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert seq.first_divergence([], []) is None
 
 
 def test_wer():
-    assert m.wer("a b c", "a x c") == pytest.approx(1 / 3)
-    assert m.wer("a x c d", "a b c") == pytest.approx(2 / 3)  # one substitution, one insertion
-    assert m.wer("", "") == 0.0
-    assert m.wer("a b", "") == 2.0  # empty reference: the count of inserted words
-    assert m.wer("", "a b") == 1.0
+    assert seq.wer("a b c", "a x c") == pytest.approx(1 / 3)
+    assert seq.wer("a x c d", "a b c") == pytest.approx(2 / 3)  # one substitution, one insertion
+    assert seq.wer("", "") == 0.0
+    assert seq.wer("a b", "") == 2.0  # empty reference: the count of inserted words
+    assert seq.wer("", "a b") == 1.0
 
 
 @st.composite

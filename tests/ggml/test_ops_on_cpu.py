@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from audioparity.compare.cell import compare_cell
-from audioparity.compare.gates import resolve_gates
+from audioparity.compare.gate_lists import resolve_gates
 from audioparity.dumping.artifacts import OPS_ON_CPU, DumpWriter
 from audioparity.ggml import open_runtime
 from audioparity.ggml.bindings import ggml as bound

@@ -295,7 +295,8 @@ def test_a_cell_judged_by_an_unmeasured_list_is_marked_in_the_summary_and_the_pa
     its rows (against the reference and the CPU) say so in their gate column, and the page
     marks its cells and says why, once under the matrix; the cpu and vulkan cells, and the
     cuda cell at f32 (the CPU's float32 gates), pass unmarked."""
-    from audioparity.compare.gates import resolve_gates, status
+    from audioparity.compare.gate_lists import resolve_gates
+    from audioparity.compare.gates import status
 
     why = "copied from the Vulkan lists (lavapipe)"
     section = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-12}],

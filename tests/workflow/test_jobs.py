@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from audioparity.compare.gates import resolve_gates
+from audioparity.compare.gate_lists import resolve_gates
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.memory import BASE_MEMORY_MB
 from audioparity.models.registry import registered

@@ -17,7 +17,7 @@ import yaml
 from audioparity.candidates import load_adapter
 from audioparity.candidates.ports import build_ports
 from audioparity.compare.cell import compare_cell
-from audioparity.compare.gates import resolve_gates
+from audioparity.compare.gate_lists import resolve_gates
 from audioparity.report.culprit import check
 from tests.workflow.workdir import make_workdir, run_to_completion
 

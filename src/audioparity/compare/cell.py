@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from audioparity.compare.documents import known_text_metrics
-from audioparity.compare.gates import Verdict, check_resolved, status
+from audioparity.compare.gate_lists import check_resolved
+from audioparity.compare.gates import Verdict, status
 from audioparity.compare.plan import REFERENCE, Cell, Planned, availability, open_cell
 from audioparity.compare.scaling import (
     CARRIED_NOISE,
@@ -331,7 +332,7 @@ def compare_cell(
         candidate_dir: the candidate dump (ggml, external). Absent: every reference stage is
             ``missing``. Manifest status ``unavailable`` / ``crashed``: every stage takes that
             status, with the manifest's message as the reason (:data:`RULES`).
-        gates: the cell's resolved gates (:func:`audioparity.compare.gates.resolve_gates`).
+        gates: the cell's resolved gates (:func:`audioparity.compare.gate_lists.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
             ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
             compares against (:func:`audioparity.models.registry.reference_stage`) and each stage's

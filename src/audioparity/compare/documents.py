@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from audioparity.compare import metrics as m
+from audioparity.compare import sequences
 from audioparity.contract.errors import AudioparityError
 
 _ABSENT = object()
@@ -59,7 +59,7 @@ def _positions(document: Mapping[str, Any], keys: Sequence[str]) -> list[tuple]:
 
 def _gap(cand_pos: list[tuple], ref_pos: list[tuple], divergence: int | None,
          ref_margins: np.ndarray | None) -> float | None:
-    """:func:`~audioparity.compare.metrics.logit_gap` at the first divergence; None without
+    """:func:`~audioparity.compare.sequences.logit_gap` at the first divergence; None without
     margins, without a divergence, or where the reference has no position there.
 
     Raises:
@@ -73,7 +73,7 @@ def _gap(cand_pos: list[tuple], ref_pos: list[tuple], divergence: int | None,
         return None
     cand_at = (cand_pos[divergence] if divergence < len(cand_pos)
                else (_ABSENT,) * len(ref_pos[divergence]))
-    return m.logit_gap(*_aligned(cand_at, ref_pos[divergence]), ref_margins[divergence])
+    return sequences.logit_gap(*_aligned(cand_at, ref_pos[divergence]), ref_margins[divergence])
 
 
 def _undecided(margins: np.ndarray) -> np.ndarray:
@@ -137,12 +137,12 @@ def document_metrics(
     cand_pos, ref_pos = _positions(cand, keys), _positions(ref, keys)
     texts = (cand.get("text"), ref.get("text"))
     differing = [k for k in ref if cand.get(k, _ABSENT) != ref[k]]
-    divergence = m.first_divergence(cand_pos, ref_pos) if keys else None
+    divergence = sequences.first_divergence(cand_pos, ref_pos) if keys else None
     metrics = {
-        "token_match": m.token_match(cand_pos, ref_pos) if keys else None,
+        "token_match": sequences.token_match(cand_pos, ref_pos) if keys else None,
         "first_divergence": divergence,
         "logit_gap": _gap(cand_pos, ref_pos, divergence, ref_margins),
-        "wer": m.wer(*texts) if all(isinstance(t, str) for t in texts) else None,
+        "wer": sequences.wer(*texts) if all(isinstance(t, str) for t in texts) else None,
         "exact": not differing,
         "differing": differing,
     }
@@ -157,7 +157,7 @@ def known_text_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any], known: s
                        ) -> dict[str, float | None]:
     """Both documents' ``text`` against the known text of the case (what was said):
     ``wer_known`` the candidate's, ``ref_wer_known`` the reference's
-    (:func:`~audioparity.compare.metrics.wer_known`, case and punctuation aside); None for a
+    (:func:`~audioparity.compare.sequences.wer_known`, case and punctuation aside); None for a
     side whose document has no ``text`` string. Beside ``wer`` (candidate against reference),
     they tell a port that departs from a reference that is itself right from one that departs
     from a reference that is wrong too.
@@ -165,6 +165,6 @@ def known_text_metrics(cand: Mapping[str, Any], ref: Mapping[str, Any], known: s
     Raises:
         AudioparityError: ``known`` holds no word.
     """
-    return {key: m.wer_known(document["text"], known)
+    return {key: sequences.wer_known(document["text"], known)
             if isinstance(document.get("text"), str) else None
             for key, document in (("wer_known", cand), ("ref_wer_known", ref))}

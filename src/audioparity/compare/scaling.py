@@ -2,7 +2,7 @@
 length (``length_scaling``) and the error an upstream stage carries into the stages after it
 (``carried_noise``). Both are optional keys of a family's config section; :func:`check_rule`
 reads them, :func:`for_length` and :func:`carry_noise` apply them to resolved gates
-(:func:`audioparity.compare.gates.resolve_gates`).
+(:func:`audioparity.compare.gate_lists.resolve_gates`).
 
 Length scaling: float32 noise that grows with a clip's length (sums over every frame, positions
 past the table's) moves the f32 bounds of the stages it reaches; the rule scales them by the

@@ -12,7 +12,7 @@ margin per position of the document (``[positions]``) or per value of a position
 (``[positions, values]``, e.g. MOSS's ``generation_margins`` ``[rows, 1+n_vq]``): the chosen
 logit minus the runner-up, ``+inf`` where the value was forced, NaN where the logits were not
 finite. The reference's margins give the document row its ``logit_gap``
-(:func:`audioparity.compare.metrics.logit_gap` at the first divergence); the candidate's give
+(:func:`audioparity.compare.sequences.logit_gap` at the first divergence); the candidate's give
 its ``non_finite`` (decisions taken on non-finite logits, which fail the stage as any NaN does).
 Comparing the margins themselves as a tensor would be ill-posed: they are differences of nearly
 equal logits (cancellation amplifies their relative error), after the first divergence they

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from audioparity.compare.cell import fixed_row
-from audioparity.compare.gates import check_resolved, status
+from audioparity.compare.gate_lists import check_resolved
+from audioparity.compare.gates import status
 from audioparity.compare.plan import Cell
 from audioparity.compare.stage import compare_stage, stage_kinds
 from audioparity.contract.errors import AudioparityError
@@ -28,7 +29,7 @@ TARGET_METRICS = ("nmse", "max_rel", "cosine", "kl", "top1", "token_match", "wer
 
 
 def target_gates(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The resolved gates (:func:`~audioparity.compare.gates.resolve_gates`' form) that judge
+    """The resolved gates (:func:`~audioparity.compare.gate_lists.resolve_gates`' form) that judge
     a recipe's ``targets`` (gate entries), no expected failure excusing any.
 
     Raises:

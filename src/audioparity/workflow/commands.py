@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
-from audioparity.compare.gates import EXPECTED_LISTS, resolve_gates
+from audioparity.compare.gate_lists import EXPECTED_LISTS, resolve_gates
 from audioparity.contract.spec import WEIGHTS
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
@@ -271,7 +271,7 @@ class Commands:
     def gates(self, w: Any, against: str = "reference") -> str:
         """The gates and expected failures of one cell compared with ``against`` (the
         reference, or the baseline backend), as JSON for ``audioparity compare``
-        (:func:`~audioparity.compare.gates.resolve_gates`; the cells that differ only by a
+        (:func:`~audioparity.compare.gate_lists.resolve_gates`; the cells that differ only by a
         case that no expected failure's ``case`` pattern tells apart share one)."""
         plan = self.jobs.plan(w)
         case = self._case_signature(w.family, w.case) if against == "reference" else ()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from audioparity.compare.gates import unmeasured_lists
+from audioparity.compare.gate_lists import unmeasured_lists
 from audioparity.compare.precision import check_targets
 from audioparity.compare.targets import target_gates
 from audioparity.contract.errors import AudioparityError
@@ -368,7 +368,7 @@ def _backends(family: str, section: Mapping[str, Any]) -> dict[str, Backend]:
 
 def _check_unmeasured(family: str, section: Mapping[str, Any]) -> None:
     """``{family}.unmeasured_gates`` names lists of the section's ``gates``, each with why
-    (:func:`~audioparity.compare.gates.unmeasured_lists`), in one line where it does not."""
+    (:func:`~audioparity.compare.gate_lists.unmeasured_lists`), in one line where it does not."""
     try:
         unmeasured_lists(section)
     except AudioparityError as err:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.compare.metrics import first_divergence, max_rel
+from audioparity.compare.metrics import max_rel
+from audioparity.compare.sequences import first_divergence
 from audioparity.dumping.artifacts import Dump
 from tests.models.moss_voicegen import F32_GATE, HIDDEN_STAGES, PROMPT
 from tests.planted import Patch, failing, planted_crash, planted_dump, planted_rows

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from audioparity.compare.metrics import wer_known
+from audioparity.compare.sequences import wer_known
 from audioparity.dumping.audio import load_audio
 from audioparity.dumping.driver import upload_weights
 from audioparity.ggml import Runtime
