@@ -8,7 +8,7 @@ per-feature normalisation, dither off) in float32, its recipe in float64 (:func:
 and the port's numpy
 frontend (:func:`audioparity.models.parakeet_tdt.frontend.mel_features`, float32) with NeMo's
 filterbank and window; likewise NeMo's ``RelPositionalEncoding`` (d_model 1024) and the port's
-:func:`~audioparity.models.parakeet_tdt.encoder.rel_pos_encoding` against float64 sinusoids.
+:func:`~audioparity.models.parakeet_tdt.positions.rel_pos_encoding` against float64 sinusoids.
 Printed and written (``length_noise.json``): NMSE, max_abs and max_rel of the port against NeMo
 (what a sweep gates), and of each against float64 (whose error grows), per length, NeMo's
 mel features rounded to f16 (the error a fault would add), and the
@@ -114,7 +114,7 @@ def pos_emb_errors(n_frames: int) -> dict:
     import torch
     from nemo.collections.asr.parts.submodules.multi_head_attention import RelPositionalEncoding
 
-    from audioparity.models.parakeet_tdt.encoder import rel_pos_encoding
+    from audioparity.models.parakeet_tdt.positions import rel_pos_encoding
 
     table = RelPositionalEncoding(d_model=D_MODEL, dropout_rate=0.0, max_len=n_frames)
     table.extend_pe(n_frames, device=torch.device("cpu"), dtype=torch.float32)

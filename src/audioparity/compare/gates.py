@@ -104,8 +104,8 @@ noise decides, one machine's rounding against another's (a greedy decode of a ra
 re-routes after a near-tie): a pass there is ``pass``, its reason naming the declaration.
 ``unavailable``, ``crashed`` and ``missing`` are reported as such, declared or not.
 
-:func:`resolve_gates` turns a section into the gates of one cell (JSON-serialisable; what the
-workflow passes as ``audioparity compare --gates '<json>'``)::
+:func:`~.gate_lists.resolve_gates` turns a section into the gates of one cell (JSON-serialisable;
+what the workflow passes as ``audioparity compare --gates '<json>'``)::
 
     {"gates": [{"stage": "layer_*", "from": "f16", "cosine_min": 0.999}, ...],
      "expected_failures": [{"stage": "enc_out", "reason": "f16 overflow"}]}
@@ -405,7 +405,7 @@ def status(
 
     Args:
         stage: the candidate's stage name (the reference's for a stage the candidate lacks).
-        gates: resolved gates of the cell (:func:`resolve_gates`).
+        gates: resolved gates of the cell (:func:`~.gate_lists.resolve_gates`).
         availability: ``ok`` (compared), or ``unavailable`` / ``crashed`` / ``missing``, which
             become the status with ``problems`` as the reason.
         metrics: the stage's metrics (``compare`` computes them); ``None`` for a metric that does

@@ -15,6 +15,7 @@ import pytest
 from audioparity.dumping.artifacts import Dump
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
+from audioparity.models.parakeet_tdt import positions
 from audioparity.models.parakeet_tdt.config import load_config
 from tests.models.parakeet_tdt import reference_dump, uploaded
 
@@ -119,7 +120,7 @@ def port_attention(arrays, x, pos_emb, rows, flash: bool, context: int | None):
         weights = rt.upload(arrays, dict.fromkeys(arrays, "f32"))
         with rt.graph() as g:
             mask = (None if context is None
-                    else g.input("mask", enc.band_mask(x.shape[0], context)))
+                    else g.input("mask", positions.band_mask(x.shape[0], context)))
             out = enc.rel_pos_attention(g.ctx, weights, "att.", cfg, g.input("x", x),
                                         g.input("pos", pos_emb), flash, mask, chunk_rows=rows)
             g.output("y", out, ndim=2)
@@ -137,7 +138,7 @@ def port_weights():
     arrays |= {f"att.pos_bias_{n}": 0.2 * rng.standard_normal((HEADS, D // HEADS)) for n in "uv"}
     arrays = {name: value.astype(np.float32) for name, value in arrays.items()}
     x = rng.standard_normal((FRAMES, D)).astype(np.float32)
-    return arrays, x, enc.rel_pos_encoding(FRAMES, D)
+    return arrays, x, positions.rel_pos_encoding(FRAMES, D)
 
 
 @pytest.mark.parametrize("flash", [False, True], ids=["softmax", "flash"])
@@ -156,7 +157,7 @@ def test_port_attention_in_the_most_chunks_fits_one_graph(port_weights):
     arrays, _, _ = port_weights
     n_frames = enc.MAX_ATTENTION_CHUNKS
     x = np.random.default_rng(7).standard_normal((n_frames, D)).astype(np.float32)
-    pos_emb = enc.rel_pos_encoding(n_frames, D)
+    pos_emb = positions.rel_pos_encoding(n_frames, D)
     assert_rows_equal_within_noise(port_attention(arrays, x, pos_emb, 1, False, None),
                                    port_attention(arrays, x, pos_emb, n_frames, False, None))
 

@@ -16,6 +16,7 @@ from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import storage_types
 from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
+from audioparity.models.parakeet_tdt import positions
 from audioparity.models.parakeet_tdt.checkpoint import expected_shapes, read_state
 from audioparity.models.parakeet_tdt.config import (
     EncoderConfig,
@@ -129,7 +130,7 @@ def nemo_pos_emb(nemo, n_frames: int, d_model: int = D) -> np.ndarray:
 
 @pytest.mark.parametrize("n_frames", [1, 2, 37, 400])
 def test_rel_pos_encoding_matches_nemo(nemo, n_frames):
-    host = enc.rel_pos_encoding(n_frames, D)
+    host = positions.rel_pos_encoding(n_frames, D)
     ref = nemo_pos_emb(nemo, n_frames)
     assert host.shape == ref.shape == (2 * n_frames - 1, D)
     # one float32 ulp of the largest angle (see rel_pos_encoding), plus one ulp of the value
@@ -255,7 +256,7 @@ def test_local_attention_matches_nemo_longformer(nemo, layer, n_frames, context)
     pos_enc.extend_pe(n_frames, "cpu", torch.float32)
     x = np.random.default_rng(4).standard_normal((n_frames, D))
     _, pos_emb = pos_enc(torch.zeros(1, n_frames, D))
-    local = enc.local_rel_pos_encoding(context, D)
+    local = positions.local_rel_pos_encoding(context, D)
     assert np.abs(local - pos_emb[0].numpy()).max() <= 2 * context * 2.0**-23 + 2.0**-23
     with torch.no_grad():
         t = torch.from_numpy(x)[None]
@@ -264,8 +265,8 @@ def test_local_attention_matches_nemo_longformer(nemo, layer, n_frames, context)
     cfg = EncoderConfig(feat_in=MELS, n_layers=1, d_model=D, n_heads=HEADS,
                         self_attention_model="rel_pos_local_attn",
                         att_context_size=(context, context))
-    grid = enc.local_positions_on_full_grid(pos_emb[0].numpy().astype(np.float64), n_frames)
-    mask = enc.band_mask(n_frames, context)
+    grid = positions.local_positions_on_full_grid(pos_emb[0].numpy().astype(np.float64), n_frames)
+    mask = positions.band_mask(n_frames, context)
     out = run_block(graph_arrays(layer.self_attn, "att."),
                     {"x": x, "pos": grid, "mask": mask},
                     lambda ctx, w, t, p, m: enc.rel_pos_attention(ctx, w, "att.", cfg, t, p,

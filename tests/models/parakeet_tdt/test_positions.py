@@ -27,7 +27,7 @@ SECONDS = 96.5
 #: The table's rows past distance FAR rounded to f16, as a port storing the far part of its
 #: table in f16 would hold them; the near rows are exact.
 FAR_ROWS_F16: list[Patch] = [(
-    "encoder.py",
+    "positions.py",
     "    return sinusoids(np.arange(n_frames - 1, -n_frames, -1, dtype=np.float32), d_model)",
     "    pe = sinusoids(np.arange(n_frames - 1, -n_frames, -1, dtype=np.float32), d_model)\n"
     f"    far = np.abs(np.arange(n_frames - 1, -n_frames, -1)) > {FAR}\n"

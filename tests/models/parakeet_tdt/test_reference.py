@@ -232,7 +232,7 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
     subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
     from audioparity.compare.cell import compare_cell
-    from audioparity.models.parakeet_tdt.encoder import rel_pos_encoding
+    from audioparity.models.parakeet_tdt.positions import rel_pos_encoding
 
     samples, rate = sf.read(clip_wav, dtype="int16")
     audio = tmp_path / "two_seconds.wav"

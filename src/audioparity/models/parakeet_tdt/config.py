@@ -194,7 +194,7 @@ class EncoderConfig:
         There is no hard limit on either side: NeMo's ``ConformerEncoder.forward`` calls
         ``update_max_seq_length``, which rebuilds the ``RelPositionalEncoding`` table for the
         longer input (``set_max_audio_length``), and the port computes the table for the
-        frames it is given (:func:`~audioparity.models.parakeet_tdt.encoder.rel_pos_encoding`).
+        frames it is given (:func:`~audioparity.models.parakeet_tdt.positions.rel_pos_encoding`).
         Both dumps record this note; the cost is attention's ``T'^2`` memory.
         """
         if n_frames <= self.pos_emb_max_len:

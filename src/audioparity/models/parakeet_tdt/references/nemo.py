@@ -56,6 +56,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     joint_decisions,
     replay_path,
 )
+from audioparity.models.parakeet_tdt.positions import valid_positions
 from audioparity.models.parakeet_tdt.replay import replayed_encoder
 from audioparity.models.parakeet_tdt.spec import SPEC
 
@@ -158,27 +159,6 @@ def encoder(model: Any, features: Any, length: Any,
         )
     out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
     return out
-
-
-def valid_positions(pos_emb: np.ndarray, n_frames: int) -> np.ndarray:
-    """The rows of ``pos_emb`` for the valid frames: positions ``T'-1 ... -(T'-1)``.
-
-    NeMo sizes ``pos_emb`` by the padded length P of the batch (``[2P-1, D]``, rows ``P-1 ...
-    -(P-1)``), and P can exceed the valid length T' by one: the preprocessor returns L//160 + 1
-    frames of which L//160 are valid, so when L//160 is a multiple of 8 the padded frame
-    survives the x8 subsampling (e.g. exactly 10.0 s: T' 125, P 126). The padded frame is masked
-    in attention, so the valid rows are the middle ``2T'-1``.
-
-    Raises:
-        AudioparityError: ``pos_emb`` has an even row count or fewer than ``2T'-1`` rows.
-    """
-    rows = pos_emb.shape[0]
-    if rows % 2 == 0 or rows < 2 * n_frames - 1:
-        raise AudioparityError(
-            f"pos_emb: shape {list(pos_emb.shape)}, expected [2P-1, D] with P >= T'={n_frames}"
-        )
-    start = (rows + 1) // 2 - n_frames
-    return pos_emb[start : start + 2 * n_frames - 1]
 
 
 def greedy_tdt_decoding(

@@ -37,7 +37,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     joint_decisions,
     replay_path,
 )
-from audioparity.models.parakeet_tdt.references.nemo import valid_positions
+from audioparity.models.parakeet_tdt.positions import valid_positions
 from audioparity.models.parakeet_tdt.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("audioparity")
