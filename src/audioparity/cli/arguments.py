@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
 from audioparity.cli.commands import (
@@ -39,11 +38,11 @@ from audioparity.cli.commands import (
     train_parakeet_tdt,
     weights,
 )
+from audioparity.cli.types import recipe_file, recipe_name, storage_file, value, weight_type
 from audioparity.contract.spec import REPLAY, WEIGHTS, FamilySpec
 from audioparity.contract.vocabulary import (
     BACKENDS,
     MIXES,
-    RECIPE_SEPARATOR,
     STORAGE_TYPES,
     WEIGHT_TYPES,
 )
@@ -51,78 +50,15 @@ from audioparity.dumping.storage import EMULATED_TYPES
 from audioparity.models.registry import registered
 
 
-def _value(what: str, kind: type = str, choices: tuple = (), minimum: int | None = None,
-           null: str | None = None):
-    """An argparse type: the text as ``kind``, one of ``choices`` if given, at least
-    ``minimum`` if given, or None where it is ``null`` (given: the option is nullable);
-    otherwise a usage error naming ``what``."""
-
-    def parse(text: str):
-        if null is not None and text == null:
-            return None
-        try:
-            value = kind(text)
-        except ValueError:
-            expected = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
-            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected {expected}") from None
-        if choices and value not in choices:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {text!r}; valid: {', '.join(map(str, choices))}")
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"{what} {value}: expected at least {minimum}")
-        return value
-
-    return parse
-
-
-def _weight_type(choices: tuple[str, ...]):
-    """An argparse type: a weight type of ``choices``, or a recipe's ``<type>+<name>`` whose
-    type is one of them (the recipe's file is given by ``--recipe <type>+<name>=<file>``)."""
-    plain = _value("weight type", choices=choices)
-
-    def parse(text: str) -> str:
-        base, separator, name = text.partition(RECIPE_SEPARATOR)
-        plain(base)
-        if separator:
-            _recipe_name(name)
-        return text
-
-    return parse
-
-
-def _recipe_name(text: str) -> str:
-    """An argparse type: a recipe's name (letters, digits, ``_`` and ``-``)."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
-        raise argparse.ArgumentTypeError(f"recipe name {text!r}: expected letters, digits, '_' "
-                                         "and '-'")
-    return text
-
-
-def _recipe_file(text: str) -> str:
-    """An argparse type: ``<type>+<name>=FILE``."""
-    weight_type, separator, path = text.partition("=")
-    if not separator or RECIPE_SEPARATOR not in weight_type or not path:
-        raise argparse.ArgumentTypeError(f"--recipe {text!r}: expected <type>+<name>=FILE")
-    return text
-
-
-def _storage_file(text: str) -> tuple[str, Path]:
-    """An argparse type: ``<weight type>=<storage file>``."""
-    weight_type, separator, path = text.partition("=")
-    if not separator or not weight_type or not path:
-        raise argparse.ArgumentTypeError(f"--storage {text!r}: expected <weight type>=FILE")
-    return weight_type, Path(path)
-
-
 def _add_storage(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--storage", type=_storage_file, metavar="WEIGHT_TYPE=FILE",
+    parser.add_argument("--storage", type=storage_file, metavar="WEIGHT_TYPE=FILE",
                         help=f"{what}; WEIGHT_TYPE is the type its cells asked for "
                         "(docs/quantization.md)")
 
 
 def _add_recipe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", action="append", default=[], metavar="TYPE+NAME=FILE",
-                        type=_recipe_file,
+                        type=recipe_file,
                         help="the file of the recipe weight type <type>+<name> "
                         "(audioparity precision writes one); repeatable")
 
@@ -137,7 +73,7 @@ def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str,
         if isinstance(option.default, bool):
             parser.add_argument(option.flag, action="store_true", help=option.help)
         else:
-            kind = _value(option.name.replace("_", " "), type(option.default), option.choices,
+            kind = value(option.name.replace("_", " "), type(option.default), option.choices,
                           option.minimum, option.NULL if option.nullable else None)
             null = f"; {option.NULL}: none" if option.nullable else ""
             parser.add_argument(option.flag, default=option.default, type=kind,
@@ -155,11 +91,11 @@ def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:
                        help="reference dump of the same model and input: what the "
                        "teacher-forced stages are fed")
     p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--weight-type", default="native", type=_weight_type(WEIGHT_TYPES),
+    p.add_argument("--weight-type", default="native", type=weight_type(WEIGHT_TYPES),
                    help="storage type of the matmul weights; native: the checkpoint's; "
                    "<type>+<recipe>: a recipe's")
     _add_recipe(p)
-    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--backend", default="cpu", type=value("backend", choices=BACKENDS))
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     _add_options(p, spec, "ggml")
@@ -188,7 +124,7 @@ def _reference_command(sub, spec: FamilySpec) -> None:
     p.add_argument("--output-dir", required=True, type=Path, action="append",
                    help=f"dump directory, one per {spec.input_flag}, in the same order")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--emulate", action="append", default=[], type=_weight_type(EMULATED_TYPES),
+    p.add_argument("--emulate", action="append", default=[], type=weight_type(EMULATED_TYPES),
                    metavar="WEIGHT_TYPE", help="also dump each case as ggml's CPU backend "
                    "computes it with the matmul weights in this type, to <output-dir>@<type>; "
                    f"repeatable ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>)")
@@ -225,7 +161,7 @@ def _ggml_command(sub, spec: FamilySpec) -> None:
 def _weights_command(sub, spec: FamilySpec) -> None:
     p = sub.add_parser(spec.command, help=f"{spec.title}: convert the weights")
     p.add_argument("--model", required=True, type=Path, help=spec.model)
-    p.add_argument("--weight-type", default="native", type=_weight_type(WEIGHT_TYPES),
+    p.add_argument("--weight-type", default="native", type=weight_type(WEIGHT_TYPES),
                    help="storage type of the matmul weights; native: the checkpoint's; "
                    "<type>+<recipe>: a recipe's")
     _add_recipe(p)
@@ -237,7 +173,7 @@ def _weights_command(sub, spec: FamilySpec) -> None:
 def _drilldown_command(sub, spec: FamilySpec) -> None:
     p = sub.add_parser(spec.command, help=f"{spec.title}: drill into a cell")
     _ggml_arguments(p, spec)
-    p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS),
+    p.add_argument("--against", default="cpu", type=value("backend", choices=BACKENDS),
                    help="the backend it is compared with (default cpu)")
     p.add_argument("--cell", type=Path, help="the cell's comparison with --against "
                    "(audioparity compare): drill only if a stage fails there")
@@ -258,7 +194,7 @@ def _replay_command(sub, spec: FamilySpec) -> None:
                    help="the candidate's dump of the case")
     p.add_argument("--output-dir", required=True, type=Path)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--emulate", type=_weight_type(EMULATED_TYPES), metavar="WEIGHT_TYPE",
+    p.add_argument("--emulate", type=weight_type(EMULATED_TYPES), metavar="WEIGHT_TYPE",
                    help="replay as ggml's CPU backend computes with the matmul weights in this "
                    f"type ({', '.join(EMULATED_TYPES)}, or <type>+<recipe>): a quantized cell's")
     _add_recipe(p)
@@ -274,15 +210,15 @@ def _precision_command(sub, spec: FamilySpec) -> None:
     p.add_argument(spec.input_flag, dest="inputs", required=True, type=Path, action="append",
                    metavar=spec.input.upper(), help=f"{spec.input} file the targets are "
                    "measured on; repeatable")
-    p.add_argument("--weight-type", required=True, type=_value("weight type",
+    p.add_argument("--weight-type", required=True, type=value("weight type",
                                                                 choices=EMULATED_TYPES),
                    help="the type every other matmul weight takes (q4_K, q4_0, ...)")
-    p.add_argument("--wide", default="q8_0", type=_value("wide type", choices=STORAGE_TYPES),
+    p.add_argument("--wide", default="q8_0", type=value("wide type", choices=STORAGE_TYPES),
                    help="the type a weight kept wide takes (default q8_0)")
     p.add_argument("--targets", required=True, help="gate entries the recipe must meet "
                    "against the float32 reference, a JSON list or a .json/.yaml file "
                    "(e.g. '[{\"stage\": \"decode\", \"wer_max\": 0.0}]')")
-    p.add_argument("--name", default="recipe", type=_recipe_name,
+    p.add_argument("--name", default="recipe", type=recipe_name,
                    help="the recipe's name: its weight type is <type>+<name> (default recipe)")
     p.add_argument("--output", required=True, type=Path, help="the recipe (.json) to write")
     p.add_argument("--threads", type=int, default=1, help="threads of torch and of the port")
@@ -416,7 +352,7 @@ def _candidate_command(sub) -> None:
     p.add_argument("--adapter", required=True, help=ADAPTER_HELP)
     p.add_argument("--options", default="{}", help="the candidate's options, a JSON object")
     p.add_argument("--model", required=True, type=Path)
-    p.add_argument("--weight-type", required=True, type=_weight_type((*WEIGHT_TYPES, *MIXES)),
+    p.add_argument("--weight-type", required=True, type=weight_type((*WEIGHT_TYPES, *MIXES)),
                    help="a weight type, a mix its quantizer makes (q4_K_M), or a recipe's "
                    "<type>+<name> (its --recipe), in its quantizer's syntax")
     _add_recipe(p)
@@ -440,10 +376,10 @@ def _candidate_command(sub) -> None:
                    help="the family's options of the config, a JSON object")
     p.add_argument("--output-dir", required=True, type=Path, action="append",
                    help="the case's dump, after its --audio|--prompt")
-    p.add_argument("--weight-type", required=True, type=_weight_type((*WEIGHT_TYPES, *MIXES)),
+    p.add_argument("--weight-type", required=True, type=weight_type((*WEIGHT_TYPES, *MIXES)),
                    help="a weight type, a recipe's <type>+<name>, or a mix (q4_K_M)")
     _add_recipe(p)
-    p.add_argument("--backend", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--backend", default="cpu", type=value("backend", choices=BACKENDS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--weights-file", type=Path, help="the family's own port: the weights "
                    f"converted once (`audioparity {WEIGHTS} <family>`), mapped instead of read "
@@ -476,7 +412,7 @@ def _dump_file_commands(sub) -> None:
                        "(transcribe.cpp's .f32 + .json), seed (the family's seed tool's inputs)")
     p.add_argument("dump", type=Path, metavar="DUMP")
     p.add_argument("--format", required=True, dest="export_format", metavar="f32json|seed",
-                   type=_value("export format", choices=("f32json", "seed")))
+                   type=value("export format", choices=("f32json", "seed")))
     p.add_argument("--output-dir", required=True, type=Path,
                    help="a new (or empty) folder to write")
     p.set_defaults(run=export)
@@ -508,14 +444,14 @@ def _machine_commands(sub) -> None:
     p.set_defaults(run=environments)
     p = sub.add_parser("doctor", help="which backends are built in, their devices, library "
                        "versions")
-    p.add_argument("--backend", type=_value("backend", choices=BACKENDS),
+    p.add_argument("--backend", type=value("backend", choices=BACKENDS),
                    help="also fail (exit 1) unless this backend is built in and has a device")
     p.set_defaults(run=doctor)
     p = sub.add_parser("repro", help="rerun a drill-down's saved graph (its repro/ folder) node "
                        "by node on a backend against another")
     p.add_argument("folder", type=Path)
-    p.add_argument("--backend", required=True, type=_value("backend", choices=BACKENDS))
-    p.add_argument("--against", default="cpu", type=_value("backend", choices=BACKENDS))
+    p.add_argument("--backend", required=True, type=value("backend", choices=BACKENDS))
+    p.add_argument("--against", default="cpu", type=value("backend", choices=BACKENDS))
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(run=repro)
@@ -539,7 +475,7 @@ def _bundle_command(sub) -> None:
     p.add_argument("--backend", action="append", dest="backends", metavar="NAME",
                    help="a backend (or a setting's name) whose cells the host runs; repeat "
                         "for more (default: every backend of the sweep but cpu)")
-    p.add_argument("--cores", type=_value("cores", int, minimum=1), default=os.cpu_count(),
+    p.add_argument("--cores", type=value("cores", int, minimum=1), default=os.cpu_count(),
                    help="for the first machine's side (default: this machine's)")
     p.add_argument("--output", required=True, type=Path, help="the bundle (a .tar file)")
     p.set_defaults(run=bundle_pack)
@@ -584,11 +520,11 @@ def _training_commands(sub) -> None:
             ("train_count", 1, "training sentences"), ("heldout_count", 1, "held-out sentences"),
             ("steps", 1, "optimizer steps"), ("checkpoint_every", 1, "steps between checkpoints"),
             ("threads", 1, "torch threads")):
-        value = getattr(default, name)
-        p.add_argument(f"--{name.replace('_', '-')}", default=value,
-                       type=_value(name.replace("_", " "), int, minimum=minimum),
-                       help=f"{help_text} (default {value})")
-    p.add_argument("--minutes", default=default.minutes, type=_value("minutes", float, minimum=0),
+        given = getattr(default, name)
+        p.add_argument(f"--{name.replace('_', '-')}", default=given,
+                       type=value(name.replace("_", " "), int, minimum=minimum),
+                       help=f"{help_text} (default {given})")
+    p.add_argument("--minutes", default=default.minutes, type=value("minutes", float, minimum=0),
                    help="stop after this many minutes of training, the learning rate's decay "
                    "following the clock (default: no limit, --steps only)")
     p.set_defaults(run=train_parakeet_tdt)

@@ -50,26 +50,15 @@ CAPTURED_ROWS = 4096
 PRUNE_LIMIT = 64
 
 
-def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
-                  keep: Sequence[str] = (), prefix: str = "") -> dict[str, float]:
-    """Each matmul weight's sensitivity to ``weight_type``: the NMSE its matmul's output takes
-    when that weight alone is stored as ``weight_type`` and its input rounded as the CPU
-    backend rounds it, on the inputs the float32 model fed it while ``run()`` ran (up to
-    :data:`CAPTURED_ROWS` rows each). Local to the matmul, so one float32 pass serves every
-    weight. An embedding's is its stored rows' NMSE; an LSTM's matrices take the NMSE of their
-    gate pre-activations on the layer's input and output sequence (layer 0; higher layers'
-    inputs are the layer below's outputs, which the hook does not see, so they take their
-    weights' NMSE).
-
-    Returns:
-        weight name (``<module>.weight``, ``<lstm>.weight_hh_l0``, less ``prefix``: as the port
-        names it) -> NMSE, largest first; a weight two modules share (tied embeddings) once.
-    """
+def _captured_inputs(modules: Sequence[tuple[str, Any, str]], run: Callable[[], None]
+                     ) -> dict[str, list[np.ndarray]]:
+    """What each of ``modules`` (:func:`~audioparity.dumping.emulation.matmul_modules`) was fed
+    while ``run()`` ran, up to :data:`CAPTURED_ROWS` rows: a linear's or conv's input rows
+    (channels last), an LSTM's input and output sequences side by side, nothing of an
+    embedding."""
     import torch
 
     captured: dict[str, list[np.ndarray]] = {}
-    hooks = []
-    modules = list(matmul_modules(module, keep))
 
     def capture(name: str, kind: str):
         def hook(mod, args, output):
@@ -89,14 +78,33 @@ def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
                 rows.append(x.reshape(-1, x.shape[-1]).numpy())
         return hook
 
-    for name, mod, kind in modules:
-        hooks.append(mod.register_forward_hook(capture(name, kind)))
+    hooks = [mod.register_forward_hook(capture(name, kind)) for name, mod, kind in modules]
     try:
         with torch.inference_mode():
             run()
     finally:
         for hook in hooks:
             hook.remove()
+    return captured
+
+
+def sensitivities(module: Any, run: Callable[[], None], weight_type: str,
+                  keep: Sequence[str] = (), prefix: str = "") -> dict[str, float]:
+    """Each matmul weight's sensitivity to ``weight_type``: the NMSE its matmul's output takes
+    when that weight alone is stored as ``weight_type`` and its input rounded as the CPU
+    backend rounds it, on the inputs the float32 model fed it while ``run()`` ran (up to
+    :data:`CAPTURED_ROWS` rows each). Local to the matmul, so one float32 pass serves every
+    weight. An embedding's is its stored rows' NMSE; an LSTM's matrices take the NMSE of their
+    gate pre-activations on the layer's input and output sequence (layer 0; higher layers'
+    inputs are the layer below's outputs, which the hook does not see, so they take their
+    weights' NMSE).
+
+    Returns:
+        weight name (``<module>.weight``, ``<lstm>.weight_hh_l0``, less ``prefix``: as the port
+        names it) -> NMSE, largest first; a weight two modules share (tied embeddings) once.
+    """
+    modules = list(matmul_modules(module, keep))
+    captured = _captured_inputs(modules, run)
     found: dict[str, float] = {}
     seen: set[int] = set()  # a weight two modules share (tied embeddings) is measured once
     for name, mod, kind in modules:

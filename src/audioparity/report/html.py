@@ -249,6 +249,22 @@ def _header_rows(columns: list[tuple[str, ...]], edge: list[str]) -> list[str]:
     return rows
 
 
+def _matrix_cell(row: Mapping[str, str] | None, column: tuple[str, ...], edge: str,
+                 marks: Mapping[str, str | None]) -> str:
+    """One cell of a status matrix: the row's key metric on its status's colour, its cost and
+    unmeasured mark under it, its tooltip; an empty cell where the column has no such row."""
+    attrs = filter_attrs(dict(zip(FILTERS, column, strict=True)))
+    if row is None:
+        return f'<td class="empty{edge}"{attrs}></td>'
+    cost = cost_metric(row)
+    unmeasured = " unmeasured" if marks[row["gate"]] else ""
+    return (f'<td class="{status_class(row["status"])}{unmeasured}{edge}"'
+            f'{attrs} title="{esc(tooltip(row))}">{esc(key_metric(row))}'
+            + (f'<br><small class="cost">{esc(cost)}</small>' if cost else "")
+            + ('<br><small class="unmeasured">unmeasured</small>' if unmeasured else "")
+            + "</td>")
+
+
 def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tensor stage or "
             "the token match of a document stage; hover a cell for the reason, the gate, the "
             "tightest bounds it would pass and every metric. A quantized weight type is "
@@ -291,23 +307,8 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
             cells = {(r["stage"], r["candidate"], r["backend"], r["weight_type"]): r
                      for r in rows_of(group)}
             for stage in sorted(set(group["stage"]), key=lambda s: stage_key(family, s)):
-                tds = []
-                for i, column in enumerate(columns):
-                    row = cells.get((stage, *column))
-                    attrs = filter_attrs(dict(zip(FILTERS, column, strict=True)))
-                    if row is None:
-                        tds.append(f'<td class="empty{edge[i]}"{attrs}></td>')
-                    else:
-                        cost = cost_metric(row)
-                        unmeasured = " unmeasured" if marks[row["gate"]] else ""
-                        tds.append(
-                            f'<td class="{status_class(row["status"])}{unmeasured}{edge[i]}"'
-                            f'{attrs} title="{esc(tooltip(row))}">{esc(key_metric(row))}'
-                            + (f'<br><small class="cost">{esc(cost)}</small>' if cost else "")
-                            + ('<br><small class="unmeasured">unmeasured</small>'
-                               if unmeasured else "")
-                            + "</td>"
-                        )
+                tds = [_matrix_cell(cells.get((stage, *column)), column, edge[i], marks)
+                       for i, column in enumerate(columns)]
                 body.append(f'<tr><th class="stage">{esc(stage)}</th>{"".join(tds)}</tr>')
         stage_th = f'<th class="corner" rowspan="{len(header)}">stage</th>'
         head = "".join(f"<tr>{stage_th if i == 0 else ''}{cells}</tr>"

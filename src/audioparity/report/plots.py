@@ -360,13 +360,7 @@ def _pareto_panel(ax, measured: Measured, bits: dict[str, float | None]) -> None
     front = pareto_front(points)
     finite = {w: p for w, p in points.items() if math.isfinite(p[1])}
     log = measured.cost.log
-    low = _cost_floor(points, log)
-    ys = [y for _, y in finite.values()]
-    if log:
-        low *= 0.8
-        high = max([y for y in ys if y > low] or [low * 10]) * 3
-    else:
-        high = max([*ys, 0.1]) * 1.15
+    low, high = _cost_range(points, log)
 
     def shown(y: float) -> float:
         return max(y, low) if log else y
@@ -393,12 +387,9 @@ def _pareto_panel(ax, measured: Measured, bits: dict[str, float | None]) -> None
     spots = [(*place(*points[w]), _point_label(w, points[w][1], low, log)) for w in order]
     spots += [(place(bits[w], math.nan)[0], 0.97, f"{w}: no cost") for w in absent]
     offsets = place_labels(spots)
-    for weight_type, (_, _, label), offset in zip(absent, spots[len(order):],
-                                                   offsets[len(order):], strict=True):
-        ax.plot(bits[weight_type], 0.97, "x", color=DOMINATED, markersize=7, mew=1.5,
-                clip_on=False, transform=ax.get_xaxis_transform())
-        ax.annotate(label, (bits[weight_type], 0.97), xycoords=ax.get_xaxis_transform(),
-                    xytext=offset, textcoords="offset points", fontsize=7, color="#71717a")
+    _absent_points(ax, [(bits[w], label) for w, (_, _, label) in zip(absent, spots[len(order):],
+                                                                     strict=True)],
+                   offsets[len(order):])
     for weight_type, offset in zip(order, offsets[:len(order)], strict=True):
         x, y = points[weight_type]
         on = weight_type in front
@@ -417,6 +408,35 @@ def _pareto_panel(ax, measured: Measured, bits: dict[str, float | None]) -> None
         ax.annotate(label, where, xytext=offset, textcoords="offset points", fontsize=7,
                     xycoords=ax.get_xaxis_transform() if not math.isfinite(y) else "data",
                     **style)
+    _bits_axes(ax, (left, right), (low, high), log)
+    ax.set_title(measured.title, fontsize=10)
+
+
+def _cost_range(points: dict[str, tuple[float, float]], log: bool) -> tuple[float, float]:
+    """The cost axis of a Pareto panel: from a little under :func:`_cost_floor` to a margin
+    above the largest finite cost."""
+    low = _cost_floor(points, log)
+    ys = [y for _, y in points.values() if math.isfinite(y)]
+    if log:
+        low *= 0.8
+        return low, max([y for y in ys if y > low] or [low * 10]) * 3
+    return low, max([*ys, 0.1]) * 1.15
+
+
+def _absent_points(ax, points: list[tuple[float, str]], offsets: list) -> None:
+    """Each weight type without a cost, ``(bits, label)``, as a grey x at the top."""
+    for (bits, label), offset in zip(points, offsets, strict=True):
+        ax.plot(bits, 0.97, "x", color=DOMINATED, markersize=7, mew=1.5, clip_on=False,
+                transform=ax.get_xaxis_transform())
+        ax.annotate(label, (bits, 0.97), xycoords=ax.get_xaxis_transform(), xytext=offset,
+                    textcoords="offset points", fontsize=7, color="#71717a")
+
+
+def _bits_axes(ax, bits: tuple[float, float], costs: tuple[float, float], log: bool) -> None:
+    """The axes of a Pareto panel: bits per weight from ``bits[0]`` to ``bits[1]`` on
+    :func:`_bits_scale` (marked where it compresses), the costs over ``costs``, log or
+    linear."""
+    left, right = bits
     ax.set_xscale("function", functions=(_bits_scale, _bits_unscale))
     majors = [t for t in (2, 3, 4, 5, 6, 8, 16, 32) if left <= t <= right]
     ax.set_xticks(majors, [f"{t:g}" for t in majors])
@@ -426,10 +446,9 @@ def _pareto_panel(ax, measured: Measured, bits: dict[str, float | None]) -> None
         ax.axvline(COMPRESSED_BEYOND, color="#d4d4d8", linestyle=(0, (2, 2)), linewidth=1)
     if log:
         ax.set_yscale("log")
-    ax.set_ylim(low, high)
+    ax.set_ylim(*costs)
     ax.set_xlabel("bits per weight (compressed beyond 9)" if right > COMPRESSED_BEYOND
                   else "bits per weight")
-    ax.set_title(measured.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
 
 

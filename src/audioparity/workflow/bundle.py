@@ -346,6 +346,35 @@ def _wheels(workdir: Path, source: Path, folder: Path) -> None:
     (folder / BUILD_REQUIREMENTS).write_text("".join(f"{r}\n" for r in build))
 
 
+def _write_bundle(workdir: Path, configfiles: list[Path], output: Path, manifest: dict,
+                  inputs: list[str], relocated: tuple[dict, dict[str, str]]) -> None:
+    """The tar file ``output``, written whole or not at all: the project's items, the config
+    files and their path overrides, the inputs (moved where ``relocated`` says), the ggml
+    source package and wheels, the host's run script and ``manifest``."""
+    overrides, moves = relocated
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".bundle-") as staging:
+        root = Path(staging) / output.name.removesuffix(".tar")
+        project = root / PROJECT
+        for item in PROJECT_ITEMS:
+            _copy(workdir / item, project / item)
+        for i, path in enumerate(configfiles):
+            _copy(path, project / "bundle" / f"config-{i}.yaml")
+        (project / "bundle" / "paths.yaml").write_text(yaml.safe_dump(overrides))
+        for path in inputs:
+            _copy(workdir / path, project / moves.get(path, path))
+        source = ggml_source(workdir, root / SOURCES)
+        _wheels(workdir, source, root / WHEELS)
+        shutil.copy2(workdir / RUN_SCRIPT, root / "run")
+        (root / "run").chmod(0o755)
+        (root / MANIFEST).write_text(json.dumps({**manifest, "ggml_source":
+                                                 f"{SOURCES}/{source.name}"}, indent=1) + "\n")
+        partial = Path(staging) / "bundle.tar"
+        with tarfile.open(partial, "w") as archive:
+            archive.add(root, arcname=root.name)
+        os.replace(partial, output)
+
+
 def pack(workdir: Path, configfiles: list[Path], backends: list[str] | None, output: Path,
          cores: int) -> dict:
     """Pack the bundle of the sweep's cells on ``backends`` (default: every backend of the
@@ -398,27 +427,7 @@ def pack(workdir: Path, configfiles: list[Path], backends: list[str] | None, out
         # what the host's results are computed from, as it is here: merge() holds them to it
         "files": _digests(workdir, [*CODE_ITEMS, *map(str, configfiles), *inputs]),
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".bundle-") as staging:
-        root = Path(staging) / output.name.removesuffix(".tar")
-        project = root / PROJECT
-        for item in PROJECT_ITEMS:
-            _copy(workdir / item, project / item)
-        for i, path in enumerate(configfiles):
-            _copy(path, project / "bundle" / f"config-{i}.yaml")
-        (project / "bundle" / "paths.yaml").write_text(yaml.safe_dump(overrides))
-        for path in inputs:
-            _copy(workdir / path, project / moves.get(path, path))
-        source = ggml_source(workdir, root / SOURCES)
-        _wheels(workdir, source, root / WHEELS)
-        shutil.copy2(workdir / RUN_SCRIPT, root / "run")
-        (root / "run").chmod(0o755)
-        (root / MANIFEST).write_text(json.dumps({**manifest, "ggml_source":
-                                                 f"{SOURCES}/{source.name}"}, indent=1) + "\n")
-        partial = Path(staging) / "bundle.tar"
-        with tarfile.open(partial, "w") as archive:
-            archive.add(root, arcname=root.name)
-        os.replace(partial, output)
+    _write_bundle(workdir, configfiles, output, manifest, inputs, (overrides, moves))
     return manifest
 
 
