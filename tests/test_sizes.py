@@ -28,7 +28,6 @@ OVER: dict[str, set[str]] = {
         'audioparity.compare.gate_lists:resolve_gates',
         'audioparity.compare.plan:open_cell',
         'audioparity.compare.precision:find_recipe',
-        'audioparity.dumping.driver:dump_reference',
         'audioparity.dumping.driver:dump_replay',
         'audioparity.dumping.driver:reference_case',
         'audioparity.dumping.driver:upload_weights',

@@ -88,7 +88,7 @@ def test_our_weights_file_as_storage_is_the_quantization_aware_reference(
     dump_reference(known, model, [(case, tmp_path / "ref")], options=options,
                    emulate=[weight_type])
     dump_reference(known, model, [(case, tmp_path / "matched")], options=options,
-                   storage=FileStorage.read(tmp_path / "w.gguf", weight_type))
+                   emulate=FileStorage.read(tmp_path / "w.gguf", weight_type))
     emulated, matched = Dump(tmp_path / f"ref@{weight_type}"), Dump(tmp_path / "matched")
     assert emulated.manifest["storage"] == matched.manifest["storage"]
     differences = dump_differences(emulated.path, matched.path)

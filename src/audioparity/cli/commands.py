@@ -225,7 +225,7 @@ def reference(args: argparse.Namespace) -> None:
 
     def compute(todo, emulate) -> None:
         dump_reference(_family(args), args.model, todo, options=options, threads=args.threads,
-                       emulate=[_weight_type(args, t) for t in emulate], storage=storage)
+                       emulate=storage or [_weight_type(args, t) for t in emulate])
 
     if args.unavailable_on_error:
         from audioparity.dumping.driver import unavailable_reference

@@ -158,14 +158,13 @@ def check_complete(family: Family, heads: Sequence[str], dump: Mapping[str, Any]
 
 def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]], *,
                    options: Mapping[str, Any], threads: int = 1,
-                   emulate: Sequence[str | Recipe] = (),
-                   storage: FileStorage | None = None) -> None:
+                   emulate: Sequence[str | Recipe] | FileStorage = ()) -> None:
     """The reference's dump of each ``(case file, dump directory)``, loading the model once for
     all (:meth:`Family.load_reference`: the implementation ``options`` name), and again for each
     weight type of ``emulate`` as ggml's CPU backend computes with it
-    (:func:`~audioparity.dumping.emulation.emulations`) into ``<directory>@<type>``; or, given a
-    candidate's ``storage``, only as ggml's CPU backend computes with those stored weights, into
-    each directory (the storage-matched reference).
+    (:func:`~audioparity.dumping.emulation.emulations`) into ``<directory>@<type>``; or, where
+    ``emulate`` is a candidate's stored weights (:class:`FileStorage`), only as ggml's CPU
+    backend computes with those, into each directory (the storage-matched reference).
 
     Every input is checked first, before torch is imported: the config, each case, then the
     implementation's :meth:`~audioparity.contract.family.ReferenceLibrary.check` and
@@ -182,10 +181,11 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
     spec.check_implementation_options(options, f"reference {spec.command}")
     model = Path(model)
     config, opened = open_cases(family, model, [path for path, _ in cases], options)
-    emulates = bool(emulate) or storage is not None
+    emulates = isinstance(emulate, FileStorage) or bool(emulate)
     family.library(options).check(model, config, opened, emulates=emulates)
     family.check_reference(model, config, opened, emulates=emulates)
-    recipes = [recipe for recipe in emulate if isinstance(recipe, Recipe)]
+    recipes = [] if isinstance(emulate, FileStorage) else [
+        recipe for recipe in emulate if isinstance(recipe, Recipe)]
     if recipes:
         checkpoint = family.weights(model, config)
         checkpoint.close()
@@ -200,8 +200,7 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         fields = {"family": spec.name, "threads": threads, "cases_per_load": len(cases),
                   **options, **family.manifest_fields(config, options)}
         for variant in emulations(loaded.module, emulate,
-                                  keep=family.reference_keeps, prefix=family.reference_prefix,
-                                  storage=storage):
+                                  keep=family.reference_keeps, prefix=family.reference_prefix):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
                 reference_case(family, loaded, case, variant.dump_dir(output_dir),
                                {**fields, **variant.fields}, seconds, variant.stored)

@@ -390,22 +390,20 @@ class Emulation:
                              "notes" if self.storage else "fallbacks": self.stored.notes}}
 
 
-def emulations(model: Any, weight_types: Sequence[str | Recipe], keep: Collection[str] = (),
-               prefix: str = "", storage: FileStorage | None = None) -> Iterator[Emulation]:
+def emulations(model: Any, weight_types: Sequence[str | Recipe] | FileStorage,
+               keep: Collection[str] = (), prefix: str = "") -> Iterator[Emulation]:
     """The float32 ``model``, then the same model computing as ggml does with each of
     ``weight_types`` (a type, or a :class:`Recipe`; :func:`emulating`, ``keep`` and ``prefix``
     passed on), one at a time: each is float32 again once the next is asked for (NeMo models
-    cannot be deep-copied). With ``storage``, only the model computing with that candidate's
-    stored weights (the storage-matched reference; ``weight_types`` must be empty).
+    cannot be deep-copied). Given a candidate's stored weights (:class:`FileStorage`) instead,
+    only the model computing with those (the storage-matched reference).
 
     Raises:
         AudioparityError: a weight type that is not emulated (before any model is yielded).
     """
-    if storage is not None:
-        if weight_types:
-            raise ValueError("emulations: a storage file or weight types, not both")
-        with emulating(model, storage, keep, prefix) as stored_weights:
-            yield Emulation(storage.weight_type, model, stored_weights, storage)
+    if isinstance(weight_types, FileStorage):
+        with emulating(model, weight_types, keep, prefix) as stored_weights:
+            yield Emulation(weight_types.weight_type, model, stored_weights, weight_types)
         return
     recipes = [t if isinstance(t, Recipe) else Recipe.uniform(t) for t in weight_types]
     unknown = [r.base for r in recipes if r.base not in EMULATED_TYPES]
