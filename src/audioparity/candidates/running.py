@@ -111,27 +111,20 @@ def convert(adapter_name: str, model: Path, weight_type: str | Recipe, output_di
 
 @dataclass(frozen=True)
 class CandidateRun:
-    """One cell of a candidate, as ``candidate run`` was given it (options checked)."""
+    """One cell of a candidate, as ``candidate run`` was given it (options checked): its
+    adapter, its family, and the :class:`ToolCall` of the cell, whose ``output`` is the dump
+    directory and ``reference`` the case's reference dump."""
 
     adapter: Adapter
     family: Family
-    options: dict[str, Any]
-    family_options: dict[str, Any]
-    model: Path
-    case: Path
-    output_dir: Path
-    reference_dir: Path | None
-    weight_type: str
-    backend: str
-    threads: int
+    call: ToolCall
     #: The recipe the cell runs (its weight type the recipe's base), None for a plain type.
     recipe: Recipe | None = None
 
     def commands(self, output: Path, reference: Path | None) -> list[Command]:
-        """The adapter's commands for this cell, writing into ``output``."""
-        return self.adapter.run(ToolCall(
-            self.model, self.case, output, self.family.spec, self.family_options, self.options,
-            self.weight_type, self.backend, self.threads, reference))
+        """The adapter's commands for this cell, writing into ``output``, reading what
+        :meth:`Adapter.prepare` gave (``reference``)."""
+        return self.adapter.run(replace(self.call, output=output, reference=reference))
 
 
 @dataclass(frozen=True)
@@ -179,9 +172,9 @@ def run_candidate(port: CandidateEntry, model: Path, case: Path, output_dir: Pat
         why = adapter.cannot_run(merged, type_name(weight_type).partition(RECIPE_SEPARATOR)[0],
                                  backend)
         if why:  # a weight type it makes none of (a tool's mix)
-            _unavailable(CandidateRun(adapter, family(family_name), merged, section, Path(model),
-                              Path(case), Path(output_dir), reference_dir,
-                              type_name(weight_type), backend, threads), why)
+            _unavailable(CandidateRun(adapter, family(family_name), ToolCall(
+                Path(model), Path(case), Path(output_dir), spec, section, merged,
+                type_name(weight_type), backend, threads, reference_dir)), why)
             return
         _run_family_port(family(family_name), merged, Path(model),
                          [(Path(case), Path(output_dir), reference_dir)], settings)
@@ -192,9 +185,10 @@ def run_candidate(port: CandidateEntry, model: Path, case: Path, output_dir: Pat
     options = adapter.check_options(options, f"adapter {adapter.name!r} options")
     # a tool runs a recipe only through its own quantizer's syntax, at the recipe's base type
     kind, options, why = port_cell(adapter, options, weight_type)
-    cell = CandidateRun(adapter, family(family_name), options, section, Path(model), Path(case),
-                Path(output_dir), None if reference_dir is None else Path(reference_dir), kind,
-                backend, threads, weight_type if isinstance(weight_type, Recipe) else None)
+    cell = CandidateRun(adapter, family(family_name), ToolCall(
+        Path(model), Path(case), Path(output_dir), spec, section, options, kind, backend, threads,
+        None if reference_dir is None else Path(reference_dir)),
+        weight_type if isinstance(weight_type, Recipe) else None)
     if why:
         _unavailable(cell, why)
     elif adapter.output == "dump":
@@ -248,38 +242,39 @@ def _run_family_port(family: Family, options: dict[str, Any], model: Path,
 
 def _unavailable(cell: CandidateRun, why: str) -> None:
     """An ``unavailable`` dump of the cell, saying why."""
-    with DumpWriter(cell.output_dir, producer=cell.adapter.name, model=cell.model,
-                    inputs={"case": cell.case}, fields=_fields(cell)) as writer:
+    with DumpWriter(cell.call.output, producer=cell.adapter.name, model=cell.call.model,
+                    inputs={"case": cell.call.case}, fields=_fields(cell)) as writer:
         writer.set_status("unavailable", why)
 
 
 def _fields(cell: CandidateRun) -> dict[str, Any]:
     recipe = ({"weight_type": cell.recipe.weight_type, "recipe": dict(cell.recipe.overrides)}
               if cell.recipe else {})
+    call = cell.call
     return {"family": cell.family.spec.name, "candidate_adapter": cell.adapter.name,
-            "backend": cell.backend, "weight_type": cell.weight_type, "threads": cell.threads,
-            "candidate_options": cell.options, **recipe}
+            "backend": call.backend, "weight_type": call.weight_type, "threads": call.threads,
+            "candidate_options": call.options, **recipe}
 
 
 def _run_dump_tool(cell: CandidateRun) -> None:
-    """A tool that writes the dump contract itself: its commands, ``output_dir`` their output
+    """A tool that writes the dump contract itself: its commands, the dump directory their output
     (its parent created, itself not).
 
     Raises:
         AudioparityError: a command fails (the workflow's guard records the cell ``crashed``),
             or they all succeed without writing the dump.
     """
-    why = cell.adapter.cannot_run(cell.options, cell.weight_type, cell.backend)
+    why = cell.adapter.cannot_run(cell.call.options, cell.call.weight_type, cell.call.backend)
     if why:
         _unavailable(cell, why)
         return
-    commands = cell.commands(cell.output_dir, cell.reference_dir)
-    cell.output_dir.parent.mkdir(parents=True, exist_ok=True)
+    commands = cell.commands(cell.call.output, cell.call.reference)
+    cell.call.output.parent.mkdir(parents=True, exist_ok=True)
     for argv, env in commands:
-        run_tool(argv, env, f"{cell.adapter.name} on {cell.case.name}")
-    if not (cell.output_dir / MANIFEST).is_file():
+        run_tool(argv, env, f"{cell.adapter.name} on {cell.call.case.name}")
+    if not (cell.call.output / MANIFEST).is_file():
         raise AudioparityError(f"{cell.adapter.title}: its commands exited 0 but wrote no "
-                               f"{cell.output_dir / MANIFEST}; expected a dump of the contract")
+                               f"{cell.call.output / MANIFEST}; expected a dump of the contract")
 
 
 def _run_tool_cell(cell: CandidateRun) -> None:
@@ -288,15 +283,15 @@ def _run_tool_cell(cell: CandidateRun) -> None:
     and what they wrote and printed read into the dump, with the storage of the model file
     they read (:func:`~audioparity.candidates.model_file.model_storage`)."""
     adapter = cell.adapter
-    why = adapter.cannot_run(cell.options, cell.weight_type, cell.backend)
+    why = adapter.cannot_run(cell.call.options, cell.call.weight_type, cell.call.backend)
     if why:
         _unavailable(cell, why)
         return
-    with DumpWriter(cell.output_dir, producer=adapter.name, model=cell.model,
-                    inputs={"case": cell.case}, fields=_fields(cell)) as writer:
+    with DumpWriter(cell.call.output, producer=adapter.name, model=cell.call.model,
+                    inputs={"case": cell.call.case}, fields=_fields(cell)) as writer:
         for note in adapter.notes:
             writer.note(note)
-        storage = model_storage(adapter, cell.model, cell.options, cell.weight_type)
+        storage = model_storage(adapter, cell.call.model, cell.call.options, cell.call.weight_type)
         if storage is not None:
             record, hashes, lines = storage
             writer.add_storage(record, hashes)
@@ -304,13 +299,13 @@ def _run_tool_cell(cell: CandidateRun) -> None:
                 writer.note(f"storage: {line}")
         raw = writer.partial / "raw"
         raw.mkdir()
-        reference = adapter.prepare(cell.reference_dir, raw / "inputs", options=cell.options)
+        reference = adapter.prepare(cell.call.reference, raw / "inputs", options=cell.call.options)
         commands = cell.commands(raw, reference)
         outputs, crash = [], None
         with writer.timed(RUN_WALL):
             for argv, env in commands:
                 try:
-                    outputs.append(run_tool(argv, env, f"{adapter.name} on {cell.case.name}"))
+                    outputs.append(run_tool(argv, env, f"{adapter.name} on {cell.call.case.name}"))
                 except ToolFailed as err:  # it died: keep what it wrote before
                     crash = str(err)
                     break
@@ -318,5 +313,5 @@ def _run_tool_cell(cell: CandidateRun) -> None:
             else ("", "")
         (raw / "stdout.txt").write_text(stdout)
         (raw / "stderr.txt").write_text(stderr + (f"{crash}\n" if crash else ""))
-        read_tool_output(writer, adapter, cell.family.spec, raw, cell.model, cell.options,
+        read_tool_output(writer, adapter, cell.family.spec, raw, cell.call.model, cell.call.options,
                          crash=crash, commands=len(commands))
