@@ -133,7 +133,7 @@ def test_a_run_that_stops_on_an_error_leaves_no_summary_that_reads_as_current(tm
     workdir = make_workdir(tmp_path / "run", parakeet_config(weight_types=["f32"]))
     run_to_completion(workdir)
     assert check(workdir)[0] == 0
-    reference = workdir / "src/audioparity/models/parakeet_tdt/reference.py"
+    reference = workdir / "src/audioparity/models/parakeet_tdt/references/nemo.py"
     reference.write_text(reference.read_text() + "\nraise RuntimeError('planted')\n")
     failed = subprocess.run(snakemake_command(workdir, "--cores", "2"),
                             env=environment(workdir), capture_output=True, text=True)

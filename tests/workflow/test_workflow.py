@@ -231,7 +231,7 @@ def test_editing_the_nemo_reference_reruns_it_and_nothing_its_unchanged_dumps_fe
     ggml dump or compare of that model runs again."""
     digest = sweep / "results/reference/parakeet_tdt/tiny/clip.sha256"
     before = digest.read_bytes()
-    with edited(sweep / "src/audioparity/models/parakeet_tdt/reference.py"):
+    with edited(sweep / "src/audioparity/models/parakeet_tdt/references/nemo.py"):
         ran = ran_rules(snakemake(sweep, "--cores", "2"))
     assert ran == ["reference_dump"]
     assert digest.read_bytes() == before
@@ -242,7 +242,7 @@ def test_a_changed_reference_dump_reruns_what_reads_it(sweep):
     """The control of the test above: an edit of the NeMo reference that changes what its dump
     holds (the decode's margins, which only a near-tie reads) reruns every ggml dump and compare
     of that model, and nothing of MOSS."""
-    reference = sweep / "src/audioparity/models/parakeet_tdt/reference.py"
+    reference = sweep / "src/audioparity/models/parakeet_tdt/references/nemo.py"
     original = reference.read_text()
     margins = 'yield "decode_margins", margins\n'
     assert original.count(margins) == 1
