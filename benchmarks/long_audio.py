@@ -92,13 +92,14 @@ def compare(reference: Path, ggml: Path, output: Path) -> dict:
 
     from audioparity.compare.cell import compare_cell
     from audioparity.compare.gate_lists import resolve_gates
+    from audioparity.compare.plan import CellDumps
     from audioparity.dumping.artifacts import Dump
 
     section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]
     gates = resolve_gates(section, model="v3", backend="cpu", weight_type="f32")
     labels = {"family": FAMILY, "model": "v3", "case": output.stem, "candidate": "audioparity",
               "backend": "cpu", "weight_type": "f32"}
-    compare_cell(reference, ggml, gates, labels, output)
+    compare_cell(CellDumps(reference, ggml), gates, labels, output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     truth = Dump(reference)
     last = int(Dump(ggml).manifest["n_layers"]) - 1

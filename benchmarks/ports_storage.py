@@ -48,6 +48,7 @@ from sweep import snakemake  # noqa: E402
 from audioparity.candidates import load_adapter  # noqa: E402
 from audioparity.compare.cell import compare_cell  # noqa: E402
 from audioparity.compare.gate_lists import resolve_gates  # noqa: E402
+from audioparity.compare.plan import CellDumps  # noqa: E402
 from audioparity.contract.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
 from audioparity.models.registry import family as family_of  # noqa: E402
 
@@ -154,9 +155,8 @@ def before(workdir: Path, config: dict, cells: pd.DataFrame, scratch: Path) -> d
                                   case=cell.case)
             output = scratch / "compare" / f"{where}.json"
             output.parent.mkdir(parents=True, exist_ok=True)
-            compare_cell(reference / f"{cell.case}@{base}", dump, gates,
-                         {"family": name, "weight_type": cell.weight_type}, output,
-                         replay_dir=replay)
+            compare_cell(CellDumps(reference / f"{cell.case}@{base}", dump, replay=replay), gates,
+                         {"family": name, "weight_type": cell.weight_type}, output)
             found[where] = json.loads(output.read_text())
     return found
 

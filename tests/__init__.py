@@ -29,7 +29,8 @@ def cell_rows(reference: Path, candidate: Path, output: Path, family: str = "par
     import json
 
     from audioparity.compare.cell import compare_cell
+    from audioparity.compare.plan import CellDumps
 
-    compare_cell(reference, candidate, config_gates(family, weight_type), {"family": family},
-                 output, cost_dir=cost)
+    compare_cell(CellDumps(reference, candidate, cost=cost), config_gates(family, weight_type),
+                 {"family": family}, output)
     return {row["stage"]: row for row in json.loads(Path(output).read_text())}

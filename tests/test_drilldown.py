@@ -13,6 +13,7 @@ import pytest
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.drilldown import Drill, drill_cell
 from audioparity.compare.gate_lists import resolve_gates
+from audioparity.compare.plan import CellDumps
 from audioparity.dumping.artifacts import DumpWriter
 from audioparity.dumping.driver import RunSettings
 
@@ -46,7 +47,7 @@ def drilled(tmp_path: Path, cpu: Path, vulkan: Path) -> dict:
     gates = resolve_gates(SECTION, model="m", backend="vulkan", weight_type="f32",
                           against="cpu", ggml_backend="vulkan")
     cell = tmp_path / "cell.json"
-    compare_cell(cpu, vulkan, json.loads(json.dumps(gates)), LABELS, cell)
+    compare_cell(CellDumps(cpu, vulkan), json.loads(json.dumps(gates)), LABELS, cell)
     return drill_cell(None, tmp_path, tmp_path, RunSettings("f32", "vulkan", {}),
                       Drill("cpu", tmp_path / "drilldown", cell))
 

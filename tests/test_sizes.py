@@ -22,11 +22,8 @@ OVER: dict[str, set[str]] = {
     "module_lines": set(),
     "function_lines": set(),
     "parameters": {
-        'audioparity.candidates.reading:read_tool_output',
-        'audioparity.compare.cell:compare_cell',
         'audioparity.compare.cell:fixed_row',
         'audioparity.compare.gate_lists:resolve_gates',
-        'audioparity.compare.plan:open_cell',
         'audioparity.compare.precision:find_recipe',
         'audioparity.dumping.driver:dump_replay',
         'audioparity.dumping.driver:reference_case',

@@ -143,6 +143,7 @@ def test_an_unreadable_file_leaves_its_stage_out_with_why_and_the_rest_is_compar
 
 def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
     from audioparity.compare.cell import compare_cell
+    from audioparity.compare.plan import CellDumps
     from audioparity.dumping.artifacts import DumpWriter
 
     (tmp_path / "m").write_bytes(b"")
@@ -156,7 +157,7 @@ def test_the_compare_names_an_unreadable_file_and_a_stage_not_exposed(tmp_path):
         writer.manifest["not_exposed"] = {"pre_encode": "my.cpp does not expose it"}
     gates = {"gates": [{"stage": "*", "cosine_min": 0.99, "from": "default"}],
              "expected_failures": []}
-    compare_cell(tmp_path / "ref", tmp_path / "cand", gates, {"family": "parakeet_tdt"},
+    compare_cell(CellDumps(tmp_path / "ref", tmp_path / "cand"), gates, {"family": "parakeet_tdt"},
                  tmp_path / "cell.json")
     rows = {r["stage"]: r for r in json.loads((tmp_path / "cell.json").read_text())}
     assert (rows["enc_out"]["status"], rows["pre_encode"]["status"]) == ("pass", "unavailable")

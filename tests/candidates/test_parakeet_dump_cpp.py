@@ -16,6 +16,7 @@ import pytest
 from audioparity.candidates import ToolCall, load_adapter
 from audioparity.candidates.running import CandidateEntry, run_candidate
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.plan import CellDumps
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump, DumpWriter
 from audioparity.dumping.driver import RunSettings
@@ -147,7 +148,7 @@ def test_a_cell_through_the_standin_passes_at_f32(parakeet_model, parakeet_refer
     assert np.load(raw / "inputs" / "pre_encode.npy").ndim == 3
 
     cell = tmp_path / "cell.json"
-    compare_cell(parakeet_reference, output, config_gates("parakeet_tdt", "f32"),
+    compare_cell(CellDumps(parakeet_reference, output), config_gates("parakeet_tdt", "f32"),
                  {"family": "parakeet_tdt", "candidate": "dump_cpp", "weight_type": "f32"}, cell)
     rows = {row["stage"]: row for row in json.loads(cell.read_text())}
     assert {stage: rows[stage]["status"] for stage in STAGES} == dict.fromkeys(STAGES, "pass"), (

@@ -157,6 +157,7 @@ def test_a_users_adapter_named_by_path_runs_through_the_cli(tmp_path, monkeypatc
     the stage it names gets its reason in the cell, the others "does not expose it", and the
     run's wall time is its last stage's seconds."""
     from audioparity.compare.cell import compare_cell
+    from audioparity.compare.plan import CellDumps
 
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "ports/my_port.py", MY_PORT)
@@ -183,7 +184,7 @@ def test_a_users_adapter_named_by_path_runs_through_the_cli(tmp_path, monkeypatc
     gates = {"gates": [{"stage": "decode", "exact": True, "from": "default"},
                        {"stage": "*", "cosine_min": 0.99, "from": "default"}],
              "expected_failures": []}
-    compare_cell(reference_dump(tmp_path / "ref"), tmp_path / "dump", gates,
+    compare_cell(CellDumps(reference_dump(tmp_path / "ref"), tmp_path / "dump"), gates,
                  {"family": "parakeet_tdt"}, tmp_path / "cell.json")
     rows = {r["stage"]: r for r in json.loads((tmp_path / "cell.json").read_text())}
     assert rows["decode"]["status"] == "pass"

@@ -13,6 +13,7 @@ import pytest
 
 from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.documents import document_metrics
+from audioparity.compare.plan import CellDumps
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import DumpWriter
 from tests import RESOURCES
@@ -77,7 +78,7 @@ def compare(tmp_path: Path, tensors: dict | None = None, documents: dict | None 
                            {**DOCUMENTS, **(documents or {})})
     output = tmp_path / "cell.json"
     gates = {"gates": GATES, "expected_failures": list(expected_failures)}
-    compare_cell(reference, candidate, gates, LABELS, output)
+    compare_cell(CellDumps(reference, candidate), gates, LABELS, output)
     rows = json.loads(output.read_text())
     assert all(list(row) == list(COLUMNS) for row in rows)
     return {row["stage"]: row for row in rows}
@@ -226,7 +227,8 @@ def test_margins_attach_to_any_document_by_name(tmp_path: Path):
     gates = {"gates": [{"stage": "decode*", "exact": True},
                        {"stage": "enc_margins", "nmse_max": 0}], "expected_failures": []}
     # decoder_replay is Parakeet's isolated form of decode (its spec)
-    compare_cell(reference, candidate, gates, {**LABELS, "family": "parakeet_tdt"}, output)
+    compare_cell(CellDumps(reference, candidate), gates, {**LABELS, "family": "parakeet_tdt"},
+                 output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     assert set(rows) == {"decode", "decoder_replay", "enc_margins"}
     assert rows["decoder_replay"]["logit_gap"] == 2.0  # one margin per step, at step 2
@@ -263,9 +265,8 @@ def test_massive_activation_fixture_at_f16_is_xfail_only_when_declared(tmp_path:
 
     def cell(weight_type: str, expected: list) -> dict[str, dict]:
         output = tmp_path / f"{weight_type}_{len(expected)}.json"
-        compare_cell(tmp_path / "ref", tmp_path / weight_type,
-                     {"gates": gates(weight_type), "expected_failures": expected}, LABELS,
-                     output)
+        compare_cell(CellDumps(tmp_path / "ref", tmp_path / weight_type),
+                     {"gates": gates(weight_type), "expected_failures": expected}, LABELS, output)
         return {row["stage"]: row for row in json.loads(output.read_text())}
 
     assert {row["status"] for row in cell("f32", []).values()} == {"pass"}

@@ -15,6 +15,7 @@ import yaml
 from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.gate_lists import check_resolved, resolve_gates
 from audioparity.compare.gates import THRESHOLDS, gate_for, status, unmeasured_mark
+from audioparity.compare.plan import CellDumps
 from audioparity.compare.scaling import (
     GAIN_LIMIT,
     LENGTH_SCALED,
@@ -334,7 +335,7 @@ LABELS = {"family": "parakeet_tdt", "model": "tiny", "case": "clip", "candidate"
 
 def run_cell(reference_dir: Path, candidate_dir: Path, tmp_path: Path) -> dict[str, dict]:
     output = tmp_path / "cells" / "cell.json"
-    compare_cell(reference_dir, candidate_dir, gates_for(), LABELS, output)
+    compare_cell(CellDumps(reference_dir, candidate_dir), gates_for(), LABELS, output)
     text = output.read_text()
     rows = json.loads(text, parse_constant=lambda token: pytest.fail(f"non-JSON {token}"))
     assert all(list(row) == list(COLUMNS) for row in rows)
@@ -499,14 +500,15 @@ def test_a_crashed_port_against_another_backend_lists_each_isolated_form_once(tm
         manifest = json.loads((folder / "manifest.json").read_text())
         (folder / "manifest.json").write_text(json.dumps({**manifest, "producer": "ggml"}))
     output = tmp_path / "cell.json"
-    compare_cell(baseline, crashed, gates_for(), {**LABELS, "against": "cpu"}, output)
+    compare_cell(CellDumps(baseline, crashed), gates_for(), {**LABELS, "against": "cpu"}, output)
     stages = [row["stage"] for row in json.loads(output.read_text())]
     assert sorted(stages) == ["layer_0", "layer_0_isolated"]
 
 
 def test_compare_cell_rejects_unresolved_gates(reference_dir: Path, tmp_path: Path):
     with pytest.raises(AudioparityError, match="as resolve_gates returns"):
-        compare_cell(reference_dir, reference_dir, SECTION["gates"], LABELS, tmp_path / "c.json")
+        compare_cell(CellDumps(reference_dir, reference_dir), SECTION["gates"], LABELS,
+                     tmp_path / "c.json")
 
 
 def _moss_like_cell(tmp_path: Path, labels: dict, gates: list) -> dict[str, dict]:
@@ -525,7 +527,8 @@ def _moss_like_cell(tmp_path: Path, labels: dict, gates: list) -> dict[str, dict
                            {"last_hidden": (hidden, "[H]"), "audio_logits": (flipped, "[n_vq, V]")},
                            {"generation": {"rows": [[1, 2, 3], [4, 5, 7]]}})
     output = tmp_path / "cell.json"
-    compare_cell(reference, candidate, {"gates": gates, "expected_failures": []}, labels, output)
+    compare_cell(CellDumps(reference, candidate), {"gates": gates, "expected_failures": []}, labels,
+                 output)
     return {r["stage"]: r for r in json.loads(output.read_text())}
 
 
@@ -660,7 +663,7 @@ def test_against_a_backend_every_stage_meets_its_namesake_and_no_declaration_app
     labels = {"family": "parakeet_tdt", "model": "tiny", "case": "clip",
               "candidate": "audioparity", "backend": "vulkan", "weight_type": "f32",
               "against": "cpu"}
-    compare_cell(cpu, vulkan, gates, labels, tmp_path / "cell.json")
+    compare_cell(CellDumps(cpu, vulkan), gates, labels, tmp_path / "cell.json")
     rows = {row["stage"]: row for row in json.loads((tmp_path / "cell.json").read_text())}
     assert rows["layer_0"]["status"] == "pass" and rows["layer_0"]["nmse"] == 0.0
     isolated_row = rows["layer_0_isolated"]
@@ -688,7 +691,7 @@ def test_two_dumps_of_a_candidate_holding_a_view_are_compared_as_they_are(tmp_pa
              "expected_failures": []}
     labels = {"family": "parakeet_tdt", "model": "m", "case": "c", "candidate": "t",
               "backend": "vulkan", "weight_type": "f32", "against": "cpu"}
-    compare_cell(cpu, vulkan, gates, labels, tmp_path / "cell.json")
+    compare_cell(CellDumps(cpu, vulkan), gates, labels, tmp_path / "cell.json")
     (row,) = json.loads((tmp_path / "cell.json").read_text())
     assert row["status"] == "pass" and row["nmse"] < 1e-10, row
 
@@ -703,8 +706,8 @@ def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_again
     emulated_dir = write_dump(tmp_path / "emulated", tmp_path, emulated, {"decode": DECODE})
     candidate = write_dump(tmp_path / "cand", tmp_path, emulated, {"decode": DECODE})
     output = tmp_path / "cell.json"
-    compare_cell(emulated_dir, candidate, gates_for(), {**LABELS, "weight_type": "q8_0"}, output,
-                 cost_dir=reference_dir)
+    compare_cell(CellDumps(emulated_dir, candidate, cost=reference_dir), gates_for(),
+                 {**LABELS, "weight_type": "q8_0"}, output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     layer, ref = emulated["layer_0"][0].astype(np.float64), REFERENCE["layer_0"][0]
     assert rows["layer_0"]["nmse"] == 0.0 and rows["layer_0"]["status"] == "pass"
@@ -715,7 +718,7 @@ def test_a_quantized_cell_is_measured_against_its_own_reference_and_costed_again
     # joint rows follow the reference's own greedy path: no distance from another reference
     assert rows["joint_logits"]["nmse"] == 0.0 and rows["joint_logits"]["cost_nmse"] is None
     without = tmp_path / "plain.json"
-    compare_cell(emulated_dir, candidate, gates_for(), LABELS, without)
+    compare_cell(CellDumps(emulated_dir, candidate), gates_for(), LABELS, without)
     assert all(row[c] is None for row in json.loads(without.read_text())
                for c in ("cost_nmse", "cost_cosine", "cost_token_match"))
 
@@ -738,7 +741,7 @@ def test_a_recipe_cell_verifies_its_targets_on_its_own_dump_against_float32(
 
     def rows(reference, cand, recipe):
         output = tmp_path / "cell.json"
-        compare_cell(reference, cand, gates_for(), labels, output, cost_dir=reference_dir,
+        compare_cell(CellDumps(reference, cand, cost=reference_dir), gates_for(), labels, output,
                      extra=partial(recipe_row, recipe=recipe))
         return {row["stage"]: row for row in json.loads(output.read_text())}
 
@@ -875,7 +878,8 @@ def test_compare_cell_reads_the_length_from_the_reference(tmp_path: Path):
     for name, section in (("plain", SECTION), ("scaled", {**SECTION,
                                                           "length_scaling": LENGTH_RULE})):
         output = tmp_path / f"{name}.json"
-        compare_cell(reference, candidate, resolve_gates(section, **CELL), LABELS, output)
+        compare_cell(CellDumps(reference, candidate), resolve_gates(section, **CELL), LABELS,
+                     output)
         rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}["layer_0"]
     assert 1e-8 < rows["plain"]["nmse"] < 16e-8
     assert rows["plain"]["status"] == "fail" and rows["scaled"]["status"] == "pass"
@@ -972,7 +976,8 @@ def test_compare_cell_judges_the_end_to_end_layers_against_the_reference_s_floor
             "mel_features": (mel_candidate, "[T, n_mels]"), "layer_0": (off, "[T, D]"),
             "layer_0_isolated": (off, "[T, D]")}, {})
         output = tmp_path / f"{name}.json"
-        compare_cell(reference, candidate, resolve_gates(section, **CELL), LABELS, output)
+        compare_cell(CellDumps(reference, candidate), resolve_gates(section, **CELL), LABELS,
+                     output)
         rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}
         assert rows[name]["layer_0_isolated"]["status"] == "fail"
     for name in ("plain", "carried"):

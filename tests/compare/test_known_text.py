@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.plan import CellDumps
 from audioparity.compare.sequences import wer_known
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import DumpWriter
@@ -38,9 +39,9 @@ def write_dump(path: Path, text: str) -> Path:
 
 def compare(tmp_path: Path, cand: str, ref: str, known: str | None, gate: dict) -> dict:
     output = tmp_path / "cell.json"
-    compare_cell(write_dump(tmp_path / "ref", ref), write_dump(tmp_path / "cand", cand),
-                 {"gates": [{"stage": "decode", **gate}], "expected_failures": []}, LABELS,
-                 output, known_text=known)
+    compare_cell(CellDumps(write_dump(tmp_path / "ref", ref), write_dump(tmp_path / "cand", cand)),
+                 {"gates": [{"stage": "decode", **gate}], "expected_failures": []}, LABELS, output,
+                 known_text=known)
     (row,) = json.loads(output.read_text())
     return row
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.plan import CellDumps
 from audioparity.dumping.artifacts import DumpWriter
 from audioparity.report.summary import write_summary
 from tests.report.test_report import read_csv
@@ -46,7 +47,7 @@ def test_a_quantized_cell_costs_its_logits_in_kl_and_its_decode_in_wer(tmp_path:
     candidate = dump(tmp_path / "cand", [math.log(3.0), 0.0], [1, 4, 3], "a x c",
                      storage=STORAGE)
     output = tmp_path / "cell.json"
-    compare_cell(emulated, candidate, GATES, LABELS, output, cost_dir=f32)
+    compare_cell(CellDumps(emulated, candidate, cost=f32), GATES, LABELS, output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     logits, decode = rows["ctc_logits"], rows["decode"]
     assert logits["kl"] == pytest.approx(0.0, abs=1e-12) and decode["wer"] == 0.0
@@ -69,7 +70,8 @@ def test_a_dump_without_storage_leaves_its_columns_empty(tmp_path: Path):
     older = dump(tmp_path / "older", [0.0, 0.0], [1, 2, 3], "a b c")
     for candidate in (older, tmp_path / "absent"):
         output = tmp_path / f"{candidate.name}.json"
-        compare_cell(reference, candidate, GATES, {**LABELS, "weight_type": "f32"}, output)
+        compare_cell(CellDumps(reference, candidate), GATES, {**LABELS, "weight_type": "f32"},
+                     output)
         rows = json.loads(output.read_text())
         assert rows and all(row[c] is None for row in rows
                             for c in ("bits_per_weight", "fallbacks", "fallback_tensors",
@@ -87,15 +89,15 @@ def test_each_stage_names_the_other_references_it_is_measurably_closer_to(tmp_pa
     newer = dump(tmp_path / "newer", [0.0, 1.0 + 9e-4], [1, 5, 3], "a y c")
     candidate = dump(tmp_path / "cand", [0.0, 1.0 + 1e-3], [1, 4, 3], "a x c")
     output = tmp_path / "cell.json"
-    compare_cell(primary, candidate, GATES, {**LABELS, "weight_type": "f32"}, output,
-                 others={"older": older, "newer": newer})
+    compare_cell(CellDumps(primary, candidate, others={"older": older, "newer": newer}), GATES,
+                 {**LABELS, "weight_type": "f32"}, output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     assert rows["decode"]["status"] == "fail" and rows["decode"]["closer_to"] == "older"
     assert rows["ctc_logits"]["status"] == "pass" and rows["ctc_logits"]["closer_to"] == "newer"
     with DumpWriter(tmp_path / "frames", producer="test", model=tmp_path / "model.bin",
                     inputs={"audio": tmp_path / "clip.wav"}) as writer:
         writer.add_tensor("ctc_logits", np.array([[0.0, 1.001]] * 2, np.float32), "[T, V+1]")
-    compare_cell(primary, candidate, GATES, {**LABELS, "weight_type": "f32"}, output,
-                 others={"frames": tmp_path / "frames"})
+    compare_cell(CellDumps(primary, candidate, others={"frames": tmp_path / "frames"}), GATES,
+                 {**LABELS, "weight_type": "f32"}, output)
     rows = {row["stage"]: row for row in json.loads(output.read_text())}
     assert rows["ctc_logits"]["closer_to"] is None

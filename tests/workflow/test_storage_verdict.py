@@ -18,6 +18,7 @@ from audioparity.candidates import load_adapter
 from audioparity.candidates.ports import build_ports
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.gate_lists import resolve_gates
+from audioparity.compare.plan import CellDumps
 from audioparity.report.culprit import check
 from tests.workflow.workdir import make_workdir, run_to_completion
 
@@ -100,11 +101,12 @@ def test_the_storage_matched_reference_is_what_judges_the_ports_arithmetic(sweep
                           weight_type="q8_0",
                           candidate="layer-1-at-q4_K")
     output = workdir / "ours.json"
-    compare_cell(workdir / "results/reference/parakeet_tdt/espeak/clip@q8_0",
-                 workdir / "results/ggml/parakeet_tdt/espeak/layer-1-at-q4_K/cpu/q8_0/clip",
-                 gates, {"family": "parakeet_tdt", "weight_type": "q8_0"}, output,
-                 replay_dir=workdir / "results/replay/parakeet_tdt/espeak/layer-1-at-q4_K/cpu/"
-                                      "q8_0/clip")
+    results = workdir / "results"
+    compare_cell(CellDumps(results / "reference/parakeet_tdt/espeak/clip@q8_0",
+                           results / "ggml/parakeet_tdt/espeak/layer-1-at-q4_K/cpu/q8_0/clip",
+                           replay=results / "replay/parakeet_tdt/espeak/layer-1-at-q4_K/cpu/"
+                                            "q8_0/clip"),
+                 gates, {"family": "parakeet_tdt", "weight_type": "q8_0"}, output)
     before = {row["stage"]: row for row in json.loads(output.read_text())}
     after = cell(summary, "layer-1-at-q4_K", "q8_0")
     assert before["stored_weights"]["status"] == "fail"

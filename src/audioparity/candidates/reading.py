@@ -6,14 +6,12 @@ from __future__ import annotations
 import collections
 import json
 import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from audioparity.candidates import f32json
-from audioparity.candidates.adapter import Adapter, TensorMap
+from audioparity.candidates.adapter import Adapter, TensorMap, ToolCall
 from audioparity.contract.spec import FamilySpec
 from audioparity.dumping.artifacts import DumpWriter, viewed_layout
 
@@ -24,15 +22,16 @@ log = logging.getLogger("audioparity")
 RUN_WALL = "run_wall"
 
 
-def read_tool_output(writer: DumpWriter, adapter: Adapter, spec: FamilySpec, raw: Path,
-                     model: Path, options: Mapping[str, Any], *, crash: str | None,
-                     commands: int) -> None:
-    """The tool's files in ``raw`` (``f32json``, ``npy``) as the contract's stages, then, unless
+def read_tool_output(writer: DumpWriter, adapter: Adapter, call: ToolCall, raw: Path, *,
+                     crash: str | None, commands: int) -> None:
+    """The tool's files in ``raw`` (``f32json``, ``npy``), written for ``call`` (its family's
+    table, model and options), as the contract's stages, then, unless
     it died (``crash``: why; the dump is then ``crashed``, keeping what it wrote, and the
     stages it never writes are recorded as not exposed, so the compare charges the crash to
     the first it would have written), the document it printed (:attr:`Adapter.printed`,
     :meth:`Adapter.parse` of ``raw/stdout.txt`` and ``raw/stderr.txt``) and the stages it does
     not expose; and its run's wall time on its last stage (:func:`wall_time`)."""
+    spec = call.spec
     if adapter.output in ("f32json", "npy"):
         files, unreadable = (f32json.read_readable(raw) if adapter.output == "f32json"
                              else npy_folder(raw))
@@ -46,8 +45,8 @@ def read_tool_output(writer: DumpWriter, adapter: Adapter, spec: FamilySpec, raw
         if adapter.printed is not None:
             stage = adapter.printed.concrete(None)
             writer.add_json(stage, adapter.parse((raw / "stdout.txt").read_text(),
-                                                 (raw / "stderr.txt").read_text(), model,
-                                                 options=options))
+                                                 (raw / "stderr.txt").read_text(), call.model,
+                                                 options=call.options))
             conventions(writer, adapter.printed, stage)
         not_exposed(writer, adapter, spec)
     wall_time(writer, spec, commands)

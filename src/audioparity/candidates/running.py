@@ -313,5 +313,4 @@ def _run_tool_cell(cell: CandidateRun) -> None:
             else ("", "")
         (raw / "stdout.txt").write_text(stdout)
         (raw / "stderr.txt").write_text(stderr + (f"{crash}\n" if crash else ""))
-        read_tool_output(writer, adapter, cell.family.spec, raw, cell.call.model, cell.call.options,
-                         crash=crash, commands=len(commands))
+        read_tool_output(writer, adapter, cell.call, raw, crash=crash, commands=len(commands))

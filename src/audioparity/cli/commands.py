@@ -410,6 +410,7 @@ def digest(args: argparse.Namespace) -> None:
 
 def compare(args: argparse.Namespace) -> None:
     from audioparity.compare.cell import compare_cell
+    from audioparity.compare.plan import CellDumps
 
     others = _pairs(args.other_reference, "--other-reference", "NAME=DIR")
     extra = None
@@ -418,9 +419,10 @@ def compare(args: argparse.Namespace) -> None:
         from audioparity.dumping.weight_files import read_recipe_document
 
         extra = partial(recipe_row, recipe=read_recipe_document(args.recipe))
-    compare_cell(args.reference, args.candidate, _load_gates(args.gates), _labels(args.label),
-                 args.output, replay_dir=args.replay, cost_dir=args.cost_reference,
-                 known_text=args.known_text, others=others, extra=extra)
+    dumps = CellDumps(args.reference, args.candidate, replay=args.replay,
+                      cost=args.cost_reference, others=others)
+    compare_cell(dumps, _load_gates(args.gates), _labels(args.label), args.output,
+                 known_text=args.known_text, extra=extra)
 
 
 def report_summary(args: argparse.Namespace) -> None:

@@ -19,7 +19,14 @@ import numpy as np
 from audioparity.compare.documents import known_text_metrics
 from audioparity.compare.gate_lists import check_resolved
 from audioparity.compare.gates import Verdict, status
-from audioparity.compare.plan import REFERENCE, Cell, Planned, availability, open_cell
+from audioparity.compare.plan import (
+    REFERENCE,
+    Cell,
+    CellDumps,
+    Planned,
+    availability,
+    open_cell,
+)
 from audioparity.compare.scaling import (
     CARRIED_NOISE,
     LENGTH_SCALING,
@@ -312,26 +319,24 @@ def _judged(cell: Cell, gates: Mapping[str, Any], labels: Mapping[str, str]
     return rows
 
 
-def compare_cell(
-    reference_dir: str | os.PathLike,
-    candidate_dir: str | os.PathLike,
-    gates: Mapping[str, Any],
-    labels: Mapping[str, str],
-    output: str | os.PathLike,
-    replay_dir: str | os.PathLike | None = None,
-    cost_dir: str | os.PathLike | None = None,
-    known_text: str | None = None,
-    others: Mapping[str, str | os.PathLike] | None = None,
-    extra: Callable[[Cell, Mapping[str, str], Mapping[str, Any]], list[dict[str, Any]]]
-    | None = None,
-) -> None:
+def compare_cell(dumps: CellDumps, gates: Mapping[str, Any], labels: Mapping[str, str],
+                 output: str | os.PathLike, known_text: str | None = None,
+                 extra: Callable[[Cell, Mapping[str, str], Mapping[str, Any]],
+                                 list[dict[str, Any]]] | None = None) -> None:
     """Compare a candidate dump with its reference dump and write the cell's rows as JSON.
 
     Args:
-        reference_dir: the reference dump (NeMo, torch).
-        candidate_dir: the candidate dump (ggml, external). Absent: every reference stage is
-            ``missing``. Manifest status ``unavailable`` / ``crashed``: every stage takes that
-            status, with the manifest's message as the reason (:data:`RULES`).
+        dumps: the cell's dumps (:class:`~audioparity.compare.plan.CellDumps`). The candidate's
+            absent: every reference stage is ``missing``; its manifest status ``unavailable`` /
+            ``crashed``: every stage takes that status, with the manifest's message as the
+            reason (:data:`RULES`). The replay of the candidate, where given: each candidate
+            stage with a replayed form gets a row named by that form, the candidate's stage
+            measured against the replay's; a form the replay could not write is ``missing``,
+            with the replay's reason. The cost, where the reference is quantization-aware (the
+            cell's weight type emulated): the float32 reference, against which each compared
+            row gets :data:`COST_COLUMNS`. The other references: every compared row is measured
+            against each too, and names those it is measurably closer to than to the primary
+            (``closer_to``).
         gates: the cell's resolved gates (:func:`audioparity.compare.gate_lists.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
             ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
@@ -340,24 +345,14 @@ def compare_cell(
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
-        replay_dir: the reference's replay of the candidate (the family's ``replay``): each
-            candidate stage with a replayed form gets a row named by that form, the
-            candidate's stage measured against the replay's; a form the replay could not write
-            is ``missing``, with the replay's reason.
-        cost_dir: where ``reference_dir`` is a quantization-aware reference (the cell's weight
-            type emulated), the float32 reference: each compared row gets :data:`COST_COLUMNS`,
-            the candidate's stage measured against its reference stage there (None elsewhere).
         known_text: what was said in the case's audio: each document row with a ``text`` gets
             ``wer_known`` and ``ref_wer_known``
             (:func:`~audioparity.compare.documents.known_text_metrics`).
-        others: the other references' dumps of the case, by name: every compared row is
-            measured against each too, and names those it is measurably closer to than to the
-            primary (``closer_to``).
         extra: rows the cell adds, from the cell, its labels and gates: for a cell of a
             precision recipe's weight type, the row of the recipe's targets
             (:func:`~audioparity.compare.targets.recipe_row`).
 
-    With an ``against`` label other than ``reference`` (a backend's name), ``reference_dir`` is
+    With an ``against`` label other than ``reference`` (a backend's name), the reference dump is
     the same candidate's dump on that backend and every stage, an isolated form too, is
     compared with the stage of the same name there.
 
@@ -366,8 +361,7 @@ def compare_cell(
             threshold that does not apply to it.
     """
     check_resolved(gates)
-    cell = open_cell(reference_dir, candidate_dir, labels, replay_dir, cost_dir, known_text,
-                     others)
+    cell = open_cell(dumps, labels, known_text)
     gates = for_length(gates, case_lengths(cell.reference, gates))
     rows = [*_storage_rows(cell, labels, gates), *_judged(cell, gates, labels)]
     if extra is not None:

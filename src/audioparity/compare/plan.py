@@ -264,27 +264,39 @@ def availability(cell: Cell, row: Planned) -> tuple[str, tuple[str, ...]]:
     return "ok", ()
 
 
-def open_cell(reference_dir: str | os.PathLike, candidate_dir: str | os.PathLike,
-              labels: Mapping[str, str], replay_dir: str | os.PathLike | None = None,
-              cost_dir: str | os.PathLike | None = None, known_text: str | None = None,
-              others: Mapping[str, str | os.PathLike] | None = None) -> Cell:
+@dataclass(frozen=True)
+class CellDumps:
+    """The dumps a cell compares: the ``reference``'s and the ``candidate``'s (absent: every
+    stage ``missing``), and beside them, where given, the reference's ``replay`` of the
+    candidate, the float32 reference of a quantized cell (its ``cost``) and the ``others``
+    references' dumps of the case, by name."""
+
+    reference: str | os.PathLike
+    candidate: str | os.PathLike
+    replay: str | os.PathLike | None = None
+    cost: str | os.PathLike | None = None
+    others: Mapping[str, str | os.PathLike] = field(default_factory=dict)
+
+
+def open_cell(dumps: CellDumps, labels: Mapping[str, str], known_text: str | None = None
+              ) -> Cell:
     """The dumps of a cell read, and its rows planned (:func:`compare_cell`'s arguments).
 
     Raises:
         AudioparityError: an unreadable dump.
     """
-    candidate_path = Path(candidate_dir)
-    reference = Dump(reference_dir)
+    candidate_path = Path(dumps.candidate)
+    reference = Dump(dumps.reference)
     cell = Cell(
         reference=reference,
         candidate=Dump(candidate_path) if candidate_path.exists() else None,
         candidate_path=candidate_path,
-        replay=Dump(replay_dir) if replay_dir is not None else None,
-        cost=Dump(cost_dir) if cost_dir is not None else None,
+        replay=Dump(dumps.replay) if dumps.replay is not None else None,
+        cost=Dump(dumps.cost) if dumps.cost is not None else None,
         family=labels.get("family") or reference.manifest.get("family"),
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
-        others={name: Dump(path) for name, path in (others or {}).items()},
+        others={name: Dump(path) for name, path in dumps.others.items()},
         against=labels.get("against", REFERENCE),
     )
     cell.plan = plan_rows(cell)

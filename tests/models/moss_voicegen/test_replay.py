@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.plan import CellDumps
 from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import dump_replay
 from audioparity.models.moss_voicegen.references.remote_code import layer_inputs
@@ -45,8 +46,8 @@ def rows(moss_model, moss_references, tmp_path_factory):
         dump_replay(FAMILY, moss_model, PROMPT, dump.path, root / "replay",
                     options=options("reference"))
         cell = root / "cell.json"
-        compare_cell(reference, dump.path, config_gates("moss_voicegen", "f32"),
-                     {"family": "moss_voicegen"}, cell, replay_dir=root / "replay")
+        compare_cell(CellDumps(reference, dump.path, replay=root / "replay"),
+                     config_gates("moss_voicegen", "f32"), {"family": "moss_voicegen"}, cell)
         result[name] = {row["stage"]: row for row in json.loads(cell.read_text())}
     return result
 

@@ -232,6 +232,7 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     """2.0 s: 200 valid mel frames (a multiple of 8), so NeMo's padded frame survives the x8
     subsampling (T' 25, padded 26) and its pos_emb has 51 rows for 49 valid positions."""
     from audioparity.compare.cell import compare_cell
+    from audioparity.compare.plan import CellDumps
     from audioparity.models.parakeet_tdt.positions import rel_pos_encoding
 
     samples, rate = sf.read(clip_wav, dtype="int16")
@@ -247,8 +248,8 @@ def test_audio_whose_padded_frame_survives_subsampling_matches_the_ggml_port(
     ggml_dump(parakeet_model, audio, candidate, reference_dir=reference)
     gates = config_gates("parakeet_tdt", "f32")
     cell = tmp_path / "cell.json"
-    compare_cell(reference, candidate, gates, {"family": "parakeet_tdt", "case": "two_seconds"},
-                 cell)
+    compare_cell(CellDumps(reference, candidate), gates,
+                 {"family": "parakeet_tdt", "case": "two_seconds"}, cell)
     failing = {row["stage"]: row["reason"] for row in json.loads(cell.read_text())
                if row["status"] != "pass"}
     assert failing == {}

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from audioparity.compare.cell import compare_cell
+from audioparity.compare.plan import CellDumps
 from audioparity.dumping.driver import dump_replay
 from tests import config_gates
 from tests.models.parakeet_tdt import PARAKEET
@@ -36,8 +37,8 @@ def rows(parakeet_model, clip_wav, parakeet_reference, tmp_path_factory):
                             parakeet_reference)
         dump_replay(PARAKEET, parakeet_model, clip_wav, dump.path, root / "replay", options={})
         cell = root / "cell.json"
-        compare_cell(parakeet_reference, dump.path, config_gates("parakeet_tdt", "f32"),
-                     {"family": "parakeet_tdt"}, cell, replay_dir=root / "replay")
+        compare_cell(CellDumps(parakeet_reference, dump.path, replay=root / "replay"),
+                     config_gates("parakeet_tdt", "f32"), {"family": "parakeet_tdt"}, cell)
         result[bug] = {row["stage"]: row for row in json.loads(cell.read_text())}
     return result
 
