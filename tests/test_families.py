@@ -27,7 +27,7 @@ from audioparity.contract.vocabulary import BACKENDS, MIXES, QUANTIZED, SIDES, W
 from audioparity.dumping.artifacts import Dump
 from audioparity.dumping.driver import RunSettings, dump_ggml, dump_reference
 from audioparity.dumping.storage import EMULATED_TYPES
-from audioparity.models.registry import family, registered, stage_key
+from audioparity.models.registry import family, registered, spec_of
 from tests import MOSS_PROMPTS, REPO, RESOURCES
 
 FAMILIES = list(registered().values())
@@ -104,11 +104,11 @@ def test_stage_names_map_to_their_spec_stage_and_sort_in_pipeline_order():
     assert parakeet.reference_stage("unknown_isolated") == "unknown_isolated"
     names = ["decoder_replay", "layer_10", "decode", "layer_2_isolated", "mel_features",
              "zzz", "layer_2", "enc_out"]
-    assert sorted(names, key=lambda n: stage_key("parakeet_tdt", n)) == [
+    assert sorted(names, key=lambda n: spec_of("parakeet_tdt").stage_key(n)) == [
         "mel_features", "layer_2", "layer_2_isolated", "layer_10", "enc_out", "decode",
         "decoder_replay", "zzz"]
     # a family this install does not know: natural order, <stage>_isolated after <stage>
-    assert sorted(["b_isolated", "a", "b"], key=lambda n: stage_key("other", n)) == [
+    assert sorted(["b_isolated", "a", "b"], key=lambda n: spec_of("other").stage_key(n)) == [
         "a", "b", "b_isolated"]
 
 

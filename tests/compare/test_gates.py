@@ -26,7 +26,7 @@ from audioparity.compare.scaling import (
 from audioparity.compare.targets import recipe_row
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump, DumpWriter
-from audioparity.models.registry import stage_key
+from audioparity.models.registry import spec_of
 from tests import REPO
 
 SECTION = {
@@ -448,7 +448,7 @@ def test_a_crashed_candidate_without_stages_crashed_first_and_missing_after(refe
     candidate_dir = write_dump(tmp_path / "cand", tmp_path, {}, {},
                                status=("crashed", "killed by SIGABRT"))
     rows = run_cell(reference_dir, candidate_dir, tmp_path)
-    first = min(rows, key=lambda stage: stage_key("parakeet_tdt", stage))
+    first = min(rows, key=lambda stage: spec_of("parakeet_tdt").stage_key(stage))
     assert (rows[first]["status"], rows[first]["reason"]) == ("crashed", "killed by SIGABRT")
     assert {r["status"] for stage, r in rows.items() if stage != first} == {"missing"}
     assert all(f"the dump crashed in {first} (killed by SIGABRT)" in r["reason"]

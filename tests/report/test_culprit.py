@@ -181,10 +181,10 @@ def test_a_difference_another_reference_inherits_from_upstream_excuses_nothing()
     text = culprits(rows)[CELL_KEY]
     assert text.startswith("pre_encode (fail, reference disagreement: closer to nemo-2.4.1"), text
     by_stage = {r["stage"]: r for r in rows[2:]}
-    from audioparity.models.registry import flow
+    from audioparity.models.registry import spec_of
 
-    layer = disagreement(by_stage["layer_0"], by_stage, flow("parakeet_tdt", list(by_stage)),
-                         spreads(rows))
+    flow = spec_of("parakeet_tdt").flow(list(by_stage))
+    layer = disagreement(by_stage["layer_0"], by_stage, flow, spreads(rows))
     assert layer.startswith("reference disagreement: closer to nemo-2.4.1 than to nemo "
                             "here and on pre_encode, where it parts too"), layer
 

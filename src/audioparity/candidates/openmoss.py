@@ -18,7 +18,7 @@ from audioparity.candidates.adapter import Adapter, Command, Port, TensorMap, To
 from audioparity.candidates.llama_cpp import QWEN3_WEIGHTS
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.spec import Option
-from audioparity.models.registry import on_reference_path
+from audioparity.models.registry import spec_of
 
 #: The stdout line that carries openmoss's prompt rows.
 PROMPT_LINE = "prompt: "
@@ -77,7 +77,7 @@ class Openmoss(Adapter):
         """As :meth:`Adapter.unavailable`; a stage along the reference's path
         (:attr:`~audioparity.contract.spec.Stage.reference_path`: the generation's teacher-forced
         steps) needs the reference's generated rows fed, which its driver does not take."""
-        if on_reference_path(self.families[0], stage):
+        if spec_of(self.families[0]).on_reference_path(stage):
             return (f"{self.title} does not expose it: its driver runs one prefill and one "
                     "cached step on its own prompt rows; it is not fed the reference's "
                     "generated rows")

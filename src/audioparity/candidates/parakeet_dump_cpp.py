@@ -20,7 +20,7 @@ from typing import Any
 from audioparity.candidates.adapter import Adapter, Command, TensorMap, ToolCall
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.spec import Option
-from audioparity.models.registry import on_reference_path
+from audioparity.models.registry import spec_of
 
 
 class ParakeetDumpCpp(Adapter):
@@ -51,7 +51,7 @@ class ParakeetDumpCpp(Adapter):
         """As :meth:`Adapter.unavailable`; a stage along the reference's greedy path
         (:attr:`~audioparity.contract.spec.Stage.reference_path`) needs that path fed to its
         decoder, which runs free (``decoder_tokens.json``) and writes no joint logits."""
-        if on_reference_path(self.families[0], stage):
+        if spec_of(self.families[0]).on_reference_path(stage):
             return (f"{self.title} does not expose it: its decoder runs free and writes no "
                     "joint logits")
         return super().unavailable(stage)

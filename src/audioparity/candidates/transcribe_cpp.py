@@ -23,7 +23,7 @@ from audioparity.candidates.adapter import (
 )
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.spec import Option
-from audioparity.models.registry import on_reference_path
+from audioparity.models.registry import spec_of
 
 #: Seconds per encoder frame of Parakeet (hop 10 ms x subsampling 8): its token times' unit.
 FRAME_SECONDS = 0.08
@@ -133,7 +133,7 @@ class TranscribeCpp(Adapter):
         (:attr:`~audioparity.contract.spec.Stage.reference_path`) that it did not write (the
         decode teacher-forced on its own encoder output) needs that path fed to its decoder, which
         runs free."""
-        if on_reference_path(self.families[0], stage):
+        if spec_of(self.families[0]).on_reference_path(stage):
             return (f"{self.title} does not expose it: its decoder runs free (it dumps the "
                     "first joint step of its own decode only) and takes no given path")
         return super().unavailable(stage)

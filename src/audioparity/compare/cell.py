@@ -48,10 +48,6 @@ from audioparity.dumping.artifacts import (
     Dump,
     write_text_atomic,
 )
-from audioparity.models.registry import (
-    on_reference_path,
-    reference_stage,
-)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +92,7 @@ def _cost(cell: Cell, row: Planned, measured: dict[str, Any] | None) -> dict[str
     compared row of a quantized cell; empty elsewhere, and where the two do not line up (a
     problem such as rows compared over a common prefix only)."""
     if (cell.cost is None or measured is None or row.against is not cell.reference
-            or on_reference_path(cell.family, row.ref_stage)):
+            or cell.family.on_reference_path(row.ref_stage)):
         return dict.fromkeys(COST_COLUMNS)
     cost, problems = compare_stage(cell.cost, cell.candidate, row.cand_stage, row.ref_stage,
                                    row.kind, row.ref_kind)
@@ -261,7 +257,7 @@ def _closer_to(cell: Cell, row: Planned, measured: Mapping[str, Any] | None) -> 
     where none is: its stage, an isolated form (our block on the primary's input) or a
     replayed one (the primary's block on the candidate's input) each measured against the
     other reference's stage."""
-    stage, found = reference_stage(cell.family, row.stage), []
+    stage, found = cell.family.reference_stage(row.stage), []
     for name, other in cell.others.items():
         if row.kind is None or not other.has(stage):
             continue
@@ -340,8 +336,8 @@ def compare_cell(dumps: CellDumps, gates: Mapping[str, Any], labels: Mapping[str
         gates: the cell's resolved gates (:func:`audioparity.compare.gate_lists.resolve_gates`).
         labels: copied into every row (``family``, ``model``, ``case``, ``candidate``,
             ``backend``, ``weight_type``); ``family`` also says which stage an isolated form
-            compares against (:func:`audioparity.models.registry.reference_stage`) and each stage's
-            kind.
+            compares against
+            (:meth:`audioparity.contract.spec.FamilySpec.reference_stage`) and each stage's kind.
         output: the cell file: a JSON list of rows with the keys :data:`COLUMNS` (labels first;
             labels beyond :data:`LABEL_COLUMNS` are kept after them, summary.csv drops them),
             non-finite metrics written as the strings ``"nan"``, ``"inf"``, ``"-inf"``.

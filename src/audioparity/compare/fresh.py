@@ -28,6 +28,7 @@ from audioparity.compare.stage import MARGINS
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import FRESH
 from audioparity.dumping.artifacts import RUNNING, Dump
+from audioparity.models.registry import spec_of
 
 #: The gate of a stage without a stated bound.
 IDENTICAL = "identical"
@@ -142,7 +143,7 @@ def fresh_rows(fresh_dir: str | os.PathLike, run_dir: str | os.PathLike,
     reused, phase = (Dump(run), None) if finished else _partial(run)
     stages = _stages(fresh)
     died_in = None if finished or reused is None else crashed_stage(
-        labels.get("family"), [stage for stage in stages if not reused.has(stage)], phase)
+        spec_of(labels.get("family")), [stage for stage in stages if not reused.has(stage)], phase)
     rows = []
     for stage in stages:
         entry = bound_for(stage, bounds)

@@ -13,16 +13,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from audioparity.compare.stage import not_exposed, stage_kinds, stored_weights_difference
+from audioparity.contract.spec import StageNames
 from audioparity.dumping.artifacts import (
     CRASHED_IN,
     Dump,
 )
-from audioparity.models.registry import (
-    form_of,
-    reference_stage,
-    registered,
-    stage_key,
-)
+from audioparity.models.registry import spec_of
 
 #: The ``against`` label of a comparison with the reference dump.
 REFERENCE = "reference"
@@ -57,7 +53,9 @@ class Cell:
     candidate_path: Path
     replay: Dump | None
     cost: Dump | None
-    family: str | None
+    #: The spec of the cell's family (its stage names, also a family this install does not
+    #: know).
+    family: StageNames
     #: Each candidate stage against the stage of the same name (a comparison with another
     #: backend), rather than against its reference stage.
     same_stages: bool
@@ -94,7 +92,7 @@ class Cell:
 
     def wanted(self, stage: str) -> str:
         """The reference stage a candidate stage is compared with."""
-        return stage if self.same_stages else reference_stage(self.family, stage)
+        return stage if self.same_stages else self.family.reference_stage(stage)
 
 
 def plan_rows(cell: Cell) -> list[Planned]:
@@ -120,7 +118,7 @@ def plan_rows(cell: Cell) -> list[Planned]:
             plan.append(Planned(name, name, reference, known, kind, ref_kinds.get(target)))
     if cell.candidate is not None and _crashed_port(cell.candidate):
         for name in ref_kinds:
-            form = form_of(family, name, "isolated")
+            form = family.form_of(name, "isolated")
             if form is not None and form not in cand_kinds and form not in ref_kinds:
                 plan.append(Planned(form, form, reference, name, None, ref_kinds[name]))
     if not plan:
@@ -130,7 +128,7 @@ def plan_rows(cell: Cell) -> list[Planned]:
     if cell.replay is not None:
         replay_kinds = stage_kinds(cell.replay, family)
         for name, kind in cand_kinds.items():
-            form = form_of(family, name, "replayed")
+            form = family.form_of(name, "replayed")
             if form is not None:
                 plan.append(Planned(form, name, cell.replay,
                                     form if form in replay_kinds else None, kind,
@@ -145,8 +143,8 @@ def _first_owed(cell: Cell) -> str | None:
     for dump in (cell.candidate, cell.reference):
         if dump is not None and dump.manifest.get(CRASHED_IN):
             return dump.manifest[CRASHED_IN]
-    known = registered().get(cell.family or "")
-    return known.spec.stages[0].name if known is not None else None
+    stages = cell.family.stages
+    return stages[0].name if stages else None
 
 
 def _crashed_port(candidate: Dump) -> bool:
@@ -155,7 +153,7 @@ def _crashed_port(candidate: Dump) -> bool:
     return candidate.status == "crashed" and candidate.manifest.get("producer") == "ggml"
 
 
-def crashed_stage(family: str | None, lacking: Sequence[str], running: str | None
+def crashed_stage(family: StageNames, lacking: Sequence[str], running: str | None
                   ) -> str | None:
     """The stage a dump that died was computing, of the stages it lacks: ``running`` (the
     stage its :class:`~audioparity.dumping.artifacts.DumpWriter` named as running, a family's
@@ -165,7 +163,7 @@ def crashed_stage(family: str | None, lacking: Sequence[str], running: str | Non
     (:func:`~audioparity.compare.fresh.fresh_rows`) both charge the crash to it."""
     if running in lacking:
         return running
-    return min(lacking, key=lambda stage: stage_key(family or "", stage), default=None)
+    return min(lacking, key=family.stage_key, default=None)
 
 
 def _crashed_stage(cell: Cell) -> str | None:
@@ -293,7 +291,7 @@ def open_cell(dumps: CellDumps, labels: Mapping[str, str], known_text: str | Non
         candidate_path=candidate_path,
         replay=Dump(dumps.replay) if dumps.replay is not None else None,
         cost=Dump(dumps.cost) if dumps.cost is not None else None,
-        family=labels.get("family") or reference.manifest.get("family"),
+        family=spec_of(labels.get("family") or reference.manifest.get("family")),
         same_stages=labels.get("against", REFERENCE) != REFERENCE,
         known_text=known_text,
         others={name: Dump(path) for name, path in dumps.others.items()},

@@ -244,7 +244,7 @@ class Search:
     def measure(self, reference: Dump, candidate: Dump, case: str) -> list[dict[str, Any]]:
         """The target stages of ``candidate`` against ``reference`` (dumps of ``case``)
         (:func:`~audioparity.compare.targets.target_rows`)."""
-        return target_rows(reference, candidate, self.targets, self.family.spec.name, case)
+        return target_rows(reference, candidate, self.targets, self.family.spec, case)
 
 
 def check_targets(spec: Any, targets: Sequence[Mapping[str, Any]]) -> None:

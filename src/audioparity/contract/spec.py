@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import INPUT_KINDS, SIDES, STAGE_KINDS, StageKind
@@ -271,6 +271,9 @@ class FamilySpec:
     ggml_reads_reference: bool = False
     converts_weights: bool = True
     references: tuple[str, ...] = ("torch",)
+    #: :meth:`locate`'s answers by name (the report locates every row of a summary).
+    _located: dict[str, Located | None] = field(default_factory=dict, init=False, repr=False,
+                                                compare=False)
 
     def __post_init__(self) -> None:
         if not self.references:
@@ -368,11 +371,30 @@ class FamilySpec:
     def locate(self, name: str) -> Located | None:
         """Where a concrete stage name is in the contract (``layer_3_isolated`` -> the
         ``layer_{i}`` stage, layer 3, form ``isolated``), or None when it has no such stage."""
-        for index, stage in enumerate(self.stages):
-            found = stage.match(name)
-            if found is not None:
-                return Located(index, stage, *found)
-        return None
+        if name not in self._located:
+            self._located[name] = next(
+                (Located(index, stage, *found) for index, stage in enumerate(self.stages)
+                 if (found := stage.match(name)) is not None), None)
+        return self._located[name]
+
+    def stage_kind(self, name: str) -> str | None:
+        """The kind of a concrete stage name (:class:`StageKind`), None when the contract has
+        no such stage."""
+        found = self.locate(name)
+        return found.stage.kind if found is not None else None
+
+    def on_reference_path(self, name: str) -> bool:
+        """Whether a concrete stage name follows the reference's own decisions
+        (:attr:`Stage.reference_path`); False when the contract has no such stage."""
+        found = self.locate(name)
+        return found is not None and found.stage.reference_path
+
+    def form_of(self, name: str, form: str) -> str | None:
+        """The ``isolated`` or ``replayed`` form of a concrete stage name (``layer_3`` ->
+        ``layer_3_isolated``, ``decode`` -> ``decoder_replay``), None when the stage has none
+        or is itself a form."""
+        found = self.locate(name)
+        return None if found is None or found.form else found.form_name(form)
 
     def stage(self, name: str) -> Stage:
         """The stage (not a form) of that name (``layer_{i}``, ``enc_out``).
@@ -448,6 +470,66 @@ class FamilySpec:
             parts = tuple(n for p in found.stage.parts if (n := resolve(p, found.layer)))
             found_flow[name] = (inputs, parts)
         return found_flow
+
+
+@dataclass(frozen=True)
+class UnknownFamily:
+    """The stage names of a family this install does not know (a summary from elsewhere), read
+    by the suffix convention ``<stage>_<form>`` (:data:`FORMS`); answers what
+    :class:`FamilySpec` does of its names, with nothing located."""
+
+    name: str
+    #: None is known.
+    stages: ClassVar[tuple[Stage, ...]] = ()
+
+    @staticmethod
+    def _form_of(name: str) -> tuple[str, int]:
+        """``(stage, form index)`` of a name by the suffix convention."""
+        for index, form in enumerate(FORMS[1:], 1):
+            suffix = f"_{form}"
+            if name.endswith(suffix) and name != suffix:
+                return name.removesuffix(suffix), index
+        return name, 0
+
+    def locate(self, name: str) -> None:
+        """Nothing: no stage is known."""
+        return None
+
+    def stage_kind(self, name: str) -> None:
+        """Nothing: no stage's kind is known (a dump's file says whether it is a tensor)."""
+        return None
+
+    def on_reference_path(self, name: str) -> bool:
+        """False: no stage is known to follow the reference's decisions."""
+        return False
+
+    def form_of(self, name: str, form: str) -> None:
+        """Nothing: no stage is known to have forms."""
+        return None
+
+    def reference_stage(self, name: str) -> str:
+        """``<stage>_isolated`` and ``<stage>_replayed`` belong to ``<stage>``, any other name
+        is its own."""
+        return self._form_of(name)[0]
+
+    def stage_key(self, name: str) -> tuple:
+        """Natural order, layer numbers numeric, a stage's forms right after it."""
+        base, form = self._form_of(name)
+        return (0, natural_key(base), form)
+
+    def flow(self, names: Iterable[str], reference: bool = False
+             ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The pipeline read as a chain: each stage's input is the stage before it in
+        :meth:`stage_key` order; a form has none, and no stage has parts."""
+        names = list(names)
+        bases = sorted({self._form_of(name)[0] for name in names}, key=self.stage_key)
+        before = dict(zip(bases[1:], bases[:-1], strict=True))
+        return {name: ((before[name],) if name in before else (), ()) for name in names}
+
+
+#: What the compare and the report read of a family's stage names: its spec, or the suffix
+#: convention for a family this install does not know.
+StageNames = FamilySpec | UnknownFamily
 
 
 @functools.lru_cache(maxsize=1 << 16)

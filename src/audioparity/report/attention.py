@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from audioparity.models.registry import reference_stage
+from audioparity.models.registry import spec_of
 from audioparity.report.culprit import SEPARATOR
 
 #: Statuses that need attention, the most severe first (a cause takes its rows' most severe).
@@ -107,9 +107,9 @@ def cause_of(row: Mapping[str, Any]) -> str:
     if row.get("culprit"):
         found = row["culprit"].split(SEPARATOR)
         family = row.get("family")
-        base = reference_stage(family, row["stage"])
+        base = spec_of(family).reference_stage(row["stage"])
         return next((c for c in found
-                     if reference_stage(family, c.partition(" (")[0]) == base), found[0])
+                     if spec_of(family).reference_stage(c.partition(" (")[0]) == base), found[0])
     return f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"]
 
 

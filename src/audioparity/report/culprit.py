@@ -59,8 +59,7 @@ from typing import Any
 
 from audioparity.compare.gates import STALE
 from audioparity.contract.vocabulary import FRESH, RECIPE_ROW
-from audioparity.models import registry
-from audioparity.models.registry import reference_stage, stage_key
+from audioparity.models.registry import spec_of
 
 #: Statuses that make a cell need attention (a declared ``xfail`` does not).
 FAILING = ("fail", "crashed", "missing")
@@ -125,7 +124,7 @@ def disagreement(pick: Mapping[str, Any], by_stage: Mapping[str, Mapping[str, An
     the primary there, to which it is closer on every measured stage feeding it where that
     reference parts too; for a block's own form, one that agrees with the primary before it.
     ``by_stage`` holds the cell's rows by stage, ``flow`` its data flow."""
-    family, base = pick["family"], reference_stage(pick["family"], pick["stage"])
+    family, base = pick["family"], spec_of(pick["family"]).reference_stage(pick["stage"])
     where = (family, pick["model"], pick["case"])
 
     def parts(name: str, stage: str) -> list[Mapping[str, Any]]:
@@ -186,9 +185,9 @@ def _depths(flow: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> dict
 @functools.lru_cache(maxsize=1024)
 def _flow(family: str, names: tuple[str, ...], reference: bool
           ) -> tuple[dict[str, tuple[tuple[str, ...], tuple[str, ...]]], dict[str, int]]:
-    """:func:`audioparity.models.registry.flow` of a cell's stage names and their :func:`_depths`,
-    once for every cell of a sweep with the same stages (read only)."""
-    flow = registry.flow(family, list(names), reference=reference)
+    """:meth:`audioparity.contract.spec.FamilySpec.flow` of a cell's stage names and their
+    :func:`_depths`, once for every cell of a sweep with the same stages (read only)."""
+    flow = spec_of(family).flow(list(names), reference=reference)
     if RECIPE_ROW in flow:  # the recipe's targets are measured on the cell's own stages
         flow[RECIPE_ROW] = (tuple(n for n in names if n != RECIPE_ROW), ())
     return flow, _depths(flow)
@@ -222,7 +221,7 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
 
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(reference_stage(family, row["stage"]), []).append(row)
+        groups.setdefault(spec_of(family).reference_stage(row["stage"]), []).append(row)
     # another reference against the primary: its own pipeline's data flow
     flow, depth = _flow(family, tuple({**by_stage, **groups}),
                         rows[0]["backend"] == REFERENCE_BACKEND)
@@ -263,7 +262,7 @@ def culprit(rows: Sequence[Mapping[str, Any]], spread: Spread | None = None) -> 
             continue
         if rows[0]["against"] == "reference":
             why = disagreement(pick, by_stage, flow, spread or {}) or why
-        found.append((depth[stage], stage_key(family, pick["stage"]), _text(pick, why)))
+        found.append((depth[stage], spec_of(family).stage_key(pick["stage"]), _text(pick, why)))
     return SEPARATOR.join(text for *_, text in sorted(found))
 
 

@@ -48,7 +48,7 @@ from audioparity.contract.vocabulary import (
     WEIGHT_TYPES,
 )
 from audioparity.dumping.artifacts import write_text_atomic
-from audioparity.models.registry import stage_key
+from audioparity.models.registry import spec_of
 from audioparity.report.assets import CSS, SCRIPT, status_css
 from audioparity.report.attention import Cause, causes, compact
 from audioparity.report.cells import (
@@ -306,7 +306,7 @@ def _matrix(frame: pd.DataFrame, note: str = "Each cell shows the NMSE of a tens
             )
             cells = {(r["stage"], r["candidate"], r["backend"], r["weight_type"]): r
                      for r in rows_of(group)}
-            for stage in sorted(set(group["stage"]), key=lambda s: stage_key(family, s)):
+            for stage in sorted(set(group["stage"]), key=lambda s: spec_of(family).stage_key(s)):
                 tds = [_matrix_cell(cells.get((stage, *column)), column, edge[i], marks)
                        for i, column in enumerate(columns)]
                 body.append(f'<tr><th class="stage">{esc(stage)}</th>{"".join(tds)}</tr>')
@@ -340,7 +340,7 @@ def _backends(frame: pd.DataFrame) -> str:
     for _, group in failing.groupby(["family", "model", "case", "candidate", "backend",
                                      "weight_type", "against"], sort=False):
         first = min(rows_of(group),
-                    key=lambda r: stage_key(r["family"], r["stage"]))
+                    key=lambda r: spec_of(r["family"]).stage_key(r["stage"]))
         rows.append(first)
     if rows:
         parts.append(f"<h3>First bad op of each cell that fails ({len(rows)})</h3>"

@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 
 from audioparity.contract.spec import FORMS
 from audioparity.contract.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES
-from audioparity.models.registry import locate, stage_key
+from audioparity.models.registry import spec_of
 from audioparity.report.summary import ordered, rows_of, shown_cases
 from audioparity.report.weight_types import Measured, Sweep, pareto_front
 
@@ -89,7 +89,7 @@ def per_layer(family: str, stage: str) -> tuple[int, str] | None:
     holds the layer placeholder (``layer_3_isolated`` -> ``(3, "isolated")``); None for any
     other stage, and for every stage of a family this install does not know (a summary from
     elsewhere: its rows show in the other sections only)."""
-    found = locate(family, stage)
+    found = spec_of(family).locate(stage)
     if found is None or found.layer is None:
         return None
     return found.layer, found.form
@@ -230,7 +230,7 @@ def by_weight_type(frame: pd.DataFrame) -> str:
         width = max(3.6, 0.3 * rows["weight_type"].nunique())
         figure = Figure(figsize=(width * len(backends) + 2.2, 3.3), layout="constrained")
         axes = figure.subplots(1, len(backends), squeeze=False)[0]
-        names = sorted(set(rows["stage"]), key=lambda s: stage_key(family, s))
+        names = sorted(set(rows["stage"]), key=lambda s: spec_of(family).stage_key(s))
         floor = _floor([_f32_nmse(r) for r in records])
         candidates = ordered(list(rows["candidate"].unique()), (OUR_PORT,))
         styles = {c: LINE_STYLES[i % len(LINE_STYLES)] for i, c in enumerate(candidates)}

@@ -8,7 +8,7 @@ order (:data:`~audioparity.contract.vocabulary.BACKENDS`,
 :data:`~audioparity.contract.vocabulary.WEIGHT_TYPES`; others after, natural), the comparison with
 the reference before those with another backend, stages in the pipeline order of the family's spec,
 layer numbers numeric, a stage's isolated form after it
-(:func:`audioparity.models.registry.stage_key`). Values are written as
+(:meth:`audioparity.contract.spec.FamilySpec.stage_key`). Values are written as
 text: floats at full precision (``repr``), non-finite ones as ``nan``/``inf``/``-inf``, a metric
 that does not apply as an empty field.
 """
@@ -27,9 +27,10 @@ import pandas as pd
 from audioparity.compare.cell import COLUMNS, KEY_COLUMNS, read_cell
 from audioparity.compare.plan import REFERENCE
 from audioparity.contract.errors import AudioparityError
+from audioparity.contract.spec import natural_key
 from audioparity.contract.vocabulary import BACKENDS, FRESH, OUR_PORT, WEIGHT_TYPES
 from audioparity.dumping.artifacts import write_text_atomic
-from audioparity.models.registry import natural_key, stage_key
+from audioparity.models.registry import spec_of
 from audioparity.report.culprit import CELL, FAILING, culprits
 
 #: The columns whose values repeat from cell to cell, held once each while a summary is
@@ -58,7 +59,7 @@ def row_key(row: Mapping[str, Any]) -> tuple:
         _ranked(row["backend"], BACKENDS),
         _ranked(row["weight_type"], WEIGHT_TYPES),
         _ranked(row["against"], (REFERENCE, *BACKENDS, FRESH)),
-        stage_key(row["family"], row["stage"]),
+        spec_of(row["family"]).stage_key(row["stage"]),
     )
 
 
@@ -178,7 +179,7 @@ def in_summary_order(frame: pd.DataFrame) -> pd.DataFrame:
     pairs, inverse = np.unique(np.stack([families[0], stages[0]]), axis=1, return_inverse=True)
     # a stage's key is read within its family (two families' keys need not compare)
     columns.append(ranks([(families[1][f], stages[1][s]) for f, s in pairs.T],
-                         lambda pair: (natural_key(pair[0]), stage_key(*pair)))
+                         lambda pair: (natural_key(pair[0]), spec_of(pair[0]).stage_key(pair[1])))
                    [inverse.reshape(-1)])
     order = np.lexsort(columns[::-1]) if len(frame) else np.arange(0)
     return frame.iloc[order].reset_index(drop=True)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from audioparity.compare.cell import COST_COLUMNS, FALLBACK_SEPARATOR
 from audioparity.contract.vocabulary import OUR_PORT, WEIGHT_TYPES
-from audioparity.models.registry import locate, on_reference_path, reference_stage, stage_key
+from audioparity.models.registry import spec_of
 from audioparity.report.summary import ordered, rows_of
 
 
@@ -119,7 +119,7 @@ def _float(text: str) -> float | None:
 def _kind(family: str, stage: str, rows: pd.DataFrame) -> str:
     """A stage's kind: its family's spec's, else read from its rows' metrics (``kl`` on some
     row: logits; ``token_match``: a document; else a tensor)."""
-    found = locate(family, stage)
+    found = spec_of(family).locate(stage)
     if found is not None:
         return found.stage.kind
     if ((rows["kl"] != "") | (rows["cost_kl"] != "")).any():
@@ -132,7 +132,7 @@ def _kind(family: str, stage: str, rows: pd.DataFrame) -> str:
 def _trunk(family: str, stage: str) -> bool:
     """Whether a stage belongs to every model of its family (no ``head``), True for a stage
     of a family this install does not know."""
-    found = locate(family, stage)
+    found = spec_of(family).locate(stage)
     return found is None or found.stage.head is None
 
 
@@ -178,8 +178,8 @@ def _measure(cost: Cost, family: str, rows: pd.DataFrame, cases: list[str],
                 row["weight_type"]) in costed
 
     eligible = {stage: rows_of(part, READ) for stage, part in rows.groupby("stage", sort=False)
-                if reference_stage(family, stage) == stage
-                and not on_reference_path(family, stage)
+                if spec_of(family).reference_stage(stage) == stage
+                and not spec_of(family).on_reference_path(stage)
                 and _kind(family, stage, part) == cost.kind}
     valued = {}  # stage -> the first of the cost's metrics it has a value of
     for stage, part in eligible.items():
@@ -189,7 +189,7 @@ def _measure(cost: Cost, family: str, rows: pd.DataFrame, cases: list[str],
             valued[stage] = min(ranks)
     if not valued:
         return None
-    stage = max(valued, key=lambda s: (_trunk(family, s), stage_key(family, s)))
+    stage = max(valued, key=lambda s: (_trunk(family, s), spec_of(family).stage_key(s)))
     metric = cost.metrics[valued[stage]]
     measured = Measured(cost, stage, metric)
     per_type: dict[str, dict[str, float | None]] = {}
