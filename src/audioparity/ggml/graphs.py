@@ -106,18 +106,23 @@ def _reached(gf) -> list:
 
 
 def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
-               outputs: dict[str, Any], kinds: Callable[[Any], str], phase: str | None,
-               build: dict) -> None:
+               outputs: dict[str, Any], kinds: Callable[[Any], str], phase: str | None
+               ) -> None:
     """Write graph ``gf`` to ``folder`` (module docstring): as built, before its first
-    compute, its weights and state holding their values.
+    compute, its weights and state holding their values, with the ggml build of this process
+    (:func:`audioparity.ggml.build_info`: the one that built the graph), which
+    :class:`LoadedGraph` checks against its own.
 
     Args:
         gf: the ``ggml_cgraph``.
+        folder: the folder to write, created with its parents.
         inputs: name -> (tensor, the array set into it).
         outputs: name -> tensor of each named output.
         kinds: the kind of a leaf that is not an input: ``weight`` or ``state``.
         phase: the dump stage that computes it (``writer.running``), or None.
-        build: the ggml build (:func:`audioparity.ggml.build_info`).
+
+    Raises:
+        FileExistsError: ``folder`` exists.
     """
     import gguf
 
@@ -158,7 +163,7 @@ def save_graph(gf, folder: Path, *, inputs: dict[str, tuple[Any, np.ndarray]],
     writer.write_tensors_to_file()
     writer.close()
     description = {
-        "ggml_build": build, "phase": phase,
+        "ggml_build": build_info(), "phase": phase,
         "outputs": {name: index[address(tensor)] for name, tensor in outputs.items()},
         "nodes": [index[address(ggml.ggml_graph_node(gf, i))]
                   for i in range(ggml.ggml_graph_n_nodes(gf))],
@@ -185,7 +190,7 @@ class GraphCapture:
 
     def save(self, gf, *, inputs: dict, outputs: dict, kinds: Callable[[Any], str]) -> None:
         save_graph(gf, self.folder / str(self.count), inputs=inputs, outputs=outputs,
-                   kinds=kinds, phase=self.phase(), build=build_info())
+                   kinds=kinds, phase=self.phase())
         self.count += 1
 
     @classmethod
