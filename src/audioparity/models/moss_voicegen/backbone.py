@@ -23,6 +23,7 @@ nodes in graph order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import ggml
 import numpy as np
@@ -82,12 +83,13 @@ def rms_norm(ctx, x, weight, eps: float):
     return ggml.ggml_mul(ctx, ggml.ggml_rms_norm(ctx, x, eps), weight)
 
 
-def apply_rotary_pos_emb(ctx, x, cos, sin_signed, head_dim: int, heads: int, n: int):
+def apply_rotary_pos_emb(ctx, x, cos, sin_signed):
     """``apply_rotary_pos_emb`` for one of q/k: ``x * cos + rotate_half(x) * sin``.
 
-    ``x`` ``[n, heads, head_dim]`` (ne ``[head_dim, heads, n]``, contiguous); ``cos`` and
-    ``sin_signed`` ``[n, 1, head_dim]`` from :func:`rope_tables`.
+    ``x`` ``[n, heads, head_dim]`` (ne ``[head_dim, heads, n]``, contiguous; the sizes are read
+    from it); ``cos`` and ``sin_signed`` ``[n, 1, head_dim]`` from :func:`rope_tables`.
     """
+    head_dim, heads, n = x.contents.ne[:3]
     half = head_dim // 2
     nb1 = ggml.ggml_row_size(F32_ROW, head_dim)
     nb2 = ggml.ggml_row_size(F32_ROW, head_dim * heads)
@@ -131,9 +133,33 @@ class KVCache:
         return self.rows(g.ctx, kind, layer, 0, start + n)
 
 
-def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos, sin_signed,
-              mask, cache: KVCache, start: int, n: int):
-    """``Qwen3Attention`` on ``x`` ``[n, H]`` (normed) at cache position ``start``.
+@dataclass(frozen=True)
+class Window:
+    """The rows one forward computes, as every layer sees them (transformers' position
+    embeddings, attention mask, cache position and past key values): ``n`` rows at cache
+    positions ``start..start+n-1``, after the ``start`` rows ``cache`` holds.
+
+    Attributes:
+        cache: the layers' KV cache, written at rows ``start..start+n-1``.
+        start: the first row's cache position.
+        n: the rows computed.
+        cos: graph input ``[n, 1, head_dim]`` (ne ``[head_dim, 1, n]``), from
+            :func:`rope_tables` at the rows' positions.
+        sin_signed: the same, with rotate_half's sign.
+        mask: graph input ``[n, start+n]`` (ne ``[start+n, n]``), :func:`causal_mask`; None
+            where every row sees every key (one row after the cache).
+    """
+
+    cache: KVCache
+    start: int
+    n: int
+    cos: Any
+    sin_signed: Any
+    mask: Any
+
+
+def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, window: Window):
+    """``Qwen3Attention`` on ``x`` ``[n, H]`` (normed), the rows of ``window``.
 
     q/k/v projections; per-head RMSNorm of q and k (``q_norm``, ``k_norm``) before RoPE; keys and
     values written to the cache (expanded into ``g``) and read back from it; GQA (query head
@@ -142,6 +168,7 @@ def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, c
     """
     ctx = g.ctx
     lang = config.language_config
+    cache, start, n = window.cache, window.start, window.n
     p = f"language_model.layers.{layer}.self_attn."
     hd, heads, kv_heads = lang.head_dim, lang.num_attention_heads, lang.num_key_value_heads
     q = ggml.ggml_reshape_3d(ctx, ggml.ggml_mul_mat(ctx, w[p + "q_proj.weight"], x), hd, heads, n)
@@ -150,8 +177,8 @@ def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, c
     v = ggml.ggml_mul_mat(ctx, w[p + "v_proj.weight"], x)
     q = rms_norm(ctx, q, w[p + "q_norm.weight"], lang.rms_norm_eps)
     k = rms_norm(ctx, k, w[p + "k_norm.weight"], lang.rms_norm_eps)
-    q = apply_rotary_pos_emb(ctx, q, cos, sin_signed, hd, heads, n)
-    k = apply_rotary_pos_emb(ctx, k, cos, sin_signed, hd, kv_heads, n)
+    q = apply_rotary_pos_emb(ctx, q, window.cos, window.sin_signed)
+    k = apply_rotary_pos_emb(ctx, k, window.cos, window.sin_signed)
     keys = cache.store_and_read(g, "k", layer, ggml.ggml_reshape_2d(ctx, k, hd * kv_heads, n),
                                 start, n)
     values = cache.store_and_read(g, "v", layer, v, start, n)
@@ -165,7 +192,7 @@ def attention(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, c
     # a contiguous q keeps q k^T in llamafile's sgemm (a strided one runs a dot product at a time)
     queries = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, q, 0, 2, 1, 3))
     scores = ggml.ggml_mul_mat(ctx, keys, queries)
-    probs = ggml.ggml_soft_max_ext(ctx, scores, mask, hd**-0.5, 0.0)
+    probs = ggml.ggml_soft_max_ext(ctx, scores, window.mask, hd**-0.5, 0.0)
     out = ggml.ggml_permute(ctx, ggml.ggml_mul_mat(ctx, values, probs), 0, 2, 1, 3)
     out = ggml.ggml_reshape_2d(ctx, ggml.ggml_cont(ctx, out), hd * heads, n)
     return ggml.ggml_mul_mat(ctx, w[p + "o_proj.weight"], out)
@@ -179,14 +206,15 @@ def mlp(ctx, w: Weights, layer: int, x):
     return ggml.ggml_mul_mat(ctx, w[p + "down_proj.weight"], ggml.ggml_mul(ctx, gate, up))
 
 
-def decoder_layer(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x, cos,
-                  sin_signed, mask, cache: KVCache, start: int, n: int):
-    """``Qwen3DecoderLayer``: pre-norm attention and MLP, each with a residual; ``[n, H]``."""
+def decoder_layer(g: Graph, w: Weights, config: MossTTSDelayConfig, layer: int, x,
+                  window: Window):
+    """``Qwen3DecoderLayer``: pre-norm attention and MLP, each with a residual; ``x`` ``[n, H]``
+    (ne ``[H, n]``), the rows of ``window``, -> ``[n, H]``."""
     ctx = g.ctx
     eps = config.language_config.rms_norm_eps
     p = f"language_model.layers.{layer}."
     attn = attention(g, w, config, layer, rms_norm(ctx, x, w[p + "input_layernorm.weight"], eps),
-                     cos, sin_signed, mask, cache, start, n)
+                     window)
     x = ggml.ggml_add(ctx, x, attn)
     return ggml.ggml_add(ctx, x, mlp(ctx, w, layer, rms_norm(
         ctx, x, w[p + "post_attention_layernorm.weight"], eps)))
@@ -246,12 +274,12 @@ class Backbone:
             columns = [ggml.ggml_view_1d(ctx, ids, n, column * c) for c in range(config.n_vq + 1)]
             cos_t, sin_t = g.input("cos", cos), g.input("sin_signed", sin_signed)
             mask = g.input("mask", causal_mask(start, n)) if causal else None
+            window = Window(self.cache, start, n, cos_t, sin_t, mask)
             x = g.output("input_embeddings",
                          compute_input_embeddings(ctx, self.weights, config, columns), ndim=2)
             last = ggml.ggml_row_size(F32_ROW, lang.hidden_size) * (n - 1)
             for layer in range(lang.num_hidden_layers):
-                x = decoder_layer(g, self.weights, config, layer, x, cos_t, sin_t, mask,
-                                  self.cache, start, n)
+                x = decoder_layer(g, self.weights, config, layer, x, window)
                 g.output(f"layer_{layer}", x, ndim=2)
             hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],
                               lang.rms_norm_eps)

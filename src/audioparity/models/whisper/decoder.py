@@ -26,6 +26,8 @@ is the reverse.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import ggml
 import numpy as np
@@ -80,6 +82,25 @@ class Caches:
         return self.rows(ctx, name, 0, n)
 
 
+@dataclass(frozen=True)
+class Window:
+    """The tokens one graph computes, as every layer sees them (transformers' past key values,
+    cache position and attention mask): ``n`` tokens at positions ``start..start+n-1``, after
+    the ``start`` tokens the caches hold (``n`` is read from the hidden states).
+
+    Attributes:
+        caches: the layers' caches; the self-attention's are written at rows
+            ``start..start+n-1``.
+        start: the first token's position.
+        mask: graph input ``[n, start+n]`` (ne ``[start+n, n]``), :func:`causal_mask`; None for
+            one token, which sees every position so far.
+    """
+
+    caches: Caches
+    start: int
+    mask: Any
+
+
 def embed(ctx, w: Weights, ids, start: int):
     """``embed_tokens(input_ids) + embed_positions`` of ``n`` tokens at positions
     ``start..start+n-1`` (``WhisperPositionalEmbedding`` at ``cache_length = start``).
@@ -98,20 +119,23 @@ def embed(ctx, w: Weights, ids, start: int):
     return ggml.ggml_add(ctx, tokens, rows)
 
 
-def self_attention(g: Graph, w: Weights, prefix: str, config: WhisperModelConfig, layer: int,
-                   x, caches: Caches, start: int, mask):
-    """``WhisperAttention`` as the decoder's causal self-attention: ``q = q_proj(x) *
-    head_dim ** -0.5``, ``k = k_proj(x)`` (no bias) and ``v = v_proj(x)`` appended to the
-    layer's cache at ``start``, attention over every cached position (``mask``: the causal mask
-    of the new tokens; None for one token, which sees them all), ``out_proj``.
+def self_attention(g: Graph, w: Weights, config: WhisperModelConfig, layer: int, x,
+                   window: Window):
+    """``WhisperAttention`` as the decoder's causal self-attention
+    (``decoder.layers.{layer}.self_attn``): ``q = q_proj(x) * head_dim ** -0.5``,
+    ``k = k_proj(x)`` (no bias) and ``v = v_proj(x)`` appended to the layer's cache at
+    ``window.start``, attention over every cached position under ``window.mask``, ``out_proj``.
 
     Args:
-        x: ``[n, D]`` (after ``self_attn_layer_norm``), tokens ``start..start+n-1``.
+        x: ``[n, D]`` (ne ``[D, n]``, after ``self_attn_layer_norm``), the tokens of
+            ``window``.
 
     Returns:
         ``[n, D]``.
     """
     ctx, n_head = g.ctx, config.decoder.decoder_attention_heads
+    caches, start, mask = window.caches, window.start, window.mask
+    prefix = f"decoder.layers.{layer}.self_attn."
     n = x.contents.ne[1]
     q = ggml.ggml_scale(ctx, linear(ctx, w, prefix + "q_proj", x),
                         (config.encoder.d_model // n_head) ** -0.5)
@@ -122,20 +146,22 @@ def self_attention(g: Graph, w: Weights, prefix: str, config: WhisperModelConfig
     return linear(ctx, w, prefix + "out_proj", out)
 
 
-def cross_attention(ctx, w: Weights, prefix: str, config: WhisperModelConfig, layer: int, x,
+def cross_attention(ctx, w: Weights, config: WhisperModelConfig, layer: int, x,
                     caches: Caches):
-    """``WhisperAttention`` as the decoder's cross-attention (``key_value_states`` the
-    encoder output): ``q = q_proj(x) * head_dim ** -0.5``; the keys ``k_proj(enc_out)`` and
-    values ``v_proj(enc_out)`` from the layer's cross cache (:meth:`Decoder.encoder_output`);
-    no mask; ``out_proj``.
+    """``WhisperAttention`` as the decoder's cross-attention
+    (``decoder.layers.{layer}.encoder_attn``, ``key_value_states`` the encoder output):
+    ``q = q_proj(x) * head_dim ** -0.5``; the keys ``k_proj(enc_out)`` and values
+    ``v_proj(enc_out)`` from the layer's cross cache (:meth:`Decoder.encoder_output`); no mask;
+    ``out_proj``.
 
     Args:
-        x: ``[n, D]`` (after ``encoder_attn_layer_norm``).
+        x: ``[n, D]`` (ne ``[D, n]``, after ``encoder_attn_layer_norm``).
 
     Returns:
         ``[n, D]``.
     """
     n_head = config.decoder.decoder_attention_heads
+    prefix = f"decoder.layers.{layer}.encoder_attn."
     q = ggml.ggml_scale(ctx, linear(ctx, w, prefix + "q_proj", x),
                         (config.encoder.d_model // n_head) ** -0.5)
     frames = config.n_frames
@@ -145,13 +171,13 @@ def cross_attention(ctx, w: Weights, prefix: str, config: WhisperModelConfig, la
 
 
 def decoder_layer(g: Graph, w: Weights, index: int, config: WhisperModelConfig, x,
-                  caches: Caches, start: int, mask):
-    """``WhisperDecoderLayer`` (pre-norm): ``x += self_attn(self_attn_layer_norm(x))``,
-    ``x += encoder_attn(encoder_attn_layer_norm(x))``, then
-    ``x += fc2(gelu(fc1(final_layer_norm(x))))``.
+                  window: Window):
+    """``WhisperDecoderLayer`` ``decoder.layers.{index}`` (pre-norm):
+    ``x += self_attn(self_attn_layer_norm(x))``, ``x += encoder_attn(encoder_attn_layer_norm(x))``,
+    then ``x += fc2(gelu(fc1(final_layer_norm(x))))``.
 
     Args:
-        x: ``[n, D]``, tokens ``start..start+n-1``.
+        x: ``[n, D]`` (ne ``[D, n]``), the tokens of ``window``.
 
     Returns:
         ``[n, D]``.
@@ -161,11 +187,10 @@ def decoder_layer(g: Graph, w: Weights, index: int, config: WhisperModelConfig, 
     def norm(name, t):
         return layer_norm(ctx, t, w[f"{p}{name}.weight"], w[f"{p}{name}.bias"], LAYER_NORM_EPS)
 
-    x = ggml.ggml_add(ctx, x, self_attention(g, w, p + "self_attn.", config, index,
-                                             norm("self_attn_layer_norm", x), caches, start,
-                                             mask))
-    x = ggml.ggml_add(ctx, x, cross_attention(ctx, w, p + "encoder_attn.", config, index,
-                                              norm("encoder_attn_layer_norm", x), caches))
+    x = ggml.ggml_add(ctx, x, self_attention(g, w, config, index,
+                                             norm("self_attn_layer_norm", x), window))
+    x = ggml.ggml_add(ctx, x, cross_attention(ctx, w, config, index,
+                                              norm("encoder_attn_layer_norm", x), window.caches))
     h = gelu(ctx, linear(ctx, w, p + "fc1", norm("final_layer_norm", x)))
     return ggml.ggml_add(ctx, x, linear(ctx, w, p + "fc2", h))
 
@@ -261,8 +286,9 @@ class Decoder:
         with self.runtime.graph() as g:
             x = embed(g.ctx, w, g.input("ids", array), start)
             mask = g.input("mask", causal_mask(start, n)) if n > 1 else None
+            window = Window(self.caches, start, mask)
             for i in range(self.config.n_decoder_layers):
-                x = decoder_layer(g, w, i, self.config, x, self.caches, start, mask)
+                x = decoder_layer(g, w, i, self.config, x, window)
                 g.output(f"decoder_layer_{i}", x, ndim=2)
             g.output("logits", logits(g.ctx, w, final_layer_norm(g.ctx, w, x)), ndim=2)
             return g.compute()
@@ -314,11 +340,12 @@ class Decoder:
                                        f"[{n}, {self.config.encoder.d_model}]")
         with self.runtime.graph() as g:
             mask = g.input("mask", causal_mask(0, n)) if n > 1 else None
+            window = Window(self.caches, 0, mask)
             for index in range(layers):
                 h = (embed(g.ctx, w, g.input("ids", array), 0) if index == 0
                      else g.input(f"input_{index}", arrays[index - 1]))
                 g.output(f"decoder_layer_{index}",
-                         decoder_layer(g, w, index, self.config, h, self.caches, 0, mask),
+                         decoder_layer(g, w, index, self.config, h, window),
                          ndim=2)
             outs = g.compute()
         return [outs[f"decoder_layer_{index}"] for index in range(layers)]
