@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from audioparity.compare.stage import not_exposed, stage_kinds, stored_weights_difference
-from audioparity.contract.spec import StageNames
+from audioparity.contract.spec import AnySpec
 from audioparity.dumping.artifacts import (
     CRASHED_IN,
     Dump,
@@ -55,7 +55,7 @@ class Cell:
     cost: Dump | None
     #: The spec of the cell's family (its stage names, also a family this install does not
     #: know).
-    family: StageNames
+    family: AnySpec
     #: Each candidate stage against the stage of the same name (a comparison with another
     #: backend), rather than against its reference stage.
     same_stages: bool
@@ -153,7 +153,7 @@ def _crashed_port(candidate: Dump) -> bool:
     return candidate.status == "crashed" and candidate.manifest.get("producer") == "ggml"
 
 
-def crashed_stage(family: StageNames, lacking: Sequence[str], running: str | None
+def crashed_stage(family: AnySpec, lacking: Sequence[str], running: str | None
                   ) -> str | None:
     """The stage a dump that died was computing, of the stages it lacks: ``running`` (the
     stage its :class:`~audioparity.dumping.artifacts.DumpWriter` named as running, a family's

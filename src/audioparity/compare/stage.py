@@ -29,7 +29,7 @@ import numpy as np
 from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import StageNames
+from audioparity.contract.spec import AnySpec
 from audioparity.contract.vocabulary import VIEWS, StageKind
 from audioparity.dumping.artifacts import (
     Dump,
@@ -50,13 +50,13 @@ def _margins_name(dump: Dump, document: str) -> str | None:
     return name if dump.has(name) else None
 
 
-def _array_kind(family: StageNames, name: str) -> str:
+def _array_kind(family: AnySpec, name: str) -> str:
     """The kind of a tensor a dump holds: ``logits`` where its family's spec says so, else
     ``tensor`` (a stage of a family this install does not know included)."""
     return StageKind.LOGITS if family.stage_kind(name) == StageKind.LOGITS else StageKind.TENSOR
 
 
-def stage_kinds(dump: Dump, family: StageNames) -> dict[str, str]:
+def stage_kinds(dump: Dump, family: AnySpec) -> dict[str, str]:
     """Stage name -> kind for everything a dump lists, less the documents' auxiliary tensors
     (module notes): a JSON file is a ``document``, a ``.npy`` a ``tensor`` or ``logits``
     (:func:`_array_kind`)."""
@@ -211,7 +211,7 @@ def conventions(dump: Dump, stage: str) -> dict[str, Any]:
     return dump.manifest.get("conventions", {}).get(stage, {})
 
 
-def not_exposed(dump: Dump, family: StageNames, stage: str) -> str | None:
+def not_exposed(dump: Dump, family: AnySpec, stage: str) -> str | None:
     """Why a candidate dump has no ``stage``, when its adapter declared that the candidate does
     not expose it (manifest ``not_exposed``: ``{stage of the family's spec: why}``, e.g. a port
     that prints only its decode), or a reference implementation skipped it (manifest

@@ -21,7 +21,7 @@ from audioparity.compare.gates import status
 from audioparity.compare.plan import Cell
 from audioparity.compare.stage import compare_stage, stage_kinds
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.spec import StageNames
+from audioparity.contract.spec import AnySpec
 from audioparity.contract.vocabulary import RECIPE_ROW
 from audioparity.dumping.artifacts import Dump
 
@@ -42,7 +42,7 @@ def target_gates(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def target_rows(reference: Dump, candidate: Dump, targets: Sequence[Mapping[str, Any]],
-                family: StageNames, case: str) -> list[dict[str, Any]]:
+                family: AnySpec, case: str) -> list[dict[str, Any]]:
     """Each stage of ``reference`` (the float32 reference's dump of ``case``) that a target's
     ``stage`` pattern names, ``candidate``'s against it under the targets: one row each,
     ``{case, stage, status, gate, reason, <metric>...}``; a stage the candidate lacks is

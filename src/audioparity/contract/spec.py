@@ -65,6 +65,16 @@ def concrete(pattern: str, layer: int | None) -> str:
     return pattern if layer is None else pattern.replace(LAYER, str(layer))
 
 
+class StageName(StrEnum):
+    """A family's stage names, declared once: one subclass per family, beside its spec, whose
+    members are the names its spec's stages and forms are written with (``layer_{i}`` for a
+    per-layer stage, :data:`LAYER`) and the names its code yields and reads."""
+
+    def at(self, layer: int) -> str:
+        """This name for layer ``layer`` (``layer_{i}``, 3 -> ``layer_3``)."""
+        return concrete(self.value, layer)
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage of a family's dump contract (docs/design.md, "Dump contract").
@@ -529,7 +539,7 @@ class UnknownFamily:
 
 #: What the compare and the report read of a family's stage names: its spec, or the suffix
 #: convention for a family this install does not know.
-StageNames = FamilySpec | UnknownFamily
+AnySpec = FamilySpec | UnknownFamily
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -9,7 +9,7 @@ import functools
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
-from audioparity.contract.spec import StageNames, UnknownFamily
+from audioparity.contract.spec import AnySpec, UnknownFamily
 
 
 @functools.cache
@@ -42,7 +42,7 @@ def family(name: str) -> Family:
 
 
 @functools.cache
-def spec_of(name: str | None) -> StageNames:
+def spec_of(name: str | None) -> AnySpec:
     """The spec of the family ``name`` (a summary row's ``family``, a dump's), or
     :class:`~audioparity.contract.spec.UnknownFamily` for a family this install does not know
     (a summary from elsewhere), which reads its stage names by the suffix convention."""
