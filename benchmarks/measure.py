@@ -156,13 +156,14 @@ def upload_family_weights(name: str, runtime, model: Path, weight_type: str) -> 
     """Family ``name``'s weights of ``model`` in ``runtime`` at ``weight_type``, as its ggml
     dump uploads them (:func:`audioparity.dumping.driver.upload_weights` with the ggml side's
     default options), and the model's config."""
-    from audioparity.dumping.driver import side_options, upload_weights
+    from audioparity.dumping.driver import RunSettings, side_options, upload_weights
     from audioparity.models.registry import family
 
     chosen = family(name)
     config = chosen.config(model)
-    weights, _ = upload_weights(chosen, runtime, model, config, weight_type,
-                                side_options(chosen, "ggml", {}))
+    weights, _ = upload_weights(chosen, runtime, model, config,
+                                RunSettings(weight_type, runtime.backend_name,
+                                            side_options(chosen, "ggml", {})))
     return weights, config
 
 

@@ -57,10 +57,11 @@ def _runtime_parts(model: Path, weight_type: str, backend: str, device: int):
 def _upload(parakeet, runtime, model: Path, config, weight_type: str):
     """The weights at ``weight_type``, the convolution kernels f32 (the seed's weight loading,
     through the project's one storage policy)."""
-    from audioparity.dumping.driver import upload_weights
+    from audioparity.dumping.driver import RunSettings, upload_weights
 
-    weights, _ = upload_weights(parakeet, runtime, model, config, weight_type,
-                                {"conv_weight_type": "f32"})
+    weights, _ = upload_weights(parakeet, runtime, model, config,
+                                RunSettings(weight_type, runtime.backend_name,
+                                            {"conv_weight_type": "f32"}))
     return weights
 
 

@@ -274,14 +274,14 @@ def weights(args: argparse.Namespace) -> None:
 
 
 def replay(args: argparse.Namespace) -> None:
-    from audioparity.dumping.driver import dump_replay
+    from audioparity.dumping.driver import ReplaySettings, dump_replay
 
     storage = _storage(args)
     if storage is not None and args.emulate:
         raise AudioparityError("replay: give --emulate or --storage, not both")
     dump_replay(_family(args), args.model, args.input, args.candidate_dir, args.output_dir,
-                options=_options(args, "reference"), threads=args.threads,
-                emulate=storage or _weight_type(args, args.emulate))
+                ReplaySettings(_options(args, "reference"), args.threads,
+                               storage or _weight_type(args, args.emulate)))
 
 
 def drilldown(args: argparse.Namespace) -> None:

@@ -210,7 +210,7 @@ class Search:
         for index, case in enumerate(self.cases):
             folder = self._dump_dir(label, index)
             shutil.rmtree(folder, ignore_errors=True)
-            reference_case(self.family, self.loaded, case, folder, {}, {})
+            reference_case(self.family, self.loaded, case, folder)
             dirs.append(folder)
         return dirs
 

@@ -202,8 +202,9 @@ def dump_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path
         for variant in emulations(loaded.module, emulate,
                                   keep=family.reference_keeps, prefix=family.reference_prefix):
             for case, (_, output_dir) in zip(opened, cases, strict=True):
-                reference_case(family, loaded, case, variant.dump_dir(output_dir),
-                               {**fields, **variant.fields}, seconds, variant.stored)
+                recorded = replace(case, fields={**fields, **variant.fields, **case.fields})
+                reference_case(family, loaded, recorded, variant.dump_dir(output_dir), seconds,
+                               variant.stored)
 
 
 def unavailable_reference(family: Family, model: Path, cases: Sequence[tuple[Path, Path]],
@@ -223,20 +224,28 @@ def unavailable_reference(family: Family, model: Path, cases: Sequence[tuple[Pat
 
 
 def reference_case(family: Family, loaded: ReferenceLibrary, case: Case, output_dir: Path,
-                   fields: dict[str, Any], seconds: dict[str, float],
+                   seconds: Mapping[str, float] | None = None,
                    stored: StoredWeights | None = None) -> None:
     """One case of the loaded reference (:meth:`ReferenceLibrary.stages`) dumped into
     ``output_dir``, as the model computes now: float32, or within
-    :func:`~audioparity.dumping.emulation.emulating`, whose ``stored`` weights the dump records."""
+    :func:`~audioparity.dumping.emulation.emulating`, whose ``stored`` weights the dump records.
+    The manifest's fields are ``case.fields`` (a caller that loaded the model for several cases
+    adds what the load records, :func:`dump_reference`); ``seconds`` are the load's (the
+    manifest's ``seconds``, each stage's added as it is timed).
+
+    Raises:
+        AudioparityError: the reference yielded what its family's contract does not declare,
+            or not all that it declares (:func:`write_outputs`, :func:`check_complete`).
+    """
     start = time.perf_counter()
     with DumpWriter(output_dir, producer=case.options[IMPLEMENTATION], model=case.model,
-                    inputs={family.spec.input: case.path}, fields={**fields, **case.fields},
+                    inputs={family.spec.input: case.path}, fields=case.fields,
                     versions=family.reference_versions) as writer:
         if stored is not None and stored.types:
             writer.add_storage(stored.record(), stored.hashes)
         for note in case.notes:
             writer.note(note)
-        writer.manifest["seconds"].update(seconds)
+        writer.manifest["seconds"].update(seconds or {})
         heads = family.heads(case.config)
         write_outputs(writer, family, heads, loaded.stages(case))
         check_complete(family, heads, writer.manifest, ("",), output_dir)
@@ -294,16 +303,31 @@ def check_recipe(family: Family, shapes: Mapping[str, tuple[int, ...]], recipe: 
                                f"of this model ({len(unused)} override(s) name none)")
 
 
-def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
-                   weight_type: str | Recipe,
-                   options: Mapping[str, Any], weights_file: Path | None = None
+@dataclass(frozen=True)
+class RunSettings:
+    """How one cell runs, as ``audioparity ggml`` and ``audioparity candidate run`` take it: the
+    weight type (or recipe) its weights are stored in, the backend, device and threads of its
+    runtime, the options of what runs it (the family's ggml options; a candidate's, its
+    entry's) and the converted weights file to map (None: convert in the process). One ggml
+    process opens its runtime and uploads the weights so once for all its cases."""
+
+    weight_type: str | Recipe
+    backend: str
+    options: Mapping[str, Any]
+    device: int = 0
+    threads: int = 1
+    weights_file: Path | None = None
+
+
+def upload_weights(family: Family, runtime: Any, model: Path, config: Any, how: RunSettings
                    ) -> tuple[Any, dict[str, Any]]:
     """The model's graph weights in ``runtime``, each in its storage type
-    (:func:`storage_types`): streamed from the checkpoint a block at a time
-    (:meth:`Runtime.load`), or mapped from ``weights_file`` (:func:`save_weights` of the same
-    model, type and options) when one is given; and the manifest's ``storage`` field
-    (:func:`~audioparity.dumping.storage.storage_record`: bits per weight, tensors per type, the
-    fallbacks) with the checkpoint's own dtypes.
+    (:func:`storage_types` of ``how.weight_type`` and ``how.options``): streamed from the
+    checkpoint a block at a time (:meth:`Runtime.load`), or mapped from ``how.weights_file``
+    (:func:`save_weights` of the same model, type and options) when it names one; and the
+    manifest's ``storage`` field (:func:`~audioparity.dumping.storage.storage_record`: bits per
+    weight, tensors per type, the fallbacks) with the checkpoint's own dtypes. The backend,
+    device and threads of ``how`` are not read: ``runtime`` was opened with them.
 
     Raises:
         AudioparityError: an unreadable checkpoint or a weight holding NaN or infinity, or a
@@ -312,9 +336,9 @@ def upload_weights(family: Family, runtime: Any, model: Path, config: Any,
     checkpoint = family.weights(Path(model), config)
     try:
         storage, notes = storage_types(family, checkpoint.shapes, checkpoint.native,
-                                       weight_type, options)
-        if weights_file is not None:
-            weights = runtime.map(Path(weights_file), checkpoint.shapes, storage)
+                                       how.weight_type, how.options)
+        if how.weights_file is not None:
+            weights = runtime.map(Path(how.weights_file), checkpoint.shapes, storage)
         else:
             weights = runtime.load(checkpoint.shapes, storage, checkpoint.blocks())
     finally:
@@ -351,8 +375,8 @@ def save_weights(family: Family, model: Path, output: Path, *, weight_type: str 
 
     model, options = Path(model), side_options(family, "weights", options)
     with Runtime("cpu") as runtime:
-        weights, _ = upload_weights(family, runtime, model, family.config(model), weight_type,
-                                    options)
+        weights, _ = upload_weights(family, runtime, model, family.config(model),
+                                    RunSettings(weight_type, "cpu", options))
         weights.save(Path(output), model_record(model))
 
 
@@ -378,22 +402,6 @@ def _reference_for(family: Family, reference_dir: Path | None, heads: Sequence[s
     if lacking:
         raise AudioparityError(f"{reference.path}: reference dump lacks {', '.join(lacking)}")
     return reference
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How one cell runs, as ``audioparity ggml`` and ``audioparity candidate run`` take it: the
-    weight type (or recipe) its weights are stored in, the backend, device and threads of its
-    runtime, the options of what runs it (the family's ggml options; a candidate's, its
-    entry's) and the converted weights file to map (None: convert in the process). One ggml
-    process opens its runtime and uploads the weights so once for all its cases."""
-
-    weight_type: str | Recipe
-    backend: str
-    options: Mapping[str, Any]
-    device: int = 0
-    threads: int = 1
-    weights_file: Path | None = None
 
 
 def dump_ggml(family: Family, model: Path, case_path: Path, output_dir: Path,
@@ -500,8 +508,7 @@ def _load(writer: DumpWriter, family: Family, model: Path, config: Any, how: Run
     if runtime is None:
         return None
     with writer.timed("load"):
-        weights, record = upload_weights(family, runtime, model, config, how.weight_type,
-                                         how.options, how.weights_file)
+        weights, record = upload_weights(family, runtime, model, config, how)
         # what a quantization-aware reference stored too: its stored_weights row
         stored = (stored_weights(weights) if type_name(how.weight_type).partition(
             RECIPE_SEPARATOR)[0] in EMULATED_TYPES else StoredWeights())
@@ -519,24 +526,33 @@ def _unavailable(spec: FamilySpec, model: Path, fields: Mapping[str, Any], why: 
             unavailable.set_status("unavailable", why)
 
 
-def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
-                output_dir: Path, *, options: Mapping[str, Any], threads: int = 1,
-                emulate: str | Recipe | FileStorage | None = None) -> None:
-    """The reference's blocks on a candidate's own inputs (:meth:`ReferenceLibrary.replay` of
-    the implementation ``options`` name), written as a dump of replayed forms; each one it
-    cannot compute is named in the manifest's ``skipped`` with why. A candidate dump that is not
-    ``ok`` gives a replay of its status.
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How a replay runs, as ``audioparity replay`` takes it: the reference side's ``options``
+    (those given; :func:`side_options` fills in the rest), its torch ``threads``, and what it
+    emulates (``emulate``): a weight type (or recipe) to replay as ggml's CPU backend computes
+    with it (our port's quantized cell's replay), a candidate's stored weights (a third-party
+    port's), or None (float32)."""
 
-    Args:
-        emulate: a weight type (or recipe) to replay as ggml's CPU backend computes with it
-            (our port's quantized cell's replay), or a candidate's stored weights (a
-            third-party port's), or None.
+    options: Mapping[str, Any]
+    threads: int = 1
+    emulate: str | Recipe | FileStorage | None = None
+
+
+def dump_replay(family: Family, model: Path, case_path: Path, candidate_dir: Path,
+                output_dir: Path, how: ReplaySettings) -> None:
+    """The reference's blocks on a candidate's own inputs (:meth:`ReferenceLibrary.replay` of
+    the implementation ``how.options`` name), written into ``output_dir`` as a dump of
+    replayed forms; each one it cannot compute is named in the manifest's ``skipped`` with why.
+    A candidate dump (``candidate_dir``, of the case file ``case_path``) that is not ``ok``
+    gives a replay of its status.
 
     Raises:
         AudioparityError: an unreadable model, case or candidate dump, or an implementation
             that does not replay.
     """
-    spec, options = family.spec, side_options(family, "reference", options)
+    spec, options = family.spec, side_options(family, "reference", how.options)
+    threads, emulate = how.threads, how.emulate
     library = family.library(options)
     if not library.replays():
         others = [name for name in spec.references

@@ -15,7 +15,7 @@ import pytest
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.plan import CellDumps
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import dump_replay
+from audioparity.dumping.driver import ReplaySettings, dump_replay
 from audioparity.models.moss_voicegen.references.remote_code import layer_inputs
 from tests import config_gates
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
@@ -44,7 +44,7 @@ def rows(moss_model, moss_references, tmp_path_factory):
         root = tmp_path_factory.mktemp(name)
         dump = planted_dump(root, "moss_voicegen", patches, moss_model, PROMPT, reference)
         dump_replay(FAMILY, moss_model, PROMPT, dump.path, root / "replay",
-                    options=options("reference"))
+                    ReplaySettings(options("reference")))
         cell = root / "cell.json"
         compare_cell(CellDumps(reference, dump.path, replay=root / "replay"),
                      config_gates("moss_voicegen", "f32"), {"family": "moss_voicegen"}, cell)
@@ -100,7 +100,7 @@ def test_a_replay_names_what_it_skipped_and_why(moss_model, moss_references, tmp
         for name in ("input_embeddings", "layer_1"):
             writer.add_tensor(name, ref.tensor(name), ref.layout(name))
     dump_replay(FAMILY, moss_model, PROMPT, tmp_path / "cand", tmp_path / "replay",
-                options=options("reference"))
+                ReplaySettings(options("reference")))
     replay = Dump(tmp_path / "replay")
     assert replay.tensor_names == ["layer_0_replayed"]
     assert replay.manifest["skipped"] == {"layer_1_replayed": "the candidate dump has no layer_0"}

@@ -14,7 +14,7 @@ from audioparity.compare import metrics as m
 from audioparity.compare.documents import document_metrics
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import dump_reference, dump_replay
+from audioparity.dumping.driver import ReplaySettings, dump_reference, dump_replay
 from audioparity.models.moss_voicegen.references import transformers as tr
 from tests import MOSS_PROMPTS
 from tests.models.moss_voicegen import F32_GATE, FAMILY, PROMPT, options
@@ -162,4 +162,4 @@ def test_no_quantization_aware_or_replayed_transformers_reference(
     with pytest.raises(AudioparityError, match="the transformers reference has no replay; "
                        "replay with --implementation remote_code"):
         dump_replay(FAMILY, moss_model, PROMPT, moss_references[PROMPT.stem].path,
-                    tmp_path / "replay", options=given)
+                    tmp_path / "replay", ReplaySettings(given))

@@ -35,8 +35,9 @@ def ggml_dump(model: Path, audio: Path, output: Path, *, reference_dir: Path,
 def uploaded(runtime: Any, model: Path, weight_type: str = "f32", conv_weight_type: str = "f32"):
     """The model's weights in ``runtime`` as a ggml dump uploads them
     (:func:`audioparity.dumping.driver.upload_weights`)."""
-    from audioparity.dumping.driver import upload_weights
+    from audioparity.dumping.driver import RunSettings, upload_weights
 
-    weights, _ = upload_weights(PARAKEET, runtime, model, PARAKEET.config(model), weight_type,
-                                {"conv_weight_type": conv_weight_type})
+    weights, _ = upload_weights(PARAKEET, runtime, model, PARAKEET.config(model),
+                                RunSettings(weight_type, runtime.backend_name,
+                                            {"conv_weight_type": conv_weight_type}))
     return weights

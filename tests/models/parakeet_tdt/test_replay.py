@@ -14,7 +14,7 @@ import pytest
 
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.plan import CellDumps
-from audioparity.dumping.driver import dump_replay
+from audioparity.dumping.driver import ReplaySettings, dump_replay
 from tests import config_gates
 from tests.models.parakeet_tdt import PARAKEET
 from tests.models.parakeet_tdt.test_planted_bugs import BUGS
@@ -35,7 +35,8 @@ def rows(parakeet_model, clip_wav, parakeet_reference, tmp_path_factory):
         root = tmp_path_factory.mktemp(bug)
         dump = planted_dump(root, "parakeet_tdt", BUGS[bug], parakeet_model, clip_wav,
                             parakeet_reference)
-        dump_replay(PARAKEET, parakeet_model, clip_wav, dump.path, root / "replay", options={})
+        dump_replay(PARAKEET, parakeet_model, clip_wav, dump.path, root / "replay",
+                    ReplaySettings({}))
         cell = root / "cell.json"
         compare_cell(CellDumps(parakeet_reference, dump.path, replay=root / "replay"),
                      config_gates("parakeet_tdt", "f32"), {"family": "parakeet_tdt"}, cell)

@@ -15,7 +15,7 @@ import pytest
 from audioparity.compare.metrics import cosine, max_rel, nmse
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import storage_types, upload_weights
+from audioparity.dumping.driver import RunSettings, storage_types, upload_weights
 from audioparity.dumping.emulation import emulated_dir
 from audioparity.ggml import Runtime
 from audioparity.models.whisper import Whisper
@@ -270,8 +270,8 @@ def plan(model: Path, weight_type: str) -> tuple[dict[str, str], list[str]]:
 
 def uploaded(runtime: Runtime, model: Path, weight_type: str):
     """The checkpoint's weights uploaded by the driver at ``weight_type``."""
-    return upload_weights(Whisper(), runtime, model, load_config(model), weight_type,
-                          {})[0]
+    return upload_weights(Whisper(), runtime, model, load_config(model),
+                          RunSettings(weight_type, runtime.backend_name, {}))[0]
 
 
 def test_a_whisper_model_checkpoint_reads_like_a_conditional_generation_one(whisper_model_dir):

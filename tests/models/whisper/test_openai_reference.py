@@ -18,7 +18,7 @@ from audioparity.cli import main
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping import emulation
 from audioparity.dumping.artifacts import Dump
-from audioparity.dumping.driver import dump_reference, dump_replay
+from audioparity.dumping.driver import ReplaySettings, dump_reference, dump_replay
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.checkpoint import expected_shapes
 from audioparity.models.whisper.config import load_config
@@ -188,7 +188,7 @@ def test_replay_is_refused_in_one_line(whisper_model, clip_wav, tmp_path):
     with pytest.raises(AudioparityError, match="the openai_whisper reference has no replay; "
                        "replay with --implementation transformers"):
         dump_replay(family, whisper_model, clip_wav, whisper_model, tmp_path / "replay",
-                    options=options)
+                    ReplaySettings(options))
     assert not (tmp_path / "replay").exists()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from audioparity.compare.sequences import wer_known
 from audioparity.dumping.audio import load_audio
-from audioparity.dumping.driver import upload_weights
+from audioparity.dumping.driver import RunSettings, upload_weights
 from audioparity.ggml import Runtime
 from audioparity.models.whisper import Whisper
 from audioparity.models.whisper.config import load_config
@@ -65,7 +65,8 @@ def test_our_port_and_the_reference_transcribe_jfk_at_f32(tiny_en_model, jfk, re
     config = load_config(tiny_en_model)
     samples = load_audio(jfk, sample_rate=16000).samples
     with Runtime("cpu", threads=2) as rt:
-        weights, _ = upload_weights(Whisper(), rt, tiny_en_model, config, "f32", {})
+        weights, _ = upload_weights(Whisper(), rt, tiny_en_model, config,
+                                    RunSettings("f32", "cpu", {}))
         enc_out = Encoder(weights, config, rt).forward(
             mel_features(samples, config.feature_extractor))["enc_out"]
         decoder = Decoder(weights, config, rt)

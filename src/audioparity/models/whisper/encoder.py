@@ -205,7 +205,8 @@ class Encoder:
 
         config = load_config(model)
         with Runtime("cpu", threads=4) as rt:
-            weights, _ = upload_weights(Whisper(), rt, model, config, "f32", {})
+            weights, _ = upload_weights(Whisper(), rt, model, config,
+                                        RunSettings("f32", "cpu", {}))
             taps = Encoder(weights, config, rt).forward(mel)   # mel [3000, n_mels]
             taps["enc_out"]                                    # [1500, D]
     """
