@@ -121,8 +121,9 @@ def port_attention(arrays, x, pos_emb, rows, flash: bool, context: int | None):
         with rt.graph() as g:
             mask = (None if context is None
                     else g.input("mask", positions.band_mask(x.shape[0], context)))
-            out = enc.rel_pos_attention(g.ctx, weights, "att.", cfg, g.input("x", x),
-                                        g.input("pos", pos_emb), flash, mask, chunk_rows=rows)
+            t = g.input("x", x)
+            inputs = enc.AttentionInputs(g.input("pos", pos_emb), mask, flash, chunk_rows=rows)
+            out = enc.rel_pos_attention(g.ctx, weights, "att.", cfg, t, inputs)
             g.output("y", out, ndim=2)
             return g.compute()["y"]
 

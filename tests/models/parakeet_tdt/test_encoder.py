@@ -224,7 +224,8 @@ def test_rel_pos_attention_matches_nemo(nemo, layer, n_frames):
         t = torch.from_numpy(x)[None]
         ref = layer.self_attn(t, t, t, None, torch.from_numpy(pos_emb)[None])[0].numpy()
     out = run_block(graph_arrays(layer.self_attn, "att."), {"x": x, "pos": pos_emb},
-                    lambda ctx, w, t, p: enc.rel_pos_attention(ctx, w, "att.", CFG, t, p))
+                    lambda ctx, w, t, p: enc.rel_pos_attention(ctx, w, "att.", CFG, t,
+                                                               enc.AttentionInputs(p)))
     assert_close_to_float64(out, ref)
 
 
@@ -234,8 +235,8 @@ def test_flash_attention_path_matches_nemo_within_f16_mask_rounding(nemo, layer)
         t = torch.from_numpy(x)[None]
         ref = layer.self_attn(t, t, t, None, torch.from_numpy(pos_emb)[None])[0].numpy()
     out = run_block(graph_arrays(layer.self_attn, "att."), {"x": x, "pos": pos_emb},
-                    lambda ctx, w, t, p: enc.rel_pos_attention(ctx, w, "att.", CFG, t, p,
-                                                               flash_attention=True))
+                    lambda ctx, w, t, p: enc.rel_pos_attention(
+                        ctx, w, "att.", CFG, t, enc.AttentionInputs(p, flash_attention=True)))
     assert_close_to_float64(out, ref, limit=1e-5)
 
 
@@ -269,8 +270,8 @@ def test_local_attention_matches_nemo_longformer(nemo, layer, n_frames, context)
     mask = positions.band_mask(n_frames, context)
     out = run_block(graph_arrays(layer.self_attn, "att."),
                     {"x": x, "pos": grid, "mask": mask},
-                    lambda ctx, w, t, p, m: enc.rel_pos_attention(ctx, w, "att.", cfg, t, p,
-                                                                  mask=m))
+                    lambda ctx, w, t, p, m: enc.rel_pos_attention(ctx, w, "att.", cfg, t,
+                                                                  enc.AttentionInputs(p, m)))
     assert_close_to_float64(out, ref)
     if n_frames > context + 1:
         with torch.no_grad():
@@ -305,7 +306,8 @@ def test_conformer_layer_matches_nemo(nemo, layer):
     with torch.no_grad():
         ref = layer(torch.from_numpy(x)[None], pos_emb=torch.from_numpy(pos_emb)[None])
     out = run_block(graph_arrays(layer, "encoder.layers.0."), {"x": x, "pos": pos_emb},
-                    lambda ctx, w, t, p: enc.conformer_layer(ctx, w, 0, CFG, t, p))
+                    lambda ctx, w, t, p: enc.conformer_layer(ctx, w, 0, CFG, t,
+                                                             enc.AttentionInputs(p)))
     assert_close_to_float64(out, ref[0].numpy())
 
 

@@ -27,6 +27,8 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import ggml
 import numpy as np
@@ -150,10 +152,32 @@ def attention_chunk_rows(cfg: EncoderConfig, n_frames: int) -> int:
     return rows(n_frames, attention_row_bytes(cfg, n_frames), MAX_ATTENTION_CHUNKS)
 
 
-def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_emb,
-                      flash_attention: bool = False, mask=None, chunk_rows: int | None = None):
-    """``RelPositionMultiHeadAttention`` (Transformer-XL relative attention), and with ``mask``
-    ``RelPositionMultiHeadAttentionLongformer`` (``rel_pos_local_attn``, no global tokens).
+@dataclass(frozen=True)
+class AttentionInputs:
+    """What every layer's attention of one encoder graph receives alike, built once per graph
+    (:meth:`Encoder.layer`): the tensors NeMo's ``ConformerLayer.forward`` passes its
+    ``self_attn`` besides ``x`` (``pos_emb``, ``att_mask``) and how the port computes with them.
+
+    Attributes:
+        pos_emb: the relative positions ``[2T-1, D]`` (ne ``[D, 2T-1]``); with local attention
+            the window's positions on that full grid (:func:`local_positions_on_full_grid`).
+        mask: None (full context) or ``[T_q, T_k]`` f32 (ne ``[T_k, T_q]``), 0 or ``-inf``
+            (:func:`band_mask`).
+        flash_attention: the content part in ``ggml_flash_attn_ext`` (:func:`rel_pos_attention`).
+        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
+    """
+
+    pos_emb: Any
+    mask: Any = None
+    flash_attention: bool = False
+    chunk_rows: int | None = None
+
+
+def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x,
+                      inputs: AttentionInputs):
+    """``RelPositionMultiHeadAttention.forward(x, x, x, mask, pos_emb)`` (Transformer-XL
+    relative attention), and with ``inputs.mask`` ``RelPositionMultiHeadAttentionLongformer``
+    (``rel_pos_local_attn``, no global tokens).
 
     ``q, k, v = linear_q/k/v(x)``, ``p = linear_pos(pos_emb)``, split in H heads of ``d_k``;
     ``ac = (q + pos_bias_u) k^T``, ``bd = rel_shift((q + pos_bias_v) p^T)``;
@@ -162,23 +186,22 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     positions on the full grid (:func:`local_positions_on_full_grid`): the scores NeMo
     computes on its diagonals, the same softmax over the same keys.
 
-    The scores are computed in chunks of ``chunk_rows`` query rows (default
+    The scores are computed in chunks of ``inputs.chunk_rows`` query rows (default
     :func:`attention_chunk_rows`): for the queries ``a ... b-1``, views of those rows of q and
     of the ``T+r-1`` positions they reach (rows ``T-b ... 2T-2-a`` of p), the chunk's
     ``[H, r, T]`` scores taken to its ``[r, D]`` output, and the outputs joined in row order.
     ggml's allocator reuses one chunk's memory for the next, so the peak grows as T, not T^2.
     A clip within the budget is one chunk: the graph of the whole matrix.
 
-    With ``flash_attention`` the content part runs in ``ggml_flash_attn_ext`` with the scaled
-    positional term ``bd / sqrt(d_k)`` as its additive mask (F16, as flash attention requires) —
-    NeMo's ``use_pytorch_sdpa`` formulation; the mask's rounding to f16 is part of what this path
-    measures.
+    With ``inputs.flash_attention`` the content part runs in ``ggml_flash_attn_ext`` with the
+    scaled positional term ``bd / sqrt(d_k)`` as its additive mask (F16, as flash attention
+    requires) — NeMo's ``use_pytorch_sdpa`` formulation; the mask's rounding to f16 is part of
+    what this path measures.
 
     Args:
+        prefix: the attention's weight names' prefix (``encoder.layers.{i}.self_attn.``).
         x: ``[T, D]`` (after ``norm_self_att``).
-        pos_emb: ``[2T-1, D]``.
-        mask: None (full context) or ``[T_q, T_k]`` f32 (ne ``[T_k, T_q]``), 0 or ``-inf``.
-        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
+        inputs: the positions, mask and settings every layer's attention shares.
 
     Returns:
         ``[T, D]``.
@@ -186,7 +209,8 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     n_head, d_k = cfg.n_heads, cfg.d_k
     n_frames = x.contents.ne[1]
     scale = 1.0 / math.sqrt(d_k)
-    rows = min(chunk_rows or attention_chunk_rows(cfg, n_frames), n_frames)
+    rows = min(inputs.chunk_rows or attention_chunk_rows(cfg, n_frames), n_frames)
+    mask = inputs.mask
 
     def heads(t, n):  # [n, D] -> ne [d_k, H, n]
         return ggml.ggml_reshape_3d(ctx, t, d_k, n_head, n)
@@ -197,7 +221,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     q = heads(linear(ctx, w, prefix + "linear_q", x), n_frames)
     k = heads(linear(ctx, w, prefix + "linear_k", x), n_frames)
     v = heads(linear(ctx, w, prefix + "linear_v", x), n_frames)
-    p = heads(linear(ctx, w, prefix + "linear_pos", pos_emb), 2 * n_frames - 1)
+    p = heads(linear(ctx, w, prefix + "linear_pos", inputs.pos_emb), 2 * n_frames - 1)
 
     # Contiguous queries keep the q k^T and q p^T products in llamafile's sgemm (the CPU backend
     # computes a strided right-hand side one dot product at a time, far slower: BENCHMARKS.md);
@@ -206,7 +230,7 @@ def rel_pos_attention(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x, pos_e
     q_u = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_u"])  # ne [d_k, H, T]
     q_v = ggml.ggml_add(ctx, q, w[prefix + "pos_bias_v"])
     k_heads = per_head(k, 0, n_frames)  # ne [d_k, T, H]
-    if flash_attention:
+    if inputs.flash_attention:
         attend, values = _flash_attention, _per_head(ctx, v)  # ne [d_k, T, H]
     else:
         attend, values = _softmax_attention, _padded_values(ctx, v)
@@ -314,15 +338,15 @@ def conv_module(ctx, w: Weights, prefix: str, cfg: EncoderConfig, x):
     return linear(ctx, w, prefix + "pointwise_conv2", h)
 
 
-def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
-                    flash_attention: bool = False, mask=None, chunk_rows: int | None = None):
-    """``ConformerLayer`` (macaron): ``x += FF1(LN x) / 2; x += MHA(LN x); x += Conv(LN x);
-    x += FF2(LN x) / 2; return LN_out(x)``.
+def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x,
+                    inputs: AttentionInputs):
+    """``ConformerLayer.forward(x, att_mask, pos_emb)`` (macaron): ``x += FF1(LN x) / 2;
+    x += MHA(LN x); x += Conv(LN x); x += FF2(LN x) / 2; return LN_out(x)``.
 
     Args:
-        x: ``[T, D]``; pos_emb: ``[2T-1, D]``; mask: the attention mask (local attention,
-            :func:`band_mask`) or None; chunk_rows: the attention's query rows per chunk
-            (:func:`rel_pos_attention`).
+        index: the layer (weights ``encoder.layers.{index}.*``).
+        x: ``[T, D]``.
+        inputs: what its attention receives besides ``x`` (:class:`AttentionInputs`).
 
     Returns:
         ``[T, D]``.
@@ -335,8 +359,7 @@ def conformer_layer(ctx, w: Weights, index: int, cfg: EncoderConfig, x, pos_emb,
 
     h = feed_forward(ctx, w, p + "feed_forward1.", norm("norm_feed_forward1", x))
     x = ggml.ggml_add(ctx, x, ggml.ggml_scale(ctx, h, 0.5))
-    h = rel_pos_attention(ctx, w, p + "self_attn.", cfg, norm("norm_self_att", x), pos_emb,
-                          flash_attention, mask, chunk_rows)
+    h = rel_pos_attention(ctx, w, p + "self_attn.", cfg, norm("norm_self_att", x), inputs)
     x = ggml.ggml_add(ctx, x, h)
     x = ggml.ggml_add(ctx, x, conv_module(ctx, w, p + "conv.", cfg, norm("norm_conv", x)))
     h = feed_forward(ctx, w, p + "feed_forward2.", norm("norm_feed_forward2", x))
@@ -459,14 +482,17 @@ class Encoder:
         x = np.asarray(pre_encode, dtype=np.float32)
         return x if self.cfg.xscale is None else x * np.float32(self.cfg.xscale)
 
-    def _attention_inputs(self, g, pos_emb: np.ndarray, n_frames: int):
-        """The graph inputs the layers' attention reads: the positional encoding on the full
-        ``[2T-1, D]`` grid and, with local attention, the :func:`band_mask` (else None)."""
+    def _attention_inputs(self, g, pos_emb: np.ndarray, n_frames: int) -> AttentionInputs:
+        """What the layers' attention of graph ``g`` reads: the positional encoding on the full
+        ``[2T-1, D]`` grid and, with local attention, the :func:`band_mask` (else None), as
+        graph inputs, with the encoder's flash-attention and chunking settings."""
         context = self.cfg.local_context
+        settings = {"flash_attention": self.flash_attention, "chunk_rows": self.chunk_rows}
         if context is None:
-            return g.input("pos_emb", pos_emb), None
-        return (g.input("pos_emb", local_positions_on_full_grid(pos_emb, n_frames)),
-                g.input("band_mask", band_mask(n_frames, context)))
+            return AttentionInputs(g.input("pos_emb", pos_emb), **settings)
+        grid = local_positions_on_full_grid(pos_emb, n_frames)
+        return AttentionInputs(g.input("pos_emb", grid),
+                               g.input("band_mask", band_mask(n_frames, context)), **settings)
 
     def layers_isolated(self, inputs: Sequence[np.ndarray],
                         pos_emb: np.ndarray) -> Iterator[np.ndarray]:
@@ -515,9 +541,9 @@ class Encoder:
             )
         started = time.monotonic()
         with self.runtime.graph() as g:
-            pos, mask = self._attention_inputs(g, pos_emb, x.shape[0])
+            inputs = self._attention_inputs(g, pos_emb, x.shape[0])
             h = conformer_layer(g.ctx, self.weights, index, cfg, g.input(f"input_{index}", x),
-                                pos, self.flash_attention, mask, self.chunk_rows)
+                                inputs)
             g.output(f"layer_{index}", h, ndim=2)
             out = g.compute()[f"layer_{index}"]
         seconds = time.monotonic() - started
