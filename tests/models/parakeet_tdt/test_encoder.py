@@ -363,8 +363,8 @@ def test_fold_batch_norm_equals_conv_then_batch_norm():
         x = torch.from_numpy(rng.standard_normal((1, 8, 30)))
         ref = norm(conv(x))[0].numpy()
         weight, bias = fold_batch_norm(conv.weight.numpy(), conv.bias.numpy(),
-                                       norm.weight.numpy(), norm.bias.numpy(),
-                                       norm.running_mean.numpy(), norm.running_var.numpy(), 1e-3)
+                                       {k: v.numpy() for k, v in norm.state_dict().items()},
+                                       norm.eps)
         folded = torch.nn.functional.conv1d(x, torch.from_numpy(weight).double(),
                                             torch.from_numpy(bias).double(), padding=4, groups=8)
     np.testing.assert_allclose(folded[0].numpy(), ref, rtol=1e-5, atol=1e-6)

@@ -52,15 +52,24 @@ _BN_KEYS = ("weight", "bias", "running_mean", "running_var")
 Layout = dict[str, tuple[tuple[int, ...], Callable[[], np.ndarray]]]
 
 
-def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarray,
-                    beta: np.ndarray, mean: np.ndarray, var: np.ndarray,
-                    eps: float) -> tuple[np.ndarray, np.ndarray]:
+def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None,
+                    batch_norm: Mapping[str, np.ndarray], eps: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Fold eval-mode ``BatchNorm1d`` into the conv before it (float64 arithmetic).
 
     ``BN(conv(x) + b) = conv'(x) + b'`` with ``s = gamma / sqrt(var + eps)``,
-    ``w' = w * s[c]`` and ``b' = (b - mean) * s + beta``. ``weight`` is ``[C, ...]``.
-    Returns float32 ``(w', b')``.
+    ``w' = w * s[c]`` and ``b' = (b - mean) * s + beta``.
+
+    Args:
+        weight: the conv kernel ``[C, ...]``; bias: its ``[C]`` bias, or None.
+        batch_norm: the BatchNorm's ``state_dict`` (its ``[C]`` ``weight`` gamma, ``bias``
+            beta, ``running_mean`` and ``running_var``; other entries ignored).
+        eps: the BatchNorm's ``eps`` (a module attribute, not in its state).
+
+    Returns:
+        float32 ``(w', b')``.
     """
+    gamma, beta, mean, var = (batch_norm[key] for key in _BN_KEYS)
     scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
     b = np.zeros_like(scale) if bias is None else bias.astype(np.float64)
     folded_w = weight.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
@@ -85,9 +94,8 @@ def _folded(read: Callable[[str], np.ndarray], p: str, has_bias: bool,
     BatchNorm folded in (:func:`fold_batch_norm`)."""
     kernel = read(f"{p}depthwise_conv.weight")
     bias = read(f"{p}depthwise_conv.bias") if has_bias else None
-    weight, folded_bias = fold_batch_norm(kernel, bias,
-                                          *(read(f"{p}batch_norm.{key}") for key in _BN_KEYS),
-                                          eps)
+    batch_norm = {key: read(f"{p}batch_norm.{key}") for key in _BN_KEYS}
+    weight, folded_bias = fold_batch_norm(kernel, bias, batch_norm, eps)
     return weight.reshape(kernel.shape[0], 1, 1, -1), folded_bias
 
 
