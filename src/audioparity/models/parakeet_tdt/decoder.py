@@ -20,6 +20,7 @@ ggml layout: ``ne`` is the numpy shape reversed; a numpy ``[N, H]`` array is a g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import ggml
 import numpy as np
@@ -39,29 +40,45 @@ JOINT_OUT = "joint.joint_net.2"
 _ACTIVATIONS = {name: getattr(ggml, f"ggml_{name}") for name in JOINT_ACTIVATIONS}
 
 
-def _lstm(kind: str, layer: int) -> str:
-    """NeMo name of an LSTM parameter, e.g. ``weight_ih`` of layer 0."""
-    return f"decoder.prediction.dec_rnn.lstm.{kind}_l{layer}"
+class LstmWeights(NamedTuple):
+    """One ``torch.nn.LSTM`` layer's parameters, in the order of its ``_flat_weights`` (and of
+    ``torch.lstm_cell``'s arguments after ``hx``): ``w_ih`` ``[4H, H_in]`` (ggml ``ne [H_in,
+    4H]``), ``w_hh`` ``[4H, H]``, ``b_ih`` and ``b_hh`` ``[4H]``, gate rows i, f, g, o."""
+
+    w_ih: Any
+    w_hh: Any
+    b_ih: Any
+    b_hh: Any
+
+    @classmethod
+    def of(cls, weights: Weights, layer: int) -> LstmWeights:
+        """Layer ``layer`` of the prediction network's ``dec_rnn``: NeMo's
+        ``decoder.prediction.dec_rnn.lstm.{weight_ih,weight_hh,bias_ih,bias_hh}_l{layer}``."""
+        p = "decoder.prediction.dec_rnn.lstm."
+        return cls(*(weights[f"{p}{kind}_l{layer}"]
+                     for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")))
 
 
-
-def lstm_cell(ctx, x, h, c, w_ih, w_hh, b_ih, b_hh, hidden: int):
-    """One step of one ``torch.nn.LSTM`` layer (``torch.lstm_cell``).
+def lstm_cell(ctx, x, hx: tuple, params: LstmWeights):
+    """One step of one ``torch.nn.LSTM`` layer: ``torch.lstm_cell(x, hx, *params)``.
 
     ``gates = (W_ih x + b_ih) + (W_hh h + b_hh)`` split as i, f, g, o;
     ``c' = sigmoid(f) * c + sigmoid(i) * tanh(g)``, ``h' = sigmoid(o) * tanh(c')``.
 
     Args:
-        x: input, ggml ``ne [H_in]``; h, c: state, ``ne [H]``.
-        w_ih: ``[4H, H_in]`` (ggml ``ne [H_in, 4H]``); w_hh: ``[4H, H]``; b_ih, b_hh: ``[4H]``.
+        x: input, ggml ``ne [H_in]``.
+        hx: the state ``(h, c)``, each ``ne [H]`` (H, the hidden size, is read off ``h``).
+        params: the layer's weights (:class:`LstmWeights`).
 
     Returns:
         ``(h', c')``, each ``ne [H]``.
     """
+    h, c = hx
+    hidden = h.contents.ne[0]
     gates = ggml.ggml_add(
         ctx,
-        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, w_ih, x), b_ih),
-        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, w_hh, h), b_hh),
+        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, params.w_ih, x), params.b_ih),
+        ggml.ggml_add(ctx, ggml.ggml_mul_mat(ctx, params.w_hh, h), params.b_hh),
     )
     size = ggml.ggml_element_size(gates) * hidden
 
@@ -91,11 +108,7 @@ def prediction_network(ctx, weights: Weights, config: ParakeetTDTConfig, label, 
     x = ggml.ggml_reshape_1d(ctx, ggml.ggml_get_rows(ctx, weights[EMBED], label), hidden)
     h_new, c_new = [], []
     for layer in range(config.decoder.pred_rnn_layers):
-        x, cell = lstm_cell(
-            ctx, x, h[layer], c[layer],
-            weights[_lstm("weight_ih", layer)], weights[_lstm("weight_hh", layer)],
-            weights[_lstm("bias_ih", layer)], weights[_lstm("bias_hh", layer)], hidden,
-        )
+        x, cell = lstm_cell(ctx, x, (h[layer], c[layer]), LstmWeights.of(weights, layer))
         h_new.append(x)
         c_new.append(cell)
     return x, h_new, c_new
