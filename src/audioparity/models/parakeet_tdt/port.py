@@ -29,6 +29,7 @@ only.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,6 +59,20 @@ from audioparity.models.parakeet_tdt.tokenizer import (
 log = logging.getLogger("audioparity")
 
 
+@dataclass(frozen=True)
+class PortCase:
+    """What the port's decoding stages of one case share (:func:`stages` builds it once):
+    the runtime and its uploaded ``weights``, the ``reference`` dump the teacher-forced and
+    isolated stages read, the model's ``config``, its ``tokenizer``, and the log ``label``."""
+
+    runtime: Runtime
+    weights: Weights
+    reference: Dump
+    config: ParakeetTDTConfig
+    tokenizer: Tokenizer
+    label: str
+
+
 def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> Outputs:
     """The stages of the module docstring, on ``case`` (its audio ``[L]`` float32 at the
     model's rate), with the reference dump ``reference`` for the teacher-forced ones.
@@ -81,11 +96,11 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
     encoder = Encoder(weights, config, runtime,
                       flash_attention=bool(case.options.get("flash_attention", 0)))
     enc_out = yield from encoder_stages(encoder, mel, reference, label)
+    port = PortCase(runtime, weights, reference, config, tokenizer, label)
     if config.transducer:
-        yield from transducer_stages(runtime, weights, reference, config, enc_out, tokenizer,
-                                     label)
+        yield from transducer_stages(port, enc_out)
     if config.ctc is not None:
-        yield from ctc_stages(runtime, weights, reference, config, enc_out, tokenizer, label)
+        yield from ctc_stages(port, enc_out)
 
 
 def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: str) -> Outputs:
@@ -121,14 +136,14 @@ def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: st
     return enc_out
 
 
-def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
-                      config: ParakeetTDTConfig, enc_out: np.ndarray, tokenizer: Tokenizer,
-                      label: str) -> Outputs:
-    """The transducer's stages: ``joint_logits`` and ``lstm_state_0`` along the reference path,
-    ``decoder_replay`` (on the reference ``enc_out``), ``decode`` (on ours) and
-    ``decode_logits`` (ours along the reference path)."""
+def transducer_stages(port: PortCase, enc_out: np.ndarray) -> Outputs:
+    """The transducer's stages of ``port``'s case, our ``enc_out`` ``[T', D]`` given:
+    ``joint_logits`` and ``lstm_state_0`` along the reference path, ``decoder_replay`` (on the
+    reference ``enc_out``), ``decode`` (on ours) and ``decode_logits`` (ours along the
+    reference path)."""
+    reference, config, tokenizer, label = port.reference, port.config, port.tokenizer, port.label
     ref_enc_out = reference.tensor("enc_out")
-    with TdtDecoder(runtime, weights, config) as decoder:
+    with TdtDecoder(port.runtime, port.weights, config) as decoder:
         yield Phase("joint_logits")
         path = reference_path(reference, ref_enc_out.shape[0], config)
         joint_logits, lstm_state_0 = decoder.teacher_forced(ref_enc_out, path)
@@ -157,23 +172,23 @@ def transducer_stages(runtime: Runtime, weights: Weights, reference: Dump,
              len(replay["ids"]), len(decode["ids"]), decode_logits.shape[0])
 
 
-def ctc_stages(runtime: Runtime, weights: Weights, reference: Dump, config: ParakeetTDTConfig,
-               enc_out: np.ndarray, tokenizer: Tokenizer, label: str) -> Outputs:
-    """The CTC decoder's stages: ``ctc_logits`` and ``ctc_decode`` of our ``enc_out``, and
-    their isolated forms on the reference's: ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
-    decoder = CtcDecoder(runtime, weights, config)
+def ctc_stages(port: PortCase, enc_out: np.ndarray) -> Outputs:
+    """The CTC decoder's stages of ``port``'s case: ``ctc_logits`` and ``ctc_decode`` of our
+    ``enc_out`` ``[T', D]``, and their isolated forms on the reference's:
+    ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
+    decoder = CtcDecoder(port.runtime, port.weights, port.config)
     yield Phase("ctc_logits_isolated")
-    isolated, replay = decoder.greedy(reference.tensor("enc_out"))
+    isolated, replay = decoder.greedy(port.reference.tensor("enc_out"))
     yield "ctc_logits_isolated", isolated
-    yield "ctc_decoder_replay", ctc_document(replay, tokenizer)
+    yield "ctc_decoder_replay", ctc_document(replay, port.tokenizer)
     yield Phase("ctc_logits")
     log_probs, path = decoder.greedy(enc_out)
     yield "ctc_logits", log_probs
-    yield "ctc_decode", ctc_document(path, tokenizer)
+    yield "ctc_decode", ctc_document(path, port.tokenizer)
     yield Note("ctc_decode and ctc_decoder_replay: greedy CTC (argmax, repeats folded, blanks "
                "dropped) on the host of the ggml ConvASRDecoder's log-probabilities")
-    log.info("%s: ctc_decoder_replay %d tokens, ctc_decode %d tokens", label, len(replay.ids),
-             len(path.ids))
+    log.info("%s: ctc_decoder_replay %d tokens, ctc_decode %d tokens", port.label,
+             len(replay.ids), len(path.ids))
 
 
 def reference_path(reference: Dump, n_frames: int, config: ParakeetTDTConfig) -> GreedyPath:
