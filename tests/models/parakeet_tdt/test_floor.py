@@ -27,12 +27,12 @@ def _floor(model, config, samples):
     from functools import partial
 
     from audioparity.models.parakeet_tdt import ParakeetTdt
-    from audioparity.models.parakeet_tdt.floor import noise_floor
+    from audioparity.models.parakeet_tdt.floor import ReferenceRun, noise_floor
     from audioparity.models.parakeet_tdt.references.nemo import _stages_on, preprocessor
 
     features, length = preprocessor(model, samples)
     rerun = partial(_stages_on, model, config, length)
-    return noise_floor(model, samples, features, length, rerun(features), rerun,
+    return noise_floor(model, ReferenceRun(samples, features, length, rerun(features)), rerun,
                        partial(ParakeetTdt.spec.carries, "mel_features"))
 
 

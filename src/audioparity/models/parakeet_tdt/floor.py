@@ -16,6 +16,7 @@ replayed) keep theirs and judge each block alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,19 +64,34 @@ def exact_features(model: Any, samples: np.ndarray, features: Any, length: Any) 
     return out
 
 
-def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
-                outputs: Mapping[str, Any], rerun: Callable[[Any], Mapping[str, Any]],
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The reference's run of one case that :func:`noise_floor` measures against.
+
+    Attributes:
+        samples: the case's audio ``[L]`` float32 at the model's rate.
+        features, length: NeMo's preprocessor output on them, ``[1, n_mels, T_padded]``
+            float32 and ``[1]`` valid frames (:func:`~.references.nemo.preprocessor`).
+        outputs: the reference's stages of the case, by name.
+    """
+
+    samples: np.ndarray
+    features: Any
+    length: Any
+    outputs: Mapping[str, Any]
+
+
+def noise_floor(model: Any, run: ReferenceRun, rerun: Callable[[Any], Mapping[str, Any]],
                 carries: Callable[[str], bool]) -> dict[str, Any] | None:
     """The reference's own float32 noise on this case (module docstring), or None where its
     normalised mel is within :data:`EXACT_MEL_NMSE` of the exact one (the bounds as written
     hold).
 
     Args:
-        model: the restored NeMo model (eval, dither off); samples: ``[L]`` float32 at its rate.
-        features, length: its preprocessor's output on them (:func:`~.reference.preprocessor`).
-        outputs: the reference's stages of the case, by name.
+        model: the restored NeMo model (eval, dither off).
+        run: its run of the case: the audio, the preprocessor's output, the stages.
         rerun: the stages after the mel on other features (``[1, n_mels, T_padded]``), by
-            name, as ``outputs`` holds them.
+            name, as ``run.outputs`` holds them.
         carries: whether a stage carries the mel's error end to end (the contract's
             :meth:`~audioparity.contract.spec.FamilySpec.carries`): the stages the floor names.
 
@@ -86,8 +102,9 @@ def noise_floor(model: Any, samples: np.ndarray, features: Any, length: Any,
         differ there (the reference's own choice is undecided at float32 noise), whose
         teacher-forced logits (along a path the exact run does not take) are left out.
     """
+    features, length, outputs = run.features, run.length, run.outputs
     n = int(length[0])
-    exact = exact_features(model, samples, features, length)
+    exact = exact_features(model, run.samples, features, length)
     mel_nmse = metrics.nmse(features[0, :, :n].T.numpy(), exact[0, :, :n].T.numpy())
     if not mel_nmse > EXACT_MEL_NMSE:
         return None

@@ -46,7 +46,7 @@ from audioparity.contract.taps import Taps
 from audioparity.dumping.artifacts import Dump
 from audioparity.models.parakeet_tdt.chunked_attention import chunk_note, chunked_attention
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
-from audioparity.models.parakeet_tdt.floor import floor_note, noise_floor
+from audioparity.models.parakeet_tdt.floor import ReferenceRun, floor_note, noise_floor
 from audioparity.models.parakeet_tdt.greedy import (
     STRATEGY,
     collapse_ctc,
@@ -350,7 +350,7 @@ def stages(asr_model: Any, case: Case, carries: Callable[[str], bool]) -> Output
         if isinstance(item, tuple):
             outputs[item[0]] = item[1]
         yield item
-    floor = noise_floor(asr_model, sound.samples, features, length, outputs,
+    floor = noise_floor(asr_model, ReferenceRun(sound.samples, features, length, outputs),
                         partial(_stages_on, asr_model, config, length), carries)
     if floor is not None:
         yield Fields({"noise_floor": floor})
