@@ -47,7 +47,8 @@ def test_tdt_loss_is_the_sum_over_every_path(durations):
     targets = torch.randint(0, vocab, (batch, tokens_max), generator=generator)
     frames = torch.tensor([5, 4, 3])
     counts = torch.tensor([3, 1, 2])  # padded frames and targets in rows 1 and 2
-    loss = tdt_loss(labels, durs, targets, frames, counts, durations, sigma=0.05)
+    loss = tdt_loss(torch.cat([labels, durs], dim=-1), targets, frames, counts, durations,
+                    sigma=0.05)
     expected = [_brute_force(labels[b], durs[b], targets[b], int(frames[b]), int(counts[b]),
                              durations, 0.05) for b in range(batch)]
     torch.testing.assert_close(loss, torch.stack(expected), rtol=1e-10, atol=1e-10)

@@ -62,10 +62,12 @@ def model_config(tokenizer_dir: Path) -> dict:
     return cfg
 
 
-def tdt_loss(label_logits, duration_logits, targets, frames, target_lengths,
-             durations=DURATIONS, sigma: float = SIGMA):
+def tdt_loss(logits, targets, frames, target_lengths, durations=DURATIONS,
+             sigma: float = SIGMA):
     """The TDT loss, ``-log P(targets | audio)`` per utterance, summed over the lattice of
-    token-and-duration paths (Xu et al. 2023, eq. 7; NeMo's ``TDTLossNumba`` on CUDA).
+    token-and-duration paths (Xu et al. 2023, eq. 7): NeMo's ``TDTLossNumba(V, durations,
+    reduction="none", sigma=sigma)(logits, targets, frames, target_lengths)`` (``acts``,
+    ``labels``, ``act_lens``, ``label_lens``; CUDA only there).
 
     A path at frame t with u tokens emitted either emits the blank with a duration d >= 1
     (to frame t + d) or the next target token with a duration d >= 0 (to frame t + d, u + 1);
@@ -74,9 +76,8 @@ def tdt_loss(label_logits, duration_logits, targets, frames, target_lengths,
     ``log_softmax(duration_logits)``.
 
     Args:
-        label_logits: ``[B, T, U + 1, V + 1]`` joint outputs over the vocabulary and the blank
-            (the last class).
-        duration_logits: ``[B, T, U + 1, len(durations)]`` joint outputs over the durations.
+        logits: ``[B, T, U + 1, V + 1 + len(durations)]``, the joint's output: the vocabulary
+            and the blank (class V), then the durations' logits (NeMo's TDT joint layout).
         targets: ``[B, U]`` int64 token ids (padding ignored).
         frames: ``[B]`` encoder frames T_b of each utterance.
         target_lengths: ``[B]`` tokens U_b of each utterance.
@@ -89,6 +90,8 @@ def tdt_loss(label_logits, duration_logits, targets, frames, target_lengths,
 
     if durations[0] != 0 or any(d <= 0 for d in durations[1:]):
         raise ValueError(f"durations must be 0 followed by positive frames, got {durations}")
+    label_logits = logits[..., :-len(durations)]
+    duration_logits = logits[..., -len(durations):]
     batch, frames_max, positions, classes = label_logits.shape
     blank = classes - 1
     labels = torch.log_softmax(label_logits, dim=-1) - sigma
@@ -192,8 +195,7 @@ def batch_loss(model, utterances: list[Utterance]):
     encoded, frames = model.forward(input_signal=audio, input_signal_length=lengths)
     prediction, _, _ = model.decoder(targets=targets, target_length=target_lengths)
     logits = model.joint(encoder_outputs=encoded, decoder_outputs=prediction)
-    losses = tdt_loss(logits[..., :-len(DURATIONS)], logits[..., -len(DURATIONS):], targets,
-                      frames, target_lengths)
+    losses = tdt_loss(logits, targets, frames, target_lengths)
     return losses.sum() / target_lengths.sum()
 
 
