@@ -32,6 +32,7 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.spec import Names
 from audioparity.models.moss_voicegen.stages import Forward
 
 F32_ROW = ggml.GGML_TYPE_F32
@@ -275,12 +276,12 @@ class Backbone:
             cos_t, sin_t = g.input("cos", cos), g.input("sin_signed", sin_signed)
             mask = g.input("mask", causal_mask(start, n)) if causal else None
             window = Window(self.cache, start, n, cos_t, sin_t, mask)
-            x = g.output("input_embeddings",
+            x = g.output(Names.INPUT_EMBEDDINGS,
                          compute_input_embeddings(ctx, self.weights, config, columns), ndim=2)
             last = ggml.ggml_row_size(F32_ROW, lang.hidden_size) * (n - 1)
             for layer in range(lang.num_hidden_layers):
                 x = decoder_layer(g, self.weights, config, layer, x, window)
-                g.output(f"layer_{layer}", x, ndim=2)
+                g.output(Names.LAYER.at(layer), x, ndim=2)
             hidden = rms_norm(ctx, x, self.weights["language_model.norm.weight"],
                               lang.rms_norm_eps)
             g.output("hidden", hidden, ndim=2)
@@ -293,9 +294,9 @@ class Backbone:
         audio = np.stack([out[f"head_{j}"] for j in range(1, config.n_vq + 1)])
         audio[:, -1] = -np.inf
         return Forward(
-            embeddings=out["input_embeddings"],
+            embeddings=out[Names.INPUT_EMBEDDINGS],
             hidden=out["hidden"],
-            layers=np.stack([out[f"layer_{i}"] for i in range(lang.num_hidden_layers)]),
+            layers=np.stack([out[Names.LAYER.at(i)] for i in range(lang.num_hidden_layers)]),
             text_logits=out["head_0"],
             audio_logits=audio,
         )

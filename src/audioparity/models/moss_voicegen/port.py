@@ -35,6 +35,7 @@ from audioparity.models.moss_voicegen.backbone import Backbone
 from audioparity.models.moss_voicegen.checkpoint import nonzero_pad_rows
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
+from audioparity.models.moss_voicegen.spec import Names
 from audioparity.models.moss_voicegen.stages import (
     Heads,
     generation_outputs,
@@ -69,10 +70,10 @@ def reference_path(reference: Dump, config: MossTTSDelayConfig
         AudioparityError: they do not (path stages of another generation, or of another
             length).
     """
-    prompt = np.asarray(reference.json("prompt")["rows"], dtype=np.int64)
-    generated = reference.json("generation")["rows"]
-    text = reference.tensor("generation_text_logits")
-    audio = reference.tensor("generation_audio_logits")
+    prompt = np.asarray(reference.json(Names.PROMPT)["rows"], dtype=np.int64)
+    generated = reference.json(Names.GENERATION)["rows"]
+    text = reference.tensor(Names.GENERATION_TEXT_LOGITS)
+    audio = reference.tensor(Names.GENERATION_AUDIO_LOGITS)
     if not len(text) == len(audio) == len(generated):
         raise AudioparityError(f"{reference.path}: {len(text)} and {len(audio)} rows of "
                                f"generation_*_logits for {len(generated)} generated rows")
@@ -97,15 +98,15 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump, gene
     config = case.config
     path_prompt, path_rows = reference_path(reference, config)
     yield Note(pad_rows_note(weights, config))
-    yield Phase("prompt")
+    yield Phase(Names.PROMPT)
     encoded = text_processor.encode(case.model, config, case.data)
-    yield "prompt", encoded.document()
+    yield Names.PROMPT, encoded.document()
     n_rows = len(encoded.rows)
     if n_rows < 3:
         raise AudioparityError(f"prompt: {n_rows} rows; need at least 3")
     net = Backbone(runtime, weights, config, kv_cache_type=kv_cache_type,
                    max_context=max(n_rows + generate_rows, len(path_prompt) + len(path_rows)))
-    yield Phase("input_embeddings")
+    yield Phase(Names.INPUT_EMBEDDINGS)
     full = net.prefill(encoded.rows)
     yield from prefill_outputs(full)
 
@@ -113,13 +114,13 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump, gene
         result = net.step(row)
         return result.text_logits, result.audio_logits
 
-    yield Phase("generation")
+    yield Phase(Names.GENERATION)
     document, _ = yield from generation_outputs(config, encoded.rows, full, step,
                                                 generate_rows)
     yield from teacher_forced_outputs(path_prompt, path_rows, net.prefill, step)
-    yield Phase("step_last_hidden")
+    yield Phase(Names.STEP_LAST_HIDDEN)
     net.prefill(encoded.rows[:-1])
     last = net.step(encoded.rows[-1])
-    yield "step_last_hidden", last.hidden[-1]
+    yield Names.STEP_LAST_HIDDEN, last.hidden[-1]
     log.info("moss ggml %s: %d prompt rows, %d generated", case.path.name, n_rows,
              len(document["rows"]))

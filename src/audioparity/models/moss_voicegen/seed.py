@@ -22,6 +22,7 @@ from typing import Any
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump, sha256_of
+from audioparity.models.moss_voicegen.spec import SPEC, Names
 from audioparity.models.moss_voicegen.text_processor import PROMPT_KEYS, load_prompt
 
 #: The files :func:`write_seed` writes.
@@ -37,7 +38,7 @@ def _request(dump: Dump) -> dict[str, Any]:
     request = dump.manifest.get("request")
     if isinstance(request, dict):
         return {key: request.get(key) for key in PROMPT_KEYS}
-    source = dump.manifest.get("inputs", {}).get("prompt", {})
+    source = dump.manifest.get("inputs", {}).get(SPEC.input, {})
     path = Path(str(source.get("path", "")))
     if not source.get("path") or not path.is_file() or sha256_of(path) != source.get("sha256"):
         raise AudioparityError(f"{dump.path}: the manifest has no 'request' and its prompt file "
@@ -55,15 +56,15 @@ def seed_inputs(dump: Dump) -> dict[str, dict[str, Any]]:
             ``last_hidden`` tensor ``[H]`` or the request (:func:`_request`), or the request's
             ``instruction`` or ``language`` is absent (the seed requires strings).
     """
-    missing = [name for name in ("prompt", "last_hidden") if not dump.has(name)]
+    missing = [name for name in (Names.PROMPT, Names.LAST_HIDDEN) if not dump.has(name)]
     if missing:
         raise AudioparityError(f"{dump.path}: no {', '.join(missing)}; the MOSS seed format "
                                "needs the prompt document and last_hidden")
-    prompt = dump.json("prompt")
+    prompt = dump.json(Names.PROMPT)
     rows = prompt.get("rows") if isinstance(prompt, dict) else None
     if not isinstance(rows, list):
         raise AudioparityError(f"{dump.path}: the prompt document has no 'rows' list")
-    last_hidden = dump.tensor("last_hidden")
+    last_hidden = dump.tensor(Names.LAST_HIDDEN)
     if last_hidden.ndim != 1:
         raise AudioparityError(f"{dump.path}: last_hidden is {list(last_hidden.shape)}; "
                                "expected [H]")

@@ -35,6 +35,7 @@ import numpy as np
 from audioparity.contract.family import Outputs, Phase
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.delay_pattern import greedy_generate
+from audioparity.models.moss_voicegen.spec import Names
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,13 @@ def prefill_outputs(full: Forward) -> Iterator[tuple[str, np.ndarray]]:
     Args:
         full: the forward over all ``S`` prompt rows (:class:`Forward`).
     """
-    yield "input_embeddings", full.embeddings
-    yield "last_hidden", full.hidden[-1]
-    yield "probe_hidden", full.hidden[probe_rows(len(full.hidden))]
+    yield Names.INPUT_EMBEDDINGS, full.embeddings
+    yield Names.LAST_HIDDEN, full.hidden[-1]
+    yield Names.PROBE_HIDDEN, full.hidden[probe_rows(len(full.hidden))]
     for i, layer in enumerate(full.layers):
-        yield f"layer_{i}", layer
-    yield "text_logits", full.text_logits
-    yield "audio_logits", full.audio_logits
+        yield Names.LAYER.at(i), layer
+    yield Names.TEXT_LOGITS, full.text_logits
+    yield Names.AUDIO_LOGITS, full.audio_logits
 
 
 #: The heads of one row: ``(text [V_text], audio [n_vq, audio_vocab_size+1])``.
@@ -86,8 +87,8 @@ def path_outputs(heads: list[Heads]) -> Iterator[tuple[str, np.ndarray]]:
     """The path stages (module docstring) of the heads that decided each generated row, in
     row order: ``generation_text_logits`` ``[rows, V_text]``, ``generation_audio_logits``
     ``[rows, n_vq, audio_vocab_size+1]``."""
-    yield "generation_text_logits", np.stack([text for text, _ in heads])
-    yield "generation_audio_logits", np.stack([audio for _, audio in heads])
+    yield Names.GENERATION_TEXT_LOGITS, np.stack([text for text, _ in heads])
+    yield Names.GENERATION_AUDIO_LOGITS, np.stack([audio for _, audio in heads])
 
 
 def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full: Forward,
@@ -116,8 +117,8 @@ def generation_outputs(config: MossTTSDelayConfig, prompt_rows: np.ndarray, full
         return heads[-1]
 
     document, margins = greedy_generate(config, prompt_rows, *heads[0], recorded, generate_rows)
-    yield "generation", document
-    yield "generation_margins", margins
+    yield Names.GENERATION, document
+    yield Names.GENERATION_MARGINS, margins
     return document, heads
 
 
@@ -133,7 +134,7 @@ def teacher_forced_outputs(prompt_rows: np.ndarray, generated_rows: list[list[in
         prefill: empties this side's KV cache and runs the rows from position 0.
         step: feeds one row through this side's KV cache and returns its heads.
     """
-    yield Phase("generation_text_logits")
+    yield Phase(Names.GENERATION_TEXT_LOGITS)
     full = prefill(prompt_rows)
     heads = [(full.text_logits, full.audio_logits)]
     heads += [step(row) for row in generated_rows[:-1]]

@@ -70,6 +70,7 @@ from audioparity.contract.taps import Taps
 from audioparity.dumping.artifacts import Dump
 from audioparity.models.moss_voicegen import text_processor
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
+from audioparity.models.moss_voicegen.spec import Names
 from audioparity.models.moss_voicegen.stages import (
     Forward,
     generation_outputs,
@@ -189,7 +190,8 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
 
     layers = net.language_model.layers
     with Taps("decoder") as taps:
-        taps.outputs("layer_{}", layers)
+        for index, layer in enumerate(layers):
+            taps.output(Names.LAYER.at(index), layer)
         for index, given in (layer_inputs or {}).items():
             taps.replace_input(layers[index], torch.from_numpy(given)[None], "hidden_states")
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
@@ -204,7 +206,7 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
     result = Forward(
         embeddings=embeddings[0].numpy(),
         hidden=hidden.numpy(),
-        layers=np.stack([taps.once(f"layer_{i}")[0].numpy() for i in range(len(layers))]),
+        layers=np.stack([taps.once(Names.LAYER.at(i))[0].numpy() for i in range(len(layers))]),
         text_logits=heads[0].numpy(),
         audio_logits=audio.numpy(),
     )
@@ -231,22 +233,22 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
 
     config = case.config
     yield Fields({"modeling": modeling or config.modeling})
-    yield Phase("prompt")
+    yield Phase(Names.PROMPT)
     encoded = reference_prompt(case.model, config, case.data)
-    yield "prompt", encoded.document()
+    yield Names.PROMPT, encoded.document()
     rows = torch.from_numpy(encoded.rows)[None]
     n_rows = rows.shape[1]
     if n_rows < 3:
         raise AudioparityError(f"{case.path}: {n_rows} prompt rows; need at least 3")
     with torch.inference_mode():
-        yield Phase("input_embeddings")
+        yield Phase(Names.INPUT_EMBEDDINGS)
         full, full_cache = run(net, rows)
         yield from prefill_outputs(full)
 
-        yield Phase("step_last_hidden")
+        yield Phase(Names.STEP_LAST_HIDDEN)
         _, head_cache = run(net, rows[:, :-1])
         last, _ = run(net, rows[:, -1:], head_cache)
-        yield "step_last_hidden", last.hidden[-1]
+        yield Names.STEP_LAST_HIDDEN, last.hidden[-1]
 
         cache = full_cache
 
@@ -255,7 +257,7 @@ def stages(net, case: Case, generate_rows: int, run=forward, modeling: str | Non
             result, cache = run(net, torch.tensor([[row]], dtype=torch.long), cache)
             return result.text_logits, result.audio_logits
 
-        yield Phase("generation_text_logits")  # its loop computes the path stages
+        yield Phase(Names.GENERATION_TEXT_LOGITS)  # its loop computes the path stages
         document, heads = yield from generation_outputs(config, encoded.rows, full, step,
                                                         generate_rows)
         yield from path_outputs(heads)
@@ -285,8 +287,8 @@ def layer_inputs(candidate: Dump, n_layers: int, shape: tuple[int, int]
     skipped: dict[str, str] = {}
     notes: list[str] = []
     for layer in range(n_layers):
-        name = "input_embeddings" if layer == 0 else f"layer_{layer - 1}"
-        replayed = f"layer_{layer}_replayed"
+        name = Names.INPUT_EMBEDDINGS if layer == 0 else Names.LAYER.at(layer - 1)
+        replayed = Names.LAYER_REPLAYED.at(layer)
         if not candidate.has(name):
             if layer == 0:
                 notes.append("layer_0 replayed on the reference's input_embeddings: the "
@@ -319,14 +321,15 @@ def replayed(net, case: Case, candidate: Dump) -> Outputs:
 
     config = case.config
     with torch.inference_mode():
-        yield Phase("layer_0_replayed")
+        yield Phase(Names.LAYER_REPLAYED.at(0))
         rows = reference_prompt(case.model, config, case.data).rows
         inputs, skipped, notes = layer_inputs(candidate, config.n_layers,
                                               (len(rows), config.hidden_size))
         full, _ = forward(net, torch.from_numpy(rows)[None], layer_inputs=inputs)
     for layer, array in enumerate(full.layers):
-        if f"layer_{layer}_replayed" not in skipped:
-            yield f"layer_{layer}_replayed", array
+        name = Names.LAYER_REPLAYED.at(layer)
+        if name not in skipped:
+            yield name, array
     for note in notes:
         yield Note(note)
     for stage, why in skipped.items():

@@ -29,6 +29,7 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Case, Outputs, ReferenceLibrary
 from audioparity.contract.taps import Taps
 from audioparity.models.moss_voicegen.config import CONFIG_FILE, MossTTSDelayConfig
+from audioparity.models.moss_voicegen.spec import Names
 from audioparity.models.moss_voicegen.stages import Forward
 
 #: The checkpoint's prefix of the backbone's weights (``MossTTSDelayModel.language_model``).
@@ -152,11 +153,12 @@ def decoder(model: Qwen3Reference, embeddings, cache):
     """
     layers = model.backbone.layers
     with Taps("decoder") as taps:
-        taps.outputs("layer_{}", layers)
+        for index, layer in enumerate(layers):
+            taps.output(Names.LAYER.at(index), layer)
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
         out = model.backbone(None, None, None, cache, inputs_embeds=embeddings, use_cache=True)
-    layer_outputs = np.stack([taps.once(f"layer_{i}")[0].numpy() for i in range(len(layers))])
+    layer_outputs = np.stack([taps.once(Names.LAYER.at(i))[0].numpy() for i in range(len(layers))])
     return (out.last_hidden_state[0], layer_outputs,
             out.cache if hasattr(out, "cache") else out.past_key_values)
 
