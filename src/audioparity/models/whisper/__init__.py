@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.contract.family import Case, CheckpointWeights, Family, Outputs, reference_names
-from audioparity.contract.spec import FLOAT32, MATMUL, FamilySpec, Option, Stage
+from audioparity.contract.family import Case, CheckpointWeights, Family, Outputs
+from audioparity.contract.spec import FLOAT32, MATMUL
+from audioparity.models.whisper.spec import SPEC
 
 #: The weights that enter a matmul as its first operand: ``nn.Linear`` of the layers (both
 #: attentions' projections, ``fc1``, ``fc2``) and the decoder's ``embed_tokens``, which is also
@@ -26,48 +27,7 @@ class Whisper(Family):
     """transformers' ``WhisperForConditionalGeneration`` and our ggml port of it (:mod:`.encoder`,
     :mod:`.decoder`), with Whisper's greedy decoding (:mod:`.decoding`)."""
 
-    spec = FamilySpec(
-        name="whisper",
-        command="whisper",
-        title="Whisper speech recognition (log-mel frontend, encoder, decoder, greedy decode) "
-              "against transformers' WhisperForConditionalGeneration",
-        input="audio",
-        model="a Hugging Face Whisper checkpoint directory (config.json, model.safetensors, "
-              "preprocessor_config.json, generation_config.json, tokenizer.json)",
-        stages=(
-            Stage("mel_features", "tensor", "[T, n_mels]",
-                  "log-mel features of the audio padded or trimmed to n_samples (30 s: "
-                  "T = 3000), as WhisperFeatureExtractor computes them, time-major"),
-            Stage("conv_out", "tensor", "[T, D]",
-                  "gelu(conv2(gelu(conv1(mel)))), T' frames, before the positions are added",
-                  inputs=("mel_features",)),
-            Stage("layer_{i}", "tensor", "[T, D]", "output of WhisperEncoderLayer i",
-                  isolated="layer_{i}_isolated", replayed="layer_{i}_replayed",
-                  inputs=("layer_{i-1}|conv_out",)),
-            Stage("enc_out", "tensor", "[T, D]", "encoder output, after the final layer_norm",
-                  inputs=("layer_{last}",)),
-            Stage("decoder_layer_{i}", "tensor", "[S, D]",
-                  "output of WhisperDecoderLayer i over the teacher-forced tokens (the prompt "
-                  "and the reference's decoded ids)", isolated="decoder_layer_{i}_isolated",
-                  reference_path=True, inputs=("decoder_layer_{i-1}", "enc_out")),
-            Stage("decoder_logits", "logits", "[S, V]",
-                  "proj_out of the decoder at every teacher-forced token: row j predicts token "
-                  "j+1", reference_path=True, inputs=("decoder_layer_{last}",)),
-            Stage("decode", "document", "{ids, text}",
-                  "greedy decode with the KV cache: the generated ids (no prompt, no "
-                  "<|endoftext|>) and their text; decoder_replay runs the ggml decoder on the "
-                  "reference enc_out", isolated="decoder_replay", margins="[positions]",
-                  inputs=("decoder_logits",)),
-        ),
-        options=(
-            Option("language", "", "a multilingual model's language token (en or <|en|>); '' "
-                   "for an English-only model", sides=("reference", "ggml")),
-            Option("task", "transcribe", "a multilingual model's task token",
-                   sides=("reference", "ggml"), choices=("transcribe", "translate")),
-        ),
-        ggml_reads_reference=True,
-        references=reference_names(__name__, primary="transformers"),
-    )
+    spec = SPEC
     reference_versions = ("torch", "transformers", "openai-whisper")
     reference_keeps = ("model.encoder.embed_positions", "model.decoder.embed_positions")
     reference_prefix = "model."

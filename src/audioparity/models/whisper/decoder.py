@@ -38,6 +38,7 @@ from audioparity.ggml.ops import layer_norm, linear
 from audioparity.models.whisper.config import LAYER_NORM_EPS, WhisperModelConfig
 from audioparity.models.whisper.decoding import Decode, greedy
 from audioparity.models.whisper.encoder import attention, gelu
+from audioparity.models.whisper.spec import Names
 
 F32 = ggml.GGML_TYPE_F32
 
@@ -245,7 +246,7 @@ class Decoder:
             raise AudioparityError(f"enc_out has shape {list(enc_out.shape)}; the decoder takes "
                                    f"{list(expected)}")
         with self.runtime.graph() as g:
-            x = g.input("enc_out", enc_out)
+            x = g.input(Names.ENC_OUT, enc_out)
             for i in range(self.config.n_decoder_layers):
                 p = f"decoder.layers.{i}.encoder_attn."
                 self.caches.store(g, f"cross.k.{i}", linear(g.ctx, self.weights, p + "k_proj", x),
@@ -289,7 +290,7 @@ class Decoder:
             window = Window(self.caches, start, mask)
             for i in range(self.config.n_decoder_layers):
                 x = decoder_layer(g, w, i, self.config, x, window)
-                g.output(f"decoder_layer_{i}", x, ndim=2)
+                g.output(Names.DECODER_LAYER.at(i), x, ndim=2)
             g.output("logits", logits(g.ctx, w, final_layer_norm(g.ctx, w, x)), ndim=2)
             return g.compute()
 
@@ -344,11 +345,11 @@ class Decoder:
             for index in range(layers):
                 h = (embed(g.ctx, w, g.input("ids", array), 0) if index == 0
                      else g.input(f"input_{index}", arrays[index - 1]))
-                g.output(f"decoder_layer_{index}",
+                g.output(Names.DECODER_LAYER.at(index),
                          decoder_layer(g, w, index, self.config, h, window),
                          ndim=2)
             outs = g.compute()
-        return [outs[f"decoder_layer_{index}"] for index in range(layers)]
+        return [outs[Names.DECODER_LAYER.at(index)] for index in range(layers)]
 
     def greedy(self, prompt: Sequence[int]) -> Decode:
         """The greedy decode (:func:`~.decoding.greedy`) of the last :meth:`encoder_output`:

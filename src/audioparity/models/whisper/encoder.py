@@ -35,6 +35,7 @@ from audioparity.models.whisper.config import (
     EncoderConfig,
     WhisperModelConfig,
 )
+from audioparity.models.whisper.spec import Names
 
 
 def gelu(ctx, x):
@@ -243,13 +244,13 @@ class Encoder:
                                    f"{cfg.max_source_positions}")
         w = self.weights
         with self.runtime.graph() as g:
-            x = conv_stack(g.ctx, w, g.input("mel_features", mel))
-            g.output("conv_out", x, ndim=2)
+            x = conv_stack(g.ctx, w, g.input(Names.MEL_FEATURES, mel))
+            g.output(Names.CONV_OUT, x, ndim=2)
             x = add_positions(g.ctx, w, x)
             for i in range(cfg.encoder_layers):
                 x = encoder_layer(g.ctx, w, i, cfg, x)
-                g.output(f"layer_{i}", x, ndim=2)
-            g.output("enc_out", final_layer_norm(g.ctx, w, x), ndim=2)
+                g.output(Names.LAYER.at(i), x, ndim=2)
+            g.output(Names.ENC_OUT, final_layer_norm(g.ctx, w, x), ndim=2)
             return g.compute()
 
     def layers_isolated(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -282,6 +283,7 @@ class Encoder:
                 h = g.input(f"input_{index}", x)
                 if index == 0:
                     h = add_positions(g.ctx, w, h)
-                g.output(f"layer_{index}", encoder_layer(g.ctx, w, index, cfg, h), ndim=2)
+                g.output(Names.LAYER.at(index), encoder_layer(g.ctx, w, index, cfg, h),
+                         ndim=2)
             outs = g.compute()
-        return [outs[f"layer_{index}"] for index in range(cfg.encoder_layers)]
+        return [outs[Names.LAYER.at(index)] for index in range(cfg.encoder_layers)]

@@ -30,6 +30,7 @@ from audioparity.models.whisper.decoder import Decoder
 from audioparity.models.whisper.decoding import prompt_ids
 from audioparity.models.whisper.encoder import Encoder
 from audioparity.models.whisper.frontend import mel_features
+from audioparity.models.whisper.spec import Names
 from audioparity.models.whisper.tokenizer import Tokenizer
 
 log = logging.getLogger("audioparity")
@@ -41,45 +42,46 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
     config = case.config
     tokenizer = Tokenizer(case.model)
     prompt = prompt_ids(config, case.options["language"], case.options["task"])
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     mel = mel_features(case.data.samples, config.feature_extractor)
-    yield "mel_features", mel
+    yield Names.MEL_FEATURES, mel
 
     encoder = Encoder(weights, config, runtime)
-    yield Phase("conv_out")
+    yield Phase(Names.CONV_OUT)
     taps: dict[str, Any] = encoder.forward(mel)
     yield from taps.items()
 
-    yield Phase("layer_0_isolated")
-    inputs = [reference.tensor(name)
-              for name in ["conv_out", *(f"layer_{i}" for i in range(config.n_layers - 1))]]
+    yield Phase(Names.LAYER_ISOLATED.at(0))
+    inputs = [reference.tensor(name) for name in
+              [Names.CONV_OUT, *(Names.LAYER.at(i) for i in range(config.n_layers - 1))]]
     for i, output in enumerate(encoder.layers_isolated(inputs)):
-        yield f"layer_{i}_isolated", output
+        yield Names.LAYER_ISOLATED.at(i), output
 
     decoder = Decoder(weights, config, runtime)
-    yield Phase("decoder_layer_0")
-    decoder.encoder_output(taps["enc_out"])
-    tokens = prompt + list(reference.json("decode")["ids"])
+    yield Phase(Names.DECODER_LAYER.at(0))
+    decoder.encoder_output(taps[Names.ENC_OUT])
+    tokens = prompt + list(reference.json(Names.DECODE)["ids"])
     forced = decoder.teacher_forced(tokens, len(prompt))
     for i in range(config.n_decoder_layers):
-        yield f"decoder_layer_{i}", forced[f"decoder_layer_{i}"]
-    yield "decoder_logits", forced["logits"]
+        yield Names.DECODER_LAYER.at(i), forced[Names.DECODER_LAYER.at(i)]
+    yield Names.DECODER_LOGITS, forced["logits"]
 
-    yield Phase("decode")
+    yield Phase(Names.DECODE)
     decode = decoder.greedy(prompt)
-    yield "decode", {"ids": decode.ids, "text": tokenizer.decode(decode.ids)}
-    yield "decode_margins", decode.margins
+    yield Names.DECODE, {"ids": decode.ids, "text": tokenizer.decode(decode.ids)}
+    yield Names.DECODE_MARGINS, decode.margins
 
-    yield Phase("decoder_layer_0_isolated")
-    decoder.encoder_output(reference.tensor("enc_out"))
-    inputs = [reference.tensor(f"decoder_layer_{i}") for i in range(config.n_decoder_layers - 1)]
+    yield Phase(Names.DECODER_LAYER_ISOLATED.at(0))
+    decoder.encoder_output(reference.tensor(Names.ENC_OUT))
+    inputs = [reference.tensor(Names.DECODER_LAYER.at(i))
+              for i in range(config.n_decoder_layers - 1)]
     for i, output in enumerate(decoder.layers_isolated(tokens, inputs)):
-        yield f"decoder_layer_{i}_isolated", output
-    yield Phase("decoder_replay")
+        yield Names.DECODER_LAYER_ISOLATED.at(i), output
+    yield Phase(Names.DECODER_REPLAY)
     replay = decoder.greedy(prompt)
-    yield "decoder_replay", {"ids": replay.ids, "text": tokenizer.decode(replay.ids)}
-    yield "decoder_replay_margins", replay.margins
+    yield Names.DECODER_REPLAY, {"ids": replay.ids, "text": tokenizer.decode(replay.ids)}
+    yield f"{Names.DECODER_REPLAY}_margins", replay.margins
     log.info("ggml whisper %s: mel %s, encoder (%d layers, T'=%d), decoder (%d layers): %d "
              "tokens (%s), on the reference's enc_out %d (%s)", case.path.name, list(mel.shape),
-             config.n_layers, taps["enc_out"].shape[0], config.n_decoder_layers,
+             config.n_layers, taps[Names.ENC_OUT].shape[0], config.n_decoder_layers,
              len(decode.ids), decode.stopped, len(replay.ids), replay.stopped)

@@ -14,6 +14,7 @@ import numpy as np
 
 from audioparity.contract.family import Case, Outputs, Phase, Skipped
 from audioparity.dumping.artifacts import Dump
+from audioparity.models.whisper.spec import Names
 
 
 def stages(loaded, case: Case, candidate: Dump) -> Outputs:
@@ -26,8 +27,8 @@ def stages(loaded, case: Case, candidate: Dump) -> Outputs:
     encoder = loaded.model.model.encoder
     shape = (config.n_frames, config.encoder.d_model)
     for index, layer in enumerate(encoder.layers):
-        source = "conv_out" if index == 0 else f"layer_{index - 1}"
-        name = f"layer_{index}_replayed"
+        source = Names.CONV_OUT if index == 0 else Names.LAYER.at(index - 1)
+        name = Names.LAYER_REPLAYED.at(index)
         if not candidate.has(source):
             yield Skipped(name, f"the candidate dump has no {source}")
             continue

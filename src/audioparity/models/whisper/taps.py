@@ -13,6 +13,7 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.taps import Taps
+from audioparity.models.whisper.spec import Names
 
 
 def encoder_stages(conv2: Any, layers: Sequence[Any], positions: Callable[[int], Any],
@@ -36,7 +37,8 @@ def encoder_stages(conv2: Any, layers: Sequence[Any], positions: Callable[[int],
     with Taps("encoder") as taps:
         taps.output("conv2", conv2)
         taps.input("layer_0_input", layers[0])
-        taps.outputs("layer_{}", layers)
+        for index, layer in enumerate(layers):
+            taps.output(Names.LAYER.at(index), layer)
         with torch.inference_mode():
             enc_out = run()
             conv_out = torch.nn.functional.gelu(taps.once("conv2")).permute(0, 2, 1)
@@ -44,9 +46,10 @@ def encoder_stages(conv2: Any, layers: Sequence[Any], positions: Callable[[int],
                                taps.once("layer_0_input")):
                 raise AudioparityError("encoder: the input of its first layer is not "
                                        "gelu(conv2(...)) + its positional embedding")
-    return {"conv_out": conv_out[0].numpy(),
-            **{f"layer_{i}": taps.once(f"layer_{i}")[0].numpy() for i in range(len(layers))},
-            "enc_out": enc_out[0].numpy()}
+    return {Names.CONV_OUT: conv_out[0].numpy(),
+            **{Names.LAYER.at(i): taps.once(Names.LAYER.at(i))[0].numpy()
+               for i in range(len(layers))},
+            Names.ENC_OUT: enc_out[0].numpy()}
 
 
 def decoder_stages(layers: Sequence[Any], run: Callable[[], Any]) -> dict[str, np.ndarray]:
@@ -62,9 +65,10 @@ def decoder_stages(layers: Sequence[Any], run: Callable[[], Any]) -> dict[str, n
     import torch
 
     with Taps("decoder") as taps:
-        taps.outputs("decoder_layer_{}", layers)
+        for index, layer in enumerate(layers):
+            taps.output(Names.DECODER_LAYER.at(index), layer)
         with torch.inference_mode():
             logits = run()
-    return {**{f"decoder_layer_{i}": taps.once(f"decoder_layer_{i}")[0].numpy()
+    return {**{Names.DECODER_LAYER.at(i): taps.once(Names.DECODER_LAYER.at(i))[0].numpy()
                for i in range(len(layers))},
-            "decoder_logits": logits[0].numpy()}
+            Names.DECODER_LOGITS: logits[0].numpy()}

@@ -65,6 +65,7 @@ from audioparity.models.whisper.checkpoint import read_weights
 from audioparity.models.whisper.config import WhisperModelConfig
 from audioparity.models.whisper.decoding import choose, max_length, prompt_ids
 from audioparity.models.whisper.frontend import mel_filter_bank
+from audioparity.models.whisper.spec import Names
 from audioparity.models.whisper.taps import decoder_stages, encoder_stages
 
 log = logging.getLogger("audioparity")
@@ -387,28 +388,28 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
     """openai-whisper's stages of one case (module docstring), each phase timed by the driver;
     the decoder's as :class:`~audioparity.contract.family.Skipped` when it cannot compute them."""
     config = case.config
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     features = mel_features(case.data.samples, config.feature_extractor.feature_size)
-    yield "mel_features", features.T
+    yield Names.MEL_FEATURES, features.T
     yield Note(loaded.filters_note)
-    yield Phase("conv_out")
+    yield Phase(Names.CONV_OUT)
     taps = encoder(loaded.model.encoder, features)
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus positional_embedding it equals the "
                "input of blocks[0] exactly (checked)")
-    decoder_stages = [*(f"decoder_layer_{i}" for i in range(config.n_decoder_layers)),
-                      "decoder_logits"]
+    decoder_stages = [*(Names.DECODER_LAYER.at(i) for i in range(config.n_decoder_layers)),
+                      Names.DECODER_LOGITS]
     if loaded.no_decode:
-        yield Skipped("decode", loaded.no_decode)
+        yield Skipped(Names.DECODE, loaded.no_decode)
         for name in decoder_stages:
             yield Skipped(name, loaded.no_decoder or f"no decode to teacher-force along: "
                                                      f"{loaded.no_decode}")
         return
-    yield Phase("decode")
-    decode = greedy_decoding(loaded, taps["enc_out"])
+    yield Phase(Names.DECODE)
+    decode = greedy_decoding(loaded, taps[Names.ENC_OUT])
     prompt = list(loaded.tokenizer.sot_sequence_including_notimestamps)
-    yield "decode", {"ids": decode.ids, "text": loaded.tokenizer.decode(decode.ids)}
-    yield "decode_margins", decode.margins
+    yield Names.DECODE, {"ids": decode.ids, "text": loaded.tokenizer.decode(decode.ids)}
+    yield Names.DECODE_MARGINS, decode.margins
     yield Fields({"decoder_prompt": prompt, "decode_stopped": decode.stopped,
                   "suppress_tokens": decode.suppress,
                   "begin_suppress_tokens": decode.begin_suppress})
@@ -420,8 +421,9 @@ def stages(loaded: Loaded, case: Case) -> Outputs:
         yield Note(f"decode: openai-whisper suppresses {added} beyond the generation config's "
                    f"suppress_tokens, {begin} beyond its begin_suppress_tokens, and not "
                    f"{missing} of them")
-    yield Phase("decoder_layer_0")  # along its decode
-    yield from teacher_forced(loaded.model.decoder, taps["enc_out"], prompt + decode.ids).items()
+    yield Phase(Names.DECODER_LAYER.at(0))  # along its decode
+    yield from teacher_forced(loaded.model.decoder, taps[Names.ENC_OUT],
+                              prompt + decode.ids).items()
     log.info("reference whisper (openai-whisper): %s: %d tokens (%s)", case.path,
              len(decode.ids), decode.stopped)
 

@@ -38,6 +38,7 @@ from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Case, Fields, Note, Outputs, Phase, ReferenceLibrary
 from audioparity.dumping.audio import Audio
 from audioparity.models.whisper.decoding import Decode, greedy, prompt_ids
+from audioparity.models.whisper.spec import Names
 from audioparity.models.whisper.taps import decoder_stages, encoder_stages
 
 log = logging.getLogger("audioparity")
@@ -161,26 +162,26 @@ def teacher_forced(loaded: Loaded, enc_out: np.ndarray, tokens: list[int]
 def stages(loaded: Loaded, case: Case) -> Outputs:
     """The reference's stages of one case (module docstring), each phase timed by the driver."""
     config = case.config
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     features = mel_features(loaded.extractor, case.data)
-    yield "mel_features", features.T
-    yield Phase("conv_out")
+    yield Names.MEL_FEATURES, features.T
+    yield Phase(Names.CONV_OUT)
     taps = encoder(loaded.model.model.encoder, features)
     yield from taps.items()
     yield Note("conv_out: gelu of conv2's output (hook); plus embed_positions it equals the "
                "input of layers[0] exactly (checked)")
-    yield Phase("decode")
+    yield Phase(Names.DECODE)
     prompt = prompt_ids(config, case.options["language"], case.options["task"])
-    decode = greedy_decoding(loaded, config, taps["enc_out"], prompt)
-    yield "decode", {"ids": decode.ids,
+    decode = greedy_decoding(loaded, config, taps[Names.ENC_OUT], prompt)
+    yield Names.DECODE, {"ids": decode.ids,
                      "text": loaded.tokenizer.decode(decode.ids, skip_special_tokens=True)}
-    yield "decode_margins", decode.margins
+    yield Names.DECODE_MARGINS, decode.margins
     yield Fields({"decoder_prompt": prompt, "decode_stopped": decode.stopped})
-    yield Phase("decoder_layer_0")  # along its decode
-    yield from teacher_forced(loaded, taps["enc_out"], prompt + decode.ids).items()
+    yield Phase(Names.DECODER_LAYER.at(0))  # along its decode
+    yield from teacher_forced(loaded, taps[Names.ENC_OUT], prompt + decode.ids).items()
     log.info("reference whisper: %s (%.2f s of audio): mel %s, encoder %d layers, T'=%d, "
              "%d tokens (%s)", case.path, case.data.seconds, list(features.shape),
-             config.n_layers, taps["enc_out"].shape[0], len(decode.ids), decode.stopped)
+             config.n_layers, taps[Names.ENC_OUT].shape[0], len(decode.ids), decode.stopped)
 
 
 class Transformers(ReferenceLibrary):
