@@ -38,6 +38,7 @@ from audioparity.compare.stage import compare_stage, conventions, read_document,
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import (
     MIXES,
+    RECIPE_ROW,
     RECIPE_SEPARATOR,
     STORAGE,
     STORED_WEIGHTS,
@@ -145,12 +146,26 @@ def ops_on_cpu(dump: Dump, stage: str) -> str:
     return f"on the CPU, not {dump.manifest.get('backend')}: {', '.join(ops)}" if ops else ""
 
 
+#: The fixed rule of each row that no gate list judges, by its stage: the row's ``gate``.
+FIXED_RULES = {
+    STORAGE: "the weight type asked, as the file stores it",
+    STORED_WEIGHTS: "stored bytes: ggml's quantization of the checkpoint",
+    RECIPE_ROW: "the recipe's targets, against the float32 reference",
+}
+
+
 def fixed_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any], stage: str,
-               rule: str, problem: str | None, reason: str) -> dict[str, Any]:
+              problem: str | None, reason: str) -> dict[str, Any]:
     """A row no gate list judges (:data:`~audioparity.contract.vocabulary.STORAGE_ROWS`,
-    :data:`~audioparity.contract.vocabulary.RECIPE_ROW`): ``fail`` with ``problem``, else ``pass``
-    with ``reason``; a declared expected failure applies as to any stage."""
-    verdict = status(stage, gates, problems=(problem,) if problem else (), rule=rule)
+    :data:`~audioparity.contract.vocabulary.RECIPE_ROW`), by its stage's rule
+    (:data:`FIXED_RULES`): ``fail`` with ``problem``, else ``pass`` with ``reason``; a declared
+    expected failure applies as to any stage.
+
+    Raises:
+        KeyError: a stage with no fixed rule.
+    """
+    verdict = status(stage, gates, problems=(problem,) if problem else (),
+                     rule=FIXED_RULES[stage])
     values = {key: labels.get(key) for key in LABEL_COLUMNS}
     values["against"] = labels.get("against", REFERENCE)
     values.update({key: value for key, value in labels.items() if key not in values})
@@ -187,18 +202,15 @@ def _storage_rows(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any
             MIXES.get(base, base), matmul, types, mix=base in MIXES,
             overrides=cell.candidate.manifest.get("recipe") if recipe else None,
             tool=str(cell.candidate.manifest.get("candidate_adapter") or "its quantizer"))
-        rows.append(fixed_row(cell, labels, gates, STORAGE,
-                               "the weight type asked, as the file stores it",
-                               None if honoured else line, line))
+        rows.append(fixed_row(cell, labels, gates, STORAGE, None if honoured else line, line))
     hashes = [store.get("hashes") for store in stores]
     if all(hashes):
         common = sum(name in hashes[1] for name in hashes[0])
         differ = cell.weights_differ or (None if common else (
             "no weight the reference stored is named as the candidate names its own: nothing "
             "compared (a family's reference_prefix, or its adapter's weight map?)"))
-        rows.append(fixed_row(cell, labels, gates, STORED_WEIGHTS,
-                               "stored bytes: ggml's quantization of the checkpoint", differ,
-                               f"{common} weights stored as ggml's quantizer stores them"))
+        rows.append(fixed_row(cell, labels, gates, STORED_WEIGHTS, differ,
+                              f"{common} weights stored as ggml's quantizer stores them"))
     return rows
 
 

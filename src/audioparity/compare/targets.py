@@ -122,6 +122,5 @@ def recipe_row(cell: Cell, labels: Mapping[str, str], gates: Mapping[str, Any],
         problem = ("its search met no recipe on its calibration cases"
                    + (f": {search['unmet']}" if search.get("unmet") else ""))
     names = ", ".join(t["stage"] for t in targets)
-    return [fixed_row(cell, labels, gates, RECIPE_ROW,
-                       "the recipe's targets, against the float32 reference", problem,
-                       f"{kept}; its targets ({names}) met against the float32 reference")]
+    return [fixed_row(cell, labels, gates, RECIPE_ROW, problem,
+                      f"{kept}; its targets ({names}) met against the float32 reference")]
