@@ -92,11 +92,11 @@ def compare(reference: Path, ggml: Path, output: Path) -> dict:
 
     from audioparity.compare.cell import compare_cell
     from audioparity.compare.gate_lists import resolve_gates
-    from audioparity.compare.plan import CellDumps
+    from audioparity.compare.plan import CellDumps, CellKey
     from audioparity.dumping.artifacts import Dump
 
     section = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[FAMILY]
-    gates = resolve_gates(section, model="v3", backend="cpu", weight_type="f32")
+    gates = resolve_gates(section, CellKey(FAMILY, "v3", "audioparity", "cpu", "f32", ""))
     labels = {"family": FAMILY, "model": "v3", "case": output.stem, "candidate": "audioparity",
               "backend": "cpu", "weight_type": "f32"}
     compare_cell(CellDumps(reference, ggml), gates, labels, output)

@@ -48,7 +48,7 @@ from sweep import snakemake  # noqa: E402
 from audioparity.candidates import load_adapter  # noqa: E402
 from audioparity.compare.cell import compare_cell  # noqa: E402
 from audioparity.compare.gate_lists import resolve_gates  # noqa: E402
-from audioparity.compare.plan import CellDumps  # noqa: E402
+from audioparity.compare.plan import CellDumps, CellKey  # noqa: E402
 from audioparity.contract.vocabulary import MIXES, STORAGE_ROWS  # noqa: E402
 from audioparity.models.registry import family as family_of  # noqa: E402
 
@@ -150,9 +150,8 @@ def before(workdir: Path, config: dict, cells: pd.DataFrame, scratch: Path) -> d
                     run([AUDIOPARITY, "replay", spec.command, "--model", model_path,
                          spec.input_flag, cases[cell.case], "--candidate-dir", str(dump),
                          "--output-dir", str(replay), "--emulate", base], workdir)
-            gates = resolve_gates(section, model=model, backend="cpu",
-                                  weight_type=cell.weight_type, candidate=cell.candidate,
-                                  case=cell.case)
+            gates = resolve_gates(section, CellKey(name, model, cell.candidate, "cpu",
+                                                   cell.weight_type, cell.case))
             output = scratch / "compare" / f"{where}.json"
             output.parent.mkdir(parents=True, exist_ok=True)
             compare_cell(CellDumps(reference / f"{cell.case}@{base}", dump, replay=replay), gates,

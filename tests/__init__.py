@@ -16,9 +16,11 @@ def config_gates(family: str, weight_type: str, model: str = "tiny") -> dict:
     """The gates config/config.yaml gives ``model`` of ``family`` on the CPU at ``weight_type``
     (:func:`audioparity.compare.resolve_gates`)."""
     from audioparity.compare.gate_lists import resolve_gates
+    from audioparity.compare.plan import CellKey
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    return resolve_gates(config[family], model=model, backend="cpu", weight_type=weight_type)
+    return resolve_gates(config[family], CellKey(family, model, "audioparity", "cpu",
+                                                 weight_type, ""))
 
 
 def cell_rows(reference: Path, candidate: Path, output: Path, family: str = "parakeet_tdt",

@@ -13,7 +13,7 @@ import pytest
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.drilldown import Drill, drill_cell
 from audioparity.compare.gate_lists import resolve_gates
-from audioparity.compare.plan import CellDumps
+from audioparity.compare.plan import CellDumps, CellKey
 from audioparity.dumping.artifacts import DumpWriter
 from audioparity.dumping.driver import RunSettings
 
@@ -44,8 +44,7 @@ def dump(path: Path, stages: list[str], status: tuple[str, str] | None = None,
 def drilled(tmp_path: Path, cpu: Path, vulkan: Path) -> dict:
     """The drill-down of the cell ``vulkan`` against ``cpu``, as the workflow asks for it: it
     reads the cell's rows, and runs nothing when none fails."""
-    gates = resolve_gates(SECTION, model="m", backend="vulkan", weight_type="f32",
-                          against="cpu", ggml_backend="vulkan")
+    gates = resolve_gates(SECTION, CellKey(**LABELS), ggml_backend="vulkan")
     cell = tmp_path / "cell.json"
     compare_cell(CellDumps(cpu, vulkan), json.loads(json.dumps(gates)), LABELS, cell)
     return drill_cell(None, tmp_path, tmp_path, RunSettings("f32", "vulkan", {}),

@@ -20,9 +20,10 @@ from snakemake.utils import update_config
 
 from audioparity.compare.gate_lists import resolve_gates
 from audioparity.compare.gates import gate_for, gate_text
+from audioparity.compare.plan import CellKey
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.spec import FORMS, concrete
-from audioparity.contract.vocabulary import BACKENDS, WEIGHT_TYPES, StageKind
+from audioparity.contract.vocabulary import BACKENDS, OUR_PORT, WEIGHT_TYPES, StageKind
 from audioparity.models.registry import registered
 from tests import REPO
 
@@ -69,7 +70,7 @@ def test_every_form_takes_a_gate_of_its_own(config: str, family: str):
     section = SECTIONS[config, family]
     fallbacks = []
     for weight_type, backend in _cells():
-        gates = resolve_gates(section, model="*", backend=backend, weight_type=weight_type)
+        gates = resolve_gates(section, CellKey(family, "*", OUR_PORT, backend, weight_type, ""))
         for form, stage in _forms(family):
             try:
                 entry = gate_for(form, gates)
@@ -100,7 +101,7 @@ def test_every_float32_tensor_gate_bounds_nmse(config: str, family: str):
     section = SECTIONS[config, family]
     unbounded = []
     for backend in BACKENDS:
-        gates = resolve_gates(section, model="*", backend=backend, weight_type="f32")
+        gates = resolve_gates(section, CellKey(family, "*", OUR_PORT, backend, "f32", ""))
         for stage in _tensor_stages(family):
             entry = gate_for(stage, gates)
             if "nmse_max" not in entry:
@@ -111,9 +112,9 @@ def test_every_float32_tensor_gate_bounds_nmse(config: str, family: str):
 def test_a_pattern_covering_a_stage_and_its_form_is_found():
     """The check can fail: ``layer_*`` alone gives layer 3's isolated form layer 3's bound."""
     section = {"gates": {"default": [{"stage": "layer_*", "nmse_max": 1.0}]}}
-    gates = resolve_gates(section, model="m", backend="cpu", weight_type="f32")
+    gates = resolve_gates(section, CellKey("f", "m", OUR_PORT, "cpu", "f32", ""))
     entry = gate_for("layer_3_isolated", gates)
     assert fnmatchcase("layer_3", entry["stage"])
     section["gates"]["default"].insert(0, {"stage": "layer_*_isolated", "nmse_max": 1.0})
-    gates = resolve_gates(section, model="m", backend="cpu", weight_type="f32")
+    gates = resolve_gates(section, CellKey("f", "m", OUR_PORT, "cpu", "f32", ""))
     assert not fnmatchcase("layer_3", gate_for("layer_3_isolated", gates)["stage"])

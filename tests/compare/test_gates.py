@@ -15,7 +15,7 @@ import yaml
 from audioparity.compare.cell import COLUMNS, compare_cell
 from audioparity.compare.gate_lists import check_resolved, resolve_gates
 from audioparity.compare.gates import THRESHOLDS, gate_for, status, unmeasured_mark
-from audioparity.compare.plan import CellDumps
+from audioparity.compare.plan import CellDumps, CellKey
 from audioparity.compare.scaling import (
     GAIN_LIMIT,
     LENGTH_SCALED,
@@ -48,22 +48,23 @@ SECTION = {
     ],
     "models": ["ignored: other keys of the family section"],
 }
-CELL = {"model": "tiny", "backend": "cpu", "weight_type": "f32"}
+#: The cell the gates of a test are resolved for, unless it says otherwise.
+CELL = CellKey("parakeet_tdt", "tiny", "audioparity", "cpu", "f32", "")
 
 
 def gates_for(**cell: str) -> dict:
     """Resolved gates, round-tripped through JSON as the workflow passes them."""
-    return json.loads(json.dumps(resolve_gates(SECTION, **{**CELL, **cell})))
+    return json.loads(json.dumps(resolve_gates(SECTION, CELL._replace(**cell))))
 
 
 def test_extra_expected_failures_add_to_the_list_a_later_config_would_replace():
     extra = {**SECTION, "extra_expected_failures": [
         {"stage": "joint_logits", "weight_type": "f16", "reason": "a port's own"}]}
-    chosen = resolve_gates(extra, **{**CELL, "weight_type": "f16"})["expected_failures"]
+    chosen = resolve_gates(extra, CELL._replace(weight_type="f16"))["expected_failures"]
     assert chosen == [{"stage": "enc_out", "reason": "activations overflow f16"},
                       {"stage": "joint_logits", "reason": "a port's own"}]
     with pytest.raises(AudioparityError, match="extra_expected_failures"):
-        resolve_gates({**SECTION, "extra_expected_failures": {"stage": "x"}}, **CELL)
+        resolve_gates({**SECTION, "extra_expected_failures": {"stage": "x"}}, CELL)
 
 
 def test_weight_type_entries_come_before_default():
@@ -80,12 +81,11 @@ def test_a_block_type_takes_its_own_list_then_quantized_then_default():
     float type never takes quantized's."""
     section = {"gates": {name: [{"stage": name, "nmse_max": 1.0}] for name in (
         "default", "quantized", "q4_K", "q4_K@cpu", "quantized@cpu", "f16")}}
-    froms = [g["from"] for g in resolve_gates(section, model="m", backend="cpu",
-                                              weight_type="q4_K+recipe", candidate="c",
-                                              case="x")["gates"]]
+    cell = CellKey("f", "m", "c", "cpu", "q4_K+recipe", "x")
+    froms = [g["from"] for g in resolve_gates(section, cell)["gates"]]
     assert froms == ["q4_K@cpu", "quantized@cpu", "q4_K", "quantized", "default"]
-    froms = [g["from"] for g in resolve_gates(section, model="m", backend="cpu",
-                                              weight_type="f16", candidate="c", case="x")["gates"]]
+    froms = [g["from"] for g in resolve_gates(section, cell._replace(weight_type="f16"))[
+        "gates"]]
     assert froms == ["f16", "default"]
 
 
@@ -153,7 +153,7 @@ def test_declared_failure_is_xfail_and_stale_declaration_fails():
 def test_a_declaration_that_is_not_strict_lets_the_stage_pass_or_xfail():
     section = {**SECTION, "expected_failures": [
         {"stage": "decode", "reason": "a near-tie re-routes", "strict": False}]}
-    gates = json.loads(json.dumps(resolve_gates(section, **CELL)))
+    gates = json.loads(json.dumps(resolve_gates(section, CELL)))
     assert gates["expected_failures"] == [
         {"stage": "decode", "reason": "a near-tie re-routes", "strict": False}]
     passing = status("decode", gates, metrics={"exact": True, "wer": 0.0})
@@ -163,11 +163,11 @@ def test_a_declaration_that_is_not_strict_lets_the_stage_pass_or_xfail():
     assert failing.status == "xfail" and failing.reason.startswith("expected (a near-tie")
     # strict is the default: the same declaration without it goes stale on a pass
     strict = {**section, "expected_failures": [{"stage": "decode", "reason": "r"}]}
-    assert status("decode", resolve_gates(strict, **CELL), metrics={"exact": True, "wer": 0.0}
+    assert status("decode", resolve_gates(strict, CELL), metrics={"exact": True, "wer": 0.0}
                   ).status == "fail"
     with pytest.raises(AudioparityError, match=r"expected_failures\[0\].*strict must be true"):
         resolve_gates({**SECTION, "expected_failures": [
-            {"stage": "decode", "reason": "r", "strict": "no"}]}, **CELL)
+            {"stage": "decode", "reason": "r", "strict": "no"}]}, CELL)
 
 
 def test_kl_gate_applies_to_logits():
@@ -231,13 +231,13 @@ def test_not_compared_statuses_keep_their_message(availability):
 )
 def test_malformed_gate_entries_are_named(entry, message):
     with pytest.raises(AudioparityError, match=rf"default\[0\]: .*{message}"):
-        resolve_gates({"gates": {"default": [entry]}}, **CELL)
+        resolve_gates({"gates": {"default": [entry]}}, CELL)
 
 
 def test_expected_failure_needs_a_reason():
     section = {"gates": SECTION["gates"], "expected_failures": [{"stage": "enc_out"}]}
     with pytest.raises(AudioparityError, match=r"expected_failures\[0\].*'reason'"):
-        resolve_gates(section, **CELL)
+        resolve_gates(section, CELL)
 
 
 #: A section whose CUDA list is a copy of its Vulkan list, marked so.
@@ -263,8 +263,8 @@ def test_a_list_no_device_of_its_backend_measured_marks_the_gate_of_each_row_it_
     reads back."""
     for against in ("reference", "cpu"):
         gates = json.loads(json.dumps(resolve_gates(
-            UNMEASURED_SECTION, model="tiny", backend=backend, weight_type=weight_type,
-            against=against, ggml_backend=ggml_backend)))
+            UNMEASURED_SECTION, CELL._replace(backend=backend, weight_type=weight_type,
+                                              against=against), ggml_backend=ggml_backend)))
         check_resolved(gates)
         verdict = status("enc_out", gates, metrics={"nmse": 1e-13})
         assert verdict == ("pass", gate, "")
@@ -284,7 +284,7 @@ def test_a_list_no_device_of_its_backend_measured_marks_the_gate_of_each_row_it_
 ])
 def test_a_malformed_unmeasured_gates_entry_is_named(named, message):
     with pytest.raises(AudioparityError, match=f"^unmeasured_gates.*{message}"):
-        resolve_gates({**UNMEASURED_SECTION, "unmeasured_gates": named}, **CELL)
+        resolve_gates({**UNMEASURED_SECTION, "unmeasured_gates": named}, CELL)
 
 
 def test_resolved_gates_with_an_unmeasured_mark_the_report_cannot_read_are_refused():
@@ -655,11 +655,9 @@ def test_against_a_backend_every_stage_meets_its_namesake_and_no_declaration_app
     section = {"gates": {"default": [{"stage": "layer_*", "nmse_max": 1e-10}]},
                "expected_failures": [{"stage": "layer_0_isolated", "reason": "declared"}]}
     for against in ("reference", "cpu"):
-        gates = resolve_gates(section, model="tiny", backend="vulkan", weight_type="f32",
-                              against=against)
+        gates = resolve_gates(section, CELL._replace(backend="vulkan", against=against))
         assert len(gates["expected_failures"]) == (against == "reference")
-    gates = resolve_gates(section, model="tiny", backend="vulkan", weight_type="f32",
-                          against="cpu")
+    gates = resolve_gates(section, CELL._replace(backend="vulkan", against="cpu"))
     labels = {"family": "parakeet_tdt", "model": "tiny", "case": "clip",
               "candidate": "audioparity", "backend": "vulkan", "weight_type": "f32",
               "against": "cpu"}
@@ -805,7 +803,7 @@ def test_length_scaling_multiplies_the_named_default_bounds_by_the_length_ratio(
         *SECTION["gates"]["default"], {"stage": "enc_out", "nmse_max": 1e-9}]}}
     section["gates"]["default"][0] = {"stage": "mel_features", "nmse_max": 1e-10}
     gates = json.loads(json.dumps(resolve_gates({**section, "length_scaling": LENGTH_RULE},
-                                                **{**CELL, "weight_type": "f16"})))
+                                                CELL._replace(weight_type="f16"))))
     scaled = for_length(gates, {"mel_features": 8})  # 4x the measured length
     by_origin = {(e["from"], e["stage"]): e for e in scaled["gates"]}
     assert by_origin["default", "layer_*"]["nmse_max"] == pytest.approx(1e-8 * 16)
@@ -829,19 +827,19 @@ def test_an_entry_s_own_frames_of_scales_it_by_that_stage_s_length():
     rule = {**LENGTH_RULE, "entries": {
         **LENGTH_RULE["entries"],
         "layer_*": {"frames_of": "layer_0", "measured_at": 2, "nmse_max": 2}}}
-    gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": rule}, **CELL)))
+    gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": rule}, CELL)))
     scaled = for_length(gates, {"mel_features": 2, "layer_0": 8})
     assert gate_for("layer_0", scaled)["nmse_max"] == pytest.approx(1e-8 * 16)
     assert "length" not in gate_for("mel_features", scaled)  # the mel at its measured length
     assert gate_for("layer_0", for_length(gates, {"mel_features": 8}))["nmse_max"] == 1e-8
     with pytest.raises(AudioparityError, match="frames_of must name a stage"):
         resolve_gates({**SECTION, "length_scaling": {**rule, "entries": {
-            "layer_*": {"frames_of": "", "measured_at": 2, "nmse_max": 2}}}}, **CELL)
+            "layer_*": {"frames_of": "", "measured_at": 2, "nmse_max": 2}}}}, CELL)
 
 
 def test_a_scaled_bound_is_rounded_up_never_down():
     gates = json.loads(json.dumps(resolve_gates({**SECTION, "length_scaling": {
-        **LENGTH_RULE, "entries": {"layer_*": {"measured_at": 3, "nmse_max": 2}}}}, **CELL)))
+        **LENGTH_RULE, "entries": {"layer_*": {"measured_at": 3, "nmse_max": 2}}}}, CELL)))
     scaled = gate_for("layer_0", for_length(gates, {"mel_features": 7}))["nmse_max"]
     assert scaled >= 1e-8 * (7 / 3) ** 2 and scaled == pytest.approx(5.5e-8)
 
@@ -861,7 +859,7 @@ def test_a_scaled_bound_is_rounded_up_never_down():
 ])
 def test_a_malformed_length_rule_is_named(rule, message):
     with pytest.raises(AudioparityError, match=message):
-        resolve_gates({**SECTION, "length_scaling": rule}, **CELL)
+        resolve_gates({**SECTION, "length_scaling": rule}, CELL)
 
 
 def test_compare_cell_reads_the_length_from_the_reference(tmp_path: Path):
@@ -878,7 +876,7 @@ def test_compare_cell_reads_the_length_from_the_reference(tmp_path: Path):
     for name, section in (("plain", SECTION), ("scaled", {**SECTION,
                                                           "length_scaling": LENGTH_RULE})):
         output = tmp_path / f"{name}.json"
-        compare_cell(CellDumps(reference, candidate), resolve_gates(section, **CELL), LABELS,
+        compare_cell(CellDumps(reference, candidate), resolve_gates(section, CELL), LABELS,
                      output)
         rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}["layer_0"]
     assert 1e-8 < rows["plain"]["nmse"] < 16e-8
@@ -898,7 +896,7 @@ CARRYING = {**SECTION, "gates": {**SECTION["gates"], "default": [
 
 
 def test_carried_noise_raises_a_floored_stage_s_bounds_to_the_gain_times_its_floor():
-    gates = json.loads(json.dumps(resolve_gates(CARRYING, **CELL)))
+    gates = json.loads(json.dumps(resolve_gates(CARRYING, CELL)))
     near = {"near_constant": 3}
     floor = noise_floor(gates, {"noise_floor": FLOOR}, "mel_features", "pass", near)
     assert floor == FLOOR
@@ -923,7 +921,7 @@ def test_carried_noise_raises_a_floored_stage_s_bounds_to_the_gain_times_its_flo
         assert noise_floor(gates, {"noise_floor": FLOOR}, stage, verdict, metrics) is None
     # a reference without a floor, gates without the rule
     assert noise_floor(gates, {}, "mel_features", "pass", near) is None
-    plain = json.loads(json.dumps(resolve_gates({**CARRYING, "carried_noise": None}, **CELL)))
+    plain = json.loads(json.dumps(resolve_gates({**CARRYING, "carried_noise": None}, CELL)))
     assert noise_floor(plain, {"noise_floor": FLOOR}, "mel_features", "pass", near) is None
 
 
@@ -935,7 +933,7 @@ def test_carried_noise_raises_a_floored_stage_s_bounds_to_the_gain_times_its_flo
 ])
 def test_a_malformed_carried_rule_is_named(rule, message):
     with pytest.raises(AudioparityError, match=message):
-        resolve_gates({**CARRYING, "carried_noise": rule}, **CELL)
+        resolve_gates({**CARRYING, "carried_noise": rule}, CELL)
 
 
 def _normalised(frames: np.ndarray) -> np.ndarray:
@@ -976,7 +974,7 @@ def test_compare_cell_judges_the_end_to_end_layers_against_the_reference_s_floor
             "mel_features": (mel_candidate, "[T, n_mels]"), "layer_0": (off, "[T, D]"),
             "layer_0_isolated": (off, "[T, D]")}, {})
         output = tmp_path / f"{name}.json"
-        compare_cell(CellDumps(reference, candidate), resolve_gates(section, **CELL), LABELS,
+        compare_cell(CellDumps(reference, candidate), resolve_gates(section, CELL), LABELS,
                      output)
         rows[name] = {r["stage"]: r for r in json.loads(output.read_text())}
         assert rows[name]["layer_0_isolated"]["status"] == "fail"

@@ -14,7 +14,7 @@ import pytest
 
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.gate_lists import resolve_gates
-from audioparity.compare.plan import CellDumps
+from audioparity.compare.plan import CellDumps, CellKey
 from audioparity.dumping.artifacts import OPS_ON_CPU, DumpWriter
 from audioparity.ggml import open_runtime
 from audioparity.ggml.bindings import ggml as bound
@@ -78,7 +78,8 @@ def test_an_unsupported_op_is_recorded_per_stage_once_per_graph(tmp_path, softma
     cpu = tmp_path / "cpu"
     dump_softmax(cpu, "cpu")
     gates = resolve_gates({"gates": {"default": [{"stage": "*", "nmse_max": 1e-6}]}},
-                          model="m", backend="vulkan", weight_type="f32", against="cpu")
+                          CellKey("synthetic", "m", "audioparity", "vulkan", "f32", "",
+                                  against="cpu"))
     cell = tmp_path / "cell.json"
     compare_cell(CellDumps(cpu, tmp_path / "vulkan"), json.loads(json.dumps(gates)),
                  {"family": "synthetic", "backend": "vulkan", "against": "cpu"}, cell)

@@ -297,6 +297,7 @@ def test_a_cell_judged_by_an_unmeasured_list_is_marked_in_the_summary_and_the_pa
     cuda cell at f32 (the CPU's float32 gates), pass unmarked."""
     from audioparity.compare.gate_lists import resolve_gates
     from audioparity.compare.gates import status
+    from audioparity.compare.plan import CellKey
 
     why = "copied from the Vulkan lists (lavapipe)"
     section = {"gates": {"default": [{"stage": "*", "nmse_max": 1e-12}],
@@ -308,8 +309,8 @@ def test_a_cell_judged_by_an_unmeasured_list_is_marked_in_the_summary_and_the_pa
     for backend, weight_type, nmse in (("cpu", "q8_0", 2e-7), ("vulkan", "q8_0", 3e-4),
                                        ("cuda", "q8_0", 4e-4), ("cuda", "f32", 5e-13)):
         for against in ("reference", "cpu")[:1 + (backend != "cpu")]:
-            gates = resolve_gates(section, model="tiny", backend=backend,
-                                  weight_type=weight_type, against=against)
+            gates = resolve_gates(section, CellKey("parakeet_tdt", "tiny", "audioparity",
+                                                   backend, weight_type, "", against))
             verdict = status("enc_out", gates, metrics={"nmse": nmse})
             rows.append(row("enc_out", backend=backend, weight_type=weight_type,
                             against=against, status=verdict.status, nmse=nmse,

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from audioparity.compare.gate_lists import resolve_gates
+from audioparity.compare.plan import CellKey
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.memory import BASE_MEMORY_MB
 from audioparity.models.registry import registered
@@ -108,10 +109,9 @@ def test_the_gates_shared_between_cases_are_those_resolve_gates_gives_each(comma
         for weight_type in ("f32", "q8_0"):
             for against, backend in (("reference", "vk"), ("cpu", "vk"), ("reference", "cpu")):
                 w = cell(case=case, weight_type=weight_type, backend=backend)
-                expected = resolve_gates(section, model="tiny", backend=backend,
-                                         weight_type=weight_type, candidate="audioparity",
-                                         case=case, against=against,
-                                         ggml_backend={"vk": "vulkan"}.get(backend, backend))
+                expected = resolve_gates(section, CellKey(
+                    "parakeet_tdt", "tiny", "audioparity", backend, weight_type, case, against),
+                    ggml_backend={"vk": "vulkan"}.get(backend, backend))
                 assert json.loads(commands.gates(w, against)) == expected
 
 

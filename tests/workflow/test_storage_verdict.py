@@ -18,7 +18,7 @@ from audioparity.candidates import load_adapter
 from audioparity.candidates.ports import build_ports
 from audioparity.compare.cell import compare_cell
 from audioparity.compare.gate_lists import resolve_gates
-from audioparity.compare.plan import CellDumps
+from audioparity.compare.plan import CellDumps, CellKey
 from audioparity.report.culprit import check
 from tests.workflow.workdir import make_workdir, run_to_completion
 
@@ -97,9 +97,8 @@ def test_the_storage_matched_reference_is_what_judges_the_ports_arithmetic(sweep
     stored f16, while the storage-matched reference passes them."""
     workdir, summary = sweep
     section = yaml.safe_load((REPO / "config/config.yaml").read_text())["parakeet_tdt"]
-    gates = resolve_gates({"gates": section["gates"]}, model="espeak", backend="cpu",
-                          weight_type="q8_0",
-                          candidate="layer-1-at-q4_K")
+    gates = resolve_gates({"gates": section["gates"]},
+                          CellKey("parakeet_tdt", "espeak", "layer-1-at-q4_K", "cpu", "q8_0", ""))
     output = workdir / "ours.json"
     results = workdir / "results"
     compare_cell(CellDumps(results / "reference/parakeet_tdt/espeak/clip@q8_0",

@@ -20,13 +20,13 @@ from audioparity.compare.gates import (
     gate_text,
     unmeasured_mark,
 )
+from audioparity.compare.plan import REFERENCE, CellKey
 from audioparity.compare.scaling import CARRIED_NOISE, LENGTH_SCALING, check_rule
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import (
     BACKENDS,
     BLOCK_TYPES,
     MIXES,
-    OUR_PORT,
     QUANTIZED,
     RECIPE_SEPARATOR,
 )
@@ -80,21 +80,20 @@ def _check_expected(entry: Any, where: str, extra: tuple[str, ...]) -> None:
 #: lets a config given after config/config.yaml (``--configfile``; Snakemake replaces a list
 #: there, it does not extend it) add its own declarations to the defaults'.
 EXPECTED_LISTS = ("expected_failures", "extra_expected_failures")
-def resolve_gates(
-    section: Mapping[str, Any], *, model: str, backend: str, weight_type: str,
-    candidate: str = OUR_PORT, case: str = "", against: str = "reference",
-    ggml_backend: str | None = None,
-) -> dict[str, list[dict[str, Any]]]:
-    """The gates of one cell (model, backend, weight type, candidate, case) from a config
-    section.
+
+
+def resolve_gates(section: Mapping[str, Any], cell: CellKey, *, ggml_backend: str | None = None
+                  ) -> dict[str, list[dict[str, Any]]]:
+    """The gates of one cell from a config section.
 
     Args:
         section: a mapping with ``gates`` (weight type or ``default`` -> list of entries) and
             the optional lists of :data:`EXPECTED_LISTS` and :data:`UNMEASURED_GATES`; other
             keys are ignored, so a family's whole config section can be passed.
-        model, backend, weight_type, candidate, case: the cell; ``expected_failures`` are
-            kept when their patterns match it (fnmatch).
-        against: what the cell is compared with: ``reference``, or a backend, whose
+        cell: the cell (its ``family`` is not read: ``section`` is the family's). Its model,
+            backend, weight type, candidate and case (:data:`~.gates.PATTERNS`) choose the
+            ``expected_failures`` kept: those whose patterns match them (fnmatch). Its
+            ``against`` is what it is compared with: ``reference``, or a backend, whose
             comparison is a diagnosis (the same candidate on the CPU, say) that takes the gates
             and no expected failure: a declaration states why a cell differs from the
             reference.
@@ -121,10 +120,10 @@ def resolve_gates(
         raise AudioparityError("gates: expected a mapping of weight type -> list of entries")
     unmeasured = unmeasured_lists(section)
     resolved = []
-    base = weight_type.split(RECIPE_SEPARATOR)[0]
+    base = cell.weight_type.split(RECIPE_SEPARATOR)[0]
     base = MIXES.get(base, base)
     lists = (base, QUANTIZED) if base in BLOCK_TYPES else (base,)
-    for name in (*(f"{n}@{ggml_backend or backend}" for n in lists), *lists, "default"):
+    for name in (*(f"{n}@{ggml_backend or cell.backend}" for n in lists), *lists, "default"):
         entries = gates.get(name, [])
         if not isinstance(entries, list):
             raise _entry_error(name, f"expected a list of entries, got {entries!r}")
@@ -132,8 +131,7 @@ def resolve_gates(
             _check_gate(entry, f"{name}[{i}]", ())
             resolved.append({**entry, "from": name,
                              **({"unmeasured": unmeasured[name]} if name in unmeasured else {})})
-    cell = {"model": model, "backend": backend, "weight_type": weight_type,
-            "candidate": candidate, "case": case}
+    labels = cell._asdict()
     chosen = []
     for key in EXPECTED_LISTS:
         expected = section.get(key) or []
@@ -141,8 +139,8 @@ def resolve_gates(
             raise _entry_error(key, f"expected a list, got {expected!r}")
         for i, entry in enumerate(expected):
             _check_expected(entry, f"{key}[{i}]", PATTERNS)
-            if against == "reference" and all(fnmatchcase(cell[k], entry.get(k, "*"))
-                                              for k in PATTERNS):
+            if cell.against == REFERENCE and all(fnmatchcase(labels[k], entry.get(k, "*"))
+                                                 for k in PATTERNS):
                 chosen.append({"stage": entry["stage"], "reason": entry["reason"],
                                **({"strict": False} if entry.get("strict") is False else {})})
     result = {"gates": resolved, "expected_failures": chosen}

@@ -24,6 +24,21 @@ from audioparity.models.registry import spec_of
 REFERENCE = "reference"
 
 
+class CellKey(NamedTuple):
+    """One comparison of a sweep, by its labels (:data:`~audioparity.compare.cell.LABEL_COLUMNS`):
+    a candidate's dump of a case against the reference, or against the same candidate on
+    another backend (``against``: that backend), or a reference against the primary. Its gate
+    lists are resolved by it (:func:`~audioparity.compare.gate_lists.resolve_gates`)."""
+
+    family: str
+    model: str
+    candidate: str
+    backend: str
+    weight_type: str
+    case: str
+    against: str = REFERENCE
+
+
 class Planned(NamedTuple):
     """One row of a cell, as :func:`_plan` lays it out.
 

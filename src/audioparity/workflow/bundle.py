@@ -34,10 +34,11 @@ from types import SimpleNamespace
 import tomllib
 import yaml
 
+from audioparity.compare.plan import CellKey
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import FRESH
 from audioparity.workflow import paths
-from audioparity.workflow.plan import BASELINE_BACKEND, CellKey, Sweep
+from audioparity.workflow.plan import BASELINE_BACKEND, Sweep
 
 #: The rules a bundle's host runs: those whose jobs run ggml (its dumps, the fresh-against-
 #: reused check, the drill-down) and the comparison with the baseline, which reads only dumps.

@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from audioparity.compare.gate_lists import EXPECTED_LISTS, resolve_gates
+from audioparity.compare.plan import CellKey
 from audioparity.contract.spec import WEIGHTS
 from audioparity.contract.vocabulary import RECIPE_SEPARATOR
 from audioparity.workflow import paths
@@ -277,10 +278,10 @@ class Commands:
         case = self._case_signature(w.family, w.case) if against == "reference" else ()
         key = (w.family, w.model, w.backend, w.weight_type, w.candidate, against, case)
         if key not in self._gates:
+            cell = CellKey(w.family, w.model, w.candidate, w.backend, w.weight_type, w.case,
+                           against)
             self._gates[key] = as_json(resolve_gates(
-                plan.section, model=w.model, backend=w.backend, weight_type=w.weight_type,
-                candidate=w.candidate, case=w.case, against=against,
-                ggml_backend=plan.backends[w.backend].backend))
+                plan.section, cell, ggml_backend=plan.backends[w.backend].backend))
         return self._gates[key]
 
     def _case_signature(self, family: str, case: str) -> tuple:
@@ -301,8 +302,8 @@ class Commands:
         plan, reference = self.jobs.plan(w), self.jobs.reference_entry(w)
         return as_json(resolve_gates(
             {"gates": plan.section["gates"], "expected_failures": list(reference.differences)},
-            model=w.model, backend=BASELINE_BACKEND, weight_type=REFERENCE_WEIGHT_TYPE,
-            candidate=w.reference, case=w.case))
+            CellKey(w.family, w.model, w.reference, BASELINE_BACKEND, REFERENCE_WEIGHT_TYPE,
+                    w.case)))
 
     def backend_gates(self, w: Any) -> str:
         """The cell's gates against the baseline backend."""

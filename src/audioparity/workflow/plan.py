@@ -15,9 +15,10 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from audioparity.compare.gate_lists import unmeasured_lists
+from audioparity.compare.plan import CellKey
 from audioparity.compare.precision import check_targets
 from audioparity.compare.targets import target_gates
 from audioparity.contract.errors import AudioparityError
@@ -52,19 +53,6 @@ def check_keys(config: Mapping[str, Any], known: Mapping[str, Any]) -> None:
         if key not in SETTINGS and key not in known:
             raise AudioparityError(f"config: {key!r} is neither {' nor '.join(SETTINGS)} nor "
                                    f"a registered family ({', '.join(known)})")
-
-
-class CellKey(NamedTuple):
-    """One comparison of the sweep: a candidate's dump of a case against the reference, or
-    against the same candidate on the baseline backend."""
-
-    family: str
-    model: str
-    candidate: str
-    backend: str
-    weight_type: str
-    case: str
-    against: str = "reference"
 
 
 @dataclass(frozen=True)
