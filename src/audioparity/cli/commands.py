@@ -161,17 +161,17 @@ def _recipe_digests(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def precision(args: argparse.Namespace) -> None:
-    from audioparity.compare.precision import find_recipe, write_recipe
+    from audioparity.compare.precision import SearchSettings, find_recipe, write_recipe
 
     targets = _load_gates(args.targets, "--targets")
     if isinstance(targets, dict):
         targets = targets.get("targets", targets.get("gates"))
     if not isinstance(targets, list):
         raise AudioparityError(f"--targets {args.targets}: expected a list of gate entries")
-    document = find_recipe(_family(args), args.model, args.inputs, weight_type=args.weight_type,
-                           wide=args.wide, targets=targets, options=_options(args, "reference"),
-                           ggml_options=_options(args, "ggml") if args.verify else None,
-                           name=args.name, threads=args.threads, workdir=args.work_dir)
+    document = find_recipe(_family(args), args.model, args.inputs, SearchSettings(
+        args.weight_type, args.wide, targets, _options(args, "reference"),
+        ggml_options=_options(args, "ggml") if args.verify else None, name=args.name,
+        threads=args.threads, workdir=args.work_dir))
     write_recipe(document, args.output)
     search = document["search"]
     found = (f"{len(document['overrides'])} weight(s) kept {args.wide}" if search["met"] else

@@ -325,22 +325,48 @@ def _workdir(path: Path | None):
         yield Path(folder)
 
 
-def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_type: str,
-                wide: str, targets: Sequence[Mapping[str, Any]], options: Mapping[str, Any],
-                ggml_options: Mapping[str, Any] | None = None, name: str = "recipe",
-                threads: int = 1, workdir: Path | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a recipe search (:func:`find_recipe`) looks for and how it runs, as ``audioparity
+    precision`` takes it.
+
+    Attributes:
+        weight_type: the type most weights take (one of the emulated block types).
+        wide: the type a promoted weight takes (``q8_0``, ``f16``, ``f32``).
+        targets: gate entries (the config's gate syntax) on the family's stages, judged against
+            the float32 reference's dump of the same case: what the recipe must meet.
+        options: the reference side's options.
+        ggml_options: our ggml port's options, to verify the recipe found with (:func:`verify`);
+            None: not verified here (a sweep verifies it in every cell of its weight type).
+        name: the recipe's name.
+        threads: the reference's torch threads, and the verifying port's.
+        workdir: where the trials' dumps are written; None: a temporary folder, removed after.
+    """
+
+    weight_type: str
+    wide: str
+    targets: Sequence[Mapping[str, Any]]
+    options: Mapping[str, Any]
+    ggml_options: Mapping[str, Any] | None = None
+    name: str = "recipe"
+    threads: int = 1
+    workdir: Path | None = None
+
+
+def find_recipe(family: Family, model: Path, cases: Sequence[Path], how: SearchSettings
+                ) -> dict[str, Any]:
     """The recipe document of ``audioparity precision``: which matmul weights of ``model`` to
-    keep ``wide`` so that, with every other at ``weight_type``, the targets pass on ``cases``;
-    found on the quantization-aware reference (:func:`sensitivities`, then :func:`bisect`).
-    Targets that no recipe meets are a result, not an error: every matmul weight is then kept
-    wide, and ``search.met`` is false with the targets missed. With ``ggml_options`` the recipe
-    is also verified by our ggml port on the CPU (:func:`verify`) and its bits per weight as
-    our port stores it are given; a sweep verifies it in every cell of its weight type instead.
+    keep ``how.wide`` so that, with every other at ``how.weight_type``, the targets pass on
+    ``cases``; found on the quantization-aware reference (:func:`sensitivities`, then
+    :func:`bisect`). Targets that no recipe meets are a result, not an error: every matmul
+    weight is then kept wide, and ``search.met`` is false with the targets missed. With
+    ``how.ggml_options`` the recipe is also verified by our ggml port on the CPU
+    (:func:`verify`) and its bits per weight as our port stores it are given.
 
     Returns:
         ``{"name", "family", "model", "base", "wide", "overrides", "targets", "cases",
         "trials": {uniform, recipe, wide} (rows), "search": {"met", "unmet", "trials",
-        "seconds"}, "sensitivity", "forms"}``, with ``ggml_options`` also ``"verified":
+        "seconds"}, "sensitivity", "forms"}``, with ``how.ggml_options`` also ``"verified":
         {"passed", "rows"}`` and ``"bits_per_weight": {uniform, recipe, wide}``; ``base`` and
         ``overrides`` are what :func:`~audioparity.dumping.weight_files.read_recipe` reads.
 
@@ -349,9 +375,12 @@ def find_recipe(family: Family, model: Path, cases: Sequence[Path], *, weight_ty
     """
     from audioparity.dumping.threads import torch_threads
 
+    weight_type, wide, ggml_options = how.weight_type, how.wide, how.ggml_options
+    name, threads = how.name, how.threads
     start = time.perf_counter()
-    with _workdir(workdir) as folder, torch_threads(threads):
-        search = Search(family, model, cases, weight_type, wide, targets, options, folder)
+    with _workdir(how.workdir) as folder, torch_threads(threads):
+        search = Search(family, model, cases, weight_type, wide, how.targets, how.options,
+                        folder)
         sensitivity = search.start()
         ranked = list(sensitivity)
         chosen, trials = bisect(search, ranked)
