@@ -384,8 +384,8 @@ class Encoder:
 
         config = load_config(model)
         with Runtime("cpu", threads=4) as rt:
-            weights, _ = upload_weights(ParakeetTdt(), rt, model, config, "f32",
-                                        {"conv_weight_type": "f32"})
+            weights, _ = upload_weights(ParakeetTdt(), rt, model, config,
+                                        RunSettings("f32", "cpu", {"conv_weight_type": "f32"}))
             taps = Encoder(weights, config, rt).forward(mel)   # mel [T, n_mels]
             taps["enc_out"]                                    # [T', D]
     """
