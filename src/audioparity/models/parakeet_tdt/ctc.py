@@ -17,6 +17,7 @@ from audioparity.ggml import Runtime, Weights
 from audioparity.ggml.ops import linear
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.greedy import CtcPath, greedy_ctc
+from audioparity.models.parakeet_tdt.spec import Names
 
 
 def log_softmax(ctx, x):
@@ -61,10 +62,11 @@ class CtcDecoder:
     def log_probs(self, enc_out: np.ndarray) -> np.ndarray:
         """:func:`conv_asr_decoder` of every frame: ``[T', D]`` -> ``[T', V+1]`` float32."""
         with self.runtime.graph() as graph:
-            enc = graph.input("enc_out", np.ascontiguousarray(enc_out, dtype=np.float32))
-            graph.output("ctc_logits", conv_asr_decoder(graph.ctx, self.weights,
-                                                        self.config.ctc.prefix, enc), ndim=2)
-            return graph.compute()["ctc_logits"]
+            enc = graph.input(Names.ENC_OUT, np.ascontiguousarray(enc_out, dtype=np.float32))
+            graph.output(Names.CTC_LOGITS, conv_asr_decoder(graph.ctx, self.weights,
+                                                            self.config.ctc.prefix, enc),
+                         ndim=2)
+            return graph.compute()[Names.CTC_LOGITS]
 
     def greedy(self, enc_out: np.ndarray) -> tuple[np.ndarray, CtcPath]:
         """The log-probabilities of ``enc_out [T', D]`` and their greedy CTC decode

@@ -31,6 +31,7 @@ from audioparity.ggml.ops import linear
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.greedy import GreedyPath, greedy_tdt
 from audioparity.models.parakeet_tdt.settings import JOINT_ACTIVATIONS
+from audioparity.models.parakeet_tdt.spec import Names
 
 EMBED = "decoder.prediction.embed.weight"
 JOINT_ENC = "joint.enc"
@@ -256,7 +257,7 @@ class TdtDecoder:
         """:func:`project_encoder` of every frame, ``[T', D]`` -> ``[T', J]`` (NeMo projects the
         encoder output once before decoding)."""
         with self.runtime.graph() as graph:
-            enc = graph.input("enc_out", np.ascontiguousarray(enc_out, dtype=np.float32))
+            enc = graph.input(Names.ENC_OUT, np.ascontiguousarray(enc_out, dtype=np.float32))
             graph.output("f", project_encoder(graph.ctx, self.weights, enc), ndim=2)
             return graph.compute()["f"]
 

@@ -50,6 +50,7 @@ from audioparity.models.parakeet_tdt.positions import (
     local_rel_pos_encoding,
     rel_pos_encoding,
 )
+from audioparity.models.parakeet_tdt.spec import Names
 
 log = logging.getLogger("audioparity")
 
@@ -435,11 +436,11 @@ class Encoder:
         mel = self._mel(mel)
         if pos_emb is None:
             pos_emb = self.positions(mel.shape[0])
-        taps = {"pre_encode": self.pre_encode(mel)}
-        for i, x in enumerate(self.layers(taps["pre_encode"], pos_emb)):
-            taps[f"layer_{i}"] = x
-        taps["pos_emb"] = pos_emb
-        taps["enc_out"] = taps[f"layer_{self.cfg.n_layers - 1}"].copy()
+        taps = {Names.PRE_ENCODE: self.pre_encode(mel)}
+        for i, x in enumerate(self.layers(taps[Names.PRE_ENCODE], pos_emb)):
+            taps[Names.LAYER.at(i)] = x
+        taps[Names.POS_EMB] = pos_emb
+        taps[Names.ENC_OUT] = taps[Names.LAYER.at(self.cfg.n_layers - 1)].copy()
         return taps
 
     def _mel(self, mel: np.ndarray) -> np.ndarray:
@@ -463,9 +464,10 @@ class Encoder:
         """
         mel = self._mel(mel)
         with self.runtime.graph() as g:
-            g.output("pre_encode", conv_subsampling(g.ctx, self.weights, self.cfg,
-                                                    g.input("mel_features", mel)), ndim=2)
-            return g.compute()["pre_encode"]
+            g.output(Names.PRE_ENCODE,
+                     conv_subsampling(g.ctx, self.weights, self.cfg,
+                                      g.input(Names.MEL_FEATURES, mel)), ndim=2)
+            return g.compute()[Names.PRE_ENCODE]
 
     def layers(self, pre_encode: np.ndarray, pos_emb: np.ndarray) -> Iterator[np.ndarray]:
         """The layers of :meth:`forward` end to end, each in its own graph (:meth:`layer`) on
@@ -489,9 +491,9 @@ class Encoder:
         context = self.cfg.local_context
         settings = {"flash_attention": self.flash_attention, "chunk_rows": self.chunk_rows}
         if context is None:
-            return AttentionInputs(g.input("pos_emb", pos_emb), **settings)
+            return AttentionInputs(g.input(Names.POS_EMB, pos_emb), **settings)
         grid = local_positions_on_full_grid(pos_emb, n_frames)
-        return AttentionInputs(g.input("pos_emb", grid),
+        return AttentionInputs(g.input(Names.POS_EMB, grid),
                                g.input("band_mask", band_mask(n_frames, context)), **settings)
 
     def layers_isolated(self, inputs: Sequence[np.ndarray],
@@ -544,8 +546,8 @@ class Encoder:
             inputs = self._attention_inputs(g, pos_emb, x.shape[0])
             h = conformer_layer(g.ctx, self.weights, index, cfg, g.input(f"input_{index}", x),
                                 inputs)
-            g.output(f"layer_{index}", h, ndim=2)
-            out = g.compute()[f"layer_{index}"]
+            g.output(Names.LAYER.at(index), h, ndim=2)
+            out = g.compute()[Names.LAYER.at(index)]
         seconds = time.monotonic() - started
         if seconds >= PROGRESS_SECONDS:
             log.info("parakeet encoder: layer_%d of %d layers (T'=%d) in %.0f s", index,

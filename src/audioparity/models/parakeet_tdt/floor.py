@@ -22,17 +22,13 @@ from typing import Any
 import numpy as np
 
 from audioparity.compare import metrics
+from audioparity.models.parakeet_tdt.spec import Names
 
 #: NMSE of NeMo's float32 normalised mel against float64 normalisation of its log-mel beyond
 #: which the floor is measured: the mel gate's plain float32 bound, which the end-to-end
 #: bounds were measured under. NeMo against float64 here: the clip 2.7e-14, jfk.wav 2.9e-12 (and
 #: flat to 30 minutes); band-limited audio 2.1e-8 (jfk.wav through 8 kHz) to 4.3e-4 (the clip).
 EXACT_MEL_NMSE = 1.0e-10
-#: The stage the floor's error comes from (its manifest field's ``from``).
-SOURCE = "mel_features"
-#: The stage teacher-forced along the reference's own greedy path: where the decode on the
-#: exact mel takes another path, its rows are not the same steps.
-TEACHER_FORCED = "decode_logits"
 #: The metrics of each stage the floor records, those the carried bounds read.
 MEASURED = ("nmse", "max_rel", "cosine")
 
@@ -100,7 +96,8 @@ def noise_floor(model: Any, run: ReferenceRun, rerun: Callable[[Any], Mapping[st
         "cosine"}}, "moved": [...]}``: each stage that carries the mel's error, its float32
         output against the same stage on the exact mel; ``moved`` the decodes whose tokens
         differ there (the reference's own choice is undecided at float32 noise), whose
-        teacher-forced logits (along a path the exact run does not take) are left out.
+        teacher-forced logits (``decode_logits``, along the reference's own greedy path, which
+        the exact run does not take) are left out.
     """
     features, length, outputs = run.features, run.length, run.outputs
     n = int(length[0])
@@ -116,8 +113,9 @@ def noise_floor(model: Any, run: ReferenceRun, rerun: Callable[[Any], Mapping[st
     stages = {name: {metric: float(getattr(metrics, metric)(outputs[name], value))
                      for metric in MEASURED}
               for name, value in again.items()
-              if carries(name) and not (moved and name == TEACHER_FORCED)}
-    return {"from": SOURCE, "mel_nmse": float(mel_nmse), "stages": stages, "moved": moved}
+              if carries(name) and not (moved and name == Names.DECODE_LOGITS)}
+    return {"from": Names.MEL_FEATURES, "mel_nmse": float(mel_nmse), "stages": stages,
+            "moved": moved}
 
 
 def floor_note(floor: Mapping[str, Any]) -> str:

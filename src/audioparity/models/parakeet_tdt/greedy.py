@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
+from audioparity.models.parakeet_tdt.spec import Names
 
 #: Decoding strategy of the reference: NeMo's label-looping greedy TDT decoder.
 STRATEGY = "greedy_batch"
@@ -201,7 +202,7 @@ def joint_decisions(width: int, n_durations: int) -> dict[str, list[int]]:
     if not n_durations:
         return {}
     return {stage: [width - n_durations, n_durations]
-            for stage in ("joint_logits", "decode_logits")}
+            for stage in (Names.JOINT_LOGITS, Names.DECODE_LOGITS)}
 
 
 @dataclass(frozen=True)

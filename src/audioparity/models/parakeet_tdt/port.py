@@ -49,6 +49,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     replay_path,
 )
 from audioparity.models.parakeet_tdt.layout import FB, WINDOW
+from audioparity.models.parakeet_tdt.spec import Names
 from audioparity.models.parakeet_tdt.tokenizer import (
     Tokenizer,
     ctc_document,
@@ -87,10 +88,10 @@ def stages(runtime: Runtime, weights: Weights, case: Case, reference: Dump) -> O
                                "max_symbols": config.max_symbols}})
     yield Note("mel filterbank and window: "
                + ("the checkpoint's" if FB in weights.buffers else "built (librosa, hann)"))
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     mel = mel_features(case.data.samples, config.preprocessor,
                        filterbank=weights.buffers.get(FB), window=weights.buffers.get(WINDOW))
-    yield "mel_features", mel
+    yield Names.MEL_FEATURES, mel
     log.info("%s: mel %d frames", label, mel.shape[0])
 
     encoder = Encoder(weights, config, runtime,
@@ -108,18 +109,18 @@ def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: st
     positional table, the subsampling, each layer) and each layer isolated; returns (as the
     generator's value) the port's ``enc_out [T', D]``."""
     config = encoder.cfg
-    yield Phase("pos_emb")
+    yield Phase(Names.POS_EMB)
     pos_emb = encoder.positions(mel.shape[0])
-    yield Phase("pre_encode")
+    yield Phase(Names.PRE_ENCODE)
     pre_encode = encoder.pre_encode(mel)
-    yield "pre_encode", pre_encode
-    yield "pos_emb", pos_emb
+    yield Names.PRE_ENCODE, pre_encode
+    yield Names.POS_EMB, pos_emb
     layers = encoder.layers(pre_encode, pos_emb)
     for i in range(config.n_layers):
-        yield Phase(f"layer_{i}")
+        yield Phase(Names.LAYER.at(i))
         enc_out = next(layers)
-        yield f"layer_{i}", enc_out
-    yield "enc_out", enc_out
+        yield Names.LAYER.at(i), enc_out
+    yield Names.ENC_OUT, enc_out
     position_note = config.position_table_note(enc_out.shape[0])
     if position_note:
         yield Note(position_note)
@@ -127,12 +128,12 @@ def encoder_stages(encoder: Encoder, mel: np.ndarray, reference: Dump, label: st
     log.info("%s: encoder (%d layers, T'=%d)", label, config.n_layers, enc_out.shape[0])
 
     # layers_isolated scales pre_encode by xscale itself, as NeMo's pos_enc does
-    inputs = [reference.tensor("pre_encode")] + [reference.tensor(f"layer_{i - 1}")
-                                                 for i in range(1, config.n_layers)]
-    isolated = encoder.layers_isolated(inputs, reference.tensor("pos_emb"))
+    inputs = [reference.tensor(Names.PRE_ENCODE)] + [reference.tensor(Names.LAYER.at(i - 1))
+                                                     for i in range(1, config.n_layers)]
+    isolated = encoder.layers_isolated(inputs, reference.tensor(Names.POS_EMB))
     for i in range(config.n_layers):
-        yield Phase(f"layer_{i}_isolated")
-        yield f"layer_{i}_isolated", next(isolated)
+        yield Phase(Names.LAYER_ISOLATED.at(i))
+        yield Names.LAYER_ISOLATED.at(i), next(isolated)
     return enc_out
 
 
@@ -142,29 +143,29 @@ def transducer_stages(port: PortCase, enc_out: np.ndarray) -> Outputs:
     reference ``enc_out``), ``decode`` (on ours) and ``decode_logits`` (ours along the
     reference path)."""
     reference, config, tokenizer, label = port.reference, port.config, port.tokenizer, port.label
-    ref_enc_out = reference.tensor("enc_out")
+    ref_enc_out = reference.tensor(Names.ENC_OUT)
     with TdtDecoder(port.runtime, port.weights, config) as decoder:
-        yield Phase("joint_logits")
+        yield Phase(Names.JOINT_LOGITS)
         path = reference_path(reference, ref_enc_out.shape[0], config)
         joint_logits, lstm_state_0 = decoder.teacher_forced(ref_enc_out, path)
-        yield "joint_logits", joint_logits
-        yield "lstm_state_0", lstm_state_0
+        yield Names.JOINT_LOGITS, joint_logits
+        yield Names.LSTM_STATE_0, lstm_state_0
         log.info("%s: joint along the reference path (%d rows)", label, joint_logits.shape[0])
 
-        yield Phase("decoder_replay")
+        yield Phase(Names.DECODER_REPLAY)
         replay = decode_document(decoder.greedy(ref_enc_out), tokenizer)
-        yield "decoder_replay", replay
-        yield Phase("decode")
+        yield Names.DECODER_REPLAY, replay
+        yield Phase(Names.DECODE)
         decode = decode_document(decoder.greedy(enc_out), tokenizer)
-        yield "decode", decode
-        yield Phase("decode_logits")
+        yield Names.DECODE, decode
+        yield Phase(Names.DECODE_LOGITS)
         own = path.within(enc_out.shape[0])
         if len(own.row_frames) < len(path.row_frames):
             yield Note(f"decode_logits: our enc_out has {enc_out.shape[0]} frames, the "
                        f"reference's {ref_enc_out.shape[0]}: the {len(own.row_frames)} of "
                        f"{len(path.row_frames)} steps of its path on our frames")
         decode_logits, _ = decoder.teacher_forced(enc_out, own)
-        yield "decode_logits", decode_logits
+        yield Names.DECODE_LOGITS, decode_logits
     yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(config.durations))})
     yield Note(f"decode and decoder_replay: greedy TDT ({STRATEGY} rules, batch 1) on the host "
                "around ggml prediction-network and joint graphs")
@@ -177,14 +178,14 @@ def ctc_stages(port: PortCase, enc_out: np.ndarray) -> Outputs:
     ``enc_out`` ``[T', D]``, and their isolated forms on the reference's:
     ``ctc_logits_isolated``, ``ctc_decoder_replay``."""
     decoder = CtcDecoder(port.runtime, port.weights, port.config)
-    yield Phase("ctc_logits_isolated")
-    isolated, replay = decoder.greedy(port.reference.tensor("enc_out"))
-    yield "ctc_logits_isolated", isolated
-    yield "ctc_decoder_replay", ctc_document(replay, port.tokenizer)
-    yield Phase("ctc_logits")
+    yield Phase(Names.CTC_LOGITS_ISOLATED)
+    isolated, replay = decoder.greedy(port.reference.tensor(Names.ENC_OUT))
+    yield Names.CTC_LOGITS_ISOLATED, isolated
+    yield Names.CTC_DECODER_REPLAY, ctc_document(replay, port.tokenizer)
+    yield Phase(Names.CTC_LOGITS)
     log_probs, path = decoder.greedy(enc_out)
-    yield "ctc_logits", log_probs
-    yield "ctc_decode", ctc_document(path, port.tokenizer)
+    yield Names.CTC_LOGITS, log_probs
+    yield Names.CTC_DECODE, ctc_document(path, port.tokenizer)
     yield Note("ctc_decode and ctc_decoder_replay: greedy CTC (argmax, repeats folded, blanks "
                "dropped) on the host of the ggml ConvASRDecoder's log-probabilities")
     log.info("%s: ctc_decoder_replay %d tokens, ctc_decode %d tokens", port.label,
@@ -198,9 +199,9 @@ def reference_path(reference: Dump, n_frames: int, config: ParakeetTDTConfig) ->
     Raises:
         AudioparityError: the rows do not reproduce the reference decode.
     """
-    path = replay_path(reference.tensor("joint_logits"), n_frames, list(config.durations),
-                       config.max_symbols)
-    decode = reference.json("decode")
+    path = replay_path(reference.tensor(Names.JOINT_LOGITS), n_frames,
+                       list(config.durations), config.max_symbols)
+    decode = reference.json(Names.DECODE)
     if [path.ids, path.frames, path.durations] != [decode["ids"], decode["frames"],
                                                    decode["durations"]]:
         raise AudioparityError(

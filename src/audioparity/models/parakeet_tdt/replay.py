@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from audioparity.dumping.artifacts import Dump
+from audioparity.models.parakeet_tdt.spec import Names
 
 
 def _given(candidate: Dump, name: str, shape: tuple[int, ...], skipped: dict[str, str],
@@ -64,9 +65,10 @@ class _Substitutions:
         x, lengths = output
         self.frames.append(int(lengths[0]))
         if self.mel_given:
-            self.replayed["pre_encode_replayed"] = x[0, : self.frames[0]].float().numpy().copy()
-        given = _given(self.candidate, "pre_encode", (self.frames[0], x.shape[2]), self.skipped,
-                       "layer_0_replayed")
+            self.replayed[Names.PRE_ENCODE_REPLAYED] = (
+                x[0, : self.frames[0]].float().numpy().copy())
+        given = _given(self.candidate, Names.PRE_ENCODE, (self.frames[0], x.shape[2]),
+                       self.skipped, Names.LAYER_REPLAYED.at(0))
         if given is None:
             return None
         x = x.clone()
@@ -82,8 +84,9 @@ class _Substitutions:
             if index == 0:
                 return None
             x = kwargs["x"]
-            given = _given(self.candidate, f"layer_{index - 1}", (self.frames[0], x.shape[2]),
-                           self.skipped, f"layer_{index}_replayed")
+            given = _given(self.candidate, Names.LAYER.at(index - 1),
+                           (self.frames[0], x.shape[2]), self.skipped,
+                           Names.LAYER_REPLAYED.at(index))
             if given is None:
                 return None
             x = x.clone()
@@ -95,7 +98,7 @@ class _Substitutions:
         """The hook of ``layers[index]``: its output's valid frames, unless its input was not
         substituted."""
         def hook(module: Any, inputs: Any, output: Any) -> None:
-            name = f"layer_{index}_replayed"
+            name = Names.LAYER_REPLAYED.at(index)
             if name not in self.skipped:
                 self.replayed[name] = output[0, : self.frames[0]].float().numpy().copy()
         return hook
@@ -121,8 +124,8 @@ def replayed_encoder(model: Any, features: Any, length: Any, candidate: Dump
     enc = model.encoder
     skipped: dict[str, str] = {}
     n_frames = int(length[0])
-    mel = _given(candidate, "mel_features", (n_frames, features.shape[1]), skipped,
-                 "pre_encode_replayed")
+    mel = _given(candidate, Names.MEL_FEATURES, (n_frames, features.shape[1]), skipped,
+                 Names.PRE_ENCODE_REPLAYED)
     features = features.clone()
     if mel is not None:
         features[0, :, :n_frames] = torch.from_numpy(mel.T.copy())

@@ -15,6 +15,7 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.dumping.artifacts import Dump
+from audioparity.models.parakeet_tdt.spec import Names
 
 #: The files :func:`write_seed` writes.
 FILES = ("pre_encode.npy", "pos_emb.npy", "enc_out.npy")
@@ -28,18 +29,18 @@ def seed_inputs(dump: Dump) -> dict[str, np.ndarray]:
         AudioparityError: the dump lacks ``pre_encode``, ``pos_emb`` or ``enc_out``, or their
             shapes are not ``[T, D]``, ``[2T-1, D]``, ``[T, D]`` of one ``T`` and ``D``.
     """
-    missing = [name for name in ("pre_encode", "pos_emb", "enc_out") if not dump.has(name)]
+    stages = (Names.PRE_ENCODE, Names.POS_EMB, Names.ENC_OUT)
+    missing = [name for name in stages if not dump.has(name)]
     if missing:
         raise AudioparityError(f"{dump.path}: no {', '.join(missing)}; the Parakeet seed "
                                "format needs pre_encode, pos_emb and enc_out")
-    pre_encode, pos_emb, enc_out = (dump.tensor(name) for name in
-                                    ("pre_encode", "pos_emb", "enc_out"))
+    pre_encode, pos_emb, enc_out = (dump.tensor(name) for name in stages)
     if pre_encode.ndim != 2 or pre_encode.shape[0] < 1:
         raise AudioparityError(f"{dump.path}: pre_encode is {list(pre_encode.shape)}; "
                                "expected [T, D]")
     frames, width = pre_encode.shape
-    for name, array, shape in (("pos_emb", pos_emb, (2 * frames - 1, width)),
-                               ("enc_out", enc_out, (frames, width))):
+    for name, array, shape in ((Names.POS_EMB, pos_emb, (2 * frames - 1, width)),
+                               (Names.ENC_OUT, enc_out, (frames, width))):
         if array.shape != shape:
             raise AudioparityError(f"{dump.path}: {name} is {list(array.shape)}; expected "
                                    f"{list(shape)} for pre_encode {list(pre_encode.shape)}")

@@ -1,51 +1,93 @@
-"""The Parakeet family's contract: its stages, options and what the tool knows of it, as data
-(read by :class:`~audioparity.models.parakeet_tdt.ParakeetTdt` and the fixture builder)."""
+"""The Parakeet family's contract: its name table, its stages, options and what the tool knows
+of it, as data (read by :class:`~audioparity.models.parakeet_tdt.ParakeetTdt`, the fixture
+builder, the ggml port, both references, the replay and the seed export). Imports none of the
+family's other modules, so any of them may name a stage."""
 
 from __future__ import annotations
 
 from audioparity.contract.family import reference_names
-from audioparity.contract.spec import FamilySpec, Option, Stage
+from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
 #: prediction network and joint) and a CTC decoder (``ConvASRDecoder``).
 TRANSDUCER, CTC = "transducer", "ctc"
 
+
+class Names(StageName):
+    """Parakeet's name table: every name its spec's stages and forms are written with (a
+    per-layer one with :data:`~audioparity.contract.spec.LAYER`, ``Names.LAYER.at(3)`` is
+    ``layer_3``) and the decodes' margins; the code names a stage by its member, never by a
+    literal."""
+
+    MEL_FEATURES = "mel_features"
+    PRE_ENCODE = "pre_encode"
+    PRE_ENCODE_REPLAYED = "pre_encode_replayed"
+    POS_EMB = "pos_emb"
+    LAYER = "layer_{i}"
+    LAYER_ISOLATED = "layer_{i}_isolated"
+    LAYER_REPLAYED = "layer_{i}_replayed"
+    ENC_OUT = "enc_out"
+    JOINT_LOGITS = "joint_logits"
+    LSTM_STATE_0 = "lstm_state_0"
+    DECODE = "decode"
+    DECODE_MARGINS = "decode_margins"
+    DECODER_REPLAY = "decoder_replay"
+    DECODE_REPLAYED = "decode_replayed"
+    DECODE_LOGITS = "decode_logits"
+    CTC_LOGITS = "ctc_logits"
+    CTC_LOGITS_ISOLATED = "ctc_logits_isolated"
+    CTC_DECODE = "ctc_decode"
+    CTC_DECODE_MARGINS = "ctc_decode_margins"
+    CTC_DECODER_REPLAY = "ctc_decoder_replay"
+
+    def __repr__(self) -> str:
+        """The name quoted as the string it is: a message names a stage as it did when the
+        names were plain strings (check-dump's ``missing stage 'decode'``), not as
+        ``<Names.DECODE: 'decode'>``."""
+        return repr(self.value)
+
+
+#: In :attr:`Stage.inputs`: the previous conformer layer (``layer_{i-1}``) and the last one
+#: (``layer_{last}``).
+_PREVIOUS_LAYER, _LAST_LAYER = (Names.LAYER.replace(LAYER, n) for n in (PREVIOUS, LAST))
+
 _STAGES = (
-    Stage("mel_features", "tensor", "[T, n_mels]",
+    Stage(Names.MEL_FEATURES, "tensor", "[T, n_mels]",
           "log-mel features, valid frames (NeMo AudioToMelSpectrogramPreprocessor)"),
-    Stage("pre_encode", "tensor", "[T, D]", "ConvSubsampling output, T' frames",
-          replayed="pre_encode_replayed", inputs=("mel_features",)),
-    Stage("pos_emb", "tensor", "[2T-1, D]",
+    Stage(Names.PRE_ENCODE, "tensor", "[T, D]", "ConvSubsampling output, T' frames",
+          replayed=Names.PRE_ENCODE_REPLAYED, inputs=(Names.MEL_FEATURES,)),
+    Stage(Names.POS_EMB, "tensor", "[2T-1, D]",
           "relative positional encoding fed to the layers (RelPositionalEncoding; "
           "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
-    Stage("layer_{i}", "tensor", "[T, D]", "output of ConformerLayer i",
-          isolated="layer_{i}_isolated", replayed="layer_{i}_replayed",
-          inputs=("layer_{i-1}|pre_encode", "pos_emb")),
-    Stage("enc_out", "tensor", "[T, D]", "encoder output", inputs=("layer_{last}",)),
-    Stage("joint_logits", "logits", "[steps, V+1+n_durations]",
+    Stage(Names.LAYER, "tensor", "[T, D]", "output of ConformerLayer i",
+          isolated=Names.LAYER_ISOLATED, replayed=Names.LAYER_REPLAYED,
+          inputs=(f"{_PREVIOUS_LAYER}|{Names.PRE_ENCODE}", Names.POS_EMB)),
+    Stage(Names.ENC_OUT, "tensor", "[T, D]", "encoder output", inputs=(_LAST_LAYER,)),
+    Stage(Names.JOINT_LOGITS, "logits", "[steps, V+1+n_durations]",
           "raw joint outputs along the reference's greedy path, one row per evaluation",
-          head=TRANSDUCER, reference_path=True, parts=("lstm_state_0",),
-          reference_inputs=("enc_out",)),
-    Stage("lstm_state_0", "tensor", "[layers, 2, H]",
+          head=TRANSDUCER, reference_path=True, parts=(Names.LSTM_STATE_0,),
+          reference_inputs=(Names.ENC_OUT,)),
+    Stage(Names.LSTM_STATE_0, "tensor", "[layers, 2, H]",
           "prediction network state (h, c) after the blank/SOS step", head=TRANSDUCER),
-    Stage("decode", "document", "{ids, frames, durations, text}",
+    Stage(Names.DECODE, "document", "{ids, frames, durations, text}",
           "greedy TDT (RNNT: durations empty) decode of the whole pipeline",
-          isolated="decoder_replay", replayed="decode_replayed", head=TRANSDUCER,
-          margins="[positions]", inputs=("enc_out", "decode_logits"),
-          parts=("joint_logits",)),
-    Stage("decode_logits", "logits", "[steps, V+1+n_durations]",
+          isolated=Names.DECODER_REPLAY, replayed=Names.DECODE_REPLAYED, head=TRANSDUCER,
+          margins="[positions]", inputs=(Names.ENC_OUT, Names.DECODE_LOGITS),
+          parts=(Names.JOINT_LOGITS,)),
+    Stage(Names.DECODE_LOGITS, "logits", "[steps, V+1+n_durations]",
           "the whole pipeline's decode teacher-forced: the prediction network and joint along "
           "the reference's greedy path on the pipeline's own enc_out, one row per evaluation "
           "(each step judged alone: a flip costs that step, not the rest)",
-          head=TRANSDUCER, reference_path=True, inputs=("enc_out",), parts=("joint_logits",)),
-    Stage("ctc_logits", "logits", "[T, V+1]",
+          head=TRANSDUCER, reference_path=True, inputs=(Names.ENC_OUT,),
+          parts=(Names.JOINT_LOGITS,)),
+    Stage(Names.CTC_LOGITS, "logits", "[T, V+1]",
           "CTC decoder log-probabilities (ConvASRDecoder) of the encoder output",
-          isolated="ctc_logits_isolated", head=CTC, inputs=("enc_out",)),
-    Stage("ctc_decode", "document", "{ids, frames, text}",
+          isolated=Names.CTC_LOGITS_ISOLATED, head=CTC, inputs=(Names.ENC_OUT,)),
+    Stage(Names.CTC_DECODE, "document", "{ids, frames, text}",
           "greedy CTC decode of the whole pipeline (frames: each token's first frame)",
-          isolated="ctc_decoder_replay", head=CTC, margins="[positions]",
-          inputs=("ctc_logits",), parts=("ctc_logits_isolated",)),
+          isolated=Names.CTC_DECODER_REPLAY, head=CTC, margins="[positions]",
+          inputs=(Names.CTC_LOGITS,), parts=(Names.CTC_LOGITS_ISOLATED,)),
 )
 
 _OPTIONS = (

@@ -58,7 +58,7 @@ from audioparity.models.parakeet_tdt.greedy import (
 )
 from audioparity.models.parakeet_tdt.positions import valid_positions
 from audioparity.models.parakeet_tdt.replay import replayed_encoder
-from audioparity.models.parakeet_tdt.spec import SPEC
+from audioparity.models.parakeet_tdt.spec import SPEC, Names
 
 log = logging.getLogger("audioparity")
 
@@ -135,9 +135,10 @@ def encoder(model: Any, features: Any, length: Any,
 
     enc = model.encoder
     with chunked_attention(enc) as calls, Taps("encoder") as taps:
-        taps.output("pre_encode", enc.pre_encode)
-        taps.input("pos_emb", enc.layers[0], "pos_emb")
-        taps.outputs("layer_{}", enc.layers)
+        taps.output(Names.PRE_ENCODE, enc.pre_encode)
+        taps.input(Names.POS_EMB, enc.layers[0], "pos_emb")  # ConformerLayer.forward(pos_emb=)
+        for index, layer in enumerate(enc.layers):
+            taps.output(Names.LAYER.at(index), layer)
         with torch.inference_mode():
             encoded, encoded_length = enc(audio_signal=features, length=length)
     if chunks is not None:
@@ -145,19 +146,20 @@ def encoder(model: Any, features: Any, length: Any,
     n_frames = int(encoded_length[0])
     local = enc.self_attention_model == "rel_pos_local_attn"
     out: dict[str, np.ndarray] = {}
-    for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(len(enc.layers)))):
+    for name in (Names.PRE_ENCODE, Names.POS_EMB,
+                 *(Names.LAYER.at(i) for i in range(len(enc.layers)))):
         array = taps.once(name)[0].float().numpy()
-        if name != "pos_emb":
+        if name != Names.POS_EMB:
             out[name] = array[:n_frames]
         else:  # a local window's table does not depend on the frames
             out[name] = array if local else valid_positions(array, n_frames)
     rows = (sum(enc.att_context_size) + 1) if local else 2 * n_frames - 1
-    if out["pos_emb"].shape != (rows, encoded.shape[1]):
+    if out[Names.POS_EMB].shape != (rows, encoded.shape[1]):
         raise AudioparityError(
-            f"pos_emb: shape {list(out['pos_emb'].shape)}, expected [{rows}, "
+            f"pos_emb: shape {list(out[Names.POS_EMB].shape)}, expected [{rows}, "
             f"{encoded.shape[1]}] for T'={n_frames}"
         )
-    out["enc_out"] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
+    out[Names.ENC_OUT] = encoded[0, :, :n_frames].transpose(0, 1).float().numpy()
     return out
 
 
@@ -330,23 +332,23 @@ def stages(asr_model: Any, case: Case, carries: Callable[[str], bool]) -> Output
     stage's: it is no stage)."""
     config, sound = case.config, case.data
     log.info("reference parakeet-tdt: %s (%.2f s of audio)", case.path, sound.seconds)
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     features, length = preprocessor(asr_model, sound.samples)
-    yield "mel_features", features[0, :, : int(length[0])].T.float().numpy()
+    yield Names.MEL_FEATURES, features[0, :, : int(length[0])].T.float().numpy()
 
-    yield Phase("pre_encode")
+    yield Phase(Names.PRE_ENCODE)
     chunks: list[tuple[int, int]] = []
     taps = encoder(asr_model, features, length, chunks)
-    position_note = config.encoder.position_table_note(taps["enc_out"].shape[0])
+    position_note = config.encoder.position_table_note(taps[Names.ENC_OUT].shape[0])
     for note in (position_note, chunk_note(chunks)):
         if note:
             yield Note(note)
             log.info("reference parakeet-tdt: %s", note)
     yield from taps.items()
     log.info("reference parakeet-tdt: mel + encoder (%d layers, T'=%d)",
-             len(asr_model.encoder.layers), taps["enc_out"].shape[0])
+             len(asr_model.encoder.layers), taps[Names.ENC_OUT].shape[0])
     outputs = dict(taps)
-    for item in _decoders(asr_model, config, taps["enc_out"]):
+    for item in _decoders(asr_model, config, taps[Names.ENC_OUT]):
         if isinstance(item, tuple):
             outputs[item[0]] = item[1]
         yield item
@@ -371,7 +373,7 @@ def _stages_on(asr_model: Any, config: ParakeetTDTConfig, length: Any, features:
     """The stages after the mel on ``features`` (``[1, n_mels, T_padded]``), by name: the
     encoder's taps (:func:`encoder`) and the decoders' outputs (:func:`_decoders`)."""
     out = encoder(asr_model, features, length)
-    out.update(item for item in _decoders(asr_model, config, out["enc_out"])
+    out.update(item for item in _decoders(asr_model, config, out[Names.ENC_OUT])
                if isinstance(item, tuple))
     return out
 
@@ -381,14 +383,14 @@ def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     ``joint_logits``, ``lstm_state_0``, ``decode`` and its margins, ``decode_logits`` (the
     joint rows again: on its own ``enc_out`` the decode teacher-forced along its own path is
     its decode), and the manifest's ``decoding`` settings."""
-    yield Phase("joint_logits")
+    yield Phase(Names.JOINT_LOGITS)
     decode, joint_logits, lstm_state, settings, margins = greedy_tdt_decoding(asr_model, enc_out)
     yield Fields({"decoding": settings})
-    yield "joint_logits", joint_logits
-    yield "lstm_state_0", lstm_state
-    yield "decode", decode
-    yield "decode_margins", margins
-    yield "decode_logits", joint_logits
+    yield Names.JOINT_LOGITS, joint_logits
+    yield Names.LSTM_STATE_0, lstm_state
+    yield Names.DECODE, decode
+    yield Names.DECODE_MARGINS, margins
+    yield Names.DECODE_LOGITS, joint_logits
     yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(settings["durations"]))})
     yield Note(f"decode: NeMo {settings['strategy']} (label looping), batch 1; joint rows "
                "replayed through the greedy TDT rules reproduce its ids, frames and durations")
@@ -399,12 +401,12 @@ def transducer_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
 def ctc_stages(asr_model: Any, enc_out: np.ndarray) -> Outputs:
     """The CTC decoder's stages of a reference dump (:func:`greedy_ctc_decoding`):
     ``ctc_logits``, ``ctc_decode`` and its margins, and the manifest's ``ctc_decoding``."""
-    yield Phase("ctc_logits")
+    yield Phase(Names.CTC_LOGITS)
     ctc_decode, ctc_logits, margins = greedy_ctc_decoding(asr_model, enc_out)
     yield Fields({"ctc_decoding": {"strategy": STRATEGY}})
-    yield "ctc_logits", ctc_logits
-    yield "ctc_decode", ctc_decode
-    yield "ctc_decode_margins", margins
+    yield Names.CTC_LOGITS, ctc_logits
+    yield Names.CTC_DECODE, ctc_decode
+    yield Names.CTC_DECODE_MARGINS, margins
     yield Note(f"ctc_decode: NeMo CTCBPEDecoding {STRATEGY}, batch 1; the argmax of "
                "ctc_logits folded reproduces its ids and frames")
     log.info("reference parakeet-tdt: CTC decoded %d tokens", len(ctc_decode["ids"]))
@@ -417,21 +419,21 @@ def replay_stages(asr_model: Any, case: Case, candidate: Dump) -> Outputs:
     ``decode_replayed_margins``); each form not replayed is :class:`Skipped` with why (the
     candidate lacks its input, or has it in another shape; a CTC model has no transducer
     decode)."""
-    yield Phase("pre_encode_replayed")
+    yield Phase(Names.PRE_ENCODE_REPLAYED)
     features, length = preprocessor(asr_model, case.data.samples)
     replayed, skipped = replayed_encoder(asr_model, features, length, candidate)
     yield from replayed.items()
     for name, why in skipped.items():
         yield Skipped(name, why)
     if not case.config.transducer:
-        yield Skipped("decode_replayed", "a CTC model: no transducer decode to replay")
-    elif candidate.has("enc_out"):
-        yield Phase("decode_replayed")
-        decode, *_, margins = greedy_tdt_decoding(asr_model, candidate.tensor("enc_out"))
-        yield "decode_replayed", decode
-        yield "decode_replayed_margins", margins
+        yield Skipped(Names.DECODE_REPLAYED, "a CTC model: no transducer decode to replay")
+    elif candidate.has(Names.ENC_OUT):
+        yield Phase(Names.DECODE_REPLAYED)
+        decode, *_, margins = greedy_tdt_decoding(asr_model, candidate.tensor(Names.ENC_OUT))
+        yield Names.DECODE_REPLAYED, decode
+        yield f"{Names.DECODE_REPLAYED}_margins", margins
     else:
-        yield Skipped("decode_replayed", "the candidate dump has no enc_out")
+        yield Skipped(Names.DECODE_REPLAYED, "the candidate dump has no enc_out")
 
 
 class Nemo(ReferenceLibrary):
@@ -460,7 +462,7 @@ class Nemo(ReferenceLibrary):
         return self.model
 
     def stages(self, case: Case) -> Outputs:
-        return stages(self.model, case, partial(SPEC.carries, "mel_features"))
+        return stages(self.model, case, partial(SPEC.carries, Names.MEL_FEATURES))
 
     def replay(self, case: Case, candidate: Any) -> Outputs:
         return replay_stages(self.model, case, candidate)

@@ -38,6 +38,7 @@ from audioparity.models.parakeet_tdt.greedy import (
     replay_path,
 )
 from audioparity.models.parakeet_tdt.positions import valid_positions
+from audioparity.models.parakeet_tdt.spec import Names
 from audioparity.models.parakeet_tdt.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("audioparity")
@@ -225,9 +226,10 @@ def tap_encoder(taps: Taps, encoder: Any) -> None:
     """Tap transformers' ``ParakeetEncoder``: the subsampling's output (``pre_encode``), the
     ``position_embeddings`` passed to ``layers[0]`` (``pos_emb``) and every ``layers[i]``
     output (``layer_{i}``)."""
-    taps.output("pre_encode", encoder.subsampling)
-    taps.input("pos_emb", encoder.layers[0], "position_embeddings")
-    taps.outputs("layer_{}", encoder.layers)
+    taps.output(Names.PRE_ENCODE, encoder.subsampling)
+    taps.input(Names.POS_EMB, encoder.layers[0], "position_embeddings")
+    for index, layer in enumerate(encoder.layers):
+        taps.output(Names.LAYER.at(index), layer)
 
 
 def encoder_stages(taps: Taps, n_layers: int, n_frames: int) -> dict[str, np.ndarray]:
@@ -240,11 +242,11 @@ def encoder_stages(taps: Taps, n_layers: int, n_frames: int) -> dict[str, np.nda
         AudioparityError: a hook did not fire exactly once.
     """
     out: dict[str, np.ndarray] = {}
-    for name in ("pre_encode", "pos_emb", *(f"layer_{i}" for i in range(n_layers))):
+    for name in (Names.PRE_ENCODE, Names.POS_EMB, *(Names.LAYER.at(i) for i in range(n_layers))):
         array = taps.once(name)[0].float().numpy()
-        out[name] = (valid_positions(array, n_frames) if name == "pos_emb"
+        out[name] = (valid_positions(array, n_frames) if name == Names.POS_EMB
                      else array[:n_frames])
-    out["enc_out"] = out[f"layer_{n_layers - 1}"]
+    out[Names.ENC_OUT] = out[Names.LAYER.at(n_layers - 1)]
     return out
 
 
@@ -332,11 +334,11 @@ def transducer_stages(loaded: Transformers, input_features: Any, attention_mask:
     yield Fields({"decoding": {"strategy": "transformers generate (greedy)",
                                "durations": list(config.durations),
                                "max_symbols": limit}})
-    yield "joint_logits", joint_logits
-    yield "lstm_state_0", taps.all("lstm")[0].numpy()
-    yield "decode", decode
-    yield "decode_margins", decision_margins(joint_logits, path, len(config.durations))
-    yield "decode_logits", joint_logits
+    yield Names.JOINT_LOGITS, joint_logits
+    yield Names.LSTM_STATE_0, taps.all("lstm")[0].numpy()
+    yield Names.DECODE, decode
+    yield Names.DECODE_MARGINS, decision_margins(joint_logits, path, len(config.durations))
+    yield Names.DECODE_LOGITS, joint_logits
     yield Fields({"decisions": joint_decisions(joint_logits.shape[1], len(config.durations))})
     log.info("reference parakeet-tdt (transformers): decoded %d tokens in %d joint steps",
              len(path.ids), len(joint_logits))
@@ -372,10 +374,10 @@ def ctc_stages(loaded: Transformers, input_features: Any, attention_mask: Any,
         raise AudioparityError(f"ctc_logits: their greedy CTC gives ids {replay.ids[:20]}..., "
                                f"transformers' generate() {path.ids[:20]}...")
     yield Fields({"ctc_decoding": {"strategy": "transformers generate (argmax)"}})
-    yield "ctc_logits", ctc_logits
-    yield "ctc_decode", {"ids": path.ids, "frames": path.frames,
-                         "text": loaded.tokenizer.ids_to_text(path.ids)}
-    yield "ctc_decode_margins", ctc_margins(ctc_logits, path)
+    yield Names.CTC_LOGITS, ctc_logits
+    yield Names.CTC_DECODE, {"ids": path.ids, "frames": path.frames,
+                             "text": loaded.tokenizer.ids_to_text(path.ids)}
+    yield Names.CTC_DECODE_MARGINS, ctc_margins(ctc_logits, path)
     log.info("reference parakeet-tdt (transformers): CTC decoded %d tokens", len(path.ids))
 
 
@@ -388,10 +390,10 @@ def stages(loaded: Transformers, case: Case) -> Outputs:
     config, sound = loaded.config, case.data
     log.info("reference parakeet-tdt (transformers): %s (%.2f s of audio)", case.path,
              sound.seconds)
-    yield Phase("mel_features")
+    yield Phase(Names.MEL_FEATURES)
     input_features, attention_mask = features(loaded, sound.samples)
     n_mel = int(attention_mask.sum())
-    yield "mel_features", input_features[0, :n_mel].float().numpy()
+    yield Names.MEL_FEATURES, input_features[0, :n_mel].float().numpy()
     n_frames = config.encoder.subsampled_length(n_mel)
     masked = bool(case.options.get("attention_mask", 1))
     yield Note("transformers reference: our converter of the checkpoint, ParakeetFeatureExtractor "
@@ -400,10 +402,10 @@ def stages(loaded: Transformers, case: Case) -> Outputs:
                "generate(); decode texts by the model's own tokenizer pieces")
     mask = attention_mask if masked else None
     if loaded.transducer is not None:
-        yield Phase("pre_encode")
+        yield Phase(Names.PRE_ENCODE)
         yield from transducer_stages(loaded, input_features, mask, n_frames)
     if loaded.ctc is not None:
-        yield Phase("ctc_logits" if loaded.transducer is not None else "pre_encode")
+        yield Phase(Names.CTC_LOGITS if loaded.transducer is not None else Names.PRE_ENCODE)
         yield from ctc_stages(loaded, input_features, mask, n_frames,
                               with_encoder=loaded.transducer is None)
 
