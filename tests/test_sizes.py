@@ -15,37 +15,19 @@ from tests import REPO
 PACKAGE = REPO / "src" / "audioparity"
 MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 60, 6
 #: The items over a limit today, by rule: modules by dotted name, functions as
-#: ``module:qualified name``. Half of the parameter list is the ggml graph blocks, which take the
-#: graph's context, the weights and the block's name prefix besides the arguments of the
-#: reference module they mirror.
+#: ``module:qualified name``.
 OVER: dict[str, set[str]] = {
     "module_lines": set(),
     "function_lines": set(),
-    "parameters": {
-        'audioparity.compare.cell:fixed_row',
-        'audioparity.compare.gate_lists:resolve_gates',
-        'audioparity.compare.precision:find_recipe',
-        'audioparity.dumping.driver:dump_replay',
-        'audioparity.dumping.driver:reference_case',
-        'audioparity.dumping.driver:upload_weights',
-        'audioparity.ggml.graphs:save_graph',
-        'audioparity.models.moss_voicegen.backbone:apply_rotary_pos_emb',
-        'audioparity.models.moss_voicegen.backbone:attention',
-        'audioparity.models.moss_voicegen.backbone:decoder_layer',
-        'audioparity.models.moss_voicegen.remote_code.processing_moss_tts:MossTTSDelayProcessor.build_user_message',
-        'audioparity.models.parakeet_tdt.chunked_attention:chunked_rel_pos_attention',
-        'audioparity.models.parakeet_tdt.decoder:lstm_cell',
-        'audioparity.models.parakeet_tdt.encoder:conformer_layer',
-        'audioparity.models.parakeet_tdt.encoder:rel_pos_attention',
-        'audioparity.models.parakeet_tdt.floor:noise_floor',
-        'audioparity.models.parakeet_tdt.layout:fold_batch_norm',
-        'audioparity.models.parakeet_tdt.port:ctc_stages',
-        'audioparity.models.parakeet_tdt.port:transducer_stages',
-        'audioparity.models.parakeet_tdt.training:tdt_loss',
-        'audioparity.models.whisper.decoder:cross_attention',
-        'audioparity.models.whisper.decoder:decoder_layer',
-        'audioparity.models.whisper.decoder:self_attention',
-    },
+    "parameters": set(),
+}
+#: Public functions whose parameters are a third party's, kept as that party wrote them (a
+#: caller passes them as it would to the original), with why. Each must still be over the limit.
+MIRRORED: dict[str, str] = {
+    "audioparity.models.moss_voicegen.remote_code.processing_moss_tts:"
+    "MossTTSDelayProcessor.build_user_message":
+        "the fixture's remote code: OpenMOSS's processor API, whose user message has eight "
+        "fields, each a keyword the reference passes by name",
 }
 
 
@@ -107,6 +89,8 @@ def package_over() -> dict[str, set[str]]:
 
 def test_the_package_keeps_its_sizes():
     found = package_over()
+    assert sorted(set(MIRRORED) - found["parameters"]) == [], "mirrored, within the limit"
+    found["parameters"] -= set(MIRRORED)
     for rule, listed in OVER.items():
         assert sorted(found[rule] - listed) == [], f"{rule}: over the limit and not in OVER"
         assert sorted(listed - found[rule]) == [], f"{rule}: within the limit now: off OVER"

@@ -1,12 +1,14 @@
-"""No stage name is spelled outside its family's package, the adapters' tensor maps and the tests
-(issue 23): every ``.py`` under src/ and the Python of every rules/*.smk is parsed, and a string
-constant that is no docstring and names a registered family's stage, or a concrete form of one
-(``layer_0``, ``layer_{i}_isolated``, ``decode_margins``), fails the test where it stands.
+"""Each stage name is spelled once, in its family's name table (issues 23 and 42): every ``.py``
+under src/ and the Python of every rules/*.smk is parsed, and a string constant that is no
+docstring and names a registered family's stage, or a concrete form of one (``layer_0``,
+``layer_{i}_isolated``, ``decode_margins``), fails the test where it stands.
 
-What a stage is, is its family's spec's (its stages, kinds, forms and margins); the code
-elsewhere reads the spec. Allowed:
+A family's name table is its :class:`~audioparity.contract.spec.StageName` subclass: its spec's
+stages and forms are written with its members, and so is its code (``Names.LAYER.at(3)``). What
+a stage is, is its family's spec's (its stages, kinds, forms and margins); the code elsewhere
+reads the spec. Allowed:
 
-- a family's own names in its package, ``src/audioparity/models/<family>/``;
+- a family's own names in the body of its name table;
 - the arguments of a ``TensorMap(...)`` in ``src/audioparity/candidates/`` (a shipped adapter
   names the stages it maps);
 - the few literals of :data:`ALLOWED`, each a word that is a stage name by coincidence, with
@@ -20,6 +22,7 @@ no stage.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import types
 from collections.abc import Iterable, Iterator
@@ -28,13 +31,12 @@ from typing import NamedTuple
 
 import pytest
 
-from audioparity.contract.spec import FORMS, LAYER
+from audioparity.contract.spec import FORMS, LAYER, StageName
 from audioparity.models.registry import registered
 from tests import REPO
 
 SRC = REPO / "src"
 RULES = REPO / "rules"
-MODELS = Path("src/audioparity/models")
 CANDIDATES = Path("src/audioparity/candidates")
 #: The call whose arguments may name stages in the adapters.
 TENSOR_MAP = "TensorMap"
@@ -43,7 +45,18 @@ TENSOR_MAP = "TensorMap"
 #: and means something else where it stands.
 ALLOWED: tuple[tuple[str, str, str], ...] = (
     ("src/audioparity/contract/vocabulary.py", "prompt",
-     "INPUT_KINDS: a case that is a prompt file (--prompt), not MOSS's prompt document"),
+     "InputKind: a case that is a prompt file (--prompt), not MOSS's prompt document"),
+    ("src/audioparity/models/moss_voicegen/seed.py", "last_hidden",
+     "a field of the seed tool's hidden.json, its format's name for the value (module "
+     "docstring), not the dump's stage"),
+    ("src/audioparity/models/moss_voicegen/references/remote_code.py", "generation",
+     "the checkpoint processor's mode argument (mode='generation'), not the generation "
+     "document"),
+    ("src/audioparity/models/moss_voicegen/remote_code/processing_moss_tts.py", "generation",
+     "the processor's mode, in the checkpoint's own remote code kept as upstream wrote it"),
+    ("src/audioparity/models/parakeet_tdt/references/nemo.py", "pos_emb",
+     "NeMo's ConformerLayer.forward keyword argument the pos_emb tap reads (Taps.input's "
+     "keyword), not the stage"),
 )
 #: The placeholder an f-string's replacement field stands for in :func:`literals`.
 FIELD = "\0"
@@ -148,23 +161,50 @@ def code_literals(root: Path = REPO) -> Iterator[Literal]:
         yield from literals(code, file.relative_to(root), lines)
 
 
-def allowed(literal: Literal, name: Name) -> bool:
+class Table(NamedTuple):
+    """Where a family's name table is: its file, relative to the checkout, and the lines of its
+    class."""
+
+    path: str
+    lines: range
+
+
+def name_table(family) -> type[StageName]:
+    """A family's name table: the :class:`StageName` subclass its spec's stage names are
+    members of."""
+    return type(family.spec.stages[0].name)
+
+
+def tables(families: Iterable) -> dict[str, Table]:
+    """Each family's :class:`Table`, by the family's name."""
+    found = {}
+    for family in families:
+        table = name_table(family)
+        source, first = inspect.getsourcelines(table)
+        path = Path(inspect.getsourcefile(table)).resolve().relative_to(REPO).as_posix()
+        found[family.spec.name] = Table(path, range(first, first + len(source)))
+    return found
+
+
+def allowed(literal: Literal, name: Name, where: dict[str, Table]) -> bool:
     """Whether ``literal`` may name ``name`` where it stands (module docstring)."""
     path = literal.path.as_posix()
-    if path.startswith(f"{MODELS.as_posix()}/{name.family}/"):
+    table = where.get(name.family)
+    if table is not None and path == table.path and literal.line in table.lines:
         return True
     if path.startswith(f"{CANDIDATES.as_posix()}/") and literal.in_tensor_map:
         return True
     return any(path == file and literal.text == text for file, text, _ in ALLOWED)
 
 
-def violations(found: Iterable[Literal], names: list[Name]) -> list[str]:
+def violations(found: Iterable[Literal], names: list[Name],
+               where: dict[str, Table] | None = None) -> list[str]:
     """``file:line: 'literal' is a stage name of <families>`` for each literal that names a
     stage where none of its families allows it."""
     lines = []
     for literal in found:
         named = [name for name in names if name.matches(literal.text)]
-        if named and not any(allowed(literal, name) for name in named):
+        if named and not any(allowed(literal, name, where or {}) for name in named):
             families = ", ".join(sorted({name.family for name in named}))
             text = literal.text.replace(FIELD, "{...}")
             lines.append(f"{literal.path}:{literal.line}: {text!r} is a stage name of {families}")
@@ -176,8 +216,21 @@ def names() -> list[Name]:
     return stage_names(registered().values())
 
 
-def test_no_stage_name_is_spelled_outside_its_family_the_tensor_maps_and_the_tests(names):
-    found = violations(code_literals(), names)
+@pytest.mark.parametrize("family", sorted(registered()))
+def test_a_family_s_stages_and_forms_are_the_members_of_one_name_table(family):
+    spec = registered()[family].spec
+    table = name_table(registered()[family])
+    written = [name for stage in spec.stages
+               for name in (stage.name, stage.isolated, stage.replayed) if name]
+    assert issubclass(table, StageName) and table is not StageName
+    assert all(type(name) is table for name in written), [
+        name for name in written if type(name) is not table]
+    assert set(table) <= set(written) | {f"{stage.name}_margins" for stage in spec.stages}
+    assert [repr(name) for name in table] == [repr(name.value) for name in table]
+
+
+def test_no_stage_name_is_spelled_outside_its_name_table_the_tensor_maps_and_the_tests(names):
+    found = violations(code_literals(), names, tables(registered().values()))
     assert not found, "stage names spelled outside their family's spec:\n" + "\n".join(found)
 
 
@@ -215,17 +268,24 @@ def rows(cell, k):
      ["src/audioparity/candidates/planted.py:11: 'enc_out'",
       "src/audioparity/candidates/planted.py:12: 'layer_{...}_isolated'",
       "src/audioparity/candidates/planted.py:12: 'decode_margins'"]),
-    ("src/audioparity/models/parakeet_tdt/planted.py", []),
-    ("src/audioparity/models/whisper/planted.py", []),
-    ("src/audioparity/models/moss_voicegen/planted.py",
-     ["src/audioparity/models/moss_voicegen/planted.py:5: 'enc_out'",
-      "src/audioparity/models/moss_voicegen/planted.py:11: 'enc_out'",
-      "src/audioparity/models/moss_voicegen/planted.py:12: 'layer_{...}_isolated'",
-      "src/audioparity/models/moss_voicegen/planted.py:12: 'decode_margins'"]),
+    *((f"src/audioparity/models/{family}/planted.py",
+       [f"src/audioparity/models/{family}/planted.py:{line}: {text!r}"
+        for line, text in ((5, "enc_out"), (5, "layer_{i}"), (11, "enc_out"),
+                           (12, "layer_{...}_isolated"), (12, "decode_margins"))])
+      for family in ("parakeet_tdt", "whisper", "moss_voicegen")),
 ])
 def test_a_planted_stage_name_fails_where_it_is_not_allowed(names, where, expected):
     found = violations(literals(PLANTED, Path(where)), names)
     assert [line.split(" is a stage name")[0] for line in found] == expected
+
+
+def test_a_name_table_may_spell_its_family_s_names_and_only_in_its_body(names):
+    where = {"parakeet_tdt": Table("src/audioparity/models/parakeet_tdt/planted.py",
+                                   range(10, 13))}
+    found = violations(literals(PLANTED, Path(where["parakeet_tdt"].path)), names, where)
+    assert [line.split(" is a stage name")[0] for line in found] == [
+        "src/audioparity/models/parakeet_tdt/planted.py:5: 'enc_out'",
+        "src/audioparity/models/parakeet_tdt/planted.py:5: 'layer_{i}'"]
 
 
 def test_a_snakefile_s_strings_are_read_and_its_comments_are_not(tmp_path, names):

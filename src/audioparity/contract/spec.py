@@ -74,6 +74,11 @@ class StageName(StrEnum):
         """This name for layer ``layer`` (``layer_{i}``, 3 -> ``layer_3``)."""
         return concrete(self.value, layer)
 
+    def __repr__(self) -> str:
+        """The name quoted as the string it is, so a message names a stage as ``'decode'``
+        (check-dump's ``missing stage 'decode'``), not ``<Names.DECODE: 'decode'>``."""
+        return repr(self.value)
+
 
 @dataclass(frozen=True)
 class Stage:

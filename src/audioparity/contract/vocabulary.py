@@ -83,8 +83,15 @@ STATUSES = ("pass", "fail", "xfail", "unavailable", "crashed", "missing")
 #: Statuses given without comparing: the candidate has nothing to compare.
 NOT_COMPARED = ("unavailable", "crashed", "missing")
 
-#: What a family's cases are: audio files or prompt JSON files.
-INPUT_KINDS = ("audio", "prompt")
+class InputKind(StrEnum):
+    """What a family's cases are: audio files (``--audio``) or prompt JSON files
+    (``--prompt``)."""
+
+    AUDIO = "audio"
+    PROMPT = "prompt"
+
+
+INPUT_KINDS = tuple(InputKind)
 
 class StageKind(StrEnum):
     """What a stage is in a dump: a ``.npy`` tensor, a ``.npy`` of logits (last axis: classes;

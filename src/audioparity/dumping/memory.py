@@ -33,7 +33,7 @@ STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
 ATTENTION_CHUNK_BYTES = 256 * 2**20
 #: How many ``[H, r, T']`` float32 tensors one chunk of NeMo's attention holds at once in the
 #: reference
-#: (:func:`audioparity.models.parakeet_tdt.chunked_attention.chunked_rel_pos_attention`):
+#: (:func:`audioparity.models.parakeet_tdt.chunked_attention.ChunkedRelPosAttention`):
 #: ``rel_shift``'s padded copy of ``matrix_bd``, ``matrix_ac``, the scores, the masked scores,
 #: the softmax and the masked weights.
 REFERENCE_SCORE_COPIES = 6

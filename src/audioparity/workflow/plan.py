@@ -24,7 +24,14 @@ from audioparity.compare.targets import target_gates
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.family import Family
 from audioparity.contract.spec import IMPLEMENTATION, FamilySpec
-from audioparity.contract.vocabulary import BACKENDS, FRESH, MIXES, RECIPE_SEPARATOR, WEIGHT_TYPES
+from audioparity.contract.vocabulary import (
+    BACKENDS,
+    FRESH,
+    MIXES,
+    RECIPE_SEPARATOR,
+    WEIGHT_TYPES,
+    InputKind,
+)
 from audioparity.dumping.storage import BITS_PER_WEIGHT, EMULATED_TYPES
 from audioparity.dumping.weight_files import read_recipe, read_recipe_document
 from audioparity.workflow import paths
@@ -331,7 +338,7 @@ def _known_texts(plan: FamilyPlan) -> dict[str, str]:
     """``{case: text}`` of the cases that give what is said in their audio (``text``); only
     a family whose input is audio takes one."""
     texts = {entry["name"]: entry["text"] for entry in plan.section["cases"] if "text" in entry}
-    if texts and plan.spec.input != "audio":
+    if texts and plan.spec.input != InputKind.AUDIO:
         raise AudioparityError(f"config {plan.spec.name}.cases {next(iter(texts))!r}: a known "
                                f"text is what is said in an audio case; {plan.spec.name}'s "
                                f"cases are {plan.spec.input}")

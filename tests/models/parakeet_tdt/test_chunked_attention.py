@@ -1,6 +1,6 @@
 """Attention in chunks of query rows, on both sides: NeMo's ``RelPositionMultiHeadAttention``
 as the reference runs it (:func:`~audioparity.models.parakeet_tdt.chunked_attention.
-chunked_rel_pos_attention`) and the port's ``rel_pos_attention``, each against itself in one
+ChunkedRelPosAttention`) and the port's ``rel_pos_attention``, each against itself in one
 chunk. Several chunks must give every row as one chunk does, within float32 summation noise; a
 chunk that reads its positional rows one column off fails these bounds by orders of
 magnitude."""
@@ -63,28 +63,27 @@ def nemo_attention(request):
 
 @pytest.mark.parametrize("rows", [1, 3, 7, FRAMES - 1])
 def test_nemo_attention_in_chunks_equals_nemo_forward(nemo_attention, rows):
-    from audioparity.models.parakeet_tdt.chunked_attention import chunked_rel_pos_attention
+    from audioparity.models.parakeet_tdt.chunked_attention import ChunkedRelPosAttention
 
     module, x, mask, pos_emb = nemo_attention
     calls: list[tuple[int, int]] = []
     with torch.inference_mode():
         whole = module(x, x, x, mask, pos_emb).numpy()
-        chunked = chunked_rel_pos_attention(module, x, x, x, mask, pos_emb, chunk_rows=rows,
-                                            chunks=calls).numpy()
+        chunked = ChunkedRelPosAttention(module, rows, calls)(x, x, x, mask, pos_emb).numpy()
     assert calls == [(FRAMES, rows)]
     assert_rows_equal_within_noise(chunked, whole)
 
 
 def test_nemo_attention_in_one_chunk_is_nemo_forward_bit_for_bit(nemo_attention):
     """A clip within the budget (the default rows: all of them here) runs NeMo's own calls."""
-    from audioparity.models.parakeet_tdt.chunked_attention import chunked_rel_pos_attention
+    from audioparity.models.parakeet_tdt.chunked_attention import ChunkedRelPosAttention
 
     module, x, mask, pos_emb = nemo_attention
     with torch.inference_mode():
         whole = module(x, x, x, mask, pos_emb)
         for rows in (None, FRAMES, 10 * FRAMES):
             torch.testing.assert_close(
-                chunked_rel_pos_attention(module, x, x, x, mask, pos_emb, chunk_rows=rows),
+                ChunkedRelPosAttention(module, rows)(x, x, x, mask, pos_emb),
                 whole, rtol=0, atol=0)
 
 

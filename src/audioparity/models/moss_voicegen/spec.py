@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from audioparity.contract.family import reference_names
 from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
-from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
+from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES, InputKind
 
 
 class Names(StageName):
@@ -41,7 +41,7 @@ SPEC = FamilySpec(
     command="moss-voicegen",
     title="MOSS-VoiceGenerator text-to-speech backbone (Qwen3 + codebook embeddings) "
           "against PyTorch",
-    input="prompt",
+    input=InputKind.PROMPT,
     model="a checkpoint directory (config.json, model.safetensors, tokenizer.json)",
     stages=(
         Stage(Names.PROMPT, "document", "{text, rows}",

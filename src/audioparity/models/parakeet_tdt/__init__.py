@@ -30,7 +30,7 @@ class ParakeetTdt(Family):
         sound = load_audio(path, sample_rate=config.preprocessor.sample_rate,
                            min_samples=config.min_samples, purpose="one encoder frame")
         return Case(model, config, options, path, sound, list(sound.notes),
-                    {"audio": sound.source})
+                    {self.spec.input: sound.source})
 
     def heads(self, config: Any) -> tuple[str, ...]:
         return (*((TRANSDUCER,) if config.transducer else ()),

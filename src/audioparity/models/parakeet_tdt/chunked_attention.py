@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 #: NeMo's ``multi_head_attention.INF_VAL``: the score a masked key gets before the softmax.
@@ -17,7 +17,7 @@ INF_VAL = 10000.0
 
 
 def attention_row_bytes(n_heads: int, n_frames: int) -> int:
-    """The bytes :func:`chunked_rel_pos_attention` holds per query row of a chunk, every head:
+    """The bytes :class:`ChunkedRelPosAttention` holds per query row of a chunk, every head:
     :data:`~audioparity.dumping.memory.REFERENCE_SCORE_COPIES` float32 rows of ``T`` (padded
     frames)."""
     from audioparity.dumping.memory import REFERENCE_SCORE_COPIES
@@ -26,7 +26,7 @@ def attention_row_bytes(n_heads: int, n_frames: int) -> int:
 
 
 def attention_chunk_rows(n_heads: int, n_frames: int) -> int:
-    """Query rows per chunk of :func:`chunked_rel_pos_attention` over ``n_frames`` (padded)
+    """Query rows per chunk of :class:`ChunkedRelPosAttention` over ``n_frames`` (padded)
     frames: as many as fit :data:`audioparity.dumping.memory.ATTENTION_CHUNK_BYTES`
     (:func:`attention_row_bytes`); all of them for a clip within it."""
     from audioparity.dumping.memory import attention_chunk_rows as rows
@@ -34,11 +34,11 @@ def attention_chunk_rows(n_heads: int, n_frames: int) -> int:
     return rows(n_frames, attention_row_bytes(n_heads, n_frames))
 
 
-def chunked_rel_pos_attention(module: Any, query: Any, key: Any, value: Any, mask: Any,
-                              pos_emb: Any, cache: Any = None, *, chunk_rows: int | None = None,
-                              chunks: list[tuple[int, int]] | None = None) -> Any:
+@dataclass(frozen=True, eq=False)
+class ChunkedRelPosAttention:
     """NeMo's ``RelPositionMultiHeadAttention.forward`` (``multi_head_attention.py``) of
-    ``module``, with the scores computed for ``chunk_rows`` query rows at a time.
+    ``module``, with the scores computed for ``chunk_rows`` query rows at a time: an instance
+    is that module's ``forward`` (:func:`chunked_attention`), called as NeMo calls it.
 
     NeMo's arithmetic, step by step: ``q, k, v = forward_qkv(query, key, value)``, ``p =
     linear_pos(pos_emb)``; then for the query rows ``a ... b-1`` (r of them) ``matrix_bd =
@@ -55,45 +55,56 @@ def chunked_rel_pos_attention(module: Any, query: Any, key: Any, value: Any, mas
     summation noise (the matmuls' blocking differs with the row count); with one chunk
     (``chunk_rows >= T``) the calls are NeMo's own on the same tensors, bit for bit.
 
-    Args:
+    Attributes:
         module: a ``RelPositionMultiHeadAttention`` (not the Longformer subclass).
+        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
+        chunks: when given, ``(T, chunk rows)`` of each call is appended to it.
+
+    Call arguments, NeMo's:
         query, key, value: ``[B, T, D]``; mask: ``[B, T, T]`` bool (True: masked) or None;
             pos_emb: ``[B, 2T-1, D]``; cache: NeMo's streaming cache (passed through
             ``update_cache``).
-        chunk_rows: query rows per chunk; None: :func:`attention_chunk_rows`.
-        chunks: when given, ``(T, chunk rows)`` of this call is appended to it.
 
     Returns:
         ``[B, T, D]`` (and the cache when one is given), as NeMo's forward.
     """
-    import torch
-    from nemo.utils import avoid_float16_autocast_context
 
-    key, value, query, cache = module.update_cache(key=key, value=value, query=query,
-                                                   cache=cache)
-    if torch.is_autocast_enabled():
-        query, key, value = query.to(torch.float32), key.to(torch.float32), value.to(torch.float32)
-    with avoid_float16_autocast_context():
-        q, k, v = module.forward_qkv(query, key, value)
-        q = q.transpose(1, 2)  # (batch, time1, head, d_k)
-        n_batch_pos = pos_emb.size(0)
-        p = module.linear_pos(pos_emb).view(n_batch_pos, -1, module.h, module.d_k)
-        p = p.transpose(1, 2)  # (batch, head, 2*time1-1, d_k)
-        q_with_bias_u = (q + module.pos_bias_u).transpose(1, 2)  # (batch, head, time1, d_k)
-        q_with_bias_v = (q + module.pos_bias_v).transpose(1, 2)
-        n_rows = q_with_bias_u.size(-2)
-        rows = min(chunk_rows or attention_chunk_rows(module.h, n_rows), n_rows)
-        if chunks is not None:
-            chunks.append((n_rows, rows))
-        out = torch.cat([
-            _attention_rows(module, q_with_bias_u[:, :, a : a + rows],
-                            q_with_bias_v[:, :, a : a + rows], k, v,
-                            p[:, :, max(n_rows - a - rows, 0) : 2 * n_rows - 1 - a],
-                            None if mask is None else mask[:, a : a + rows])
-            for a in range(0, n_rows, rows)
-        ], dim=1) if rows < n_rows else _attention_rows(module, q_with_bias_u, q_with_bias_v,
-                                                         k, v, p, mask)
-    return out if cache is None else (out, cache)
+    module: Any
+    chunk_rows: int | None = None
+    chunks: list[tuple[int, int]] | None = None
+
+    def __call__(self, query: Any, key: Any, value: Any, mask: Any, pos_emb: Any,
+                 cache: Any = None) -> Any:
+        """NeMo's ``forward(query, key, value, mask, pos_emb, cache=None)``, in chunks."""
+        module, chunk_rows, chunks = self.module, self.chunk_rows, self.chunks
+        import torch
+        from nemo.utils import avoid_float16_autocast_context
+
+        key, value, query, cache = module.update_cache(key=key, value=value, query=query,
+                                                       cache=cache)
+        if torch.is_autocast_enabled():
+            query, key, value = (t.to(torch.float32) for t in (query, key, value))
+        with avoid_float16_autocast_context():
+            q, k, v = module.forward_qkv(query, key, value)
+            q = q.transpose(1, 2)  # (batch, time1, head, d_k)
+            n_batch_pos = pos_emb.size(0)
+            p = module.linear_pos(pos_emb).view(n_batch_pos, -1, module.h, module.d_k)
+            p = p.transpose(1, 2)  # (batch, head, 2*time1-1, d_k)
+            q_with_bias_u = (q + module.pos_bias_u).transpose(1, 2)  # (batch, head, time1, d_k)
+            q_with_bias_v = (q + module.pos_bias_v).transpose(1, 2)
+            n_rows = q_with_bias_u.size(-2)
+            rows = min(chunk_rows or attention_chunk_rows(module.h, n_rows), n_rows)
+            if chunks is not None:
+                chunks.append((n_rows, rows))
+            out = torch.cat([
+                _attention_rows(module, q_with_bias_u[:, :, a : a + rows],
+                                q_with_bias_v[:, :, a : a + rows], k, v,
+                                p[:, :, max(n_rows - a - rows, 0) : 2 * n_rows - 1 - a],
+                                None if mask is None else mask[:, a : a + rows])
+                for a in range(0, n_rows, rows)
+            ], dim=1) if rows < n_rows else _attention_rows(module, q_with_bias_u, q_with_bias_v,
+                                                             k, v, p, mask)
+        return out if cache is None else (out, cache)
 
 
 def _attention_rows(module: Any, q_with_bias_u: Any, q_with_bias_v: Any, k: Any, v: Any,
@@ -136,7 +147,7 @@ def _attention_rows(module: Any, q_with_bias_u: Any, q_with_bias_v: Any, k: Any,
 @contextmanager
 def chunked_attention(encoder: Any, chunk_rows: int | None = None) -> Iterator[list]:
     """Within the block, every full-context ``RelPositionMultiHeadAttention`` of NeMo's
-    ``encoder`` (``ConformerEncoder``) computes as :func:`chunked_rel_pos_attention` (its
+    ``encoder`` (``ConformerEncoder``) computes as :class:`ChunkedRelPosAttention` (its
     instance's ``forward`` replaced; hooks still fire); local attention
     (``RelPositionMultiHeadAttentionLongformer``) is left as it is, already linear in T.
 
@@ -150,8 +161,7 @@ def chunked_attention(encoder: Any, chunk_rows: int | None = None) -> Iterator[l
     calls: list[tuple[int, int]] = []
     modules = [m for m in encoder.modules() if type(m) is RelPositionMultiHeadAttention]
     for module in modules:
-        module.forward = partial(chunked_rel_pos_attention, module, chunk_rows=chunk_rows,
-                                 chunks=calls)
+        module.forward = ChunkedRelPosAttention(module, chunk_rows, calls)
     try:
         yield calls
     finally:
@@ -168,4 +178,4 @@ def chunk_note(calls: Sequence[tuple[int, int]]) -> str | None:
     n_frames, rows = chunked[-1]
     return (f"attention: NeMo's RelPositionMultiHeadAttention computed in chunks of {rows} "
             f"query rows ({-(-n_frames // rows)} chunks over T={n_frames}), each row as NeMo "
-            "computes it (chunked_attention.chunked_rel_pos_attention)")
+            "computes it (chunked_attention.ChunkedRelPosAttention)")

@@ -152,7 +152,7 @@ class EncoderConfig:
         ``n_frames`` encoder frames, beyond the model (T' = ``n_frames``, float32 unless said):
 
         - attention: full context (``RelPositionMultiHeadAttention``) runs in chunks of query
-          rows (:func:`~.chunked_attention.chunked_rel_pos_attention`), one chunk's
+          rows (:class:`~.chunked_attention.ChunkedRelPosAttention`), one chunk's
           :data:`~audioparity.dumping.memory.REFERENCE_SCORE_COPIES` ``[H, r, T']`` tensors, within
           :data:`~audioparity.dumping.memory.ATTENTION_CHUNK_BYTES` (one row at least); a local
           window ``w`` (``RelPositionMultiHeadAttentionLongformer``) holds about 11 ``[H, T',

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from audioparity.contract.family import reference_names
 from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
-from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
+from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES, InputKind
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
 #: prediction network and joint) and a CTC decoder (``ConvASRDecoder``).
@@ -40,12 +40,6 @@ class Names(StageName):
     CTC_DECODE = "ctc_decode"
     CTC_DECODE_MARGINS = "ctc_decode_margins"
     CTC_DECODER_REPLAY = "ctc_decoder_replay"
-
-    def __repr__(self) -> str:
-        """The name quoted as the string it is: a message names a stage as it did when the
-        names were plain strings (check-dump's ``missing stage 'decode'``), not as
-        ``<Names.DECODE: 'decode'>``."""
-        return repr(self.value)
 
 
 #: In :attr:`Stage.inputs`: the previous conformer layer (``layer_{i-1}``) and the last one
@@ -158,7 +152,7 @@ SPEC = FamilySpec(
     name="parakeet_tdt",
     command="parakeet-tdt",
     title="Parakeet-TDT speech recogniser (NeMo EncDecRNNTBPEModel) against NeMo",
-    input="audio",
+    input=InputKind.AUDIO,
     model="a .nemo file or a Hugging Face Parakeet directory (config.json + "
           "model.safetensors)",
     stages=_STAGES,

@@ -52,7 +52,7 @@ class Whisper(Family):
         sound = load_audio(path, sample_rate=extractor.sampling_rate)
         notes = [*sound.notes, trim_note(len(sound.samples), extractor)]
         return Case(model, config, options, path, sound, [n for n in notes if n],
-                    {"audio": sound.source})
+                    {self.spec.input: sound.source})
 
     def manifest_fields(self, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
         return {"n_layers": config.n_layers, "n_decoder_layers": config.n_decoder_layers}

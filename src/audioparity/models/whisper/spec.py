@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from audioparity.contract.family import reference_names
 from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
+from audioparity.contract.vocabulary import InputKind
 
 
 class Names(StageName):
@@ -39,7 +40,7 @@ SPEC = FamilySpec(
     command="whisper",
     title="Whisper speech recognition (log-mel frontend, encoder, decoder, greedy decode) "
           "against transformers' WhisperForConditionalGeneration",
-    input="audio",
+    input=InputKind.AUDIO,
     model="a Hugging Face Whisper checkpoint directory (config.json, model.safetensors, "
           "preprocessor_config.json, generation_config.json, tokenizer.json)",
     stages=(
