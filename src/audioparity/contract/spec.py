@@ -74,6 +74,16 @@ class StageName(StrEnum):
         """This name for layer ``layer`` (``layer_{i}``, 3 -> ``layer_3``)."""
         return concrete(self.value, layer)
 
+    @property
+    def previous(self) -> str:
+        """In :attr:`Stage.inputs`: the previous layer's (``layer_{i}`` -> ``layer_{i-1}``)."""
+        return self.value.replace(LAYER, PREVIOUS)
+
+    @property
+    def last(self) -> str:
+        """In :attr:`Stage.inputs`: the last layer's (``layer_{i}`` -> ``layer_{last}``)."""
+        return self.value.replace(LAYER, LAST)
+
     def __repr__(self) -> str:
         """The name quoted as the string it is, so a message names a stage as ``'decode'``
         (check-dump's ``missing stage 'decode'``), not ``<Names.DECODE: 'decode'>``."""

@@ -5,7 +5,7 @@ export). Imports none of the family's other modules, so any of them may name a s
 from __future__ import annotations
 
 from audioparity.contract.family import reference_names
-from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
+from audioparity.contract.spec import FamilySpec, Option, Stage, StageName
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES, InputKind
 
 
@@ -30,10 +30,6 @@ class Names(StageName):
     GENERATION_MARGINS = "generation_margins"
 
 
-#: In :attr:`Stage.inputs`: the previous decoder layer (``layer_{i-1}``) and the last one
-#: (``layer_{last}``).
-_PREVIOUS_LAYER = Names.LAYER.replace(LAYER, PREVIOUS)
-_LAST_LAYER = Names.LAYER.replace(LAYER, LAST)
 
 
 SPEC = FamilySpec(
@@ -51,15 +47,15 @@ SPEC = FamilySpec(
               inputs=(Names.PROMPT,)),
         Stage(Names.LAYER, "tensor", "[S, H]",
               "output of decoder layer i at every prompt row", replayed=Names.LAYER_REPLAYED,
-              inputs=(f"{_PREVIOUS_LAYER}|{Names.INPUT_EMBEDDINGS}",)),
+              inputs=(f"{Names.LAYER.previous}|{Names.INPUT_EMBEDDINGS}",)),
         Stage(Names.LAST_HIDDEN, "tensor", "[H]",
-              "final hidden state at the last row, full prefill", inputs=(_LAST_LAYER,)),
+              "final hidden state at the last row, full prefill", inputs=(Names.LAYER.last,)),
         Stage(Names.PROBE_HIDDEN, "tensor", "[3, H]",
               "final hidden states at rows 0, 1 and S/2 (a missing causal mask shows here)",
-              inputs=(_LAST_LAYER,)),
+              inputs=(Names.LAYER.last,)),
         Stage(Names.STEP_LAST_HIDDEN, "tensor", "[H]",
               "the last row as one cached step after a prefill of S-1 rows (KV cache, RoPE)",
-              inputs=(_LAST_LAYER,)),
+              inputs=(Names.LAYER.last,)),
         Stage(Names.TEXT_LOGITS, "logits", "[V_text]", "text head at the last row",
               inputs=(Names.LAST_HIDDEN,)),
         Stage(Names.AUDIO_LOGITS, "logits", "[n_vq, audio_vocab_size+1]",

@@ -6,7 +6,7 @@ family's other modules, so any of them may name a stage."""
 from __future__ import annotations
 
 from audioparity.contract.family import reference_names
-from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
+from audioparity.contract.spec import FamilySpec, Option, Stage, StageName
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES, InputKind
 
 #: The output heads of a Parakeet model (:attr:`Stage.head`): a transducer (TDT or RNNT
@@ -42,9 +42,6 @@ class Names(StageName):
     CTC_DECODER_REPLAY = "ctc_decoder_replay"
 
 
-#: In :attr:`Stage.inputs`: the previous conformer layer (``layer_{i-1}``) and the last one
-#: (``layer_{last}``).
-_PREVIOUS_LAYER, _LAST_LAYER = (Names.LAYER.replace(LAYER, n) for n in (PREVIOUS, LAST))
 
 _STAGES = (
     Stage(Names.MEL_FEATURES, "tensor", "[T, n_mels]",
@@ -56,8 +53,8 @@ _STAGES = (
           "rel_pos_local_attn [w, w]: LocalAttRelPositionalEncoding's 2w+1 rows)"),
     Stage(Names.LAYER, "tensor", "[T, D]", "output of ConformerLayer i",
           isolated=Names.LAYER_ISOLATED, replayed=Names.LAYER_REPLAYED,
-          inputs=(f"{_PREVIOUS_LAYER}|{Names.PRE_ENCODE}", Names.POS_EMB)),
-    Stage(Names.ENC_OUT, "tensor", "[T, D]", "encoder output", inputs=(_LAST_LAYER,)),
+          inputs=(f"{Names.LAYER.previous}|{Names.PRE_ENCODE}", Names.POS_EMB)),
+    Stage(Names.ENC_OUT, "tensor", "[T, D]", "encoder output", inputs=(Names.LAYER.last,)),
     Stage(Names.JOINT_LOGITS, "logits", "[steps, V+1+n_durations]",
           "raw joint outputs along the reference's greedy path, one row per evaluation",
           head=TRANSDUCER, reference_path=True, parts=(Names.LSTM_STATE_0,),

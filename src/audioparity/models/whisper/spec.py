@@ -5,7 +5,7 @@ Imports none of the family's other modules, so any of them may name a stage."""
 from __future__ import annotations
 
 from audioparity.contract.family import reference_names
-from audioparity.contract.spec import LAST, LAYER, PREVIOUS, FamilySpec, Option, Stage, StageName
+from audioparity.contract.spec import FamilySpec, Option, Stage, StageName
 from audioparity.contract.vocabulary import InputKind
 
 
@@ -29,11 +29,6 @@ class Names(StageName):
     DECODER_REPLAY = "decoder_replay"
 
 
-#: In :attr:`Stage.inputs`: the previous encoder or decoder layer (``layer_{i-1}``) and the last
-#: one (``layer_{last}``).
-_PREVIOUS_LAYER, _LAST_LAYER = (Names.LAYER.replace(LAYER, n) for n in (PREVIOUS, LAST))
-_PREVIOUS_DECODER_LAYER, _LAST_DECODER_LAYER = (Names.DECODER_LAYER.replace(LAYER, n)
-                                                for n in (PREVIOUS, LAST))
 
 SPEC = FamilySpec(
     name="whisper",
@@ -52,16 +47,16 @@ SPEC = FamilySpec(
               inputs=(Names.MEL_FEATURES,)),
         Stage(Names.LAYER, "tensor", "[T, D]", "output of WhisperEncoderLayer i",
               isolated=Names.LAYER_ISOLATED, replayed=Names.LAYER_REPLAYED,
-              inputs=(f"{_PREVIOUS_LAYER}|{Names.CONV_OUT}",)),
+              inputs=(f"{Names.LAYER.previous}|{Names.CONV_OUT}",)),
         Stage(Names.ENC_OUT, "tensor", "[T, D]", "encoder output, after the final layer_norm",
-              inputs=(_LAST_LAYER,)),
+              inputs=(Names.LAYER.last,)),
         Stage(Names.DECODER_LAYER, "tensor", "[S, D]",
               "output of WhisperDecoderLayer i over the teacher-forced tokens (the prompt "
               "and the reference's decoded ids)", isolated=Names.DECODER_LAYER_ISOLATED,
-              reference_path=True, inputs=(_PREVIOUS_DECODER_LAYER, Names.ENC_OUT)),
+              reference_path=True, inputs=(Names.DECODER_LAYER.previous, Names.ENC_OUT)),
         Stage(Names.DECODER_LOGITS, "logits", "[S, V]",
               "proj_out of the decoder at every teacher-forced token: row j predicts token "
-              "j+1", reference_path=True, inputs=(_LAST_DECODER_LAYER,)),
+              "j+1", reference_path=True, inputs=(Names.DECODER_LAYER.last,)),
         Stage(Names.DECODE, "document", "{ids, text}",
               "greedy decode with the KV cache: the generated ids (no prompt, no "
               "<|endoftext|>) and their text; decoder_replay runs the ggml decoder on the "
