@@ -81,6 +81,57 @@ class NodeTimer:
         return sorted(rows, key=lambda r: -r["ms"])
 
 
+class HostSplit:
+    """Where one call's wall time goes on the host, for :class:`audioparity.ggml.Graph`: the
+    ggml C calls a graph's compute makes, each timed by wrapping it on the ``ggml`` module
+    (``alloc``: ``ggml_backend_sched_reset`` and ``ggml_backend_sched_alloc_graph``;
+    ``upload``: ``ggml_backend_tensor_set`` of the inputs; ``compute``:
+    ``ggml_backend_sched_graph_compute``; ``download``: ``ggml_backend_tensor_get`` into
+    numpy), and the rest of the call, ``build``: the graph built op by op through ctypes, and
+    the Python around it. ``compute`` is the floor a graph reused as it is would keep."""
+
+    CALLS = {"alloc": ("ggml_backend_sched_reset", "ggml_backend_sched_alloc_graph"),
+             "upload": ("ggml_backend_tensor_set",),
+             "compute": ("ggml_backend_sched_graph_compute",),
+             "download": ("ggml_backend_tensor_get",)}
+
+    def __init__(self) -> None:
+        import ggml
+
+        self.ggml = ggml
+        self.ms = dict.fromkeys(self.CALLS, 0.0)
+        self.graphs = 0
+        self._original = {name: getattr(ggml, name) for names in self.CALLS.values()
+                          for name in names}
+
+    def _timed(self, part: str, function: Callable) -> Callable:
+        def timed(*args):
+            start = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                self.ms[part] += (time.perf_counter() - start) * 1e3
+                self.graphs += function.__name__ == "ggml_backend_sched_graph_compute"
+        timed.__name__ = function.__name__
+        return timed
+
+    def measure(self, call: Callable[[], Any]) -> dict[str, float]:
+        """``call()`` once with the calls wrapped: ms per part, ``build`` the rest of its wall
+        time, ``total`` the wall time and ``graphs`` the graphs computed."""
+        for part, names in self.CALLS.items():
+            for name in names:
+                setattr(self.ggml, name, self._timed(part, self._original[name]))
+        try:
+            start = time.perf_counter()
+            call()
+            total = (time.perf_counter() - start) * 1e3
+        finally:
+            for name, function in self._original.items():
+                setattr(self.ggml, name, function)
+        return {**self.ms, "build": total - sum(self.ms.values()), "total": total,
+                "graphs": self.graphs}
+
+
 def _inputs(args, tmp: Path) -> Path:
     from run import Plan, prepare_inputs
 
@@ -125,7 +176,7 @@ def _ggml_call(args, work: Path, runtime) -> Callable[[], Any]:
     return call
 
 
-def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
+def profile_ggml(args, work: Path) -> tuple[list[dict], float, dict[str, float]]:
     from measure import _runtime
 
     runtime = _runtime(args.threads, args.accel)
@@ -134,12 +185,13 @@ def profile_ggml(args, work: Path) -> tuple[list[dict], float]:
     start = time.perf_counter()
     call()
     plain_ms = (time.perf_counter() - start) * 1e3
+    split = HostSplit().measure(call)
     timer = NodeTimer(runtime)
     call()
-    return timer.table(), plain_ms
+    return timer.table(), plain_ms, split
 
 
-def profile_torch(args, work: Path) -> tuple[list[dict], float]:
+def profile_torch(args, work: Path) -> tuple[list[dict], float, None]:
     import torch
 
     torch.set_num_threads(args.threads)
@@ -186,7 +238,7 @@ def profile_torch(args, work: Path) -> tuple[list[dict], float]:
     total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e3
     rows = [{"op": e.key, "ms": e.self_cpu_time_total / 1e3, "count": e.count,
              "share": e.self_cpu_time_total / 1e3 / total} for e in prof.key_averages()]
-    return sorted(rows, key=lambda r: -r["ms"]), plain_ms
+    return sorted(rows, key=lambda r: -r["ms"]), plain_ms, None
 
 
 def main() -> None:
@@ -206,15 +258,20 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = _inputs(args, Path(tmp))
-        table, plain_ms = (profile_ggml if args.impl == "ggml" else profile_torch)(args, work)
+        table, plain_ms, split = (profile_ggml if args.impl == "ggml" else profile_torch)(
+            args, work)
     total = sum(r["ms"] for r in table)
     print(f"{args.family} {args.impl} {args.weight_type if args.impl == 'ggml' else 'f32'} "
           f"{args.part if args.family == 'moss' else 'encoder'}, {args.threads} threads: "
           f"{plain_ms:.1f} ms unprofiled, {total:.1f} ms in ops when profiled")
+    if split is not None:
+        print(f"host split of {split['total']:.1f} ms, {split['graphs']} graphs: " + ", ".join(
+            f"{part} {split[part]:.1f} ms" for part in (*HostSplit.CALLS, "build")))
     for r in table[: args.top]:
         print(f"{r['ms']:9.1f} ms {100 * r['share']:5.1f}% {r['count']:5d}x  {r['op']}")
     if args.json:
-        args.json.write_text(json.dumps({"plain_ms": plain_ms, "ops": table}, indent=1))
+        args.json.write_text(json.dumps({"plain_ms": plain_ms, "ops": table, "split": split},
+                                        indent=1))
 
 
 if __name__ == "__main__":

@@ -181,7 +181,8 @@ def test_builds_tiny(cache: Path, tmp_path: Path) -> None:
 def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
                           args: tuple[str, ...], op: str) -> None:
     """``profile_ops.py`` on each family and side: the summary line, and the per-op JSON whose
-    shares add up to one (a ggml matmul keyed by its weight's storage type)."""
+    shares add up to one (a ggml matmul keyed by its weight's storage type); for ggml the host
+    split, whose parts add up to the call's wall time."""
     model = cache / (PARAKEET_TINY if family == "parakeet" else MOSS_TINY)
     stdout = bench("profile_ops.py", family, impl, "--model", model, *args, "--threads", "1",
                    "--seconds", "2", "--rows", "16", "--json", tmp_path / "ops.json")
@@ -191,6 +192,14 @@ def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
     assert profile["plain_ms"] > 0 and profile["ops"]
     assert math.isclose(sum(row["share"] for row in profile["ops"]), 1.0, rel_tol=1e-6)
     assert any(row["op"].startswith(op) for row in profile["ops"]), profile["ops"][:5]
+    split = profile["split"]
+    if impl == "torch":
+        assert split is None
+        return
+    parts = ("alloc", "upload", "compute", "download", "build")
+    assert re.search(r"^host split of [\d.]+ ms, [1-9]\d* graphs: alloc ", stdout, re.M)
+    assert split["graphs"] >= 1 and split["compute"] > 0 and split["build"] > 0
+    assert math.isclose(sum(split[part] for part in parts), split["total"], rel_tol=1e-9)
 
 
 def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
