@@ -26,11 +26,11 @@ NO_F16 = {"name": "vulkan-no-f16", "backend": "vulkan", "env": {"GGML_VK_DISABLE
 #: One op that takes another path on Vulkan only: layer 1's output rounded to f16 and back, in
 #: the graph that computes layer 1 end to end and alone (``Encoder.layer``).
 PLANTED = (
-    '            g.output(f"layer_{index}", h, ndim=2)\n',
+    "            g.output(Names.LAYER.at(index), h, ndim=2)\n",
     "            if index == 1 and self.runtime.backend_name == 'vulkan':  # planted\n"
     "                h = ggml.ggml_cast(g.ctx, ggml.ggml_cast(g.ctx, h, ggml.GGML_TYPE_F16),"
     " ggml.GGML_TYPE_F32)\n"
-    '            g.output(f"layer_{index}", h, ndim=2)\n',
+    "            g.output(Names.LAYER.at(index), h, ndim=2)\n",
 )
 
 

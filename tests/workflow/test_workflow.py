@@ -244,9 +244,9 @@ def test_a_changed_reference_dump_reruns_what_reads_it(sweep):
     of that model, and nothing of MOSS."""
     reference = sweep / "src/audioparity/models/parakeet_tdt/references/nemo.py"
     original = reference.read_text()
-    margins = 'yield "decode_margins", margins\n'
+    margins = "yield Names.DECODE_MARGINS, margins\n"
     assert original.count(margins) == 1
-    reference.write_text(original.replace(margins, 'yield "decode_margins", 2 * margins\n'))
+    reference.write_text(original.replace(margins, "yield Names.DECODE_MARGINS, 2 * margins\n"))
     try:
         result = snakemake(sweep, "--cores", "2")
         assert ran_rules(result) == ["compare_backend", "compare_cell", "compare_fresh",
