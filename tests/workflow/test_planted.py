@@ -37,9 +37,9 @@ PATCHES = [
      "            x[-1] = 0\n"),
     # two: the first subsampling conv's output rounded to f16, and layer 2's conv-module
     # LayerNorm without its bias.
-    ("parakeet_tdt/encoder.py",
-     '    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n',
-     '    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n'
+    ("parakeet_tdt/subsampling.py",
+     '    x = ggml.ggml_relu(ctx, add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n',
+     '    x = ggml.ggml_relu(ctx, add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n'
      f"    if {SWITCH} == 'two':\n"
      "        x = ggml.ggml_cast(ctx, ggml.ggml_cast(ctx, x, ggml.GGML_TYPE_F16),"
      " ggml.GGML_TYPE_F32)\n"),

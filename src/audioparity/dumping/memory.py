@@ -31,9 +31,13 @@ STORAGE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
 #: reference, ``rel_pos_attention`` in the ggml port), so that its score matrices grow as T',
 #: not T'^2; a clip short enough for this budget is one chunk.
 ATTENTION_CHUNK_BYTES = 256 * 2**20
+#: The bytes one chunk of the ggml port's subsampling may hold
+#: (:func:`audioparity.models.parakeet_tdt.subsampling.pre_encode_chunks`): its feature maps
+#: grow with the clip (a 30-minute clip's first convolution alone is 5.5 GiB at 256 channels);
+#: a clip short enough for this budget is one chunk.
+SUBSAMPLING_CHUNK_BYTES = 256 * 2**20
 #: How many ``[H, r, T']`` float32 tensors one chunk of NeMo's attention holds at once in the
-#: reference
-#: (:func:`audioparity.models.parakeet_tdt.chunked_attention.ChunkedRelPosAttention`):
+#: reference (:class:`audioparity.models.parakeet_tdt.chunked_attention.ChunkedRelPosAttention`):
 #: ``rel_shift``'s padded copy of ``matrix_bd``, ``matrix_ac``, the scores, the masked scores,
 #: the softmax and the masked weights.
 REFERENCE_SCORE_COPIES = 6

@@ -7,12 +7,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from audioparity.models.parakeet_tdt import ParakeetTdt
 
 #: The family the helpers run.
 PARAKEET = ParakeetTdt()
 #: The ggml side's options at their defaults (the command line's).
 GGML_OPTIONS = {"conv_weight_type": "f32", "flash_attention": 0}
+#: What computing in chunks (attention's query rows, the subsampling's frames) may change in a
+#: float32 row, relative to the largest value of the output: the matmuls sum in another order
+#: for another row count (measured: about 1e-7); a wrong window changes a frame by its size.
+RELATIVE_BOUND = 2e-6
+
+
+def assert_rows_equal_within_noise(chunked: np.ndarray, whole: np.ndarray) -> None:
+    """``chunked`` equals ``whole`` within :data:`RELATIVE_BOUND` of its largest value."""
+    assert chunked.shape == whole.shape
+    scale = float(np.abs(whole).max())
+    assert float(np.abs(chunked - whole).max()) <= RELATIVE_BOUND * scale
 
 
 def reference_dump(model: Path, cases: list[tuple[Path, Path]], **kwargs: Any) -> None:

@@ -17,23 +17,12 @@ from audioparity.ggml import Runtime
 from audioparity.models.parakeet_tdt import encoder as enc
 from audioparity.models.parakeet_tdt import positions
 from audioparity.models.parakeet_tdt.config import load_config
-from tests.models.parakeet_tdt import reference_dump, uploaded
+from tests.models.parakeet_tdt import assert_rows_equal_within_noise, reference_dump, uploaded
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("nemo.collections.asr")
 
 D, HEADS, FRAMES = 48, 4, 23
-#: What chunking may change in a float32 row, relative to the largest value of the output:
-#: the matmuls sum in another order for another row count (measured: about 1e-7).
-RELATIVE_BOUND = 2e-6
-
-
-def assert_rows_equal_within_noise(chunked: np.ndarray, whole: np.ndarray) -> None:
-    assert chunked.shape == whole.shape
-    scale = float(np.abs(whole).max())
-    assert float(np.abs(chunked - whole).max()) <= RELATIVE_BOUND * scale
-
-
 # --- NeMo's attention, as the reference runs it ------------------------------------------------
 
 @pytest.fixture(scope="module", params=[False, True], ids=["matmul", "sdpa"])

@@ -24,7 +24,8 @@ from audioparity.models.parakeet_tdt.config import (
     load_config,
 )
 from audioparity.models.parakeet_tdt.layout import fold_batch_norm, to_graph_layout
-from tests.models.parakeet_tdt import PARAKEET, uploaded
+from audioparity.models.parakeet_tdt.subsampling import conv_subsampling
+from tests.models.parakeet_tdt import PARAKEET, assert_rows_equal_within_noise, uploaded
 
 torch = pytest.importorskip("torch")
 
@@ -146,7 +147,7 @@ def test_conv_subsampling_matches_nemo(nemo):
     with torch.no_grad():
         ref, length = module(torch.from_numpy(mel)[None], torch.tensor([101]))
     out = run_block(graph_arrays(module, "encoder.pre_encode."), {"mel": mel},
-                    lambda ctx, w, x: enc.conv_subsampling(ctx, w, CFG, x))
+                    lambda ctx, w, x: conv_subsampling(ctx, w, CFG, x))
     assert out.shape[0] == CFG.subsampled_length(101) == int(length[0]) == 13
     assert_close_to_float64(out, ref[0].numpy())
 
@@ -192,6 +193,71 @@ def test_every_subsampling_matches_nemo_conformer_encoder(subsampling, factor):
     assert out["enc_out"].shape[0] == config.encoder.subsampled_length(101) == int(length[0])
     assert_close_to_float64(out["pre_encode"], taps["pre_encode"])
     assert_close_to_float64(out["enc_out"], enc_out[0].T.numpy())
+
+
+def shifted_windows(chunks):
+    """A planted fault of the chunking: each window after the first starts one factor later and
+    keeps one frame less of its start, so the frame it keeps first reads the window's zero
+    padding instead of the frames before it."""
+    def planted(cfg, n_mel_frames, n_mels):
+        for index, (frames, kept) in enumerate(chunks(cfg, n_mel_frames, n_mels)):
+            shift = cfg.subsampling_factor if index else 0
+            yield (slice(frames.start + shift, frames.stop),
+                   slice(kept.start - bool(shift), kept.stop - bool(shift)))
+    return planted
+
+
+@pytest.mark.parametrize("subsampling", ["dw_striding", "striding"])
+@pytest.mark.parametrize("factor", [2, 4, 8, 16])
+@pytest.mark.parametrize("n_mel", [101, 96, 7])
+def test_pre_encode_in_chunks_is_the_whole_clip_s(subsampling, factor, n_mel, monkeypatch):
+    """The subsampling in chunks of 1, 2 or 3 output frames (the budget shrunk to their size),
+    for lengths that are and are not multiples of the factor: each window starts on a multiple
+    of the factor and drops the frame its padding reached, so every frame equals the one graph
+    of the whole clip's within float32 summation noise (a chunk's matmuls block its frames
+    otherwise), and NeMo's float64 output as closely; within the budget it is that graph, bit
+    for bit. A window one factor late breaks the bound."""
+    from nemo.collections.asr.modules import ConformerEncoder
+
+    from audioparity.dumping import memory
+    from audioparity.models.parakeet_tdt import subsampling as sub
+
+    encoder_cfg = {"feat_in": MELS, "n_layers": 1, "d_model": D, "subsampling": subsampling,
+                   "subsampling_factor": factor, "subsampling_conv_channels": CHANNELS,
+                   "n_heads": HEADS, "conv_kernel_size": KERNEL, "att_context_size": [-1, -1]}
+    module = randomize(ConformerEncoder(**encoder_cfg), seed=factor)
+    config = from_nemo_config({
+        "preprocessor": {}, "encoder": encoder_cfg,
+        "decoder": {"vocab_size": 4, "prednet": {"pred_hidden": 8}},
+        "joint": {"num_classes": 4, "jointnet": {"joint_hidden": 8, "encoder_hidden": D,
+                                                 "pred_hidden": 8}},
+    })
+    mel = np.random.default_rng(n_mel).standard_normal((n_mel, MELS))
+    with torch.no_grad():
+        nemo_out, _ = module.pre_encode(torch.from_numpy(mel)[None], torch.tensor([n_mel]))
+    arrays = graph_arrays(module, "encoder.")
+    n_out = config.encoder.subsampled_length(n_mel)
+    with Runtime("cpu", threads=1) as rt:
+        encoder = enc.Encoder(rt.upload(arrays, dict.fromkeys(arrays, "f32")), config, rt)
+        whole = encoder.pre_encode(mel.astype(np.float32))
+        assert len(list(sub.pre_encode_chunks(config.encoder, n_mel, MELS))) == 1
+        for rows in (1, 2, 3):
+            monkeypatch.setattr(memory, "SUBSAMPLING_CHUNK_BYTES",
+                                rows * sub.row_bytes(config.encoder, MELS))
+            chunks = list(sub.pre_encode_chunks(config.encoder, n_mel, MELS))
+            assert len(chunks) == -(-n_out // rows)
+            assert chunks[0][0].start == 0 and chunks[-1][0].stop == n_mel
+            assert all(frames.start % factor == 0 for frames, _ in chunks)
+            chunked = encoder.pre_encode(mel.astype(np.float32))
+            assert_rows_equal_within_noise(chunked, whole)
+            assert_close_to_float64(chunked, nemo_out[0].numpy())
+        if n_out > 1:  # in chunks of one frame
+            monkeypatch.setattr(memory, "SUBSAMPLING_CHUNK_BYTES",
+                                sub.row_bytes(config.encoder, MELS))
+            monkeypatch.setattr(enc, "pre_encode_chunks", shifted_windows(sub.pre_encode_chunks))
+            with pytest.raises(AssertionError):
+                assert_rows_equal_within_noise(encoder.pre_encode(mel.astype(np.float32)), whole)
+    assert_close_to_float64(whole, nemo_out[0].numpy())
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no_bias", "bias"])

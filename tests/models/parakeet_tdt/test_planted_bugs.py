@@ -56,9 +56,9 @@ BUGS: dict[str, list[Patch]] = {
     )],
     # ... and the first subsampling conv's output rounded to f16 (as an f16 im2col does).
     "f16_rounding_in_pre_encode": [(
-        "encoder.py",
-        '    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))',
-        '    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n'
+        "subsampling.py",
+        '    x = ggml.ggml_relu(ctx, add_channel_bias(ctx, x, w[p + "conv.0.bias"]))',
+        '    x = ggml.ggml_relu(ctx, add_channel_bias(ctx, x, w[p + "conv.0.bias"]))\n'
         '    x = ggml.ggml_cast(ctx, ggml.ggml_cast(ctx, x, ggml.GGML_TYPE_F16),'
         ' ggml.GGML_TYPE_F32)',
     )],

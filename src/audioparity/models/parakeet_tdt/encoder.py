@@ -1,6 +1,6 @@
 """The Parakeet-TDT (FastConformer) encoder as ggml graphs, block by block as in NeMo.
 
-Read beside NeMo's ``ConformerEncoder.forward_internal``: ``conv_subsampling``
+Read beside NeMo's ``ConformerEncoder.forward_internal``: :mod:`.subsampling`
 (``ConvSubsampling``, dw_striding or striding),
 ``rel_pos_encoding`` (``RelPositionalEncoding``), then per
 ``ConformerLayer``: ``feed_forward`` (``ConformerFeedForward``), ``rel_pos_attention``
@@ -35,13 +35,7 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.ggml import Runtime, Weights
-from audioparity.ggml.ops import (
-    SGEMM_INNER_MULTIPLE,
-    conv_2d,
-    depthwise_conv_2d,
-    layer_norm,
-    linear,
-)
+from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, depthwise_conv_2d, layer_norm, linear
 from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.positions import (
@@ -51,62 +45,13 @@ from audioparity.models.parakeet_tdt.positions import (
     rel_pos_encoding,
 )
 from audioparity.models.parakeet_tdt.spec import Names
+from audioparity.models.parakeet_tdt.subsampling import conv_subsampling, pre_encode_chunks
 
 log = logging.getLogger("audioparity")
 
 #: A layer that takes at least this long (seconds) logs a progress line (:meth:`Encoder.layer`):
 #: a long clip's encoder runs for an hour, a short one's stays quiet.
 PROGRESS_SECONDS = 10.0
-
-
-def conv_subsampling(ctx, w: Weights, cfg: EncoderConfig, mel):
-    """``ConvSubsampling`` (``dw_striding`` or ``striding``): ``pre_encode`` of NeMo.
-
-    Conv2d(1->C, 3x3, stride 2, pad 1) + ReLU, then ``log2(factor) - 1`` stages: for
-    ``dw_striding`` [depthwise Conv2d(C, 3x3, stride 2, pad 1, groups=C) -> pointwise 1x1
-    Conv2d(C->C) -> ReLU] (``conv.{2+3i}``, ``conv.{3+3i}``), for ``striding`` [Conv2d(C->C, 3x3,
-    stride 2, pad 1) -> ReLU] (``conv.{2+2i}``). Then the ``[C, T', F']`` map is flattened
-    channel-major per frame (feature ``c * F' + f``) and projected by ``out`` (Linear
-    ``C * F' -> D``). At x2 there are no stages: the first conv's map is flattened.
-
-    Args:
-        mel: ``[T, n_mels]`` (ne ``[n_mels, T]``), valid frames only.
-
-    Returns:
-        ``[T', D]`` with ``T' = calc_length(T)`` (``log2(factor)`` times ``(t + 2 - 3) // 2 + 1``).
-    """
-    p = "encoder.pre_encode."
-    n_freq, n_time = mel.contents.ne[0], mel.contents.ne[1]
-    x = ggml.ggml_reshape_4d(ctx, mel, n_freq, n_time, 1, 1)  # NCHW [1, 1, T, F]
-    x = conv_2d(ctx, w[p + "conv.0.weight"], x, (2, 2), (1, 1))  # ne [F, T, C]
-    x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[p + "conv.0.bias"]))
-    n_stages = int(math.log2(cfg.subsampling_factor)) - 1
-    channel_last = False  # x is ne [F, T, C]; after a dw_striding stage ne [C, F, T]
-    for stage in range(n_stages):
-        if cfg.subsampling == "striding":
-            conv = f"{p}conv.{2 + 2 * stage}"
-            x = conv_2d(ctx, w[conv + ".weight"], x, (2, 2), (1, 1))
-            x = ggml.ggml_relu(ctx, _add_channel_bias(ctx, x, w[conv + ".bias"]))
-            continue
-        dw, pw = 2 + 3 * stage, 3 + 3 * stage
-        if channel_last:  # back to ne [F, T, C] for the depthwise conv
-            x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 2, 0, 1, 3))
-        x = depthwise_conv_2d(ctx, w[f"{p}conv.{dw}.weight"], x, (2, 2), (1, 1))
-        x = _add_channel_bias(ctx, x, w[f"{p}conv.{dw}.bias"])
-        x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, 1, 2, 0, 3))  # ne [C, F, T]
-        x = ggml.ggml_relu(ctx, linear(ctx, w, f"{p}conv.{pw}", x))
-        channel_last = True
-    # ne [C, F', T'] or [F', T', C] -> [F', C, T'] -> [F' * C, T']: feature index c * F' + f,
-    # as NeMo flattens.
-    order = (1, 0, 2, 3) if channel_last else (0, 2, 1, 3)
-    x = ggml.ggml_cont(ctx, ggml.ggml_permute(ctx, x, *order))
-    x = ggml.ggml_reshape_2d(ctx, x, x.contents.ne[0] * x.contents.ne[1], x.contents.ne[2])
-    return linear(ctx, w, p + "out", x)
-
-
-def _add_channel_bias(ctx, x, bias):
-    """x ne ``[W, H, C]`` + a per-channel bias ``[C]`` (NCHW conv bias)."""
-    return ggml.ggml_add(ctx, x, ggml.ggml_reshape_3d(ctx, bias, 1, 1, bias.contents.ne[0]))
 
 
 def feed_forward(ctx, w: Weights, prefix: str, x):
@@ -456,18 +401,22 @@ class Encoder:
         return mel
 
     def pre_encode(self, mel: np.ndarray) -> np.ndarray:
-        """The subsampling of :meth:`forward` alone, in one graph: ``pre_encode`` ``[T', D]``
-        float32 of ``mel`` ``[T, n_mels]``.
+        """The subsampling of :meth:`forward` alone: ``pre_encode`` ``[T', D]`` float32 of
+        ``mel`` ``[T, n_mels]``, one graph a chunk of output frames
+        (:func:`~.subsampling.pre_encode_chunks`; one graph for a clip within the budget).
 
         Raises:
             AudioparityError: mel is not ``[T, feat_in]``.
         """
         mel = self._mel(mel)
-        with self.runtime.graph() as g:
-            g.output(Names.PRE_ENCODE,
-                     conv_subsampling(g.ctx, self.weights, self.cfg,
-                                      g.input(Names.MEL_FEATURES, mel)), ndim=2)
-            return g.compute()[Names.PRE_ENCODE]
+        chunks = []
+        for frames, kept in pre_encode_chunks(self.cfg, *mel.shape):
+            with self.runtime.graph() as g:
+                g.output(Names.PRE_ENCODE,
+                         conv_subsampling(g.ctx, self.weights, self.cfg,
+                                          g.input(Names.MEL_FEATURES, mel[frames])), ndim=2)
+                chunks.append(g.compute()[Names.PRE_ENCODE][kept])
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def layers(self, pre_encode: np.ndarray, pos_emb: np.ndarray) -> Iterator[np.ndarray]:
         """The layers of :meth:`forward` end to end, each in its own graph (:meth:`layer`) on
