@@ -194,6 +194,11 @@ def test_the_cli_has_each_familys_commands_and_options():
                 capture_output=True, text=True, check=True)
             flags = {option.flag for option in spec.options_for(side)}
             assert all(flag in result.stdout for flag in flags), (side, flags)
+            help_text = " ".join(result.stdout.split())
+            for option in spec.options_for(side):  # the choices, which --help alone tells
+                if option.choices:
+                    assert "one of " + ", ".join(map(str, option.choices)) in help_text, (
+                        side, option.name)
             if side != "fixture":
                 assert spec.input_flag in result.stdout
         ggml = subprocess.run([sys.executable, "-m", "audioparity.cli", "ggml", spec.command,

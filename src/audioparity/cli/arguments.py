@@ -76,8 +76,9 @@ def _add_options(parser: argparse.ArgumentParser, spec: FamilySpec, side: str,
             kind = value(option.name.replace("_", " "), type(option.default), option.choices,
                           option.minimum, option.NULL if option.nullable else None)
             null = f"; {option.NULL}: none" if option.nullable else ""
+            one_of = f"one of {', '.join(map(str, option.choices))}; " if option.choices else ""
             parser.add_argument(option.flag, default=option.default, type=kind,
-                                help=f"{option.help} (default {option.default}{null})")
+                                help=f"{option.help} ({one_of}default {option.default}{null})")
 
 
 def _ggml_arguments(p: argparse.ArgumentParser, spec: FamilySpec) -> None:
