@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests import REPO
@@ -200,6 +201,17 @@ def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
     assert re.search(r"^host split of [\d.]+ ms, [1-9]\d* graphs: alloc ", stdout, re.M)
     assert split["graphs"] >= 1 and split["compute"] > 0 and split["build"] > 0
     assert math.isclose(sum(split[part] for part in parts), split["total"], rel_tol=1e-9)
+
+
+def test_pre_encode_memory_tiny(tmp_path: Path) -> None:
+    """``pre_encode_memory.py --tiny``: its figures, and the output it saves, of the length the
+    subsampling gives (``calc_length``: 1200 mel frames -> 150)."""
+    line = bench("pre_encode_memory.py", "--tiny", "--minutes", "0.2", "--threads", "1",
+                 "--save", tmp_path / "out.npy").strip().splitlines()[-1]
+    figures = json.loads(line)
+    assert (figures["mel_frames"], figures["frames"]) == (1200, 150)
+    assert figures["seconds"] > 0 and figures["peak_rss_mb"] >= figures["rss_before_mb"] > 0
+    assert np.load(tmp_path / "out.npy").shape == (150, 32)
 
 
 def test_long_audio_tiny(cache: Path, tmp_path: Path) -> None:
