@@ -6,7 +6,7 @@ so each dumped tensor is what the library computed in its own run.
 with Taps("encoder") as taps:
     taps.output("pre_encode", enc.pre_encode)          # the module's output
     taps.input("pos_emb", enc.layers[0], "pos_emb")    # an argument it was called with
-    taps.outputs("layer_{}", enc.layers)               # layer_0, layer_1, ...
+    taps.outputs(Names.LAYER, enc.layers)            # layer_0, layer_1, ...
     encoded = enc(features)
 pre_encode = taps.once("pre_encode")                   # refused unless it fired exactly once
 ```
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from audioparity.contract.errors import AudioparityError
+from audioparity.contract.spec import StageName
 
 
 def _first(value: Any) -> Any:
@@ -63,10 +64,11 @@ class Taps:
         self._handles.append(module.register_forward_hook(
             lambda _module, _args, output: self._add(name, keep(output))))
 
-    def outputs(self, pattern: str, modules: Sequence[Any]) -> None:
-        """Tap each of ``modules``' outputs, the ``i``-th as ``pattern.format(i)``."""
+    def outputs(self, name: StageName, modules: Sequence[Any]) -> None:
+        """Tap each of ``modules``' outputs, the ``i``-th as ``name.at(i)`` (a per-layer stage
+        name of a family's table, ``Names.LAYER``)."""
         for index, module in enumerate(modules):
-            self.output(pattern.format(index), module)
+            self.output(name.at(index), module)
 
     def input(self, name: str, module: Any, keyword: str | None = None) -> None:
         """Tap what ``module`` is called with as ``name``: its first positional argument, or

@@ -37,8 +37,7 @@ def encoder_stages(conv2: Any, layers: Sequence[Any], positions: Callable[[int],
     with Taps("encoder") as taps:
         taps.output("conv2", conv2)
         taps.input("layer_0_input", layers[0])
-        for index, layer in enumerate(layers):
-            taps.output(Names.LAYER.at(index), layer)
+        taps.outputs(Names.LAYER, layers)
         with torch.inference_mode():
             enc_out = run()
             conv_out = torch.nn.functional.gelu(taps.once("conv2")).permute(0, 2, 1)
@@ -65,8 +64,7 @@ def decoder_stages(layers: Sequence[Any], run: Callable[[], Any]) -> dict[str, n
     import torch
 
     with Taps("decoder") as taps:
-        for index, layer in enumerate(layers):
-            taps.output(Names.DECODER_LAYER.at(index), layer)
+        taps.outputs(Names.DECODER_LAYER, layers)
         with torch.inference_mode():
             logits = run()
     return {**{Names.DECODER_LAYER.at(i): taps.once(Names.DECODER_LAYER.at(i))[0].numpy()

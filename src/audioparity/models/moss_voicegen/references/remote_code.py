@@ -190,8 +190,7 @@ def forward(net, rows, cache=None, layer_inputs=None) -> tuple[Forward, object]:
 
     layers = net.language_model.layers
     with Taps("decoder") as taps:
-        for index, layer in enumerate(layers):
-            taps.output(Names.LAYER.at(index), layer)
+        taps.outputs(Names.LAYER, layers)
         for index, given in (layer_inputs or {}).items():
             taps.replace_input(layers[index], torch.from_numpy(given)[None], "hidden_states")
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until

@@ -153,8 +153,7 @@ def decoder(model: Qwen3Reference, embeddings, cache):
     """
     layers = model.backbone.layers
     with Taps("decoder") as taps:
-        for index, layer in enumerate(layers):
-            taps.output(Names.LAYER.at(index), layer)
+        taps.outputs(Names.LAYER, layers)
         # The cache is Qwen3Model.forward's 4th parameter (``past_key_values`` until
         # transformers 5.x renamed it ``cache``); passed by position to fit both.
         out = model.backbone(None, None, None, cache, inputs_embeds=embeddings, use_cache=True)

@@ -137,8 +137,7 @@ def encoder(model: Any, features: Any, length: Any,
     with chunked_attention(enc) as calls, Taps("encoder") as taps:
         taps.output(Names.PRE_ENCODE, enc.pre_encode)
         taps.input(Names.POS_EMB, enc.layers[0], "pos_emb")  # ConformerLayer.forward(pos_emb=)
-        for index, layer in enumerate(enc.layers):
-            taps.output(Names.LAYER.at(index), layer)
+        taps.outputs(Names.LAYER, enc.layers)
         with torch.inference_mode():
             encoded, encoded_length = enc(audio_signal=features, length=length)
     if chunks is not None:

@@ -228,8 +228,7 @@ def tap_encoder(taps: Taps, encoder: Any) -> None:
     output (``layer_{i}``)."""
     taps.output(Names.PRE_ENCODE, encoder.subsampling)
     taps.input(Names.POS_EMB, encoder.layers[0], "position_embeddings")
-    for index, layer in enumerate(encoder.layers):
-        taps.output(Names.LAYER.at(index), layer)
+    taps.outputs(Names.LAYER, encoder.layers)
 
 
 def encoder_stages(taps: Taps, n_layers: int, n_frames: int) -> dict[str, np.ndarray]:
