@@ -1,8 +1,8 @@
 """Ops a backend does not support, which ggml's scheduler runs on the CPU, are recorded in the
-dump's manifest per stage (once per graph, at its first compute) and surface in the cell's
-rows: on the CPU backend nothing is asked or recorded; on Vulkan (lavapipe) with
-``ggml_backend_supports_op`` saying no for SOFT_MAX (as ggml-cuda says no for a FLASH_ATTN_EXT
-whose mask has several slices), every soft_max node is."""
+dump's manifest per stage (once per graph and stage, however often the stage computes it) and
+surface in the cell's rows: on the CPU backend nothing is asked or recorded; on Vulkan
+(lavapipe) with ``ggml_backend_supports_op`` saying no for SOFT_MAX (as ggml-cuda says no for a
+FLASH_ATTN_EXT whose mask has several slices), every soft_max node is."""
 
 from __future__ import annotations
 
@@ -86,3 +86,31 @@ def test_an_unsupported_op_is_recorded_per_stage_once_per_graph(tmp_path, softma
     reasons = {row["stage"]: row["reason"] for row in json.loads(cell.read_text())}
     assert reasons["layer_0"].endswith("on the CPU, not vulkan: SOFT_MAX (4 nodes)")
     assert reasons["layer_1"].endswith("on the CPU, not vulkan: SOFT_MAX (2 nodes)")
+
+
+def test_a_graph_computed_again_in_a_later_stage_counts_there_too(tmp_path, softmax_unsupported,
+                                                                  monkeypatch):
+    """A kept graph (:class:`~audioparity.ggml.GraphCache`) that one stage builds and a later
+    one computes again ran its unsupported ops on the CPU in both."""
+    from audioparity.ggml import GraphCache
+
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
+    path = tmp_path / "vulkan"
+    with DumpWriter(path, producer="ggml", fields={"backend": "vulkan"}) as writer:
+        runtime = open_runtime(writer, "vulkan")
+        if runtime is None:
+            pytest.skip(writer.manifest["message"])
+        with runtime:
+            cache = GraphCache(runtime)
+            for stage, computes in (("layer_0", 2), ("layer_1", 1)):
+                writer.running = stage
+                for _ in range(computes):
+                    out = cache.compute("softmax", {"x": X}, lambda g, t: g.output(
+                        "y", ggml.ggml_soft_max(g.ctx, ggml.ggml_scale(g.ctx, t["x"], 2.0))))
+                writer.add_tensor(stage, out["y"], "[T, D]")
+            cache.close()
+            writer.running = None
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest[OPS_ON_CPU] == [{"phase": "layer_0", "op": "SOFT_MAX", "count": 1},
+                                    {"phase": "layer_1", "op": "SOFT_MAX", "count": 1}]
+    assert sorted(softmax_unsupported) == ["SCALE", "SOFT_MAX"]  # one graph, asked once

@@ -32,7 +32,7 @@ Usage::
 from audioparity.dumping.storage import storage_or_fallback, storage_supported
 from audioparity.ggml.backends import BackendUnavailable, build_info, check_backend, doctor
 from audioparity.ggml.bindings import STORAGE_TYPES, numpy_shape, tensor_name
-from audioparity.ggml.graph import Graph
+from audioparity.ggml.graph import Graph, GraphCache
 from audioparity.ggml.runtime import Runtime, capturing_graphs, open_runtime
 from audioparity.ggml.tensors import MissingWeight, State, Weights
 
@@ -40,6 +40,7 @@ __all__ = [
     "STORAGE_TYPES",
     "BackendUnavailable",
     "Graph",
+    "GraphCache",
     "MissingWeight",
     "Runtime",
     "State",

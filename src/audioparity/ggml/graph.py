@@ -9,14 +9,18 @@ computes them in. A graph can be computed again with new input values of the sam
 (:meth:`Graph.set`); several graphs may stay open and be computed in turn: the scheduler
 re-allocates on each switch, after the graph is put back as it was built (the scheduler rewires
 a node's source to a copy on another backend, and frees those copies at its next allocation; a
-graph recomputed after another one ran would point at freed tensors).
+graph recomputed after another one ran would point at freed tensors). A :class:`GraphCache`
+keeps the graphs of a model object by key and input shapes, so that one built graph serves every
+call of the same shape.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +35,11 @@ if TYPE_CHECKING:
 #: Ops that compute nothing (ggml_op_is_empty): no backend runs them.
 _EMPTY_OPS = (ggml.GGML_OP_NONE, ggml.GGML_OP_RESHAPE, ggml.GGML_OP_VIEW, ggml.GGML_OP_PERMUTE,
               ggml.GGML_OP_TRANSPOSE)
+
+#: The most graphs one :class:`GraphCache` keeps; a call past them builds a graph for itself.
+GRAPH_CACHE_LIMIT = 256
+
+_SERIALS = itertools.count()
 
 _INPUT_TYPES = {
     np.dtype(np.float32): ggml.GGML_TYPE_F32,
@@ -65,6 +74,9 @@ class Graph:
         self._sources: dict[int, tuple[int | None, ...]] | None = None  # node sources as built
         self._saved = False
         self._checked = False  # compute buffers checked against the memory free
+        self._unsupported: dict[str, int] | None = None  # ops the backend leaves to the CPU
+        #: Tells this graph from every other one of the process (an ``id`` may be reused).
+        self.serial = next(_SERIALS)
         self._finalizer = weakref.finalize(self, ggml.ggml_free, self.ctx)
 
     def input(self, name: str, array: np.ndarray):
@@ -159,13 +171,14 @@ class Graph:
         rt = self._runtime
         if not self._outputs and not self._expanded:
             raise AudioparityError("graph has no outputs and no expanded nodes")
-        first, self._computed = not self._computed, True
+        self._computed = True
         if rt.capture is not None and not self._saved:  # as built: a backend may reorder
             self._save(rt.capture)
-        if rt.on_cpu is not None and first:  # once, as built (the scheduler rewires sources)
-            unsupported = self.unsupported_ops()
-            if unsupported:
-                rt.on_cpu(unsupported)
+        if rt.on_cpu is not None:
+            if self._unsupported is None:  # as built: the scheduler rewires sources
+                self._unsupported = self.unsupported_ops()
+            if self._unsupported:
+                rt.on_cpu(self, self._unsupported)
         if rt._active is not self:
             ggml.ggml_backend_sched_reset(rt._sched)
             self._as_built()
@@ -289,3 +302,69 @@ class Graph:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class GraphCache:
+    """The graphs of one model object (an encoder, a decoder with its caches), each built once
+    per key and input shapes and computed again with new input values (:meth:`Graph.set`), as
+    llama.cpp reuses a graph whose shapes did not change: the same graph on the same values
+    computes the same bytes, and only the build in Python (one ctypes call per node) is saved.
+
+    The key names what the graph's structure depends on besides its inputs' shapes and dtypes
+    (a layer index, a KV-cache position); the build sees nothing else that changes, since the
+    cache belongs to the object that holds the weights and state the graphs read. While the
+    runtime captures graphs (:func:`~audioparity.ggml.runtime.capturing_graphs`) nothing is
+    reused, so that every compute is saved with the phase that ran it. Past
+    :data:`GRAPH_CACHE_LIMIT` graphs a call builds its own and frees it.
+
+    Args:
+        runtime: the runtime the graphs compute on.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._graphs: dict[tuple, Graph] = {}
+
+    def compute(self, key: Hashable, inputs: Mapping[str, np.ndarray],
+                build: Callable[[Graph, dict[str, Any]], None]) -> dict[str, np.ndarray]:
+        """:meth:`Graph.compute` of the graph of ``key`` on ``inputs``.
+
+        Args:
+            key: what the graph's nodes depend on besides the inputs' shapes and dtypes.
+            inputs: name -> array of every graph input (as :meth:`Graph.input` takes it).
+            build: called once per key and shapes with the new graph and its input tensors by
+                name; declares the outputs (:meth:`Graph.output`, :meth:`Graph.expand`).
+
+        Returns:
+            every output by name, as :meth:`Graph.compute` returns them.
+
+        Raises:
+            AudioparityError: as :meth:`Graph.input` and :meth:`Graph.compute`.
+        """
+        arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+        full_key = (key, tuple((name, a.shape, a.dtype.str) for name, a in arrays.items()))
+        graph = self._graphs.get(full_key)
+        if graph is not None:
+            for name, array in arrays.items():
+                graph.set(name, array)
+            return graph.compute()
+        graph = self._runtime.graph()
+        try:
+            build(graph, {name: graph.input(name, array) for name, array in arrays.items()})
+        except BaseException:
+            graph.close()
+            raise
+        if self._runtime.capture is not None or len(self._graphs) >= GRAPH_CACHE_LIMIT:
+            with graph:
+                return graph.compute()
+        self._graphs[full_key] = graph
+        return graph.compute()
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def close(self) -> None:
+        """Free every graph kept."""
+        for graph in self._graphs.values():
+            graph.close()
+        self._graphs.clear()

@@ -76,10 +76,10 @@ class Runtime:
         #: What each graph is handed to at its first compute (:func:`capturing_graphs`), or
         #: None.
         self.capture = None
-        #: Called once per graph at its first compute, on a backend other than the CPU, with
-        #: the ops of its nodes the backend does not support (op name -> nodes), which the
-        #: scheduler runs on the CPU; None: not checked.
-        self.on_cpu: Callable[[Mapping[str, int]], None] | None = None
+        #: Called at every compute of a graph, on a backend other than the CPU, with the graph
+        #: and the ops of its nodes the backend does not support (op name -> nodes, found
+        #: once per graph), which the scheduler runs on the CPU; None: not checked.
+        self.on_cpu: Callable[[Graph, Mapping[str, int]], None] | None = None
         self._finalizer = weakref.finalize(self, _free_runtime, self._sched, list(handles))
 
     @property
@@ -158,14 +158,22 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
     if capture is not None:
         runtime.capture = capture(writer)
     if backend != "cpu":
-        runtime.on_cpu = lambda ops: record_ops_on_cpu(writer.manifest, writer.running, ops)
+        counted: set[tuple[str | None, int]] = set()
+
+        def on_cpu(graph: Graph, ops: Mapping[str, int]) -> None:
+            if (writer.running, graph.serial) not in counted:  # a graph once per phase
+                counted.add((writer.running, graph.serial))
+                record_ops_on_cpu(writer.manifest, writer.running, ops)
+
+        runtime.on_cpu = on_cpu
     return runtime
 
 
 
 def record_ops_on_cpu(manifest: dict, phase: str | None, ops: Mapping[str, int]) -> None:
     """Add ``ops`` (op name -> nodes of one graph) computed in ``phase`` to ``manifest``'s
-    :data:`OPS_ON_CPU`, each op's count summed over the graphs of the phase."""
+    :data:`OPS_ON_CPU`, each op's count summed over the graphs the phase computes (a graph
+    computed again in the phase counts once)."""
     entries = manifest.setdefault(OPS_ON_CPU, [])
     for op, count in ops.items():
         entry = next((e for e in entries if (e["phase"], e["op"]) == (phase, op)), None)

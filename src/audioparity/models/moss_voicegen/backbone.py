@@ -30,7 +30,7 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import FLOAT_STORAGE_TYPES
-from audioparity.ggml import STORAGE_TYPES, Graph, Runtime, State, Weights
+from audioparity.ggml import STORAGE_TYPES, Graph, GraphCache, Runtime, State, Weights
 from audioparity.models.moss_voicegen.config import MossTTSDelayConfig
 from audioparity.models.moss_voicegen.spec import Names
 from audioparity.models.moss_voicegen.stages import Forward
@@ -231,6 +231,11 @@ def lm_heads(ctx, w: Weights, config: MossTTSDelayConfig, hidden) -> list:
 class Backbone:
     """The ggml MOSS backbone with its KV cache: :meth:`prefill` then :meth:`step`.
 
+    A forward's graph is built once per first cache position and row count and kept
+    (:class:`~audioparity.ggml.GraphCache`), since its cache views depend on them: the
+    teacher-forced pass and the last step run the positions of the prefill and the generation
+    again.
+
     Args:
         runtime: backend and threads.
         weights: the checkpoint's weights uploaded in their storage types (names as in
@@ -249,6 +254,7 @@ class Backbone:
         self.config = config
         self.cache = KVCache.allocate(runtime, config, kv_cache_type, max_context)
         self.n_past = 0
+        self._graphs = GraphCache(runtime)
 
     def prefill(self, rows: np.ndarray) -> Forward:
         """Empty the cache and run ``rows`` ``[S, 1+n_vq]`` (causal) from position 0."""
@@ -268,14 +274,16 @@ class Backbone:
                                    f"{start} cached + {n} new do not fit")
         by_column = np.ascontiguousarray(np.asarray(rows, dtype=np.int32).T)  # [1+n_vq, n]
         cos, sin_signed = rope_tables(positions, lang.head_dim, lang.rope_theta)
-        with self.runtime.graph() as g:
+        inputs = {"ids": by_column, "cos": cos, "sin_signed": sin_signed}
+        if causal:
+            inputs["mask"] = causal_mask(start, n)
+
+        def build(g: Graph, t: dict) -> None:
             ctx = g.ctx
-            ids = g.input("ids", by_column)
             column = ggml.ggml_row_size(I32, n)
-            columns = [ggml.ggml_view_1d(ctx, ids, n, column * c) for c in range(config.n_vq + 1)]
-            cos_t, sin_t = g.input("cos", cos), g.input("sin_signed", sin_signed)
-            mask = g.input("mask", causal_mask(start, n)) if causal else None
-            window = Window(self.cache, start, n, cos_t, sin_t, mask)
+            columns = [ggml.ggml_view_1d(ctx, t["ids"], n, column * c)
+                       for c in range(config.n_vq + 1)]
+            window = Window(self.cache, start, n, t["cos"], t["sin_signed"], t.get("mask"))
             x = g.output(Names.INPUT_EMBEDDINGS,
                          compute_input_embeddings(ctx, self.weights, config, columns), ndim=2)
             last = ggml.ggml_row_size(F32_ROW, lang.hidden_size) * (n - 1)
@@ -289,7 +297,8 @@ class Backbone:
                              ggml.ggml_view_1d(ctx, hidden, lang.hidden_size, last))
             for j, head in enumerate(heads):
                 g.output(f"head_{j}", head, ndim=1)
-            out = g.compute()
+
+        out = self._graphs.compute(start, inputs, build)
         self.n_past = start + n
         audio = np.stack([out[f"head_{j}"] for j in range(1, config.n_vq + 1)])
         audio[:, -1] = -np.inf

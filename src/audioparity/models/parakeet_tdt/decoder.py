@@ -26,7 +26,7 @@ import ggml
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.ggml import Graph, Runtime, Weights
+from audioparity.ggml import Graph, GraphCache, Runtime, Weights
 from audioparity.ggml.ops import linear
 from audioparity.models.parakeet_tdt.config import ParakeetTDTConfig
 from audioparity.models.parakeet_tdt.greedy import GreedyPath, greedy_tdt
@@ -175,7 +175,7 @@ class LstmState:
 class TdtDecoder:
     """The ggml prediction network and joint of one model, driven from the host.
 
-    Graphs are built once per shape and reused (:meth:`Graph.set`); weights are the uploaded
+    Graphs are built once per shape and reused (:class:`GraphCache`); weights are the uploaded
     :class:`Weights` (any storage type). Use as a context manager, or call :meth:`close`.
 
     Args:
@@ -188,15 +188,11 @@ class TdtDecoder:
         self.runtime = runtime
         self.weights = weights
         self.config = config
-        self._predict_graph: Graph | None = None
-        self._joint_graph: Graph | None = None
+        self._graphs = GraphCache(runtime)
 
     def close(self) -> None:
         """Free the cached graphs."""
-        for graph in (self._predict_graph, self._joint_graph):
-            if graph is not None:
-                graph.close()
-        self._predict_graph = self._joint_graph = None
+        self._graphs.close()
 
     def __enter__(self) -> TdtDecoder:
         return self
@@ -228,14 +224,12 @@ class TdtDecoder:
                                    f"{self.config.blank_id}]")
         state = state if state is not None else self.zero_state()
         layers = self.config.decoder.pred_rnn_layers
-        graph = self._predict_graph
         inputs = {"label": np.array([label], np.int32)}
         for layer in range(layers):
             inputs[f"h{layer}"] = state.h[layer]
             inputs[f"c{layer}"] = state.c[layer]
-        if graph is None:
-            graph = self._predict_graph = self.runtime.graph()
-            t = {name: graph.input(name, value) for name, value in inputs.items()}
+
+        def build(graph: Graph, t: dict) -> None:
             g, h, c = prediction_network(
                 graph.ctx, self.weights, self.config, t["label"],
                 [t[f"h{i}"] for i in range(layers)], [t[f"c{i}"] for i in range(layers)],
@@ -245,10 +239,8 @@ class TdtDecoder:
             for layer in range(layers):
                 graph.output(f"h{layer}", h[layer], ndim=1)
                 graph.output(f"c{layer}", c[layer], ndim=1)
-        else:
-            for name, value in inputs.items():
-                graph.set(name, value)
-        out = graph.compute()
+
+        out = self._graphs.compute("predict", inputs, build)
         new_state = LstmState(np.stack([out[f"h{i}"] for i in range(layers)]),
                               np.stack([out[f"c{i}"] for i in range(layers)]))
         return out["g"], out["g_proj"], new_state
@@ -264,16 +256,11 @@ class TdtDecoder:
     def joint_step(self, f: np.ndarray, g: np.ndarray) -> np.ndarray:
         """:func:`joint_after_projection` of one projected encoder row ``f [J]`` and one
         projected prediction row ``g [J]``; returns raw logits ``[V+1+n_durations]``."""
-        graph = self._joint_graph
-        if graph is None:
-            graph = self._joint_graph = self.runtime.graph()
-            out = joint_after_projection(graph.ctx, self.weights, self.config,
-                                         graph.input("f", f), graph.input("g", g))
-            graph.output("logits", out, ndim=1)
-        else:
-            graph.set("f", f)
-            graph.set("g", g)
-        return graph.compute()["logits"]
+        def build(graph: Graph, t: dict) -> None:
+            graph.output("logits", joint_after_projection(graph.ctx, self.weights, self.config,
+                                                          t["f"], t["g"]), ndim=1)
+
+        return self._graphs.compute("joint", {"f": f, "g": g}, build)["logits"]
 
     def greedy(self, enc_out: np.ndarray) -> GreedyPath:
         """Free-running greedy TDT decoding of ``enc_out [T', D]`` (:func:`greedy_tdt`)."""

@@ -34,7 +34,7 @@ import ggml
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.ggml import Runtime, Weights
+from audioparity.ggml import Graph, GraphCache, Runtime, Weights
 from audioparity.ggml.ops import SGEMM_INNER_MULTIPLE, depthwise_conv_2d, layer_norm, linear
 from audioparity.ggml.runtime import DEFAULT_GRAPH_SIZE
 from audioparity.models.parakeet_tdt.config import EncoderConfig, ParakeetTDTConfig
@@ -52,6 +52,8 @@ log = logging.getLogger("audioparity")
 #: A layer that takes at least this long (seconds) logs a progress line (:meth:`Encoder.layer`):
 #: a long clip's encoder runs for an hour, a short one's stays quiet.
 PROGRESS_SECONDS = 10.0
+#: The graph input of local attention's :func:`band_mask`.
+BAND_MASK = "band_mask"
 
 
 def feed_forward(ctx, w: Weights, prefix: str, x):
@@ -326,6 +328,10 @@ class Encoder:
         chunk_rows: the attention's query rows per chunk; None: as many as fit the budget
             (:func:`attention_chunk_rows`).
 
+    Each layer's graph and the subsampling's are built once per input shape and kept
+    (:class:`~audioparity.ggml.GraphCache`): the isolated pass computes the end-to-end pass's
+    layer graphs again on other inputs, and a long clip's subsampling chunks share one graph.
+
     Example::
 
         config = load_config(model)
@@ -343,6 +349,7 @@ class Encoder:
         self.cfg = config.encoder
         self.runtime = runtime
         self.flash_attention = flash_attention
+        self._graphs = GraphCache(runtime)
 
     def positions(self, n_mel_frames: int) -> np.ndarray:
         """The relative positional table the layers read, host-computed as NeMo's
@@ -409,13 +416,15 @@ class Encoder:
             AudioparityError: mel is not ``[T, feat_in]``.
         """
         mel = self._mel(mel)
-        chunks = []
-        for frames, kept in pre_encode_chunks(self.cfg, *mel.shape):
-            with self.runtime.graph() as g:
-                g.output(Names.PRE_ENCODE,
-                         conv_subsampling(g.ctx, self.weights, self.cfg,
-                                          g.input(Names.MEL_FEATURES, mel[frames])), ndim=2)
-                chunks.append(g.compute()[Names.PRE_ENCODE][kept])
+
+        def build(g: Graph, t: dict) -> None:
+            g.output(Names.PRE_ENCODE,
+                     conv_subsampling(g.ctx, self.weights, self.cfg, t[Names.MEL_FEATURES]),
+                     ndim=2)
+
+        chunks = [self._graphs.compute(Names.PRE_ENCODE, {Names.MEL_FEATURES: mel[frames]},
+                                       build)[Names.PRE_ENCODE][kept]
+                  for frames, kept in pre_encode_chunks(self.cfg, *mel.shape)]
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def layers(self, pre_encode: np.ndarray, pos_emb: np.ndarray) -> Iterator[np.ndarray]:
@@ -433,17 +442,20 @@ class Encoder:
         x = np.asarray(pre_encode, dtype=np.float32)
         return x if self.cfg.xscale is None else x * np.float32(self.cfg.xscale)
 
-    def _attention_inputs(self, g, pos_emb: np.ndarray, n_frames: int) -> AttentionInputs:
-        """What the layers' attention of graph ``g`` reads: the positional encoding on the full
-        ``[2T-1, D]`` grid and, with local attention, the :func:`band_mask` (else None), as
-        graph inputs, with the encoder's flash-attention and chunking settings."""
+    def _attention_arrays(self, pos_emb: np.ndarray, n_frames: int) -> dict[str, np.ndarray]:
+        """The graph inputs the layers' attention reads: the positional encoding on the full
+        ``[2T-1, D]`` grid and, with local attention, the :func:`band_mask`."""
         context = self.cfg.local_context
-        settings = {"flash_attention": self.flash_attention, "chunk_rows": self.chunk_rows}
         if context is None:
-            return AttentionInputs(g.input(Names.POS_EMB, pos_emb), **settings)
-        grid = local_positions_on_full_grid(pos_emb, n_frames)
-        return AttentionInputs(g.input(Names.POS_EMB, grid),
-                               g.input("band_mask", band_mask(n_frames, context)), **settings)
+            return {Names.POS_EMB: pos_emb}
+        return {Names.POS_EMB: local_positions_on_full_grid(pos_emb, n_frames),
+                BAND_MASK: band_mask(n_frames, context)}
+
+    def _attention_inputs(self, t: dict) -> AttentionInputs:
+        """:meth:`_attention_arrays` as the graph's input tensors ``t``, with the encoder's
+        flash-attention and chunking settings."""
+        return AttentionInputs(t[Names.POS_EMB], t.get(BAND_MASK),
+                               flash_attention=self.flash_attention, chunk_rows=self.chunk_rows)
 
     def layers_isolated(self, inputs: Sequence[np.ndarray],
                         pos_emb: np.ndarray) -> Iterator[np.ndarray]:
@@ -491,12 +503,16 @@ class Encoder:
                 f"expected [T, {cfg.d_model}] and [{rows}, {cfg.d_model}]"
             )
         started = time.monotonic()
-        with self.runtime.graph() as g:
-            inputs = self._attention_inputs(g, pos_emb, x.shape[0])
-            h = conformer_layer(g.ctx, self.weights, index, cfg, g.input(f"input_{index}", x),
-                                inputs)
-            g.output(Names.LAYER.at(index), h, ndim=2)
-            out = g.compute()[Names.LAYER.at(index)]
+        name = f"input_{index}"
+
+        def build(g: Graph, t: dict) -> None:
+            g.output(Names.LAYER.at(index), conformer_layer(
+                g.ctx, self.weights, index, cfg, t[name], self._attention_inputs(t)), ndim=2)
+
+        out = self._graphs.compute(
+            (Names.LAYER.at(index), self.flash_attention, self.chunk_rows),
+            {name: x, **self._attention_arrays(pos_emb, x.shape[0])}, build,
+        )[Names.LAYER.at(index)]
         seconds = time.monotonic() - started
         if seconds >= PROGRESS_SECONDS:
             log.info("parakeet encoder: layer_%d of %d layers (T'=%d) in %.0f s", index,

@@ -33,7 +33,7 @@ import ggml
 import numpy as np
 
 from audioparity.contract.errors import AudioparityError
-from audioparity.ggml import Graph, Runtime, State, Weights
+from audioparity.ggml import Graph, GraphCache, Runtime, State, Weights
 from audioparity.ggml.ops import layer_norm, linear
 from audioparity.models.whisper.config import LAYER_NORM_EPS, WhisperModelConfig
 from audioparity.models.whisper.decoding import Decode, greedy
@@ -216,6 +216,10 @@ class Decoder:
         config: the model config.
         runtime: the runtime the weights live on.
 
+    A graph is built once per first position and token count and kept
+    (:class:`~audioparity.ggml.GraphCache`), since its cache views depend on them: the
+    teacher-forced pass, the decode and the replay run the same positions.
+
     Example::
 
         decoder = Decoder(weights, config, rt)
@@ -231,6 +235,7 @@ class Decoder:
         self.runtime = runtime
         self.caches = Caches(runtime, config)
         self.has_encoder_output = False
+        self._graphs = GraphCache(runtime)
 
     def encoder_output(self, enc_out: np.ndarray) -> None:
         """Every layer's cross-attention keys ``k_proj(enc_out)`` and values
@@ -245,15 +250,16 @@ class Decoder:
         if enc_out.shape != expected:
             raise AudioparityError(f"enc_out has shape {list(enc_out.shape)}; the decoder takes "
                                    f"{list(expected)}")
-        with self.runtime.graph() as g:
-            x = g.input(Names.ENC_OUT, enc_out)
+        def build(g: Graph, t: dict) -> None:
+            x = t[Names.ENC_OUT]
             for i in range(self.config.n_decoder_layers):
                 p = f"decoder.layers.{i}.encoder_attn."
                 self.caches.store(g, f"cross.k.{i}", linear(g.ctx, self.weights, p + "k_proj", x),
                                   0)
                 self.caches.store(g, f"cross.v.{i}", linear(g.ctx, self.weights, p + "v_proj", x),
                                   0)
-            g.compute()
+
+        self._graphs.compute(Names.ENC_OUT, {Names.ENC_OUT: enc_out}, build)
         self.has_encoder_output = True
 
     def _check(self, ids: Sequence[int], start: int) -> np.ndarray:
@@ -284,15 +290,19 @@ class Decoder:
         """
         array = self._check(ids, start)
         n, w = len(array), self.weights
-        with self.runtime.graph() as g:
-            x = embed(g.ctx, w, g.input("ids", array), start)
-            mask = g.input("mask", causal_mask(start, n)) if n > 1 else None
-            window = Window(self.caches, start, mask)
+        inputs = {"ids": array}
+        if n > 1:
+            inputs["mask"] = causal_mask(start, n)
+
+        def build(g: Graph, t: dict) -> None:
+            x = embed(g.ctx, w, t["ids"], start)
+            window = Window(self.caches, start, t.get("mask"))
             for i in range(self.config.n_decoder_layers):
                 x = decoder_layer(g, w, i, self.config, x, window)
                 g.output(Names.DECODER_LAYER.at(i), x, ndim=2)
             g.output("logits", logits(g.ctx, w, final_layer_norm(g.ctx, w, x)), ndim=2)
-            return g.compute()
+
+        return self._graphs.compute(start, inputs, build)
 
     def teacher_forced(self, tokens: Sequence[int], prefill: int) -> dict[str, np.ndarray]:
         """The decoder over ``tokens`` as a decode runs it: the first ``prefill`` (the prompt)
