@@ -14,7 +14,9 @@ N`` as a user runs it. For each run:
 - ``wall / compute``: how much the workflow adds (process starts, imports, loads, compares,
   the report), less what the cores run side by side;
 - peak memory: the machine's used memory at its highest during the run, less before it, and
-  the largest resident set of any one job (Snakemake's benchmark files).
+  the largest resident set of any one job (Snakemake's benchmark files);
+- ``verdict``: per family, what its cells' verdicts cost against their graphs' compute
+  (:mod:`verdict_floor`).
 
 The largest Parakeet sweep then grows by one 16 s clip: the wall time of that second run, the
 jobs it ran per rule, and how many cases its reference job restored from its cache.
@@ -52,6 +54,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from run import ensure_checkpoint, machine_info  # noqa: E402
+from verdict_floor import verdict_costs  # noqa: E402
 
 from audioparity.dumping.memory import host_free_bytes  # noqa: E402
 
@@ -267,7 +270,8 @@ def run_sweep(work: Path, config: dict, cores: int, mem_mb: int | None,
               "compute_total_s": round(sum(compute.values()), 1),
               "wall_over_compute": round(wall / max(sum(compute.values()), 1e-9), 2),
               "peak_used_mb": round((memory.peak - memory.baseline) / 2**20),
-              "peak_job_rss_mb": round(rss), "peak_job": job}
+              "peak_job_rss_mb": round(rss), "peak_job": job,
+              "verdict": verdict_costs(work / "results")["families"]}
     if add:
         result["add_a_case"] = add_a_case(work, config, *add, cores, mem_mb)
     if not keep:  # full-size dumps: about 0.5 GB per clip and weight type, references included
@@ -285,6 +289,11 @@ def table(runs: list[dict]) -> str:
                      f"{run['wall_s']} | {run['compute_total_s']} | {run['wall_over_compute']} | "
                      f"{run.get('wall_per_case_vs_first', '')} | {run['peak_used_mb']} | "
                      f"{run['peak_job_rss_mb']} ({run['peak_job']}) |")
+    for run in runs:
+        verdict = run["verdict"][run["family"]]
+        lines.append(f"\n{run['family']}, {run['cases']} cases: {verdict['cells']} verdicts "
+                     f"cost {verdict['cost_s']} s against {verdict['floor_s']} s of graph "
+                     f"compute ({verdict['cost_over_floor']}x; verdict_floor.py)")
     for run in runs:
         if "add_a_case" in run:
             added = run["add_a_case"]

@@ -296,6 +296,8 @@ def test_sweep_tiny(cache: Path, tmp_path: Path) -> None:
     for run in runs:
         assert run["wall_s"] > 0 and run["compute_total_s"] > 0 and run["peak_job_rss_mb"] > 0
         assert {f"{run['family']}/reference", f"{run['family']}/ggml"} <= set(run["compute_s"])
+        verdict = run["verdict"][run["family"]]
+        assert verdict["cells"] >= 1 and 0 < verdict["floor_s"] < verdict["cost_s"]
     assert runs[0]["wall_per_case_vs_first"] == 1.0
     added = runs[0]["add_a_case"]
     assert {"reference_dump", "ggml_dump"} <= set(added["jobs"]), added
@@ -365,3 +367,39 @@ def test_gpu_script_calls() -> None:
         check = ("import sys; sys.path.insert(0, 'benchmarks'); import run; "
                  "args = run.parse_args(sys.argv[1:]); run.make_plan(args)")
         subprocess.run([sys.executable, "-c", check, *argv], cwd=REPO, check=True)
+
+
+def test_verdict_floor_on_a_planted_run(tmp_path: Path) -> None:
+    """``verdict_floor.py`` on the records of a run planted with known seconds: a cell's cost
+    is its share of the reference job, its dump job and its compare job; its floor is its
+    graphs' compute; the isolated form counts to the isolated pass, load to neither."""
+    results = tmp_path / "work" / "results"
+    cell = "parakeet_tdt/m/audioparity/cpu/f32/clip"
+
+    def dump(folder: Path, manifest: dict) -> None:
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    def job(rule: str, name: str, seconds: float) -> None:
+        tsv = results / "benchmarks" / rule / f"{name}.tsv"
+        tsv.parent.mkdir(parents=True, exist_ok=True)
+        tsv.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:0{int(seconds)}\t100\n")
+
+    dump(results / "ggml" / cell, {
+        "seconds": {"load": 1.0, "pre_encode": 0.5, "layer_0": 0.25, "layer_0_isolated": 0.125},
+        "graph_seconds": {"pre_encode": 0.4, "layer_0": 0.2, "layer_0_isolated": 0.1},
+        "inputs": {"reference": {"path": "results/reference/parakeet_tdt/m/clip"}}})
+    dump(results / "reference/parakeet_tdt/m/clip", {"seconds": {"load": 5.0, "pre_encode": 0.3}})
+    dump(results / "reference/parakeet_tdt/m/clip@q8_0", {"seconds": {"pre_encode": 0.3}})
+    job("ggml_dump", cell, 3.0)
+    job("compare_cell", cell, 1.0)
+    job("reference_dump", "parakeet_tdt/m", 8.0)
+    out = tmp_path / "out"
+    stdout = bench("verdict_floor.py", "--results", results, "--label", "planted", "--out", out)
+    run = json.loads((out / "verdict_floor.json").read_text())["planted"]
+    (row,) = run["cells"]
+    assert (row["reference_s"], row["candidate_job_s"], row["compare_s"]) == (4.0, 3.0, 1.0)
+    assert (row["candidate_pass_s"], row["isolated_pass_s"]) == (0.75, 0.125)
+    assert row["reference_forward_s"] == 0.3 and row["cost_s"] == 8.0
+    assert row["floor_s"] == 0.7 and row["cost_over_floor"] == 11.4
+    assert "| planted | parakeet_tdt | 1 | 8.0 |" in stdout

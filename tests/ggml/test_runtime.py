@@ -354,3 +354,31 @@ def test_a_graph_that_fits_the_buffers_an_earlier_one_left_needs_no_free_memory(
             with pytest.raises(AudioparityError, match=r"needs 20 MiB of compute buffers on CPU, "
                                r"more than the 5 MiB free"):
                 g.compute()
+
+
+def test_a_dump_records_the_seconds_its_graphs_compute_per_stage(tmp_path):
+    """``graph_seconds`` holds the backend's compute of each stage's graphs, not the host work
+    around them; a stage without graphs has none."""
+    import json
+    import time
+
+    from audioparity.dumping.artifacts import GRAPH_SECONDS, DumpWriter
+    from audioparity.ggml import open_runtime
+
+    x = RNG.standard_normal((256, 512)).astype(np.float32)
+    with DumpWriter(tmp_path / "d", producer="ggml", fields={"backend": "cpu"}) as writer:
+        with open_runtime(writer, "cpu") as rt:
+            w = rt.upload({"w": x}, {"w": "f32"})
+            with writer.timed("layer_0"):
+                time.sleep(0.2)  # host work, not the graph's
+                for _ in range(3):
+                    with rt.graph() as g:
+                        g.output("y", ggml.ggml_mul_mat(g.ctx, w["w"], g.input("x", x)))
+                        g.compute()
+            with writer.timed("decode"):
+                time.sleep(0.01)
+            writer.add_tensor("layer_0", x, "[T, D]")
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    seconds, graphs = manifest["seconds"], manifest[GRAPH_SECONDS]
+    assert set(graphs) == {"layer_0"}
+    assert 0 < graphs["layer_0"] < seconds["layer_0"] - 0.2

@@ -46,6 +46,10 @@ REFUSED = "refused"
 #: "op": name, "count": nodes}]``, in the order first met
 #: (:func:`audioparity.ggml.runtime.record_ops_on_cpu`).
 OPS_ON_CPU = "ops_on_cpu"
+#: The key of a ggml dump's manifest giving, per stage, the seconds its graphs spent in the
+#: backend's compute (``ggml_backend_sched_graph_compute``, synchronised), out of the stage's
+#: ``seconds``: the part no host code can save (:func:`audioparity.ggml.runtime.open_runtime`).
+GRAPH_SECONDS = "graph_seconds"
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -467,7 +471,7 @@ class Dump:
 
 
 #: Manifest keys that legitimately differ between two runs of the same dump.
-VOLATILE_MANIFEST_KEYS = ("seconds",)
+VOLATILE_MANIFEST_KEYS = ("seconds", GRAPH_SECONDS)
 #: The manifest keys later stages read: what a dump holds and how (:func:`content_digest`).
 CONTENT_MANIFEST_KEYS = ("status", "message", "tensors", "documents")
 #: Suffix of the file :func:`write_digest` writes beside a dump directory.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import time
 import weakref
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -198,7 +199,10 @@ class Graph:
                     f"any output or expanded node; use it or do not declare it"
                 )
             ggml.ggml_backend_tensor_set(tensor, _ptr(array), 0, array.nbytes)
+        started = time.perf_counter()
         status = ggml.ggml_backend_sched_graph_compute(rt._sched, self._gf)
+        if rt.on_computed is not None:
+            rt.on_computed(time.perf_counter() - started)
         if status != ggml.GGML_STATUS_SUCCESS:
             raise AudioparityError(f"graph compute on {rt.backend_name} failed (status {status})")
         results = {}

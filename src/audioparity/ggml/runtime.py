@@ -24,7 +24,7 @@ import numpy as np
 
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import BACKENDS
-from audioparity.dumping.artifacts import OPS_ON_CPU
+from audioparity.dumping.artifacts import GRAPH_SECONDS, OPS_ON_CPU
 from audioparity.ggml.backends import (
     BackendUnavailable,
     backend_env,
@@ -37,6 +37,8 @@ from audioparity.ggml.graph import Graph
 from audioparity.ggml.tensors import State, Weights
 
 DEFAULT_GRAPH_SIZE = 16384
+#: The :data:`GRAPH_SECONDS` key of graphs computed outside every stage of a dump.
+UNSTAGED = "unstaged"
 
 
 class Runtime:
@@ -80,6 +82,9 @@ class Runtime:
         #: and the ops of its nodes the backend does not support (op name -> nodes, found
         #: once per graph), which the scheduler runs on the CPU; None: not checked.
         self.on_cpu: Callable[[Graph, Mapping[str, int]], None] | None = None
+        #: Called after every graph compute with the seconds the backend computed it
+        #: (``ggml_backend_sched_graph_compute``, which waits for the device); None: not timed.
+        self.on_computed: Callable[[float], None] | None = None
         self._finalizer = weakref.finalize(self, _free_runtime, self._sched, list(handles))
 
     @property
@@ -128,8 +133,9 @@ class Runtime:
 
 def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Runtime | None:
     """The runtime a ggml dump computes on, what it is recorded in the dump's manifest
-    (``device_description`` and ``ggml_build``, :func:`build_info`), and on a backend other
-    than the CPU the ops it runs on the CPU
+    (``device_description`` and ``ggml_build``, :func:`build_info`), the seconds its graphs
+    compute per stage (:data:`~audioparity.dumping.artifacts.GRAPH_SECONDS`), and on a backend
+    other than the CPU the ops it runs on the CPU
     (:data:`~audioparity.dumping.artifacts.OPS_ON_CPU`).
 
     Args:
@@ -157,6 +163,8 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
     capture = _CAPTURE.get()
     if capture is not None:
         runtime.capture = capture(writer)
+    runtime.on_computed = lambda seconds: record_graph_seconds(writer.manifest, writer.running,
+                                                               seconds)
     if backend != "cpu":
         counted: set[tuple[str | None, int]] = set()
 
@@ -168,6 +176,14 @@ def open_runtime(writer, backend: str, device: int = 0, threads: int = 1) -> Run
         runtime.on_cpu = on_cpu
     return runtime
 
+
+
+def record_graph_seconds(manifest: dict, phase: str | None, seconds: float) -> None:
+    """Add ``seconds`` of one graph compute in ``phase`` (None: outside every stage) to
+    ``manifest``'s :data:`GRAPH_SECONDS`."""
+    totals = manifest.setdefault(GRAPH_SECONDS, {})
+    key = phase or UNSTAGED
+    totals[key] = round(totals.get(key, 0.0) + seconds, 6)
 
 
 def record_ops_on_cpu(manifest: dict, phase: str | None, ops: Mapping[str, int]) -> None:
