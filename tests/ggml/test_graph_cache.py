@@ -100,3 +100,36 @@ def test_past_its_limit_a_call_builds_and_frees_its_own_graph(runtime, weights, 
     # the 2-row graph is kept; the 3-row one is built at each of its two calls
     assert build.calls == 3 and len(cache) == 1
     cache.close()
+
+
+def test_a_graph_put_back_holds_its_placement_as_built(runtime, weights):
+    """Before a graph is allocated again (another graph ran in between), every tensor of its
+    context has the ``buffer`` and ``data`` it had as built (none, or a view's of the
+    weights) and every node its sources: a stale ``data`` would be taken as allocated at an
+    offset the other graph reused, a stale source read a freed copy."""
+    from audioparity.ggml.bindings import address
+
+    def placement(graph) -> dict:
+        found, tensor = {}, ggml.ggml_get_first_tensor(graph.ctx)
+        while tensor:
+            t = tensor.contents
+            found[address(tensor)] = (address(t.buffer), address(t.data),
+                                      tuple(address(s) for s in t.src))
+            tensor = ggml.ggml_get_next_tensor(graph.ctx, tensor)
+        return found
+
+    with runtime.graph() as a, runtime.graph() as b:
+        w = weights["w"]
+        half = ggml.ggml_view_2d(a.ctx, w, 64, 24, w.contents.nb[1], 0)  # in a's context
+        a.output("y", ggml.ggml_mul_mat(a.ctx, half, a.input("x", np.ones((3, 64), np.float32))))
+        built = placement(a)
+        assert built[address(half)][1] is not None  # a view of the weights has their data
+        a.compute()
+        assert placement(a) != built  # allocated
+        b.output("z", ggml.ggml_scale(b.ctx, b.input("x", np.ones((4096, 64), np.float32)), 2))
+        b.compute()
+        a._as_built()
+        assert placement(a) == built
+        x = RNG.standard_normal((3, 64)).astype(np.float32)
+        a.set("x", x)
+        np.testing.assert_allclose(a.compute()["y"], x @ WEIGHT[:24].T, rtol=1e-5, atol=1e-5)

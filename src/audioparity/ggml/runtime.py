@@ -74,7 +74,6 @@ class Runtime:
         self._sched = ggml.ggml_backend_sched_new(array, None, len(handles), graph_size,
                                                   False, False)
         self._active: Graph | None = None  # the graph whose allocation the scheduler holds
-        self._persistent: set[int] = set()  # buffers of weights and state (outlive graphs)
         #: What each graph is handed to at its first compute (:func:`capturing_graphs`), or
         #: None.
         self.capture = None

@@ -99,15 +99,12 @@ class _Tensors(Mapping):
             for name, tensor in self._tensors.items():
                 ggml.ggml_backend_tensor_alloc(self._buffer, tensor,
                                                ctypes.c_void_p(addresses[name]))
-            runtime._persistent.add(self._buffer)
         elif shapes:
             self._buffer = ggml.ggml_backend_alloc_ctx_tensors(self._ctx, runtime.backend)
             if not self._buffer:
                 raise AudioparityError(f"could not allocate {len(shapes)} {self._what}s on "
                                        f"{runtime.backend_name}")
-            runtime._persistent.add(self._buffer)
-        self._finalizer = weakref.finalize(self, _free_tensors, self._ctx, self._buffer,
-                                           runtime._persistent)
+        self._finalizer = weakref.finalize(self, _free_tensors, self._ctx, self._buffer)
 
     def __getitem__(self, name: str):
         try:
@@ -310,9 +307,8 @@ class State(_Tensors):
             ggml.ggml_backend_buffer_clear(self._buffer, 0)
 
 
-def _free_tensors(ctx, buffer, persistent: set[int]) -> None:
+def _free_tensors(ctx, buffer) -> None:
     if buffer:
-        persistent.discard(buffer)
         ggml.ggml_backend_buffer_free(buffer)
     ggml.ggml_free(ctx)
 
