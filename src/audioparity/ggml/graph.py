@@ -305,7 +305,8 @@ class _Placement:
     """The fields of a graph's tensor structs that the scheduler and the allocator write, as
     64-bit words of its context's memory (every tensor struct of the graph lives there), with
     their values as built, so that :meth:`restore` writes them back in one vectorised step:
-    each node's ``src`` slots, and each tensor's ``buffer`` and ``data``.
+    each node's ``src`` slots, and each node's and input's ``buffer`` and ``data`` (the
+    graph's other leafs are the weights and state, which live elsewhere).
 
     Attributes:
         words: the context's memory, as 64-bit words (a view, not a copy).
@@ -333,16 +334,15 @@ class _Placement:
         base = address(ggml.ggml_get_mem_buffer(graph.ctx))
         words = np.ctypeslib.as_array((ctypes.c_uint64 * (
             ggml.ggml_get_mem_size(graph.ctx) // cls.WORD)).from_address(base))
-        nodes = np.array([address(ggml.ggml_graph_node(graph._gf, i))
-                          for i in range(graph.n_nodes)], dtype=np.int64) - base
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= words.nbytes):
+        nodes = np.ctypeslib.as_array((ctypes.c_uint64 * graph.n_nodes).from_address(
+            address(ggml.ggml_graph_nodes(graph._gf)))).astype(np.int64) - base
+        inputs = np.array([address(tensor) for tensor, _ in graph._inputs.values()],
+                          dtype=np.int64) - base
+        tensors = np.concatenate([nodes, inputs])
+        if tensors.size and (tensors.min() < 0 or tensors.max() >= words.nbytes):
             raise AudioparityError("a graph node was built on another ggml context")
-        tensors, tensor = [], ggml.ggml_get_first_tensor(graph.ctx)
-        while tensor:
-            tensors.append(address(tensor) - base)
-            tensor = ggml.ggml_get_next_tensor(graph.ctx, tensor)
-        tensors = np.array(tensors, dtype=np.int64) // cls.WORD
-        sources = nodes[:, None] // cls.WORD + cls.SRC + np.arange(cls.MAX_SRC)
+        tensors //= cls.WORD
+        sources = tensors[:len(nodes), None] + cls.SRC + np.arange(cls.MAX_SRC)
         return cls(words, np.concatenate([sources.ravel(), tensors + cls.BUFFER,
                                           tensors + cls.DATA]))
 
