@@ -200,6 +200,7 @@ def _build_info() -> dict:
     info = doctor()
     build = {"ggml_python": info["ggml_python"], "registries": info["registries"],
              "llamafile": "llamafile" in info["cpu_features"],
+             "cpu_features": info["cpu_features"],
              "blas": next((d["description"] for d in info["devices"]
                            if d["registry"] == "BLAS"), None)}
     if build["blas"] == "OpenBLAS":

@@ -87,8 +87,9 @@ class HostSplit:
     (``alloc``: ``ggml_backend_sched_reset`` and ``ggml_backend_sched_alloc_graph``;
     ``upload``: ``ggml_backend_tensor_set`` of the inputs; ``compute``:
     ``ggml_backend_sched_graph_compute``; ``download``: ``ggml_backend_tensor_get`` into
-    numpy), and the rest of the call, ``build``: the graph built op by op through ctypes, and
-    the Python around it. ``compute`` is the floor a graph reused as it is would keep."""
+    numpy), and the rest of the call, ``host``: the graph built op by op through ctypes (none
+    for a graph kept from an earlier call), put back for the scheduler, and the Python around
+    it. ``compute`` is the floor a graph reused as it is would keep."""
 
     CALLS = {"alloc": ("ggml_backend_sched_reset", "ggml_backend_sched_alloc_graph"),
              "upload": ("ggml_backend_tensor_set",),
@@ -116,7 +117,7 @@ class HostSplit:
         return timed
 
     def measure(self, call: Callable[[], Any]) -> dict[str, float]:
-        """``call()`` once with the calls wrapped: ms per part, ``build`` the rest of its wall
+        """``call()`` once with the calls wrapped: ms per part, ``host`` the rest of its wall
         time, ``total`` the wall time and ``graphs`` the graphs computed."""
         for part, names in self.CALLS.items():
             for name in names:
@@ -128,7 +129,7 @@ class HostSplit:
         finally:
             for name, function in self._original.items():
                 setattr(self.ggml, name, function)
-        return {**self.ms, "build": total - sum(self.ms.values()), "total": total,
+        return {**self.ms, "host": total - sum(self.ms.values()), "total": total,
                 "graphs": self.graphs}
 
 
@@ -144,7 +145,8 @@ def _inputs(args, tmp: Path) -> Path:
 def _ggml_call(args, work: Path, runtime) -> Callable[[], Any]:
     """The part to profile on ``runtime``: the Parakeet encoder on the mel of ``audio.wav``, or
     the MOSS prefill or one cached step; weights uploaded as the family's ggml dump uploads them
-    (:func:`measure.upload_family_weights`)."""
+    (:func:`measure.upload_family_weights`). A repeated encoder or prefill computes the graphs
+    the first call kept; each step is at the next cache position, so a new graph."""
     from measure import MOSS, PARAKEET, upload_family_weights
 
     if args.family == "parakeet":
@@ -163,14 +165,13 @@ def _ggml_call(args, work: Path, runtime) -> Callable[[], Any]:
     from audioparity.models.moss_voicegen.backbone import Backbone
 
     weights, config = upload_family_weights(MOSS, runtime, args.model, args.weight_type)
-    net = Backbone(runtime, weights, config, max_context=args.rows + 8)
+    net = Backbone(runtime, weights, config, max_context=args.rows + 8)  # 4 calls + a margin
     rows, step_rows = np.load(work / "rows.npy"), np.load(work / "step_rows.npy")
 
     def call():
         if args.part == "prefill":
-            return net.prefill(rows)
-        net.n_past = args.rows  # the same cached position every time
-        return net.step(step_rows[0])
+            return net.prefill(rows)  # the same rows again: the graph the first call kept
+        return net.step(step_rows[0])  # at the next position: a new graph, as a decode's step
 
     net.prefill(rows)
     return call
@@ -266,7 +267,7 @@ def main() -> None:
           f"{plain_ms:.1f} ms unprofiled, {total:.1f} ms in ops when profiled")
     if split is not None:
         print(f"host split of {split['total']:.1f} ms, {split['graphs']} graphs: " + ", ".join(
-            f"{part} {split[part]:.1f} ms" for part in (*HostSplit.CALLS, "build")))
+            f"{part} {split[part]:.1f} ms" for part in (*HostSplit.CALLS, "host")))
     for r in table[: args.top]:
         print(f"{r['ms']:9.1f} ms {100 * r['share']:5.1f}% {r['count']:5d}x  {r['op']}")
     if args.json:

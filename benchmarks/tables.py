@@ -94,6 +94,51 @@ def ratio_table(records: list[dict], weight_types: list[str]) -> list[str]:
     return lines
 
 
+#: The parts whose matmuls have a right-hand side of many rows (the rest: one row a step).
+MANY_ROWS = ("encoder", "prefill")
+
+
+def kernel(part: str, weight_type: str, features: set[str]) -> str:
+    """The CPU matmul kernel a part's weight matmuls run in ggml 0.15.3 (the ggml of
+    ggml-python 0.0.45), by the CPU features its build uses (:func:`audioparity.ggml.doctor`'s
+    ``cpu_features``): llamafile's tinyBLAS (``ggml-cpu/llamafile/sgemm.cpp``), which ggml tries
+    first for a right-hand side of at least 2 rows, else ggml's ``vec_dot`` of the weight type
+    (``ggml-cpu/vec.cpp``, ``arch/x86/quants.c``), one dot product per output value. An f16,
+    bf16 or q8_0 weight's activations are first converted to its ``vec_dot_type`` (f16, bf16,
+    q8_0 blocks), which is the rounding the quantization-aware reference emulates."""
+    width = "AVX-512" if "avx512" in features else "AVX2" if "avx2" in features else "SSE"
+    vnni = "VNNI dpbusd" if {"avx512_vnni", "avx_vnni"} & features else "maddubs"
+    bf16 = "avx512_bf16" in features
+    if part in MANY_ROWS and "llamafile" in features:
+        return {"f32": f"tinyBLAS f32, {width} FMA",
+                "f16": f"tinyBLAS f16, {width} (both sides widened to f32 per load)",
+                "bf16": "tinyBLAS bf16, AVX512-BF16 vdpbf16ps" if bf16
+                else f"tinyBLAS bf16, {width} (widened to f32)",
+                "q8_0": f"tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit {vnni}, f32 scale per block"
+                }.get(weight_type, f"vec_dot_{weight_type}")
+    return {"f32": f"vec_dot_f32, {width}", "f16": f"vec_dot_f16, {width} (F16C)",
+            "bf16": "vec_dot_bf16, AVX512-BF16" if bf16 else f"vec_dot_bf16, {width}",
+            "q8_0": f"vec_dot_q8_0_q8_0, 256-bit {vnni}"}.get(weight_type,
+                                                              f"vec_dot_{weight_type}")
+
+
+def build_features(results: list[dict]) -> set[str]:
+    """The CPU features the ggml children's build uses (:func:`measure._build_info`)."""
+    return next((set(r["info"]["cpu_features"]) for r in results
+                 if "cpu_features" in r.get("info", {})), set())
+
+
+def kernel_table(records: list[dict], weight_types: list[str], features: set[str]) -> list[str]:
+    """Markdown: the kernel (:func:`kernel`) of each part and weight type measured."""
+    parts = sorted({(r["model"], r["part"]) for r in records if r["impl"] == "ggml"})
+    lines = ["| model | part | " + " | ".join(weight_types) + " |",
+             "|---|---|" + "---|" * len(weight_types)]
+    for model, part in parts:
+        lines.append(f"| {model} | {part} | "
+                     + " | ".join(kernel(part, t, features) for t in weight_types) + " |")
+    return lines
+
+
 def process_table(results: list[dict]) -> list[str]:
     """Markdown: per process, its peak RSS, buffers, load time and parity figures."""
     lines = ["| process | threads | peak RSS MiB | weights MiB | activations MiB | load s | "
@@ -192,6 +237,8 @@ def write_outputs(out: Path, machine: dict, plan: Plan, results: list[dict],
     lines = [
         *header(f"Benchmark ({plan.size}, ggml build {plan.build})", machine, plan),
         "## Times and ratios (ggml / torch)", "", *ratio_table(records, plan.weight_types), "",
+        "## Kernels (the weight matmuls', by this build's CPU features)", "",
+        *kernel_table(records, plan.weight_types, build_features(results)), "",
         "## Acceptance (issue 5, 2 threads)", "", *acceptance(records), "",
         "## Processes (peak RSS, parity with the reference)", "", *process_table(results), "",
     ]

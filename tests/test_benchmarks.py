@@ -149,8 +149,34 @@ def test_run_tiny(cache: Path, tmp_path: Path) -> None:
             assert float(row[f"{weight_type} ratio"]) > 0, row
     assert len([line for line in printed if line.startswith("- ")]) == 4  # acceptance lines
     text = (out / "bench.md").read_text()
-    for section in ("## Times and ratios", "## Acceptance", "## Processes", "## Memory"):
+    for section in ("## Times and ratios", "## Kernels", "## Acceptance", "## Processes",
+                    "## Memory"):
         assert section in text
+    kernels = markdown_rows(text.splitlines(), "| model | part | f32")
+    assert {(row["model"], row["part"]) for row in kernels} == {
+        (model, part) for model, parts in PARTS.items() for part in parts}
+
+
+@pytest.mark.parametrize("part, weight_type, features, expected", [
+    # ggml 0.15.3: llamafile's sgemm takes 2+ rows (sgemm.cpp: "if (n < 2) return false")
+    ("prefill", "f32", {"avx512", "llamafile"}, "tinyBLAS f32, AVX-512 FMA"),
+    ("encoder", "f32", {"avx2", "llamafile"}, "tinyBLAS f32, AVX2 FMA"),
+    ("step", "f32", {"avx512", "llamafile"}, "vec_dot_f32, AVX-512"),
+    ("prefill", "f32", {"avx512"}, "vec_dot_f32, AVX-512"),  # built without llamafile
+    # tinyBLAS<32, __m512, __m512bh> only with __AVX512BF16__
+    ("prefill", "bf16", {"avx512", "avx512_bf16", "llamafile"},
+     "tinyBLAS bf16, AVX512-BF16 vdpbf16ps"),
+    ("prefill", "bf16", {"avx2", "llamafile"}, "tinyBLAS bf16, AVX2 (widened to f32)"),
+    # tinyBLAS_Q0_AVX: _mm256_dpbusd_epi32 with AVX512-VNNI or AVX-VNNI, else maddubs
+    ("encoder", "q8_0", {"avx512", "avx512_vnni", "llamafile"},
+     "tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit VNNI dpbusd, f32 scale per block"),
+    ("decoder", "q8_0", {"avx2"}, "vec_dot_q8_0_q8_0, 256-bit maddubs"),
+])
+def test_kernel_follows_ggmls_dispatch(part, weight_type, features, expected) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    from tables import kernel
+
+    assert kernel(part, weight_type, features) == expected
 
 
 def test_builds_tiny(cache: Path, tmp_path: Path) -> None:
@@ -203,7 +229,7 @@ def test_profile_ops_tiny(cache: Path, tmp_path: Path, family: str, impl: str,
     graphs = (family_of("parakeet_tdt").config(model).encoder.n_layers + 1
               if family == "parakeet" else 1)
     assert re.search(rf"^host split of [\d.]+ ms, {graphs} graphs: alloc ", stdout, re.M)
-    assert split["graphs"] == graphs and split["compute"] > 0 and split["build"] > 0
+    assert split["graphs"] == graphs and split["compute"] > 0 and split["host"] > 0
     assert min(split[part] for part in ("alloc", "upload", "download")) >= 0
 
 
