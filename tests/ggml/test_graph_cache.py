@@ -1,7 +1,7 @@
 """A :class:`GraphCache` builds a graph once per key and input shapes and computes it again on
 new inputs: the same bytes as a graph built for the call, whatever graphs ran in between; a new
-key or shape builds anew; while graphs are captured (a drill-down) and past its limit, nothing
-is kept."""
+key or shape builds anew; while graphs are captured (a drill-down) each stage keeps its own;
+past its limit, nothing is kept."""
 
 from __future__ import annotations
 
@@ -76,18 +76,27 @@ def test_a_new_dtype_or_input_name_builds_anew(runtime):
     cache.close()
 
 
-def test_nothing_is_kept_while_graphs_are_captured(runtime, weights, monkeypatch):
-    saved = []
+def test_while_graphs_are_captured_each_stage_keeps_and_saves_its_own(runtime, weights,
+                                                                      monkeypatch):
+    """A drill-down pairs saved graphs by the stage that computed them: a graph kept from an
+    earlier stage would leave a later one without its graph."""
+    saved, stage = [], {"running": "layer_0"}
 
     class Capture:
         def save(self, gf, **_):
-            saved.append(gf)
+            saved.append(stage["running"])
+
+        def phase(self):
+            return stage["running"]
 
     monkeypatch.setattr(runtime, "capture", Capture())
     cache, build = GraphCache(runtime), projection(weights, "w")
-    for _ in range(3):
-        cache.compute("w", {"x": RNG.standard_normal((4, 64)).astype(np.float32)}, build)
-    assert build.calls == 3 and len(saved) == 3 and len(cache) == 0
+    for running, computes in (("layer_0", 3), ("layer_0_isolated", 2)):
+        stage["running"] = running
+        for _ in range(computes):
+            cache.compute("w", {"x": RNG.standard_normal((4, 64)).astype(np.float32)}, build)
+    assert build.calls == 2 and saved == ["layer_0", "layer_0_isolated"] and len(cache) == 2
+    cache.close()
 
 
 def test_past_its_limit_a_call_builds_and_frees_its_own_graph(runtime, weights, monkeypatch):

@@ -59,10 +59,8 @@ PATCHES = [
     # process's first starts from the state the last step left, not from zeros. A case run
     # fresh (its own process) is right; run again in one process, it is not.
     ("parakeet_tdt/decoder.py",
-     "        self._predict_graph: Graph | None = None\n"
-     "        self._joint_graph: Graph | None = None\n",
-     "        self._predict_graph: Graph | None = None\n"
-     "        self._joint_graph: Graph | None = None\n"
+     "        self._graphs = GraphCache(runtime)\n",
+     "        self._graphs = GraphCache(runtime)\n"
      f"        if {SWITCH} == 'leak':\n"
      "            TdtDecoder.made = getattr(TdtDecoder, 'made', 0) + 1\n"),
     ("parakeet_tdt/decoder.py",

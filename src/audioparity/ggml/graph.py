@@ -72,7 +72,7 @@ class Graph:
         self._gf = ggml.ggml_new_graph_custom(self.ctx, runtime.graph_size, False)
         self._expanded = False
         self._computed = False
-        self._placement: _Placement | None = None  # node sources and unplaced tensors as built
+        self._placement: _Placement | None = None  # what the scheduler writes, as built
         self._saved = False
         self._checked = False  # compute buffers checked against the memory free
         self._unsupported: dict[str, int] | None = None  # ops the backend leaves to the CPU
@@ -277,8 +277,8 @@ class Graph:
         rewired some to its copies on the other backend, which it has freed since; and each
         tensor its ``buffer`` and ``data`` (none, or a view's of the weights or state), since
         the allocator takes a tensor with ``data`` as allocated and the scheduler a tensor with
-        a ``buffer`` as living there, and both are stale now. One vectorised write into the
-        context's memory puts back a graph of thousands of nodes in microseconds.
+        a ``buffer`` as living there, and both are stale now. Both are one vectorised write
+        into the context's memory, however many nodes the graph has.
         """
         if self._placement is None:
             self._placement = _Placement.of(self)
@@ -314,7 +314,6 @@ class _Placement:
         built: their values as built.
     """
 
-    WORD = _WORD
     SRC, BUFFER, DATA = (getattr(ggml.ggml_tensor, field).offset // _WORD
                          for field in ("src", "buffer", "data"))
     MAX_SRC = ggml.ggml_tensor.src.size // _WORD
@@ -333,7 +332,7 @@ class _Placement:
         """
         base = address(ggml.ggml_get_mem_buffer(graph.ctx))
         words = np.ctypeslib.as_array((ctypes.c_uint64 * (
-            ggml.ggml_get_mem_size(graph.ctx) // cls.WORD)).from_address(base))
+            ggml.ggml_get_mem_size(graph.ctx) // _WORD)).from_address(base))
         nodes = np.ctypeslib.as_array((ctypes.c_uint64 * graph.n_nodes).from_address(
             address(ggml.ggml_graph_nodes(graph._gf)))).astype(np.int64) - base
         inputs = np.array([address(tensor) for tensor, _ in graph._inputs.values()],
@@ -341,7 +340,7 @@ class _Placement:
         tensors = np.concatenate([nodes, inputs])
         if tensors.size and (tensors.min() < 0 or tensors.max() >= words.nbytes):
             raise AudioparityError("a graph node was built on another ggml context")
-        tensors //= cls.WORD
+        tensors //= _WORD
         sources = tensors[:len(nodes), None] + cls.SRC + np.arange(cls.MAX_SRC)
         return cls(words, np.concatenate([sources.ravel(), tensors + cls.BUFFER,
                                           tensors + cls.DATA]))
@@ -360,9 +359,10 @@ class GraphCache:
     The key names what the graph's structure depends on besides its inputs' shapes and dtypes
     (a layer index, a KV-cache position); the build sees nothing else that changes, since the
     cache belongs to the object that holds the weights and state the graphs read. While the
-    runtime captures graphs (:func:`~audioparity.ggml.runtime.capturing_graphs`) nothing is
-    reused, so that every compute is saved with the phase that ran it. Past
-    :data:`GRAPH_CACHE_LIMIT` graphs a call builds its own and frees it.
+    runtime captures graphs (:func:`~audioparity.ggml.runtime.capturing_graphs`) the key also
+    holds the dump stage running (the capture's ``phase()``), so that each stage's graphs are
+    saved under it, as a drill-down pairs them. Past :data:`GRAPH_CACHE_LIMIT` graphs a call
+    builds its own and frees it.
 
     Args:
         runtime: the runtime the graphs compute on.
@@ -389,7 +389,9 @@ class GraphCache:
             AudioparityError: as :meth:`Graph.input` and :meth:`Graph.compute`.
         """
         arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-        full_key = (key, tuple((name, a.shape, a.dtype.str) for name, a in arrays.items()))
+        capture = self._runtime.capture
+        full_key = (key, tuple((name, a.shape, a.dtype.str) for name, a in arrays.items()),
+                    None if capture is None else capture.phase())
         graph = self._graphs.get(full_key)
         if graph is not None:
             for name, array in arrays.items():
@@ -401,7 +403,7 @@ class GraphCache:
         except BaseException:
             graph.close()
             raise
-        if self._runtime.capture is not None or len(self._graphs) >= GRAPH_CACHE_LIMIT:
+        if len(self._graphs) >= GRAPH_CACHE_LIMIT:
             with graph:
                 return graph.compute()
         self._graphs[full_key] = graph

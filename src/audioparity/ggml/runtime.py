@@ -205,9 +205,10 @@ _CAPTURE = contextvars.ContextVar("audioparity_graph_capture", default=None)
 def capturing_graphs(capture) -> Iterator[None]:
     """Within the block, every runtime :func:`open_runtime` opens gets ``capture(writer)`` as
     its :attr:`Runtime.capture`: an object whose ``save(gf, inputs=..., outputs=..., kinds=...)``
-    each graph calls once, at its first compute (:class:`audioparity.ggml.graphs.GraphCapture`,
-    for a drill-down). The runtime itself imports none of it, so a dump's code inputs stay the
-    runtime's."""
+    each graph calls once, at its first compute, and whose ``phase()`` names the dump stage
+    running, under which a :class:`~audioparity.ggml.GraphCache` then keeps its graphs
+    (:class:`audioparity.ggml.graphs.GraphCapture`, for a drill-down). The runtime itself
+    imports none of it, so a dump's code inputs stay the runtime's."""
     token = _CAPTURE.set(capture)
     try:
         yield

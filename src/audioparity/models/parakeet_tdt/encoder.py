@@ -506,8 +506,8 @@ class Encoder:
         name = f"input_{index}"
 
         def build(g: Graph, t: dict) -> None:
-            g.output(Names.LAYER.at(index), conformer_layer(
-                g.ctx, self.weights, index, cfg, t[name], self._attention_inputs(t)), ndim=2)
+            h = conformer_layer(g.ctx, self.weights, index, cfg, t[name], self._attention_inputs(t))
+            g.output(Names.LAYER.at(index), h, ndim=2)
 
         out = self._graphs.compute(
             (Names.LAYER.at(index), self.flash_attention, self.chunk_rows),
