@@ -354,7 +354,8 @@ class GraphCache:
     """The graphs of one model object (an encoder, a decoder with its caches), each built once
     per key and input shapes and computed again with new input values (:meth:`Graph.set`), as
     llama.cpp reuses a graph whose shapes did not change: the same graph on the same values
-    computes the same bytes, and only the build in Python (one ctypes call per node) is saved.
+    computes the same bytes, and what is saved is the build in Python (a ctypes call per node)
+    and its first placement.
 
     The key names what the graph's structure depends on besides its inputs' shapes and dtypes
     (a layer index, a KV-cache position); the build sees nothing else that changes, since the
