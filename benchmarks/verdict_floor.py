@@ -35,12 +35,13 @@ import statistics
 import sys
 from pathlib import Path
 
+from audioparity.dumping.artifacts import GRAPH_SECONDS
+from audioparity.models.registry import spec_of
+
 HERE = Path(__file__).resolve().parent
 
-#: Manifest stages that are no pass of the model: loading the weights.
+#: The manifest stage that is no pass of the model: loading the weights.
 LOAD = "load"
-#: The dump manifest key of its graphs' compute seconds per stage.
-GRAPH_SECONDS = "graph_seconds"
 
 
 def job_seconds(tsv: Path) -> float:
@@ -56,8 +57,6 @@ def _manifest(folder: Path) -> dict:
 def _passes(family: str, seconds: dict[str, float]) -> tuple[float, float]:
     """A ggml dump's stage seconds as (candidate pass, isolated pass: the forms and the
     reference-path stages of the family's spec), load left out."""
-    from audioparity.models.registry import spec_of
-
     spec = spec_of(family)
     own = isolated = 0.0
     for stage, value in seconds.items():
