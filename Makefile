@@ -19,12 +19,15 @@ export CMAKE_BUILD_PARALLEL_LEVEL := $(CMAKE_BUILD_PARALLEL_LEVEL)
 # ggml-vulkan lists a CPU driver (Mesa's lavapipe) only when this names it; 0 is the device the
 # workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
 export GGML_VK_VISIBLE_DEVICES ?= 0
-# The ggml builds, by GGML_BACKEND: the CMake arguments and the patch each adds (cpu: none).
+# The ggml builds, by GGML_BACKEND: the CMake arguments and the patch each adds to the CPU
+# backend's, which every build applies: a q8_0 x q8_0 matmul kernel for prompt-sized inputs
+# (BENCHMARKS.md, "Kernels").
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
 GGML_BACKEND ?= cpu
 CUDA_ARCHITECTURES ?= native
 GGML_ARGS_vulkan := -DGGML_VULKAN=ON
 GGML_ARGS_cuda = -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)
+GGML_PATCH_cpu := setup/patches/ggml-python-q8_0-gemm.patch
 GGML_PATCH_vulkan := setup/patches/ggml-python-vulkan-headers.patch
 GGML_PATCH_cuda := setup/patches/ggml-python-cuda.patch
 VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
@@ -38,7 +41,7 @@ setup: $(STAMP)
 # The wheel is cached outside the checkout (setup/ggml-python.sh), so a second setup installs it
 # without compiling. It has no GPU backend: setup-vulkan and setup-cuda
 # replace it, and a new setup drops theirs.
-$(STAMP): pyproject.toml Makefile setup/ggml-python.sh
+$(STAMP): pyproject.toml Makefile setup/ggml-python.sh $(GGML_PATCH_cpu)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
@@ -75,7 +78,7 @@ $(CUDA_STAMP): $(STAMP) $(GGML_PATCH_cuda) setup/ggml-python.sh
 ggml-python:
 	$(if $(filter $(GGML_BACKEND),cpu vulkan cuda),,$(error GGML_BACKEND=$(GGML_BACKEND): expected cpu, vulkan or cuda))
 	setup/ggml-python.sh $(BIN)/python "$(strip $(GGML_CMAKE_ARGS) $(GGML_ARGS_$(GGML_BACKEND)))" \
-		$(GGML_PATCH_$(GGML_BACKEND))
+		$(sort $(GGML_PATCH_cpu) $(GGML_PATCH_$(GGML_BACKEND)))
 
 # A run killed mid-way (SIGKILL, power loss) leaves Snakemake's lock (.snakemake/locks/) and
 # incomplete markers: unlock when a lock is there, and rerun what was incomplete. Do not start

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# ggml-python built from its source package with the given CMake arguments (and a patch, if
-# given), into the venv of PYTHON. The wheel is kept in AUDIOPARITY_WHEELS (default
-# ~/.cache/audioparity/wheels), keyed by the version, the CMake arguments, the patch and the CPU's
+# ggml-python built from its source package with the given CMake arguments (and the patches
+# given, in order), into the venv of PYTHON. The wheel is kept in AUDIOPARITY_WHEELS (default
+# ~/.cache/audioparity/wheels), keyed by the version, the CMake arguments, the patches and the CPU's
 # flags (a native build runs only where it was built), so a second setup installs it without
 # compiling. The cache is shared by every checkout of the machine: one run at a time builds a
 # wheel (flock(1) on $cache/.<entry>.lock; another run says it waits, then reuses the wheel), into
@@ -12,16 +12,16 @@
 # compiling (minutes), setup/bindings.py checks that the patched source defines every function
 # ggml-python binds for the backends the CMake arguments enable (a missing one fails
 # `import ggml`); after installing, that the installed libraries export them.
-#   usage: setup/ggml-python.sh PYTHON "CMAKE_ARGS" [PATCH]
+#   usage: setup/ggml-python.sh PYTHON "CMAKE_ARGS" [PATCH...]
 set -euo pipefail
 python=$1
 cmake_args=$2
-patch_file=${3:-}
+patches=("${@:3}")
 version=0.0.45
 here=$(dirname "$0")
 cache=${AUDIOPARITY_WHEELS:-$HOME/.cache/audioparity/wheels}
 key=$( { echo "$version $cmake_args"; grep -m1 '^flags' /proc/cpuinfo || true
-         if [ -n "$patch_file" ]; then cat "$patch_file"; fi; } | sha256sum | cut -c1-16)
+         if ((${#patches[@]})); then cat "${patches[@]}"; fi; } | sha256sum | cut -c1-16)
 entry=ggml-python-$version-$key
 wheels=$cache/$entry
 mkdir -p "$cache"
@@ -36,14 +36,14 @@ if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
     rm -rf "$partial"
     mkdir "$partial"
     trap 'rm -rf "$work" "$partial"' EXIT
-    echo "setup: building ggml-python $version with $cmake_args${patch_file:+ and $patch_file} (minutes)" >&2
+    echo "setup: building ggml-python $version with $cmake_args${patches:+ and ${patches[*]}} (minutes)" >&2
     source_package=$("$here/ggml-python-source.sh" "$python" "$version")
     source=$work/ggml_python-$version
     if ! tar xzf "$source_package" -C "$work" 2>/dev/null || [ ! -d "$source" ]; then
         echo "setup: $source_package is not the source package of ggml-python $version" >&2
         exit 1
     fi
-    if [ -n "$patch_file" ]; then patch --quiet -p1 -d "$source" < "$patch_file"; fi
+    for patch_file in "${patches[@]}"; do patch --quiet -p1 -d "$source" < "$patch_file"; done
     "$python" "$here/bindings.py" source "$source" --cmake-args="$cmake_args"
     isolation=()
     if [ -n "${PIP_NO_INDEX:-}" ]; then

@@ -1,0 +1,52 @@
+"""ggml's CPU matmul with a stored weight, on every kernel it dispatches to, against float64 of
+the rounding the quantization-aware reference emulates: the weight as ggml stores it
+(``storage.stored``) times the input as the CPU backend rounds it (``storage.matmul_input``).
+
+The activations' row counts straddle each kernel's threshold: one row runs ``vec_dot``, two or
+more llamafile's tinyBLAS, eight or more (and weight rows a multiple of eight) the packed q8_0
+kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows leave that kernel's
+tiles a remainder, so tinyBLAS_Q0_AVX takes them. Two threads split the rows between them.
+What may differ is only the order of float32 additions, so the bound is float32's rounding
+over the sum of the terms' magnitudes; a row or column read from the wrong place, a scale
+applied to the wrong block or a saturated 16-bit pair misses it by orders of magnitude."""
+
+from __future__ import annotations
+
+import ggml
+import numpy as np
+import pytest
+
+from audioparity.dumping.storage import matmul_input, stored
+from audioparity.ggml import Runtime
+
+K = 512  # 16 blocks of 32
+RNG = np.random.default_rng(43)
+X = RNG.standard_normal((64, K)).astype(np.float32)
+WEIGHTS = {rows: RNG.standard_normal((rows, K)).astype(np.float32) for rows in (40, 36)}
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    with Runtime("cpu", threads=2) as rt:
+        yield rt
+
+
+@pytest.mark.parametrize("weight_rows", sorted(WEIGHTS))
+@pytest.mark.parametrize("input_rows", [1, 2, 7, 8, 13, 64])
+@pytest.mark.parametrize("weight_type", ["f32", "f16", "bf16", "q8_0", "q4_0"])
+def test_cpu_matmul_is_the_emulated_arithmetic(cpu, weight_type, weight_rows, input_rows):
+    w, x = WEIGHTS[weight_rows], X[:input_rows]
+    weights = cpu.upload({"w": w}, {"w": weight_type})
+    with cpu.graph() as g:
+        g.output("y", ggml.ggml_mul_mat(g.ctx, weights["w"], g.input("x", x)))
+        y = g.compute()["y"].reshape(input_rows, weight_rows)
+    stored_w = stored(w, weight_type).astype(np.float64)
+    rounded_x = matmul_input(x, weight_type).astype(np.float64)
+    truth = rounded_x @ stored_w.T
+    magnitude = np.abs(rounded_x) @ np.abs(stored_w).T
+    bound = 4 * np.finfo(np.float32).eps * (K // 32 + 8) * magnitude
+    excess = np.abs(y - truth) - bound
+    assert np.all(excess <= 0), (
+        f"{weight_type} ({weight_rows} x {K}) times {input_rows} rows: the worst element is "
+        f"off by {np.abs(y - truth).flat[np.argmax(excess)]:.3g}, past its bound of "
+        f"{bound.flat[np.argmax(excess)]:.3g}")
