@@ -103,9 +103,11 @@ def kernel(part: str, weight_type: str, features: set[str]) -> str:
     ggml-python 0.0.45), by the CPU features its build uses (:func:`audioparity.ggml.doctor`'s
     ``cpu_features``): llamafile's tinyBLAS (``ggml-cpu/llamafile/sgemm.cpp``), which ggml tries
     first for a right-hand side of at least 2 rows, else ggml's ``vec_dot`` of the weight type
-    (``ggml-cpu/vec.cpp``, ``arch/x86/quants.c``), one dot product per output value. An f16,
-    bf16 or q8_0 weight's activations are first converted to its ``vec_dot_type`` (f16, bf16,
-    q8_0 blocks), which is the rounding the quantization-aware reference emulates."""
+    (``ggml-cpu/vec.cpp``, ``arch/x86/quants.c``), one dot product per output value. A build
+    with ``setup/patches/ggml-python-q8_0-gemm.patch`` (feature ``q8_0_r8``) runs q8_0 with 8
+    or more rows in its tinyBLAS_Q8_0_R8. An f16, bf16 or q8_0 weight's activations are first
+    converted to its ``vec_dot_type`` (f16, bf16, q8_0 blocks), which is the rounding the
+    quantization-aware reference emulates."""
     width = "AVX-512" if "avx512" in features else "AVX2" if "avx2" in features else "SSE"
     vnni = "VNNI dpbusd" if {"avx512_vnni", "avx_vnni"} & features else "maddubs"
     bf16 = "avx512_bf16" in features
@@ -114,7 +116,9 @@ def kernel(part: str, weight_type: str, features: set[str]) -> str:
                 "f16": f"tinyBLAS f16, {width} (both sides widened to f32 per load)",
                 "bf16": "tinyBLAS bf16, AVX512-BF16 vdpbf16ps" if bf16
                 else f"tinyBLAS bf16, {width} (widened to f32)",
-                "q8_0": f"tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit {vnni}, f32 scale per block"
+                "q8_0": f"tinyBLAS_Q8_0_R8 q8_0 x q8_0 (patched), 8 rows packed, 256-bit {vnni}, "
+                        "f32 scale per block of 8 rows" if "q8_0_r8" in features else
+                        f"tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit {vnni}, f32 scale per block"
                 }.get(weight_type, f"vec_dot_{weight_type}")
     return {"f32": f"vec_dot_f32, {width}", "f16": f"vec_dot_f16, {width} (F16C)",
             "bf16": "vec_dot_bf16, AVX512-BF16" if bf16 else f"vec_dot_bf16, {width}",

@@ -11,6 +11,7 @@ benchmarks/results is left as it was.
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 import os
@@ -27,6 +28,9 @@ from audioparity.models.registry import family as family_of
 from tests import REPO
 
 BENCHMARKS = REPO / "benchmarks"
+# benchmarks/ holds scripts that import each other by name (tables imports checkpoints)
+sys.path.insert(0, str(BENCHMARKS))
+tables = importlib.import_module("tables")
 #: The cached checkpoints' names, as ``run.ensure_checkpoint`` looks them up (seed 0).
 PARAKEET_TINY, MOSS_TINY = "parakeet-tiny-s0.nemo", "moss-tiny-s0"
 #: The columns of bench.csv (and builds.csv) that the tables of run.py and BENCHMARKS.md read.
@@ -171,12 +175,15 @@ def test_run_tiny(cache: Path, tmp_path: Path) -> None:
     ("encoder", "q8_0", {"avx512", "avx512_vnni", "llamafile"},
      "tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit VNNI dpbusd, f32 scale per block"),
     ("decoder", "q8_0", {"avx2"}, "vec_dot_q8_0_q8_0, 256-bit maddubs"),
+    # setup/patches/ggml-python-q8_0-gemm.patch: tinyBLAS_Q8_0_R8 from 8 rows on; one row stays
+    # vec_dot (sgemm is not called)
+    ("prefill", "q8_0", {"avx2", "llamafile", "q8_0_r8"},
+     "tinyBLAS_Q8_0_R8 q8_0 x q8_0 (patched), 8 rows packed, 256-bit maddubs, "
+     "f32 scale per block of 8 rows"),
+    ("step", "q8_0", {"avx2", "llamafile", "q8_0_r8"}, "vec_dot_q8_0_q8_0, 256-bit maddubs"),
 ])
 def test_kernel_follows_ggmls_dispatch(part, weight_type, features, expected) -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    from tables import kernel
-
-    assert kernel(part, weight_type, features) == expected
+    assert tables.kernel(part, weight_type, features) == expected
 
 
 def test_builds_tiny(cache: Path, tmp_path: Path) -> None:

@@ -198,15 +198,44 @@ def _doctor_notes(registries: set[str], devices: list[dict]) -> list[str]:
     return []
 
 
+#: CPU kernels a patch of ``setup/patches/`` adds, by the feature name the patched CPU backend
+#: reports for it (``ggml_backend_get_features``) -> the name :func:`build_info` lists.
+PATCHED_KERNELS = {"Q8_0_R8": "q8_0_r8"}
+
+
+class _Feature(ctypes.Structure):
+    """``struct ggml_backend_feature`` (ggml-backend.h): a name and its value, both strings."""
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_char_p)]
+
+
+def _cpu_backend_features() -> set[str]:
+    """The names ggml's CPU backend reports through its registry's ``ggml_backend_get_features``
+    (ggml-cpu.cpp, ``ggml_backend_cpu_get_features``: the list ends with a null name)."""
+    registry = ggml.ggml_backend_reg_by_name(_REGISTRY_NAMES["cpu"])
+    address = registry and ggml.ggml_backend_reg_get_proc_address(
+        registry, b"ggml_backend_get_features")
+    if not address:
+        return set()
+    features = ctypes.CFUNCTYPE(ctypes.POINTER(_Feature), ctypes.c_void_p)(address)(registry)
+    names, i = set(), 0
+    while features[i].name is not None:
+        names.add(features[i].name.decode())
+        i += 1
+    return names
+
+
 def build_info() -> dict:
-    """Which ggml build computes: versions and the ``ggml_cpu_has_*`` features that are set
-    (``llamafile`` and ``blas`` change the f16/f32 matmul kernels, hence the numerics). Every
-    ggml dump records it in its manifest (``ggml_build``)."""
+    """Which ggml build computes: versions, the ``ggml_cpu_has_*`` features that are set
+    (``llamafile`` and ``blas`` change the f16/f32 matmul kernels, hence the numerics) and the
+    kernels the project's patches add that this build has (:data:`PATCHED_KERNELS`: they
+    change the order of a q8_0 matmul's float additions). Every ggml dump records it in its
+    manifest (``ggml_build``)."""
     features = sorted(
-        name.removeprefix("ggml_cpu_has_")
-        for name in dir(ggml)
-        if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))
-    )
+        [name.removeprefix("ggml_cpu_has_")
+         for name in dir(ggml)
+         if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))]
+        + [name for feature, name in PATCHED_KERNELS.items()
+           if feature in _cpu_backend_features()])
     return {"ggml_python": ggml.__version__, "ggml": ggml.GGML_VERSION, "cpu_features": features}
 
 
