@@ -54,7 +54,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from run import ensure_checkpoint, machine_info  # noqa: E402
-from verdict_floor import verdict_costs  # noqa: E402
+from verdict_floor import benchmark_row, verdict_costs  # noqa: E402
 
 from audioparity.dumping.memory import host_free_bytes  # noqa: E402
 
@@ -209,10 +209,8 @@ def job_peak_rss(results: Path) -> tuple[float, str]:
     """The largest ``max_rss`` (MB) of Snakemake's benchmark files, and its job."""
     best = (0.0, "")
     for tsv in (results / "benchmarks").rglob("*.tsv"):
-        header, row = tsv.read_text().splitlines()[:2]
-        values = dict(zip(header.split("\t"), row.split("\t"), strict=False))
         try:
-            rss = float(values["max_rss"])
+            rss = float(benchmark_row(tsv)["max_rss"])
         except (KeyError, ValueError):
             continue
         best = max(best, (rss, str(tsv.relative_to(results / "benchmarks"))))

@@ -44,10 +44,16 @@ HERE = Path(__file__).resolve().parent
 LOAD = "load"
 
 
+def benchmark_row(tsv: Path) -> dict[str, str]:
+    """The first row of a Snakemake benchmark file (tab-separated: ``s``, ``max_rss``, ...),
+    by column name."""
+    header, row = tsv.read_text().splitlines()[:2]
+    return dict(zip(header.split("\t"), row.split("\t"), strict=False))
+
+
 def job_seconds(tsv: Path) -> float:
     """The wall seconds (``s``) of a Snakemake benchmark file."""
-    header, row = tsv.read_text().splitlines()[:2]
-    return float(dict(zip(header.split("\t"), row.split("\t"), strict=False))["s"])
+    return float(benchmark_row(tsv)["s"])
 
 
 def _manifest(folder: Path) -> dict:
