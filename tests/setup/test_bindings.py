@@ -1,6 +1,7 @@
 """setup/bindings.py: ggml-python 0.0.45's CUDA binding that no source defines is found in its
-source package, setup/patches/ggml-python-cuda.patch leaves none, the installed ggml exports
-every binding it enables, and a planted binding is reported, by the command line too."""
+source package, setup/patches/ggml-python-cuda.patch leaves none (the other patches applied
+with it), the installed ggml exports every binding it enables, and a planted binding is
+reported, by the command line too."""
 
 from __future__ import annotations
 
@@ -53,11 +54,15 @@ def unpatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def patched(unpatched: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same, with setup/patches/ggml-python-cuda.patch applied (as `make setup-cuda` does)."""
+    """The same, with every patch of setup/patches/ applied: each build applies the CPU
+    backend's (ggml-python-q8_0-gemm.patch) and its backend's (`make setup-cuda`: the CUDA
+    one), so they must apply together."""
     folder = tmp_path_factory.mktemp("patched") / unpatched.name
     shutil.copytree(unpatched, folder)
-    with open(SETUP / "patches" / "ggml-python-cuda.patch") as patch:
-        subprocess.run(["patch", "--quiet", "-p1", "-d", str(folder)], stdin=patch, check=True)
+    for path in sorted((SETUP / "patches").glob("*.patch")):
+        with open(path) as patch:
+            subprocess.run(["patch", "--quiet", "-p1", "-d", str(folder)], stdin=patch,
+                           check=True)
     return folder
 
 
