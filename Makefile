@@ -21,7 +21,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := $(CMAKE_BUILD_PARALLEL_LEVEL)
 export GGML_VK_VISIBLE_DEVICES ?= 0
 # The ggml builds, by GGML_BACKEND: the CMake arguments and the patch each adds to the CPU
 # backend's, which every build applies: a q8_0 x q8_0 matmul kernel for prompt-sized inputs
-# (BENCHMARKS.md, "Kernels").
+# (BENCHMARKS.md, "A q8_0 kernel").
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
 GGML_BACKEND ?= cpu
 CUDA_ARCHITECTURES ?= native
