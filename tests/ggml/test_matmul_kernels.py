@@ -8,7 +8,8 @@ kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows leave th
 tiles a remainder, so tinyBLAS_Q0_AVX takes them. Two threads split the rows between them.
 What may differ is only the order of float32 additions, so the bound is float32's rounding
 over the sum of the terms' magnitudes; a row or column read from the wrong place, a scale
-applied to the wrong block or a saturated 16-bit pair misses it by orders of magnitude."""
+applied to the wrong block or a saturated 16-bit pair misses it by orders of magnitude. The
+build under test must have the patched kernel where it compiles (AVX2 with F16C)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from audioparity.dumping.storage import matmul_input, stored
-from audioparity.ggml import Runtime
+from audioparity.ggml import Runtime, build_info
 
 K = 512  # 16 blocks of 32
 RNG = np.random.default_rng(43)
@@ -50,3 +51,11 @@ def test_cpu_matmul_is_the_emulated_arithmetic(cpu, weight_type, weight_rows, in
         f"{weight_type} ({weight_rows} x {K}) times {input_rows} rows: the worst element is "
         f"off by {np.abs(y - truth).flat[np.argmax(excess)]:.3g}, past its bound of "
         f"{bound.flat[np.argmax(excess)]:.3g}")
+
+
+def test_the_build_reports_the_patched_q8_0_kernel():
+    """Every build applies setup/patches/ggml-python-q8_0-gemm.patch (the Makefile), whose
+    kernel is compiled for AVX2 with F16C; such a build lists it (``q8_0_r8``), so a dump's
+    ``ggml_build`` says which kernel summed its q8_0 matmuls."""
+    features = set(build_info()["cpu_features"])
+    assert ("q8_0_r8" in features) == ({"avx2", "f16c", "llamafile"} <= features), features
