@@ -4,8 +4,8 @@ the rounding the quantization-aware reference emulates: the weight as ggml store
 
 The activations' row counts straddle each kernel's threshold: one row runs ``vec_dot``, two or
 more llamafile's tinyBLAS, eight or more (and weight rows a multiple of eight) the packed q8_0
-kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows leave that kernel's
-tiles a remainder, so tinyBLAS_Q0_AVX takes them. Two threads split the rows between them.
+kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows are no multiple of
+eight, so tinyBLAS_Q0_AVX takes the whole matmul. Two threads split the rows between them.
 What may differ is only the order of float32 additions, so the bound is float32's rounding
 over the sum of the terms' magnitudes; a row or column read from the wrong place, a scale
 applied to the wrong block or a saturated 16-bit pair misses it by orders of magnitude. The
