@@ -6,10 +6,12 @@ The activations' row counts straddle each kernel's threshold: one row runs ``vec
 more llamafile's tinyBLAS, eight or more (and weight rows a multiple of eight) the packed q8_0
 kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows are no multiple of
 eight, so tinyBLAS_Q0_AVX takes the whole matmul. Two threads split the rows between them.
-What may differ is only the order of float32 additions, so the bound is float32's rounding
-over the sum of the terms' magnitudes; a row or column read from the wrong place, a scale
-applied to the wrong block or a saturated 16-bit pair misses it by orders of magnitude. The
-build under test must have the patched kernel where it compiles (AVX2 with F16C)."""
+What may differ is only the order of float32 additions, so each output is held to the
+first-order bound on a float32 sum of n rounded terms (:func:`rounding_bound`). A row or column
+read from the wrong place, a scale applied to the wrong block or a saturated 16-bit pair misses
+it by orders of magnitude, and so does a scale rounded once more (to f16: 2^-11 of each term,
+against 2^-24 times the number of terms). The build under test must have the patched kernel
+where it compiles (AVX2 with F16C)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,30 @@ import ggml
 import numpy as np
 import pytest
 
-from audioparity.dumping.storage import matmul_input, stored
+from audioparity.dumping.storage import BLOCK_SIZES, matmul_input, stored
 from audioparity.ggml import Runtime, build_info
 
 K = 512  # 16 blocks of 32
 RNG = np.random.default_rng(43)
 X = RNG.standard_normal((64, K)).astype(np.float32)
 WEIGHTS = {rows: RNG.standard_normal((rows, K)).astype(np.float32) for rows in (40, 36)}
+
+
+#: float32's unit roundoff
+UNIT_ROUNDOFF = 2.0 ** -24
+
+
+def rounding_bound(x: np.ndarray, w: np.ndarray, weight_type: str) -> np.ndarray:
+    """``[rows of x, rows of w]``: ``(n + 2) u sum |t|`` over the terms ``t`` a kernel rounds
+    and adds in float32 (float64 ``x`` and ``w`` as computed with). A float type's kernels add
+    single products; a quantized type's add exact integer sums of four products (ggml's
+    ``vec_dot`` and tinyBLAS_Q0_AVX, one 32-bit lane each) or of a whole 32-value block (the
+    patched kernel, whose terms are sums of these), each times its scale product, rounded once
+    more: hence the 2."""
+    group = 1 if BLOCK_SIZES[weight_type] == 1 else 4
+    products = x[:, None, :] * w[None, :, :]
+    terms = products.reshape(*products.shape[:2], K // group, group).sum(axis=-1)
+    return (K // group + 2) * UNIT_ROUNDOFF * np.abs(terms).sum(axis=-1)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +63,7 @@ def test_cpu_matmul_is_the_emulated_arithmetic(cpu, weight_type, weight_rows, in
     stored_w = stored(w, weight_type).astype(np.float64)
     rounded_x = matmul_input(x, weight_type).astype(np.float64)
     truth = rounded_x @ stored_w.T
-    magnitude = np.abs(rounded_x) @ np.abs(stored_w).T
-    bound = 4 * np.finfo(np.float32).eps * (K // 32 + 8) * magnitude
+    bound = rounding_bound(rounded_x, stored_w, weight_type)
     excess = np.abs(y - truth) - bound
     assert np.all(excess <= 0), (
         f"{weight_type} ({weight_rows} x {K}) times {input_rows} rows: the worst element is "
