@@ -210,14 +210,16 @@ WRONG_EMBEDDING_ROW: list[Patch] = [(
 )]
 
 
-def test_a_prediction_network_fault_past_a_near_tie_is_caught_step_by_step(tmp_path):
-    """The trained model on heldout.wav at q8_0: the clean port's free-running decode parts
-    from its quantization-aware reference at position 1, a duration near tie (margin 0.016),
-    which the gates allow; nothing after it is judged. A wrong embedding row for the seventh
-    token then changes the words after it ("under her brave" becomes "garden in a"), and the
-    decode still passes, parting first at that same near tie. decode_logits, the decode
-    teacher-forced along the reference's path, judges every step: the clean port flips only
-    the near tie, the planted one flips steps where the reference's margin is clear."""
+def test_a_prediction_network_fault_is_caught_step_by_step_even_past_a_near_tie(tmp_path):
+    """The trained model on heldout.wav at q8_0, whose quantization-aware reference has a
+    duration near tie at position 1 (margin 0.016). Whether a port's free-running decode flips
+    it is a matter of float32 rounding: ggml's tinyBLAS_Q0_AVX flipped it, the patched q8_0
+    kernel does not. A wrong embedding row for the seventh token changes the words after it
+    ("under her brave" becomes "garden in a"). The free-running decode catches that where it
+    meets the fault first (position 7, a clear margin); where it parted first at the near tie,
+    it passes, and nothing after is judged. Either way decode_logits, the decode teacher-forced
+    along the reference's path, judges every step: the clean port flips at most the near tie,
+    the planted one flips steps where the reference's margin is clear."""
     from audioparity.dumping.driver import dump_reference
     from audioparity.models.registry import family
     from tests import RESOURCES
@@ -231,13 +233,16 @@ def test_a_prediction_network_fault_past_a_near_tie_is_caught_step_by_step(tmp_p
                                reference, weight_type="q8_0")
                   for name, patches in (("clean", []), ("bug", WRONG_EMBEDDING_ROW)))
     known = Dump(reference.with_name("heldout@q8_0")).json("decode")["text"]
-    for rows in (clean, bug):
-        assert rows["decode"]["status"] == "pass", rows["decode"]["reason"]
-        assert rows["decode"]["first_divergence"] == 1 and rows["decode"]["logit_gap"] < 0.02
+    assert clean["decode"]["status"] == "pass", clean["decode"]["reason"]
     assert Dump(tmp_path / "clean" / "dump").json("decode")["text"] == known
     assert Dump(tmp_path / "bug" / "dump").json("decode")["text"] != known  # words changed
+    decode = bug["decode"]
+    if decode["status"] == "pass":  # parted at the near tie first: nothing after it judged
+        assert decode["first_divergence"] == 1 and decode["logit_gap"] < 0.02
+    else:  # met the fault first, where the reference's margin is clear
+        assert decode["first_divergence"] == 7 and "parted at position 7" in decode["reason"]
     assert clean["decode_logits"]["status"] == "pass"
-    assert 0 < clean["decode_logits"]["logit_gap"] < 0.02  # the near tie, its own step only
+    assert clean["decode_logits"]["logit_gap"] < 0.02  # at most the near tie, its own step
     assert bug["decode_logits"]["status"] == "fail"
     assert bug["decode_logits"]["logit_gap"] > 1.0
     assert "top-1 flips at" in bug["decode_logits"]["reason"]
