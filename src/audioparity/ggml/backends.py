@@ -230,12 +230,12 @@ def build_info() -> dict:
     kernels the project's patches add that this build has (:data:`PATCHED_KERNELS`: they
     change the order of a q8_0 matmul's float additions). Every ggml dump records it in its
     manifest (``ggml_build``)."""
+    reported = _cpu_backend_features()
     features = sorted(
         [name.removeprefix("ggml_cpu_has_")
          for name in dir(ggml)
          if name.startswith("ggml_cpu_has_") and _safe_flag(getattr(ggml, name))]
-        + [name for feature, name in PATCHED_KERNELS.items()
-           if feature in _cpu_backend_features()])
+        + [name for feature, name in PATCHED_KERNELS.items() if feature in reported])
     return {"ggml_python": ggml.__version__, "ggml": ggml.GGML_VERSION, "cpu_features": features}
 
 
