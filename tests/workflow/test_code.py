@@ -13,7 +13,7 @@ from audioparity.candidates import load_adapter
 from audioparity.contract.family import SIDE_METHODS
 from audioparity.models.registry import registered
 from audioparity.workflow import imports
-from audioparity.workflow.code import CLI, Code
+from audioparity.workflow.code import CLI, LIBRARY_ENTRY, Code
 from audioparity.workflow.imports import Entry, Sources, entry_imports, parse
 from tests import REPO
 
@@ -119,6 +119,11 @@ def test_a_familys_reference_side_runs_no_ggml_and_its_ggml_side_does(code, name
     assert not [f for f in sides["reference"] if f.startswith("src/audioparity/ggml/")]
     assert [f for f in sides["ggml"] if f.startswith("src/audioparity/ggml/")]
     assert [f for f in sides["weights"] if f.startswith("src/audioparity/ggml/")]
+    # the port's sides run the ggml that make setup builds; the others never (a patch added to
+    # it reruns no reference)
+    built = {side for side, files in sides.items() if LIBRARY_ENTRY in files}
+    assert built == {"ggml", "weights"}
+    assert all("setup/patches/ggml-python-q8_0-gemm.patch" in sides[side] for side in built)
     own = {side: {f for f in files if f.startswith(package)} for side, files in sides.items()}
     assert own["ggml"] - own["reference"], "the port's modules"
     assert own["reference"] - own["ggml"], "the reference's modules"
@@ -144,9 +149,11 @@ def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code
     assert {"src/audioparity/dumping/guard.py", "src/audioparity/candidates/running.py",
             "src/audioparity/candidates/audioparity.py"} <= set(ours)
     assert set(code.side(family, "ggml")) <= set(ours)
+    assert LIBRARY_ENTRY in ours and LIBRARY_ENTRY in code.drilldown(family)
     theirs = code.candidate_run(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
     assert "src/audioparity/candidates/transcribe_cpp.py" in theirs
     assert "src/audioparity/candidates/audioparity.py" not in theirs
+    assert LIBRARY_ENTRY not in theirs  # its own build is its port files' (rule input `port`)
     assert not [f for f in theirs if f.startswith(("src/audioparity/ggml/",
                                                    "src/audioparity/models/parakeet_tdt/"))
                 and not f.endswith("__init__.py")]
@@ -202,3 +209,36 @@ def test_a_code_input_holds_the_digest_of_its_files_and_changes_only_with_them(
     code.stamp("fam/side", lambda: ["a.py", "b.py"])
     assert os.stat(stamp).st_mtime > 1
     assert code.digest_of(stamp) == Path(stamp).read_text().splitlines()[0] != expected
+
+
+def test_a_build_the_project_changes_reruns_the_jobs_that_run_it(tmp_path, monkeypatch):
+    """The port's jobs key on how ``make setup`` builds ggml (its script, every patch) and the
+    installed ggml-python's version, never on the library's bytes: a patch added (a kernel)
+    or edited changes their digest, and the jobs that do not run it keep theirs."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "setup" / "patches").mkdir(parents=True)
+    (tmp_path / "setup" / "ggml-python.sh").write_text("cmake\n")
+    (tmp_path / "setup" / "patches" / "ggml-python-cuda.patch").write_text("tf32\n")
+    (tmp_path / "setup" / "apt.sh").write_text("apt-get\n")  # builds no ggml
+    monkeypatch.chdir(tmp_path)
+    Path("a.py").write_text("a = 1\n")
+
+    def stamps() -> tuple[str, str]:
+        code = Code(tmp_path / "src")
+        files = ["a.py", *code.build_files(), LIBRARY_ENTRY]
+        runs = code.stamp("fam/ggml", lambda: files)
+        return code.digest_of(runs), code.digest_of(code.stamp("fam/ref", lambda: ["a.py"]))
+
+    first = stamps()
+    names = [line.split("  ")[1]
+             for line in Path("results/code/fam/ggml.sha256").read_text().splitlines()[1:]]
+    assert names == ["a.py", LIBRARY_ENTRY, "setup/ggml-python.sh",
+                     "setup/patches/ggml-python-cuda.patch"]
+    (tmp_path / "setup" / "apt.sh").write_text("apt-get install\n")
+    assert stamps() == first
+    (tmp_path / "setup" / "patches" / "ggml-python-q8_0-gemm.patch").write_text("R8\n")
+    second = stamps()
+    assert second[0] != first[0] and second[1] == first[1]
+    (tmp_path / "setup" / "patches" / "ggml-python-q8_0-gemm.patch").write_text("R8 VNNI\n")
+    assert stamps()[0] != second[0]
+    assert stamps()[1] == first[1]

@@ -17,11 +17,17 @@ exactly the jobs that run the edited file, and a touched file reruns nothing (do
   candidate, its adapter (a module of ours and what it imports, or the user's file), and for
   our own port the family's ggml side;
 - a compare, a drill-down, a report step: their modules and the families' tables.
+
+The jobs that run our port (its ggml side, the weights it converts, its dumps, its cases run
+again, a drill-down) compute with the ggml library ``make setup`` builds, so how it is built is
+part of their code too (:data:`BUILD`): a patch the project adds to it, or another version,
+reruns them, and no dump of the old build reads as current.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import inspect
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +55,19 @@ RUNNER, GUARD = "audioparity.candidates.running", "audioparity.dumping.guard"
 REUSE = "audioparity.compare.reuse"
 #: The precision search (rule precision).
 PRECISION = "audioparity.compare.precision"
+#: How the project builds the ggml library our port computes with (``make setup``): the
+#: script and every patch it applies, relative to the checkout (the folder holding ``src``).
+#: They are part of the code of every job that runs our port, with the installed ggml-python's
+#: version (:data:`LIBRARY_ENTRY`). The library's bytes are not: they differ between machines
+#: (the wheel is built for the CPU's flags) and on a bundle's host (built for its accelerator),
+#: where the dumps the bundle brought must still hold. The reference's emulation runs ggml's
+#: conversions too, yet the build never reruns a reference: one that quantizes otherwise is
+#: caught by the compare, which checks the hashes of the weights both dumps stored.
+BUILD = ("setup/ggml-python.sh", "setup/patches")
+#: The distribution whose installed version is part of :data:`BUILD`'s key.
+LIBRARY = "ggml-python"
+#: The line of :data:`LIBRARY`'s version among a job's files (``<sha256>  ggml-python: ...``).
+LIBRARY_ENTRY = f"{LIBRARY}: installed version"
 
 
 def shallow(name: str) -> bool:
@@ -78,13 +97,23 @@ class Code:
         self._written: dict[str, str] = {}
 
     def files(self, modules: Iterable[str] = (), entries: Iterable[Entry] = (),
-              outside: Sequence[str] = ()) -> list[str]:
+              outside: Sequence[str] = (), build: bool = False) -> list[str]:
         """The files of ``modules`` and ``entries`` followed (:meth:`Sources.files`), the
         command line's (:data:`CLI`), and ``outside`` (files not of the package, followed for
-        their imports of it), relative to the working directory, sorted."""
+        their imports of it), relative to the working directory, sorted; with ``build``,
+        then those of :data:`BUILD` and :data:`LIBRARY_ENTRY`."""
         found = self.sources.files(modules, entries, [Path(p) for p in outside])
         found |= {p for p in map(self.sources.module_file, CLI) if p is not None}
-        return sorted({*(os.path.relpath(p) for p in found), *map(os.path.normpath, outside)})
+        files = sorted({*(os.path.relpath(p) for p in found), *map(os.path.normpath, outside)})
+        return [*files, *self.build_files(), LIBRARY_ENTRY] if build else files
+
+    def build_files(self) -> list[str]:
+        """The files of :data:`BUILD` in the checkout, relative to the working directory,
+        sorted; none where the package is installed without its checkout."""
+        checkout = self.sources.root.parent
+        found = [path for name in BUILD for path in (
+            (checkout / name).rglob("*") if (checkout / name).is_dir() else [checkout / name])]
+        return sorted(os.path.relpath(path) for path in found if path.is_file())
 
     def side_entries(self, family: Family, side: str) -> list[Entry]:
         """What of ``family``'s package and of the driver a job of ``side`` runs."""
@@ -103,8 +132,9 @@ class Code:
 
     def side(self, family: Family, side: str) -> list[str]:
         """The files a job of ``family``'s ``side`` runs (``fixture``, ``reference``, ``ggml``,
-        ``weights``, ``replay``)."""
-        return self.files(self.side_modules(family, side), self.side_entries(family, side))
+        ``weights``, ``replay``); the port's sides (``ggml``, ``weights``), its build's too."""
+        return self.files(self.side_modules(family, side), self.side_entries(family, side),
+                          build=side in (Side.GGML, WEIGHTS))
 
     def adapter_source(self, adapter: Any, given: str) -> tuple[list[str], list[str]]:
         """``(modules, outside files)`` of an adapter: the module of ours that defines its
@@ -123,15 +153,15 @@ class Code:
         """The files of a candidate's dump (rule ggml_dump: ``audioparity guard ... --
         audioparity candidate run``); for the family's own port, its ggml side too."""
         modules, outside = self.adapter_source(adapter, given)
-        entries = self.side_entries(family, "ggml") if adapter.family_port else []
-        return self.files([GUARD, RUNNER, *modules], entries, outside)
+        entries = self.side_entries(family, Side.GGML) if adapter.family_port else []
+        return self.files([GUARD, RUNNER, *modules], entries, outside, adapter.family_port)
 
     def reuse(self, family: Family, adapter: Any, given: str) -> list[str]:
         """The files of a candidate's cases run again in one process and compared with their
         fresh runs (rule compare_fresh): its dump's (:meth:`candidate_run`) and the check's."""
         modules, outside = self.adapter_source(adapter, given)
-        entries = self.side_entries(family, "ggml") if adapter.family_port else []
-        return self.files([REUSE, GUARD, RUNNER, *modules], entries, outside)
+        entries = self.side_entries(family, Side.GGML) if adapter.family_port else []
+        return self.files([REUSE, GUARD, RUNNER, *modules], entries, outside, adapter.family_port)
 
     def candidate_convert(self, adapter: Any, given: str) -> list[str]:
         """The files of a candidate's conversion (rule candidate_model)."""
@@ -145,7 +175,7 @@ class Code:
     def drilldown(self, family: Family) -> list[str]:
         """A drill-down's files: its own, the graphs it saves, the family's ggml side."""
         return self.files(["audioparity.compare.drilldown", "audioparity.ggml.graphs"],
-                          self.side_entries(family, "ggml"))
+                          self.side_entries(family, Side.GGML), build=True)
 
     def precision(self, family: Family) -> list[str]:
         """A precision search's files (rule precision): the search, which runs the family's
@@ -161,10 +191,15 @@ class Code:
 
     def digest(self, files: Iterable[str]) -> tuple[str, list[str]]:
         """The digest of ``files`` (each name and content, in sorted order; the reference's
-        dump cache keys on it), and one ``<sha256>  <file>`` line per file."""
+        dump cache keys on it), and one ``<sha256>  <file>`` line per file;
+        :data:`LIBRARY_ENTRY`'s content is :func:`library_version`."""
         total, lines = hashlib.sha256(), []
         for file in sorted(files):
-            data, digest = self.sources.read(Path(file).resolve())
+            if file == LIBRARY_ENTRY:
+                data = library_version().encode()
+                digest = hashlib.sha256(data).hexdigest()
+            else:
+                data, digest = self.sources.read(Path(file).resolve())
             total.update(f"{file}\0".encode())
             total.update(data)
             lines.append(f"{digest}  {file}")
@@ -186,6 +221,15 @@ class Code:
         if stamp not in self._written:
             self._written[stamp] = Path(stamp).read_text().partition("\n")[0]
         return self._written[stamp]
+
+
+def library_version() -> str:
+    """The installed :data:`LIBRARY`'s version (its metadata, never imported), or ``""``
+    where none is installed (the jobs that run it then fail with their own error)."""
+    try:
+        return importlib.metadata.version(LIBRARY)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def write_if_changed(path: Path, text: str) -> bool:
