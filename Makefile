@@ -84,7 +84,9 @@ ggml-python:
 # incomplete markers: unlock when a lock is there, and rerun what was incomplete. Do not start
 # two runs in one checkout at once. A failed job's log is printed, so its one error line shows
 # without opening logs/.
-run: setup environments
+# The builds of ggml installed are brought to the checkout's first (a patch changed), so no
+# dump runs on an older one: the workflow keys our port's dumps on setup/ (docs/design.md).
+run: setup $(if $(wildcard $(VULKAN_STAMP)),setup-vulkan) $(if $(wildcard $(CUDA_STAMP)),setup-cuda) environments
 	if ls .snakemake/locks/* >/dev/null 2>&1; then \
 		$(BIN)/snakemake --unlock --quiet $(SNAKEMAKE_ARGS) >/dev/null 2>&1; fi
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --show-failed-logs $(SNAKEMAKE_ARGS)

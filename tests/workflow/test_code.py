@@ -12,6 +12,7 @@ import pytest
 from audioparity.candidates import load_adapter
 from audioparity.contract.family import SIDE_METHODS
 from audioparity.models.registry import registered
+from audioparity.workflow import code as code_module
 from audioparity.workflow import imports
 from audioparity.workflow.code import CLI, LIBRARY_ENTRY, Code
 from audioparity.workflow.imports import Entry, Sources, entry_imports, parse
@@ -149,11 +150,14 @@ def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code
     assert {"src/audioparity/dumping/guard.py", "src/audioparity/candidates/running.py",
             "src/audioparity/candidates/audioparity.py"} <= set(ours)
     assert set(code.side(family, "ggml")) <= set(ours)
-    assert LIBRARY_ENTRY in ours and LIBRARY_ENTRY in code.drilldown(family)
+    ours_again = code.reuse(family, load_adapter("audioparity"), "audioparity")
+    assert {LIBRARY_ENTRY, "setup/ggml-python.sh"} <= set(ours) & set(ours_again) & set(
+        code.drilldown(family))
     theirs = code.candidate_run(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
     assert "src/audioparity/candidates/transcribe_cpp.py" in theirs
     assert "src/audioparity/candidates/audioparity.py" not in theirs
     assert LIBRARY_ENTRY not in theirs  # its own build is its port files' (rule input `port`)
+    assert LIBRARY_ENTRY not in code.reuse(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
     assert not [f for f in theirs if f.startswith(("src/audioparity/ggml/",
                                                    "src/audioparity/models/parakeet_tdt/"))
                 and not f.endswith("__init__.py")]
@@ -212,33 +216,33 @@ def test_a_code_input_holds_the_digest_of_its_files_and_changes_only_with_them(
 
 
 def test_a_build_the_project_changes_reruns_the_jobs_that_run_it(tmp_path, monkeypatch):
-    """The port's jobs key on how ``make setup`` builds ggml (its script, every patch) and the
+    """The port's jobs key on how ``make setup`` builds ggml (its script, its patches) and the
     installed ggml-python's version, never on the library's bytes: a patch added (a kernel)
-    or edited changes their digest, and the jobs that do not run it keep theirs."""
+    or edited, or another version installed, changes their digest; a file of setup/ that is
+    no patch (a patch's leftover, another script) does not."""
     (tmp_path / "src").mkdir()
-    (tmp_path / "setup" / "patches").mkdir(parents=True)
+    patches = tmp_path / "setup" / "patches"
+    patches.mkdir(parents=True)
     (tmp_path / "setup" / "ggml-python.sh").write_text("cmake\n")
-    (tmp_path / "setup" / "patches" / "ggml-python-cuda.patch").write_text("tf32\n")
-    (tmp_path / "setup" / "apt.sh").write_text("apt-get\n")  # builds no ggml
+    (patches / "ggml-python-cuda.patch").write_text("tf32\n")
     monkeypatch.chdir(tmp_path)
-    Path("a.py").write_text("a = 1\n")
 
-    def stamps() -> tuple[str, str]:
+    def digest() -> str:
         code = Code(tmp_path / "src")
-        files = ["a.py", *code.build_files(), LIBRARY_ENTRY]
-        runs = code.stamp("fam/ggml", lambda: files)
-        return code.digest_of(runs), code.digest_of(code.stamp("fam/ref", lambda: ["a.py"]))
+        return code.digest_of(code.stamp("fam/ggml", lambda: code.files(build=True)))
 
-    first = stamps()
+    first = digest()
     names = [line.split("  ")[1]
              for line in Path("results/code/fam/ggml.sha256").read_text().splitlines()[1:]]
-    assert names == ["a.py", LIBRARY_ENTRY, "setup/ggml-python.sh",
-                     "setup/patches/ggml-python-cuda.patch"]
-    (tmp_path / "setup" / "apt.sh").write_text("apt-get install\n")
-    assert stamps() == first
-    (tmp_path / "setup" / "patches" / "ggml-python-q8_0-gemm.patch").write_text("R8\n")
-    second = stamps()
-    assert second[0] != first[0] and second[1] == first[1]
-    (tmp_path / "setup" / "patches" / "ggml-python-q8_0-gemm.patch").write_text("R8 VNNI\n")
-    assert stamps()[0] != second[0]
-    assert stamps()[1] == first[1]
+    assert names == [LIBRARY_ENTRY, "setup/ggml-python.sh", "setup/patches/ggml-python-cuda.patch"]
+    (tmp_path / "setup" / "apt.sh").write_text("apt-get\n")
+    (patches / "ggml-python-cuda.patch.orig").write_text("tf32 before\n")
+    assert digest() == first
+    digests = {first}
+    for change in (lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8\n"),
+                   lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8 VNNI\n"),
+                   lambda: (tmp_path / "setup" / "ggml-python.sh").write_text("cmake -G\n"),
+                   lambda: monkeypatch.setattr(code_module, "library_version", lambda: "0.0.46")):
+        change()
+        digests.add(digest())
+    assert len(digests) == 5

@@ -38,6 +38,7 @@ from audioparity.compare.plan import CellKey
 from audioparity.contract.errors import AudioparityError
 from audioparity.contract.vocabulary import FRESH
 from audioparity.workflow import paths
+from audioparity.workflow.code import BUILD
 from audioparity.workflow.plan import BASELINE_BACKEND, Sweep
 
 #: The rules a bundle's host runs: those whose jobs run ggml (its dumps, the fresh-against-
@@ -47,9 +48,10 @@ from audioparity.workflow.plan import BASELINE_BACKEND, Sweep
 HOST_RULES = ("ggml_dump", "compare_backend", "compare_fresh", "drilldown")
 #: The workflow's files the host runs (and the report's captions the Snakefile names).
 PROJECT_ITEMS = ("Snakefile", "rules", "config", "envs", "docs", "src", "setup", "Makefile")
-#: The project's files whose change makes a bundle's results stale: what the jobs run, and
-#: the config the sweep starts from.
-CODE_ITEMS = ("Snakefile", "rules", "config/config.yaml", "config/schema.yaml", "envs", "src")
+#: The project's files whose change makes a bundle's results stale: what the jobs run (how
+#: ggml is built too), and the config the sweep starts from.
+CODE_ITEMS = ("Snakefile", "rules", "config/config.yaml", "config/schema.yaml", "envs", "src",
+              *BUILD)
 #: The bundle's description (and the returned folder's), at the root of each.
 MANIFEST = "bundle.json"
 #: Where the host's ``run`` leaves what it computed, in the bundle's folder.

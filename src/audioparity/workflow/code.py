@@ -56,11 +56,12 @@ REUSE = "audioparity.compare.reuse"
 #: The precision search (rule precision).
 PRECISION = "audioparity.compare.precision"
 #: How the project builds the ggml library our port computes with (``make setup``): the
-#: script and every patch it applies, relative to the checkout (the folder holding ``src``).
-#: They are part of the code of every job that runs our port, with the installed ggml-python's
-#: version (:data:`LIBRARY_ENTRY`). The library's bytes are not: they differ between machines
-#: (the wheel is built for the CPU's flags) and on a bundle's host (built for its accelerator),
-#: where the dumps the bundle brought must still hold. The reference's emulation runs ggml's
+#: script and the patches it applies (``*.patch``), relative to the checkout (the folder
+#: holding ``src``). They are part of the code of every job that runs our port, with the
+#: installed ggml-python's version (:data:`LIBRARY_ENTRY`); ``make run`` first brings the
+#: installed builds to them. The library's bytes are not: they differ between machines (the
+#: wheel is built for the CPU's flags) and on a bundle's host (built for its accelerator), where
+#: the dumps the bundle brought must still hold. The reference's emulation runs ggml's
 #: conversions too, yet the build never reruns a reference: one that quantizes otherwise is
 #: caught by the compare, which checks the hashes of the weights both dumps stored.
 BUILD = ("setup/ggml-python.sh", "setup/patches")
@@ -112,7 +113,8 @@ class Code:
         sorted; none where the package is installed without its checkout."""
         checkout = self.sources.root.parent
         found = [path for name in BUILD for path in (
-            (checkout / name).rglob("*") if (checkout / name).is_dir() else [checkout / name])]
+            (checkout / name).rglob("*.patch") if (checkout / name).is_dir()
+            else [checkout / name])]
         return sorted(os.path.relpath(path) for path in found if path.is_file())
 
     def side_entries(self, family: Family, side: str) -> list[Entry]:
