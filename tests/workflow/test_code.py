@@ -12,9 +12,8 @@ import pytest
 from audioparity.candidates import load_adapter
 from audioparity.contract.family import SIDE_METHODS
 from audioparity.models.registry import registered
-from audioparity.workflow import code as code_module
 from audioparity.workflow import imports
-from audioparity.workflow.code import CLI, LIBRARY_ENTRY, Code
+from audioparity.workflow.code import CLI, Code
 from audioparity.workflow.imports import Entry, Sources, entry_imports, parse
 from tests import REPO
 
@@ -122,7 +121,7 @@ def test_a_familys_reference_side_runs_no_ggml_and_its_ggml_side_does(code, name
     assert [f for f in sides["weights"] if f.startswith("src/audioparity/ggml/")]
     # the port's sides run the ggml that make setup builds; the others never (a patch added to
     # it reruns no reference)
-    built = {side for side, files in sides.items() if LIBRARY_ENTRY in files}
+    built = {side for side, files in sides.items() if "setup/ggml-python.sh" in files}
     assert built == {"ggml", "weights"}
     assert all("setup/patches/ggml-python-q8_0-gemm.patch" in sides[side] for side in built)
     own = {side: {f for f in files if f.startswith(package)} for side, files in sides.items()}
@@ -151,13 +150,13 @@ def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code
             "src/audioparity/candidates/audioparity.py"} <= set(ours)
     assert set(code.side(family, "ggml")) <= set(ours)
     ours_again = code.reuse(family, load_adapter("audioparity"), "audioparity")
-    assert {LIBRARY_ENTRY, "setup/ggml-python.sh"} <= set(ours) & set(ours_again) & set(
-        code.drilldown(family))
+    build = {"setup/ggml-python.sh", "setup/patches/ggml-python-q8_0-gemm.patch"}
+    assert build <= set(ours) & set(ours_again) & set(code.drilldown(family))
     theirs = code.candidate_run(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
     assert "src/audioparity/candidates/transcribe_cpp.py" in theirs
     assert "src/audioparity/candidates/audioparity.py" not in theirs
-    assert LIBRARY_ENTRY not in theirs  # its own build is its port files' (rule input `port`)
-    assert LIBRARY_ENTRY not in code.reuse(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
+    assert not build & set(theirs)  # its own build is its port files' (rule input `port`)
+    assert not build & set(code.reuse(family, load_adapter("transcribe_cpp"), "transcribe_cpp"))
     assert not [f for f in theirs if f.startswith(("src/audioparity/ggml/",
                                                    "src/audioparity/models/parakeet_tdt/"))
                 and not f.endswith("__init__.py")]
@@ -216,10 +215,10 @@ def test_a_code_input_holds_the_digest_of_its_files_and_changes_only_with_them(
 
 
 def test_a_build_the_project_changes_reruns_the_jobs_that_run_it(tmp_path, monkeypatch):
-    """The port's jobs key on how ``make setup`` builds ggml (its script, its patches) and the
-    installed ggml-python's version, never on the library's bytes: a patch added (a kernel)
-    or edited, or another version installed, changes their digest; a file of setup/ that is
-    no patch (a patch's leftover, another script) does not."""
+    """The port's jobs key on how ``make setup`` builds ggml (its script, which names the
+    version, and its patches), never on the library's bytes: a patch added (a kernel) or
+    edited, or the script edited, changes their digest; a file of setup/ that is no patch (a
+    patch's leftover, another script) does not."""
     (tmp_path / "src").mkdir()
     patches = tmp_path / "setup" / "patches"
     patches.mkdir(parents=True)
@@ -234,15 +233,14 @@ def test_a_build_the_project_changes_reruns_the_jobs_that_run_it(tmp_path, monke
     first = digest()
     names = [line.split("  ")[1]
              for line in Path("results/code/fam/ggml.sha256").read_text().splitlines()[1:]]
-    assert names == [LIBRARY_ENTRY, "setup/ggml-python.sh", "setup/patches/ggml-python-cuda.patch"]
+    assert names == ["setup/ggml-python.sh", "setup/patches/ggml-python-cuda.patch"]
     (tmp_path / "setup" / "apt.sh").write_text("apt-get\n")
     (patches / "ggml-python-cuda.patch.orig").write_text("tf32 before\n")
     assert digest() == first
     digests = {first}
     for change in (lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8\n"),
                    lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8 VNNI\n"),
-                   lambda: (tmp_path / "setup" / "ggml-python.sh").write_text("cmake -G\n"),
-                   lambda: monkeypatch.setattr(code_module, "library_version", lambda: "0.0.46")):
+                   lambda: (tmp_path / "setup" / "ggml-python.sh").write_text("version=0.0.46\n")):
         change()
         digests.add(digest())
-    assert len(digests) == 5
+    assert len(digests) == 4

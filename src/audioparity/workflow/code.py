@@ -20,14 +20,13 @@ exactly the jobs that run the edited file, and a touched file reruns nothing (do
 
 The jobs that run our port (its ggml side, the weights it converts, its dumps, its cases run
 again, a drill-down) compute with the ggml library ``make setup`` builds, so how it is built is
-part of their code too (:data:`BUILD`): a patch the project adds to it, or another version,
-reruns them, and no dump of the old build reads as current.
+part of their code too (:data:`BUILD`): a patch the project adds to it, or another version
+(the script names it), reruns them, and no dump of the old build reads as current.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import inspect
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -55,20 +54,15 @@ RUNNER, GUARD = "audioparity.candidates.running", "audioparity.dumping.guard"
 REUSE = "audioparity.compare.reuse"
 #: The precision search (rule precision).
 PRECISION = "audioparity.compare.precision"
-#: How the project builds the ggml library our port computes with (``make setup``): the
-#: script and the patches it applies (``*.patch``), relative to the checkout (the folder
-#: holding ``src``). They are part of the code of every job that runs our port, with the
-#: installed ggml-python's version (:data:`LIBRARY_ENTRY`); ``make run`` first brings the
-#: installed builds to them. The library's bytes are not: they differ between machines (the
-#: wheel is built for the CPU's flags) and on a bundle's host (built for its accelerator), where
-#: the dumps the bundle brought must still hold. The reference's emulation runs ggml's
-#: conversions too, yet the build never reruns a reference: one that quantizes otherwise is
+#: How the project builds the ggml library our port computes with (``make setup``): the script and
+#: the patches it applies (``*.patch``), relative to the checkout (the folder holding ``src``); the
+#: script names the ggml-python version. They are part of the code of every job that runs our port;
+#: ``make run`` first brings the installed builds to them. The library's bytes are not: they differ
+#: between machines (the wheel is built for the CPU's flags) and on a bundle's host (built for its
+#: accelerator), where the dumps the bundle brought must still hold. The reference's emulation runs
+#: ggml's conversions too, yet the build never reruns a reference: one that quantizes otherwise is
 #: caught by the compare, which checks the hashes of the weights both dumps stored.
 BUILD = ("setup/ggml-python.sh", "setup/patches")
-#: The distribution whose installed version is part of :data:`BUILD`'s key.
-LIBRARY = "ggml-python"
-#: The line of :data:`LIBRARY`'s version among a job's files (``<sha256>  ggml-python: ...``).
-LIBRARY_ENTRY = f"{LIBRARY}: installed version"
 
 
 def shallow(name: str) -> bool:
@@ -102,11 +96,11 @@ class Code:
         """The files of ``modules`` and ``entries`` followed (:meth:`Sources.files`), the
         command line's (:data:`CLI`), and ``outside`` (files not of the package, followed for
         their imports of it), relative to the working directory, sorted; with ``build``,
-        then those of :data:`BUILD` and :data:`LIBRARY_ENTRY`."""
+        then those of :data:`BUILD` (:meth:`build_files`)."""
         found = self.sources.files(modules, entries, [Path(p) for p in outside])
         found |= {p for p in map(self.sources.module_file, CLI) if p is not None}
         files = sorted({*(os.path.relpath(p) for p in found), *map(os.path.normpath, outside)})
-        return [*files, *self.build_files(), LIBRARY_ENTRY] if build else files
+        return [*files, *self.build_files()] if build else files
 
     def build_files(self) -> list[str]:
         """The files of :data:`BUILD` in the checkout, relative to the working directory,
@@ -193,15 +187,10 @@ class Code:
 
     def digest(self, files: Iterable[str]) -> tuple[str, list[str]]:
         """The digest of ``files`` (each name and content, in sorted order; the reference's
-        dump cache keys on it), and one ``<sha256>  <file>`` line per file;
-        :data:`LIBRARY_ENTRY`'s content is :func:`library_version`."""
+        dump cache keys on it), and one ``<sha256>  <file>`` line per file."""
         total, lines = hashlib.sha256(), []
         for file in sorted(files):
-            if file == LIBRARY_ENTRY:
-                data = library_version().encode()
-                digest = hashlib.sha256(data).hexdigest()
-            else:
-                data, digest = self.sources.read(Path(file).resolve())
+            data, digest = self.sources.read(Path(file).resolve())
             total.update(f"{file}\0".encode())
             total.update(data)
             lines.append(f"{digest}  {file}")
@@ -223,15 +212,6 @@ class Code:
         if stamp not in self._written:
             self._written[stamp] = Path(stamp).read_text().partition("\n")[0]
         return self._written[stamp]
-
-
-def library_version() -> str:
-    """The installed :data:`LIBRARY`'s version (its metadata, never imported), or ``""``
-    where none is installed (the jobs that run it then fail with their own error)."""
-    try:
-        return importlib.metadata.version(LIBRARY)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 def write_if_changed(path: Path, text: str) -> bool:
