@@ -20,14 +20,14 @@ export CMAKE_BUILD_PARALLEL_LEVEL := $(CMAKE_BUILD_PARALLEL_LEVEL)
 # workflow's Vulkan cells run on (--device 0), and every manifest and the report name it.
 export GGML_VK_VISIBLE_DEVICES ?= 0
 # The ggml builds, by GGML_BACKEND: the CMake arguments and the patch each adds to the CPU
-# backend's, which every build applies: a q8_0 x q8_0 matmul kernel for prompt-sized inputs
-# (BENCHMARKS.md, "A q8_0 kernel").
+# backend's, which every build applies: q8_0 x q8_0 and f32 x f32 matmul kernels for
+# prompt-sized inputs (BENCHMARKS.md, "A q8_0 kernel", "An f32 kernel"; docs/backends.md).
 GGML_CMAKE_ARGS ?= -DGGML_LLAMAFILE=ON
 GGML_BACKEND ?= cpu
 CUDA_ARCHITECTURES ?= native
 GGML_ARGS_vulkan := -DGGML_VULKAN=ON
 GGML_ARGS_cuda = -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES)
-GGML_PATCH_cpu := setup/patches/ggml-python-q8_0-gemm.patch
+GGML_PATCH_cpu := setup/patches/ggml-python-cpu-gemm.patch
 GGML_PATCH_vulkan := setup/patches/ggml-python-vulkan-headers.patch
 GGML_PATCH_cuda := setup/patches/ggml-python-cuda.patch
 VULKAN_PACKAGES := mesa-vulkan-drivers libvulkan-dev glslc spirv-headers

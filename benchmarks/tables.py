@@ -104,15 +104,17 @@ def kernel(part: str, weight_type: str, features: set[str]) -> str:
     ``cpu_features``): llamafile's tinyBLAS (``ggml-cpu/llamafile/sgemm.cpp``), which ggml tries
     first for a right-hand side of at least 2 rows, else ggml's ``vec_dot`` of the weight type
     (``ggml-cpu/vec.cpp``, ``arch/x86/quants.c``), one dot product per output value. A build
-    with ``setup/patches/ggml-python-q8_0-gemm.patch`` (feature ``q8_0_r8``) runs q8_0 with 8
-    or more rows in its tinyBLAS_Q8_0_R8. An f16, bf16 or q8_0 weight's activations are first
-    converted to its ``vec_dot_type`` (f16, bf16, q8_0 blocks), which is the rounding the
-    quantization-aware reference emulates."""
+    with ``setup/patches/ggml-python-cpu-gemm.patch`` runs q8_0 with 8 or more rows in its
+    tinyBLAS_Q8_0_R8 (feature ``q8_0_r8``) and, on AVX2 without AVX-512, f32 with 12 or more
+    rows in its tinyBLAS_F32_R16 (feature ``f32_r16``). An f16, bf16 or q8_0 weight's
+    activations are first converted to its ``vec_dot_type`` (f16, bf16, q8_0 blocks), which is
+    the rounding the quantization-aware reference emulates."""
     width = "AVX-512" if "avx512" in features else "AVX2" if "avx2" in features else "SSE"
     vnni = "VNNI dpbusd" if {"avx512_vnni", "avx_vnni"} & features else "maddubs"
     bf16 = "avx512_bf16" in features
     if part in MANY_ROWS and "llamafile" in features:
-        return {"f32": f"tinyBLAS f32, {width} FMA",
+        return {"f32": "tinyBLAS_F32_R16 f32 (patched), 16 rows packed, 6x16 AVX2 FMA tile"
+                if "f32_r16" in features else f"tinyBLAS f32, {width} FMA",
                 "f16": f"tinyBLAS f16, {width} (both sides widened to f32 per load)",
                 "bf16": "tinyBLAS bf16, AVX512-BF16 vdpbf16ps" if bf16
                 else f"tinyBLAS bf16, {width} (widened to f32)",

@@ -175,12 +175,16 @@ def test_run_tiny(cache: Path, tmp_path: Path) -> None:
     ("encoder", "q8_0", {"avx512", "avx512_vnni", "llamafile"},
      "tinyBLAS_Q0_AVX q8_0 x q8_0, 256-bit VNNI dpbusd, f32 scale per block"),
     ("decoder", "q8_0", {"avx2"}, "vec_dot_q8_0_q8_0, 256-bit maddubs"),
-    # setup/patches/ggml-python-q8_0-gemm.patch: tinyBLAS_Q8_0_R8 from 8 rows on; one row stays
+    # setup/patches/ggml-python-cpu-gemm.patch: tinyBLAS_Q8_0_R8 from 8 rows on; one row stays
     # vec_dot (sgemm is not called)
     ("prefill", "q8_0", {"avx2", "llamafile", "q8_0_r8"},
      "tinyBLAS_Q8_0_R8 q8_0 x q8_0 (patched), 8 rows packed, 256-bit maddubs, "
      "f32 scale per block of 8 rows"),
     ("step", "q8_0", {"avx2", "llamafile", "q8_0_r8"}, "vec_dot_q8_0_q8_0, 256-bit maddubs"),
+    # and tinyBLAS_F32_R16 for f32 where it compiles (AVX2 and FMA, no AVX-512)
+    ("encoder", "f32", {"avx2", "fma", "llamafile", "f32_r16"},
+     "tinyBLAS_F32_R16 f32 (patched), 16 rows packed, 6x16 AVX2 FMA tile"),
+    ("step", "f32", {"avx2", "fma", "llamafile", "f32_r16"}, "vec_dot_f32, AVX2"),
 ])
 def test_kernel_follows_ggmls_dispatch(part, weight_type, features, expected) -> None:
     assert tables.kernel(part, weight_type, features) == expected

@@ -4,8 +4,11 @@ the rounding the quantization-aware reference emulates: the weight as ggml store
 
 The activations' row counts straddle each kernel's threshold: one row runs ``vec_dot``, two or
 more llamafile's tinyBLAS, eight or more (and weight rows a multiple of eight) the packed q8_0
-kernel of ``setup/patches/ggml-python-q8_0-gemm.patch``; 36 weight rows are no multiple of
-eight, so tinyBLAS_Q0_AVX takes the whole matmul. Two threads split the rows between them.
+kernel of ``setup/patches/ggml-python-cpu-gemm.patch``, twelve or more its packed f32 kernel
+(AVX2 without AVX-512: thirteen rows end in a one-column tile, and 40 weight rows in an
+eight-row one); 36 weight rows are no multiple of eight, so tinyBLAS takes the whole matmul.
+K spans eight of the f32 kernel's blocks of 64 products. Two threads split the rows between
+them.
 What may differ is only the order of float32 additions, so each output is held to the
 first-order bound on a float32 sum of n rounded terms (:func:`rounding_bound`). A row or column
 read from the wrong place, a scale applied to the wrong block or a saturated 16-bit pair misses
@@ -71,9 +74,12 @@ def test_cpu_matmul_is_the_emulated_arithmetic(cpu, weight_type, weight_rows, in
         f"{bound.flat[np.argmax(excess)]:.3g}")
 
 
-def test_the_build_reports_the_patched_q8_0_kernel():
-    """Every build applies setup/patches/ggml-python-q8_0-gemm.patch (the Makefile), whose
-    kernel is compiled for AVX2 with F16C; such a build lists it (``q8_0_r8``), so a dump's
-    ``ggml_build`` says which kernel summed its q8_0 matmuls."""
+def test_the_build_reports_the_patched_kernels():
+    """Every build applies setup/patches/ggml-python-cpu-gemm.patch (the Makefile), whose q8_0
+    kernel is compiled for AVX2 with F16C and f32 kernel for AVX2 with FMA but no AVX-512
+    (there tinyBLAS's 512-bit kernel runs); such a build lists them (``q8_0_r8``,
+    ``f32_r16``), so a dump's ``ggml_build`` says which kernel summed its matmuls."""
     features = set(build_info()["cpu_features"])
     assert ("q8_0_r8" in features) == ({"avx2", "f16c", "llamafile"} <= features), features
+    assert ("f32_r16" in features) == ({"avx2", "fma", "llamafile"} <= features
+                                       and "avx512" not in features), features

@@ -55,7 +55,7 @@ def unpatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def patched(unpatched: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same, with every patch of setup/patches/ applied: each build applies the CPU
-    backend's (ggml-python-q8_0-gemm.patch) and its backend's (`make setup-cuda`: the CUDA
+    backend's (ggml-python-cpu-gemm.patch) and its backend's (`make setup-cuda`: the CUDA
     one), so they must apply together."""
     folder = tmp_path_factory.mktemp("patched") / unpatched.name
     shutil.copytree(unpatched, folder)

@@ -103,9 +103,9 @@ def test_a_bundle_run_offline_and_merged_gives_the_direct_runs_summary(tmp_path,
         merge(first, returned)
     edited.write_text(original)
     # how ggml is built is the port's code too: the host's cells were computed with the old
-    patch = first / "setup" / "patches" / "ggml-python-q8_0-gemm.patch"
+    patch = first / "setup" / "patches" / "ggml-python-cpu-gemm.patch"
     patch.write_text(patch.read_text() + "\n")
-    with pytest.raises(AudioparityError, match="q8_0-gemm.patch changed here since the bundle"):
+    with pytest.raises(AudioparityError, match="cpu-gemm.patch changed here since the bundle"):
         merge(first, returned)
     patch.write_text(patch.read_text()[:-1])
     targets = len(json.loads((returned / MANIFEST).read_text())["targets"])

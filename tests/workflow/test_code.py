@@ -123,7 +123,7 @@ def test_a_familys_reference_side_runs_no_ggml_and_its_ggml_side_does(code, name
     # it reruns no reference)
     built = {side for side, files in sides.items() if "setup/ggml-python.sh" in files}
     assert built == {"ggml", "weights"}
-    assert all("setup/patches/ggml-python-q8_0-gemm.patch" in sides[side] for side in built)
+    assert all("setup/patches/ggml-python-cpu-gemm.patch" in sides[side] for side in built)
     own = {side: {f for f in files if f.startswith(package)} for side, files in sides.items()}
     assert own["ggml"] - own["reference"], "the port's modules"
     assert own["reference"] - own["ggml"], "the reference's modules"
@@ -150,7 +150,7 @@ def test_our_ports_dump_runs_its_ggml_side_and_a_third_party_ports_does_not(code
             "src/audioparity/candidates/audioparity.py"} <= set(ours)
     assert set(code.side(family, "ggml")) <= set(ours)
     ours_again = code.reuse(family, load_adapter("audioparity"), "audioparity")
-    build = {"setup/ggml-python.sh", "setup/patches/ggml-python-q8_0-gemm.patch"}
+    build = {"setup/ggml-python.sh", "setup/patches/ggml-python-cpu-gemm.patch"}
     assert build <= set(ours) & set(ours_again) & set(code.drilldown(family))
     theirs = code.candidate_run(family, load_adapter("transcribe_cpp"), "transcribe_cpp")
     assert "src/audioparity/candidates/transcribe_cpp.py" in theirs
@@ -238,8 +238,8 @@ def test_a_build_the_project_changes_reruns_the_jobs_that_run_it(tmp_path, monke
     (patches / "ggml-python-cuda.patch.orig").write_text("tf32 before\n")
     assert digest() == first
     digests = {first}
-    for change in (lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8\n"),
-                   lambda: (patches / "ggml-python-q8_0-gemm.patch").write_text("R8 VNNI\n"),
+    for change in (lambda: (patches / "ggml-python-cpu-gemm.patch").write_text("R8\n"),
+                   lambda: (patches / "ggml-python-cpu-gemm.patch").write_text("R8 VNNI\n"),
                    lambda: (tmp_path / "setup" / "ggml-python.sh").write_text("version=0.0.46\n")):
         change()
         digests.add(digest())

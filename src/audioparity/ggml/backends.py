@@ -200,7 +200,7 @@ def _doctor_notes(registries: set[str], devices: list[dict]) -> list[str]:
 
 #: CPU kernels a patch of ``setup/patches/`` adds, by the feature name the patched CPU backend
 #: reports for it (``ggml_backend_get_features``) -> the name :func:`build_info` lists.
-PATCHED_KERNELS = {"Q8_0_R8": "q8_0_r8"}
+PATCHED_KERNELS = {"Q8_0_R8": "q8_0_r8", "F32_R16": "f32_r16"}
 
 
 class _Feature(ctypes.Structure):
@@ -228,7 +228,7 @@ def build_info() -> dict:
     """Which ggml build computes: versions, the ``ggml_cpu_has_*`` features that are set
     (``llamafile`` and ``blas`` change the f16/f32 matmul kernels, hence the numerics) and the
     kernels the project's patches add that this build has (:data:`PATCHED_KERNELS`: they
-    change the order of a q8_0 matmul's float additions). Every ggml dump records it in its
+    change the order of an f32 or q8_0 matmul's float additions). Every ggml dump records it in its
     manifest (``ggml_build``)."""
     reported = _cpu_backend_features()
     features = sorted(
