@@ -19,6 +19,7 @@ import yaml
 
 from audioparity.dumping.environments import CACHE_VARIABLE
 from audioparity.dumping.environments import cache as environments_cache
+from audioparity.dumping.shared_cache import FIXTURES, fixtures_cache
 from tests import REPO
 
 
@@ -98,9 +99,13 @@ def environment(workdir: Path) -> dict[str, str]:
     """Nothing inherited but :data:`ARITHMETIC`, and no venv on PATH: the workflow must find the
     `audioparity` command beside the Python that runs Snakemake, as `.venv/bin/snakemake` run
     without activating the venv does. The copy's src/ comes first on the Python path; the
-    reference environments are this machine's (``make environments``), whatever HOME is."""
+    reference environments and the built fixtures are this machine's (``make environments``;
+    ``~/.cache/audioparity/fixtures``, keyed by the code that builds them, so an edited
+    fixture builds anew), whatever HOME is: each sweep of the suite would otherwise build the
+    same fixtures again, NeMo's import alone some 14 s a Parakeet fixture."""
     return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1",
             "PYTHONPATH": str(workdir / "src"), CACHE_VARIABLE: str(environments_cache()),
+            FIXTURES: str(fixtures_cache()),
             **{name: os.environ[name] for name in ARITHMETIC if name in os.environ}}
 
 
