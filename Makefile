@@ -93,7 +93,10 @@ run: setup $(if $(wildcard $(VULKAN_STAMP)),setup-vulkan) $(if $(wildcard $(CUDA
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; 0: in this one), a test file to a
 # worker, so a module's fixtures are built once; most of its time is workflow sweeps, whose
-# serial stretches (imports, Snakemake's planning) the other worker fills.
+# serial stretches (imports, Snakemake's planning) the other worker fills. The files go out in
+# the order tests/conftest.py gives them, the workflow's first (--no-loadscope-reorder: xdist
+# would otherwise send the files with most tests first, and the longest sweeps, one or two
+# tests a file, last).
 PYTEST_WORKERS ?= $(CORES)
 
 # The ports are built first when their snapshots are there (PORTS_SOURCE), and the tests that
@@ -103,7 +106,7 @@ test: setup environments
 	if [ -d "$(PORTS_SOURCE)" ]; then $(MAKE) --no-print-directory ports || exit 1; require=1; \
 	else echo "make test: no $(PORTS_SOURCE): the tests of the third-party ports will skip" \
 		"(PORTS_SOURCE=<folder of the port snapshots>)" >&2; require=; fi; \
-	AUDIOPARITY_REQUIRE_PORTS=$$require $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	AUDIOPARITY_REQUIRE_PORTS=$$require $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The ports are built from the snapshots in PORTS_SOURCE (docs/candidates.md) into PORTS_CACHE,
 # outside the checkout, one folder per snapshot and its sha256: a built one is reused, so this

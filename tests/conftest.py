@@ -26,8 +26,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The workflow sweeps first when several workers share the tests (``make test``, a file to
     a worker: the longest files start first and the short ones fill the end); a run on one
-    process keeps the files' order, the quick unit tests first."""
-    if config.getoption("numprocesses", None):
+    process keeps the files' order, the quick unit tests first. The workers collect, and the
+    controller sends the files out in their order (``--no-loadscope-reorder``), so the order is
+    set on a worker (``config.workerinput``; a worker's ``numprocesses`` is None)."""
+    if hasattr(config, "workerinput"):
         items.sort(key=lambda item: not item.nodeid.startswith("tests/workflow/"))
 
 
