@@ -102,7 +102,7 @@ def environment(workdir: Path) -> dict[str, str]:
     reference environments and the built fixtures are this machine's (``make environments``;
     ``~/.cache/audioparity/fixtures``, keyed by the code that builds them, so an edited
     fixture builds anew), whatever HOME is: each sweep of the suite would otherwise build the
-    same fixtures again, NeMo's import alone some 14 s a Parakeet fixture."""
+    same fixtures again, each Parakeet fixture paying NeMo's import."""
     return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "GGML_NO_BACKTRACE": "1",
             "PYTHONPATH": str(workdir / "src"), CACHE_VARIABLE: str(environments_cache()),
             FIXTURES: str(fixtures_cache()),
