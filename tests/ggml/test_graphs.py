@@ -141,6 +141,18 @@ def test_the_drill_down_stops_at_the_first_graph_with_a_bad_op(tmp_path):
     assert records[0]["first_bad"] is None and records[1]["first_bad"]["op"] == "CPY"
 
 
+def test_without_a_bad_op_the_drill_down_reads_every_graph(tmp_path):
+    """No graph with a bad op (a Vulkan cell whose every op is within ggml's bound, failing
+    only the f32 gates): every graph is drilled, so a bad op in the last one is found."""
+    clean, _ = saved(tmp_path, "clean")
+    again, _ = saved(tmp_path, "again")
+    done = tmp_path / "done.jsonl"
+    drill_pairs([(0, clean, again), (1, clean, again), (2, clean, again)], done, "cpu", "cpu")
+    records = [json.loads(line) for line in done.read_text().splitlines()]
+    assert [r["graph"] for r in records] == [0, 1, 2]
+    assert all(r["first_bad"] is None and len(r["nodes"]) > 1 for r in records)
+
+
 def test_a_weight_stored_differently_is_named(tmp_path, cpu):
     a, _ = saved(tmp_path, "a", storage="q8_0")
     b, _ = saved(tmp_path, "b", storage="f32")
